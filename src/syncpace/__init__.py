@@ -1,0 +1,26 @@
+"""syncpace: make scaling failures of distributed PyTorch training visible and fixable."""
+
+from __future__ import annotations
+
+from syncpace._version import __version__
+from syncpace.errors import ConfigError, SyncpaceError, TraceError
+
+__all__ = ["ConfigError", "SyncpaceError", "TraceError", "__version__", "attach", "step"]
+
+
+def attach(out: str | None = None, **settings: object) -> None:
+    """Trace every collective of this process; call before ``init_process_group``.
+
+    ``out`` is the run directory (default ``$SYNCPACE_DIR`` or ``./syncpace-run``);
+    other keyword arguments are :class:`syncpace.trace.config.TraceConfig` fields.
+    """
+    from syncpace.trace.tracer import attach as _attach
+
+    _attach(out, **settings)
+
+
+def step() -> None:
+    """Mark an iteration boundary by hand (replaces the optimizer-step hook)."""
+    from syncpace.trace.tracer import manual_step
+
+    manual_step()

@@ -1,0 +1,5 @@
+import sys
+
+from syncpace.cli.main import main
+
+sys.exit(main())

@@ -1,0 +1,48 @@
+"""Entry point of the ``syncpace`` command.
+
+Every verb lives in its own module of this package and exposes
+``register(subparsers)``, which adds its parser and sets ``func(args) -> int``.
+Errors syncpace raises on purpose become one line on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from syncpace import __version__
+from syncpace.errors import SyncpaceError
+
+#: Verb modules, in the order ``syncpace --help`` lists them.
+VERBS = ("run", "trace_info")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="syncpace",
+        description="Find, explain and fix scaling failures of distributed PyTorch training.",
+    )
+    parser.add_argument("--version", action="version", version=f"syncpace {__version__}")
+    subparsers = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
+    for verb in VERBS:
+        importlib.import_module(f"syncpace.cli.{verb}").register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except SyncpaceError as exc:
+        print(f"syncpace {args.verb}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"syncpace {args.verb}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,66 @@
+"""``syncpace trace-info DIR [--json]``: validate a trace and summarise it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from rich.console import Console
+from rich.table import Table
+
+from syncpace.trace.reader import load_trace
+from syncpace.trace.summary import TraceSummary, summarize
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "trace-info",
+        help="validate a trace directory and print its summary",
+        description="Validate a syncpace run directory and print ranks, steps, events per op "
+        "and per rank, bytes and clock uncertainty.",
+    )
+    parser.add_argument("dir", help="run directory written by syncpace run / attach()")
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    summary = summarize(load_trace(args.dir))
+    if args.json:
+        print(json.dumps(summary.to_json(), indent=2, sort_keys=True))
+    else:
+        print_summary(summary)
+    return 0
+
+
+def print_summary(summary: TraceSummary, console: Console | None = None) -> None:
+    console = console or Console()
+    hosts = ", ".join(f"{h} ({len(r)})" for h, r in summary.hosts.items())
+    console.print(f"[bold]{summary.path}[/]: {summary.world_size} ranks on {hosts}")
+    console.print(f"steps: {summary.steps}   events: {summary.events:,}")
+    if summary.missing_ranks:
+        console.print(f"[red]missing ranks:[/] {summary.missing_ranks}")
+    table = Table("op", "events", "bytes", title="events per op")
+    for op, row in summary.events_per_op.items():
+        table.add_row(op, f"{row['count']:,}", _human_bytes(row["bytes"]))
+    console.print(table)
+    per_rank = "  ".join(f"r{r}:{n}" for r, n in summary.events_per_rank.items())
+    console.print(f"events per rank: {per_rank}")
+    clock = summary.clock
+    unc = clock["max_uncertainty_ns"]
+    console.print(
+        f"clock: max |offset| {clock['max_abs_offset_ns'] / 1e6:.3f} ms, max uncertainty "
+        + ("unknown" if unc is None else f"{unc / 1e3:.1f} µs")
+        + (f", unaligned ranks {clock['unaligned_ranks']}" if clock["unaligned_ranks"] else "")
+    )
+    for warning in summary.warnings:
+        console.print(f"[yellow]warning:[/] {warning}")
+
+
+def _human_bytes(n: int) -> str:
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{n} B"

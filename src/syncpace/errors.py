@@ -1,0 +1,24 @@
+"""The one exception hierarchy of syncpace.
+
+The CLI catches :class:`SyncpaceError` and prints its message as one line; every
+message names the file or the setting at fault and what to do about it.
+"""
+
+from __future__ import annotations
+
+
+class SyncpaceError(Exception):
+    """Base class of every error syncpace raises on purpose."""
+
+
+class ConfigError(SyncpaceError):
+    """A setting (flag, environment variable, spec file) is invalid."""
+
+
+class TraceError(SyncpaceError):
+    """A trace directory or file cannot be read as a syncpace trace."""
+
+    def __init__(self, path: object, problem: str) -> None:
+        super().__init__(f"{path}: {problem}")
+        self.path = path
+        self.problem = problem

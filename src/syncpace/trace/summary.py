@@ -1,0 +1,87 @@
+"""What ``syncpace trace-info`` reports about a trace: counts, bytes and clock quality."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import polars as pl
+
+from syncpace.trace.reader import Trace
+
+
+@dataclass(frozen=True)
+class TraceSummary:
+    path: str
+    world_size: int
+    ranks_present: list[int]
+    missing_ranks: list[int]
+    hosts: dict[str, list[int]]
+    steps: int
+    events: int
+    events_per_op: dict[str, dict[str, int]]
+    events_per_rank: dict[int, int]
+    clock: dict[str, Any]
+    unfinished_ranks: list[int]
+    dropped_events: int
+    warnings: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["events_per_rank"] = {str(k): v for k, v in self.events_per_rank.items()}
+        return data
+
+
+def summarize(trace: Trace) -> TraceSummary:
+    events = trace.events
+    per_op: dict[str, dict[str, int]] = {}
+    if events.height:
+        grouped = (
+            events.group_by("op")
+            .agg(pl.len().alias("count"), pl.col("bytes").sum().alias("bytes"))
+            .sort("op")
+        )
+        per_op = {
+            row["op"]: {"count": int(row["count"]), "bytes": int(row["bytes"])}
+            for row in grouped.iter_rows(named=True)
+        }
+    per_rank = {r: 0 for r in trace.ranks}
+    if events.height:
+        for rank, count in events.group_by("rank").len().iter_rows():
+            per_rank[int(rank)] = int(count)
+    hosts: dict[str, list[int]] = {}
+    for rank, meta in sorted(trace.meta.items()):
+        hosts.setdefault(str(meta["host"]), []).append(rank)
+    steps = int(trace.steps.group_by("rank").len()["len"].max() or 0) if trace.steps.height else 0
+    return TraceSummary(
+        path=str(trace.path),
+        world_size=trace.world_size,
+        ranks_present=trace.ranks,
+        missing_ranks=trace.missing_ranks,
+        hosts=hosts,
+        steps=steps,
+        events=events.height,
+        events_per_op=per_op,
+        events_per_rank=per_rank,
+        clock=_clock_summary(trace),
+        unfinished_ranks=[r for r, m in trace.meta.items() if not m.get("finished", False)],
+        dropped_events=sum(int(m.get("dropped_events", 0) or 0) for m in trace.meta.values()),
+        warnings=list(trace.warnings),
+    )
+
+
+def _clock_summary(trace: Trace) -> dict[str, Any]:
+    offsets, uncertainties, failed = {}, {}, []
+    for rank, meta in trace.meta.items():
+        clock = meta.get("clock") or {}
+        if clock.get("uncertainty_ns") is None:
+            if rank != 0:
+                failed.append(rank)
+            continue
+        offsets[rank] = int(clock.get("offset_ns") or 0)
+        uncertainties[rank] = int(clock["uncertainty_ns"])
+    return {
+        "max_abs_offset_ns": max((abs(v) for v in offsets.values()), default=0),
+        "max_uncertainty_ns": max(uncertainties.values(), default=None),
+        "unaligned_ranks": sorted(failed),
+    }
