@@ -118,6 +118,8 @@ def from_flags(cls: type[T], namespace: argparse.Namespace, **overrides: Any) ->
         if raw is None:
             continue
         kind = _field_type(cls, field)
-        flags[field.name] = raw if isinstance(raw, bool) else parse_value(kind, raw, flag_name(field.name))
+        flags[field.name] = (
+            raw if isinstance(raw, bool) else parse_value(kind, raw, flag_name(field.name))
+        )
     flags.update({k: v for k, v in overrides.items() if v is not None})
     return from_env(cls, **flags)

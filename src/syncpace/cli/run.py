@@ -61,7 +61,9 @@ def prepare_run_dir(out: str | None, overwrite: bool) -> Path:
     return run_dir
 
 
-def traced_env(run_dir: Path, config: TraceConfig, base: dict[str, str] | None = None) -> dict[str, str]:
+def traced_env(
+    run_dir: Path, config: TraceConfig, base: dict[str, str] | None = None
+) -> dict[str, str]:
     env = dict(os.environ if base is None else base)
     env.update(to_env(config))
     env["SYNCPACE_DIR"] = str(run_dir)

@@ -71,9 +71,7 @@ def _read_meta(path: Path) -> dict[str, Any]:
         if not isinstance(meta[key], int) or isinstance(meta[key], bool) or meta[key] < 0:
             raise TraceError(path, f"{key} must be a non-negative integer, got {meta[key]!r}")
     if meta["world_size"] < 1 or meta["rank"] >= meta["world_size"]:
-        raise TraceError(
-            path, f"rank {meta['rank']} does not fit world size {meta['world_size']}"
-        )
+        raise TraceError(path, f"rank {meta['rank']} does not fit world size {meta['world_size']}")
     return meta
 
 
@@ -135,7 +133,9 @@ def load_trace(path: str | Path, *, allow_missing_ranks: bool = True) -> Trace:
         meta = _read_meta(meta_path)
         file_rank = int(_META_RE.match(meta_path.name).group(1))  # type: ignore[union-attr]
         if meta["rank"] != file_rank:
-            raise TraceError(meta_path, f"file is named for rank {file_rank} but says rank {meta['rank']}")
+            raise TraceError(
+                meta_path, f"file is named for rank {file_rank} but says rank {meta['rank']}"
+            )
         metas[file_rank] = meta
     sizes = {m["world_size"] for m in metas.values()}
     if len(sizes) != 1:
@@ -143,15 +143,21 @@ def load_trace(path: str | Path, *, allow_missing_ranks: bool = True) -> Trace:
     world_size = sizes.pop()
     missing = sorted(set(range(world_size)) - set(metas))
     if missing:
-        message = f"{root}: {len(missing)} of {world_size} ranks have no trace files: {_ranges(missing)}"
+        message = (
+            f"{root}: {len(missing)} of {world_size} ranks have no trace files: {_ranges(missing)}"
+        )
         if not allow_missing_ranks:
             raise TraceError(root, message.split(": ", 1)[1])
         warnings.append(message)
     event_tables, step_tables = [], []
     for rank, meta in sorted(metas.items()):
         stem = root / schema.rank_stem(rank)
-        event_tables.append(_read_stream(Path(f"{stem}{schema.EVENTS_SUFFIX}"), schema.EVENTS, warnings))
-        step_tables.append(_read_stream(Path(f"{stem}{schema.STEPS_SUFFIX}"), schema.STEPS, warnings))
+        event_tables.append(
+            _read_stream(Path(f"{stem}{schema.EVENTS_SUFFIX}"), schema.EVENTS, warnings)
+        )
+        step_tables.append(
+            _read_stream(Path(f"{stem}{schema.STEPS_SUFFIX}"), schema.STEPS, warnings)
+        )
         if not meta.get("finished", False):
             warnings.append(f"{stem}{schema.META_SUFFIX}: rank {rank} did not finish cleanly")
         if meta.get("dropped_events"):

@@ -69,6 +69,8 @@ OPS = (
 #: How ``exit_ns`` was obtained.
 TIMING_SOURCES = (
     "future",  # completion callback of the work's future (gloo: work finished)
+    "wait",  # first wait()/is_completed() that saw the work done (gloo send/recv)
+    "call",  # the call returned (coalesced calls that return no work)
     "cuda_event",  # CUDA events around the collective on its stream (device time)
     "nccl_hook",  # NCCL completion hook (watchdog saw the device finish)
     "simulated",  # written by the simulator

@@ -1,0 +1,199 @@
+"""A process group that times every operation of the real one it wraps.
+
+``TracingProcessGroup`` is a Python subclass of ``torch.distributed.ProcessGroup``.
+torch calls its methods both from Python (``dist.all_reduce`` → ``group.allreduce``)
+and from C++ through the virtual-method trampoline (DDP's reducer, functional
+collectives), so every operation, whatever API issued it, passes through
+:meth:`TracingProcessGroup._call`. The real backends are also registered on this
+object, so ``group._get_backend(device)`` and backend-name checks keep working.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from syncpace.trace.schema import NO_PEER
+
+Recorder = Any  # syncpace.trace.tracer.Tracer; typed loosely to avoid an import cycle
+
+
+def _nbytes(x: Any) -> int:
+    if isinstance(x, torch.Tensor):
+        return x.numel() * x.element_size()
+    if isinstance(x, (list, tuple)):
+        return sum(_nbytes(t) for t in x)
+    return 0
+
+
+def _dtype(x: Any) -> str:
+    if isinstance(x, torch.Tensor):
+        return str(x.dtype).removeprefix("torch.")
+    if isinstance(x, (list, tuple)):
+        for t in x:
+            name = _dtype(t)
+            if name:
+                return name
+    return ""
+
+
+# method name -> (canonical op, index of the argument that carries the message,
+#                 multiply the bytes by the group size?)
+# The message argument is the one nccl-tests counts: the buffer for all-reduce, the
+# gathered output for all-gather, the full input for reduce-scatter and all-to-all.
+_COLLECTIVES: dict[str, tuple[str, int, bool]] = {
+    "allreduce": ("all_reduce", 0, False),
+    "allreduce_coalesced": ("all_reduce", 0, False),
+    "broadcast": ("broadcast", 0, False),
+    "reduce": ("reduce", 0, False),
+    "allgather": ("all_gather", 0, False),
+    "allgather_coalesced": ("all_gather", 0, False),
+    "_allgather_base": ("all_gather", 0, False),
+    "all_gather_single": ("all_gather", 0, False),
+    "allgather_into_tensor_coalesced": ("all_gather", 0, False),
+    "all_gather_single_coalesced": ("all_gather", 0, False),
+    "reduce_scatter": ("reduce_scatter", 1, False),
+    "_reduce_scatter_base": ("reduce_scatter", 1, False),
+    "reduce_scatter_single": ("reduce_scatter", 1, False),
+    "reduce_scatter_tensor_coalesced": ("reduce_scatter", 1, False),
+    "reduce_scatter_single_coalesced": ("reduce_scatter", 1, False),
+    "gather": ("gather", 1, True),
+    "scatter": ("scatter", 0, True),
+    "alltoall": ("all_to_all", 1, False),
+    "alltoall_base": ("all_to_all", 1, False),
+    "all_to_all_single": ("all_to_all", 1, False),
+    "barrier": ("barrier", -1, False),
+    "monitored_barrier": ("barrier", -1, False),
+}
+
+# method name -> (canonical op, index of the peer argument or None for "any source")
+_POINT_TO_POINT: dict[str, tuple[str, int | None]] = {
+    "send": ("send", 1),
+    "recv": ("recv", 1),
+    "recv_anysource": ("recv", None),
+}
+
+
+class TracingProcessGroup(dist.ProcessGroup):
+    """Forwards every call to ``inner`` and records its timing through ``recorder``."""
+
+    def __init__(
+        self,
+        inner: dist.ProcessGroup,
+        recorder: Recorder,
+        *,
+        backend_name: str,
+        global_ranks: list[int],
+    ) -> None:
+        super().__init__(inner.rank(), inner.size())
+        self._inner = inner
+        self._recorder = recorder
+        self._backend_name = backend_name
+        self._global_ranks = global_ranks
+        self._n = len(global_ranks)
+        self._group = ""
+        self._seq = 0
+        self._p2p_seq: dict[tuple[str, int], int] = {}
+
+    # Identity ------------------------------------------------------------------
+    def getBackendName(self) -> str:  # noqa: N802 - name fixed by torch
+        return self._backend_name
+
+    def name(self) -> str:
+        return self._backend_name
+
+    def _set_group_name(self, name: str) -> None:
+        self._group = name
+        self._inner._set_group_name(name)
+        super()._set_group_name(name)
+        self._recorder.on_group(name, self._global_ranks, self._backend_name)
+
+    @property
+    def group_name(self) -> str:
+        return self._group
+
+    def _start_coalescing(self, *args: Any) -> Any:
+        return self._inner._start_coalescing(*args)
+
+    def _end_coalescing(self, *args: Any) -> Any:
+        return self._inner._end_coalescing(*args)
+
+    # Tracing -------------------------------------------------------------------
+    def _call(
+        self,
+        method: str,
+        op: str,
+        args: tuple,
+        kwargs: dict,
+        nbytes: int,
+        dtype: str,
+        peer: int,
+        seq: int,
+    ) -> Any:
+        recorder = self._recorder
+        enter = recorder.now()
+        work = getattr(self._inner, method)(*args, **kwargs)
+        return recorder.completed(
+            work,
+            (
+                recorder.rank,
+                recorder.step,
+                self._group,
+                self._n,
+                seq,
+                op,
+                nbytes,
+                dtype,
+                peer,
+                enter,
+            ),
+        )
+
+    def _collective(
+        self, method: str, op: str, arg: int, times_size: bool, args: tuple, kwargs: dict
+    ) -> Any:
+        seq = self._seq
+        self._seq = seq + 1
+        if arg < 0 or arg >= len(args):
+            return self._call(method, op, args, kwargs, 0, "", NO_PEER, seq)
+        payload = args[arg]
+        nbytes = _nbytes(payload) * (self._n if times_size else 1)
+        return self._call(method, op, args, kwargs, nbytes, _dtype(payload), NO_PEER, seq)
+
+    def _p2p(self, method: str, op: str, peer_arg: int | None, args: tuple, kwargs: dict) -> Any:
+        peer = NO_PEER
+        if peer_arg is not None and peer_arg < len(args) and isinstance(args[peer_arg], int):
+            local = args[peer_arg]
+            peer = self._global_ranks[local] if 0 <= local < len(self._global_ranks) else local
+        key = (op, peer)
+        seq = self._p2p_seq.get(key, 0)
+        self._p2p_seq[key] = seq + 1
+        payload = args[0] if args else None
+        return self._call(method, op, args, kwargs, _nbytes(payload), _dtype(payload), peer, seq)
+
+
+def _make_collective(method: str, op: str, arg: int, times_size: bool) -> Callable[..., Any]:
+    def traced(self: TracingProcessGroup, *args: Any, **kwargs: Any) -> Any:
+        return self._collective(method, op, arg, times_size, args, kwargs)
+
+    traced.__name__ = method
+    traced.__doc__ = f"Traced ``{method}``: recorded as ``{op}``."
+    return traced
+
+
+def _make_p2p(method: str, op: str, peer_arg: int | None) -> Callable[..., Any]:
+    def traced(self: TracingProcessGroup, *args: Any, **kwargs: Any) -> Any:
+        return self._p2p(method, op, peer_arg, args, kwargs)
+
+    traced.__name__ = method
+    traced.__doc__ = f"Traced ``{method}``: recorded as ``{op}``."
+    return traced
+
+
+for _method, (_op, _arg, _times) in _COLLECTIVES.items():
+    setattr(TracingProcessGroup, _method, _make_collective(_method, _op, _arg, _times))
+for _method, (_op, _peer) in _POINT_TO_POINT.items():
+    setattr(TracingProcessGroup, _method, _make_p2p(_method, _op, _peer))

@@ -1,0 +1,211 @@
+"""Wiring into torch.distributed, so process groups are traced with no code change.
+
+* A backend plugin ``syncpace`` is registered. Its creator builds the real backends
+  (gloo, NCCL, or both) exactly as torch would, and returns them wrapped in a
+  :class:`TracingProcessGroup`.
+* ``_new_process_group_helper`` (the one path through which ``init_process_group``
+  and ``new_group`` create groups) is wrapped to ask for ``syncpace`` instead of
+  gloo/NCCL, remembering the real choice per group.
+* ``get_backend`` is wrapped to report the real backend name, so user code that
+  checks ``dist.get_backend() == "nccl"`` behaves as before.
+
+Other backends (MPI, UCC, XCCL, third-party) pass through untraced, with a warning.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+import sys
+from typing import Any
+
+from syncpace.trace.tracer import Tracer, warn_once
+
+log = logging.getLogger("syncpace")
+
+PLUGIN = "syncpace"
+_TRACEABLE = {"gloo", "nccl"}
+
+_state: dict[str, Any] = {"installed": False, "tracer": None, "default_map": None}
+_pending: dict[str, dict[str, str]] = {}  # group name -> real device->backend map
+
+
+def install(tracer: Tracer) -> None:
+    """Install the hooks into ``torch.distributed.distributed_c10d``. Idempotent."""
+    # Only distributed_c10d is used here: when armed by the import hook, the
+    # torch.distributed package itself is still half-initialised.
+    from torch.distributed import distributed_c10d as c10d
+
+    _state["tracer"] = tracer
+    if _state["installed"]:
+        return
+    if c10d.is_initialized():
+        warn_once(
+            "late",
+            "attach() ran after init_process_group: groups created from now on are "
+            "traced, the default group is not",
+        )
+    c10d.Backend.register_backend(PLUGIN, _create, extended_api=True, devices=["cpu", "cuda"])
+    original_helper = c10d._new_process_group_helper
+    c10d._new_process_group_helper = _wrap_helper(original_helper)
+    original_get_backend = c10d.get_backend
+    patched_get_backend = _wrap_get_backend(original_get_backend)
+    c10d.get_backend = patched_get_backend
+    dist = sys.modules.get("torch.distributed")
+    if getattr(dist, "get_backend", None) is original_get_backend:
+        dist.get_backend = patched_get_backend
+    _state["installed"] = True
+
+
+def _device_map(backend: Any) -> dict[str, str]:
+    from torch.distributed.distributed_c10d import Backend, BackendConfig
+
+    return {
+        d: str(b).lower()
+        for d, b in BackendConfig(Backend(str(backend))).get_device_backend_map().items()
+    }
+
+
+def _wrap_helper(original: Any) -> Any:
+    from torch.distributed import distributed_c10d as c10d
+
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def helper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            bound = signature.bind(*args, **kwargs)
+            backend = str(bound.arguments.get("backend", "")).lower()
+            group_name = str(bound.arguments.get("group_name"))
+            is_default = c10d._world.default_pg is None if hasattr(c10d, "_world") else False
+            if backend == PLUGIN:
+                device_map = _state["default_map"] or {"cpu": "gloo"}
+            else:
+                device_map = _device_map(backend or "undefined")
+            traceable = set(device_map.values()) <= _TRACEABLE
+        except Exception as exc:
+            warn_once("bind", "cannot trace this torch version's process groups: %s", exc)
+            return original(*args, **kwargs)
+        if not traceable:
+            warn_once(f"backend-{backend}", "backend %r is not traced (gloo and nccl are)", backend)
+            return original(*args, **kwargs)
+        if is_default:
+            _state["default_map"] = device_map
+        _pending[group_name] = device_map
+        bound.arguments["backend"] = PLUGIN
+        try:
+            result = original(*bound.args, **bound.kwargs)
+        finally:
+            _pending.pop(group_name, None)
+        pg = result[0] if isinstance(result, tuple) else result
+        device_id = bound.arguments.get("device_id")
+        if device_id is not None and hasattr(pg, "_inner"):
+            pg.bound_device_id = device_id
+        if is_default and hasattr(pg, "_inner"):
+            _on_default(pg, bound.arguments.get("store"), device_map)
+        return result
+
+    return helper
+
+
+def _on_default(pg: Any, store: Any, device_map: dict[str, str]) -> None:
+    tracer: Tracer = _state["tracer"]
+    try:
+        tracer.on_default_group(pg.rank(), pg.size(), store, _config_string(device_map))
+    except Exception as exc:  # tracing is lost, the job goes on
+        warn_once("default", "tracing disabled: %s", exc)
+        tracer.close()
+
+
+def _config_string(device_map: dict[str, str]) -> str:
+    names = set(device_map.values())
+    if len(names) == 1:
+        return names.pop()
+    return ",".join(f"{d}:{b}" for d, b in device_map.items())
+
+
+def _wrap_get_backend(original: Any) -> Any:
+    @functools.wraps(original)
+    def get_backend(group: Any = None) -> Any:
+        name = original(group)
+        if str(name) == PLUGIN:
+            from torch.distributed.distributed_c10d import Backend, _get_default_group
+
+            pg = group or _get_default_group()
+            real = getattr(pg, "_backend_config", None)
+            if real:
+                return Backend(real)
+        return name
+
+    return get_backend
+
+
+def _build_backend(name: str, store: Any, opts: Any, backend_options: Any) -> tuple[Any, Any]:
+    import torch.distributed as dist
+    from torch._C._distributed_c10d import ProcessGroup
+
+    if name == "gloo":
+        backend = dist.ProcessGroupGloo(
+            store, opts.group_rank, opts.group_size, timeout=opts.timeout
+        )
+        for attr, value in (
+            ("global_ranks_in_group", list(opts.global_ranks_in_group)),
+            ("group_name", opts.group_id),
+        ):
+            try:
+                setattr(backend.options, attr, value)
+            except Exception:
+                pass
+        backend_type = ProcessGroup.BackendType.GLOO
+    else:
+        options = (
+            backend_options if backend_options is not None else dist.ProcessGroupNCCL.Options()
+        )
+        if backend_options is None:
+            options.is_high_priority_stream = False
+        options._timeout = opts.timeout
+        options.global_ranks_in_group = list(opts.global_ranks_in_group)
+        options.group_name = opts.group_id
+        backend = dist.ProcessGroupNCCL(store, opts.group_rank, opts.group_size, options)
+        backend_type = ProcessGroup.BackendType.NCCL
+    if hasattr(backend, "_set_sequence_number_for_group"):
+        backend._set_sequence_number_for_group()
+    return backend, backend_type
+
+
+def _create(opts: Any, backend_options: Any) -> Any:
+    """Backend-plugin creator: the real backends, wrapped for tracing."""
+    import torch
+    import torch.distributed as dist
+    from torch._C._distributed_c10d import ProcessGroup
+
+    from syncpace.trace.process_group import TracingProcessGroup
+
+    group_name = str(opts.group_id)
+    device_map = _pending.get(group_name) or _state["default_map"] or {"cpu": "gloo"}
+    built = []
+    for device, name in device_map.items():
+        store = dist.PrefixStore(f"{device}/", opts.store)
+        backend, backend_type = _build_backend(name, store, opts, backend_options)
+        built.append((torch.device(device), backend_type, backend))
+    default_type = next((t for _, t, _ in built if t == ProcessGroup.BackendType.NCCL), built[0][1])
+    default_name = "nccl" if default_type == ProcessGroup.BackendType.NCCL else built[0][2].name()
+    inner = ProcessGroup(opts.store, opts.group_rank, opts.group_size)
+    pgs = [inner]
+    try:
+        outer = TracingProcessGroup(
+            inner,
+            _state["tracer"],
+            backend_name=default_name,
+            global_ranks=list(opts.global_ranks_in_group) or list(range(opts.group_size)),
+        )
+        outer._backend_config = _config_string(device_map)
+        pgs.append(outer)
+    except Exception as exc:
+        warn_once("wrap", "process group %s is not traced: %s", group_name, exc)
+    for pg in pgs:
+        pg._set_default_backend(default_type)
+        for device, backend_type, backend in built:
+            pg._register_backend(device, backend_type, backend)
+    return pgs[-1]

@@ -1,0 +1,251 @@
+"""The per-process tracer: owns the clock, the writer and the iteration counter.
+
+One :class:`Tracer` exists per process (``TRACER``). torch integration
+(:mod:`syncpace.trace.torch_hooks`) calls :meth:`Tracer.on_default_group` when the
+default process group appears; from then on every traced process group reports
+its calls to :meth:`Tracer.completed`. Nothing here may raise into the training
+job: failures are logged once and tracing stops.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import signal
+import threading
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from syncpace import __version__
+from syncpace.config import from_env
+from syncpace.trace.clock import ClockSync, LocalClock, OffsetEstimate
+from syncpace.trace.config import TraceConfig
+from syncpace.trace.host import device_facts, rank_facts
+from syncpace.trace.work import wait_timed_work
+from syncpace.trace.writer import RankTraceWriter
+
+log = logging.getLogger("syncpace")
+
+_warned: set[str] = set()
+
+
+def warn_once(key: str, message: str, *args: Any) -> None:
+    if key not in _warned:
+        _warned.add(key)
+        log.warning("syncpace: " + message, *args)
+
+
+class Tracer:
+    def __init__(self, config: TraceConfig) -> None:
+        self.config = config
+        self.clock = LocalClock(config.clock_skew_ns)
+        self.now = self.clock.now
+        self.rank = -1
+        self.step = 0
+        self.pacing_delay_ns = 0
+        self.writer: RankTraceWriter | None = None
+        self.groups: dict[str, dict[str, Any]] = {}
+        self._offset_ns = 0
+        self._clock_meta: dict[str, Any] = {
+            "offset_ns": None,
+            "uncertainty_ns": None,
+            "samples": [],
+        }
+        self._clock_sync: ClockSync | None = None
+        self._last_boundary = 0
+        self._manual_steps = False
+        self._lock = threading.Lock()
+
+    # Process groups --------------------------------------------------------------
+    def on_group(self, name: str, ranks: list[int], backend: str) -> None:
+        self.groups[name] = {"ranks": list(ranks), "backend": backend}
+        if self.writer is not None:
+            self.writer.update_meta(groups=self.groups)
+
+    def on_default_group(self, rank: int, world_size: int, store: Any, backend: str) -> None:
+        self.rank = rank
+        device, device_extra = device_facts(_env_int("LOCAL_RANK"))
+        meta = rank_facts(rank, world_size, device)
+        meta["topology"].update({k: v for k, v in device_extra.items() if k == "numa_node"})
+        meta.update({k: v for k, v in device_extra.items() if k != "numa_node"})
+        meta.update(
+            tool_version=__version__,
+            backend=backend,
+            source="torch",
+            groups=self.groups,
+            config=_config_json(self.config),
+            clock=self._clock_meta,
+        )
+        out = Path(self.config.dir or "syncpace-run")
+        self.writer = RankTraceWriter(
+            out,
+            rank,
+            meta,
+            flush_interval_s=self.config.flush_interval_s,
+            max_buffered=self.config.max_buffered_events,
+            offset_ns=lambda: self._offset_ns,
+        )
+        self._clock_sync = ClockSync(
+            _clock_store_factory(store, self.config.clock_timeout_s),
+            self.clock,
+            rank,
+            world_size,
+            rounds=self.config.clock_rounds,
+            interval_s=self.config.clock_interval_s,
+            on_estimate=self._on_clock,
+        )
+        self._clock_sync.initial()
+        self._last_boundary = self.now()
+        self.writer.update_meta(started_ns=self._last_boundary + self._offset_ns)
+        self._clock_sync.start_periodic()
+        atexit.register(self.close)
+        _install_sigterm(self)
+        if self.config.step_hook:
+            _install_step_hook(self)
+
+    def _on_clock(self, estimate: OffsetEstimate | None, error: str | None) -> None:
+        if estimate is not None:
+            self._offset_ns = estimate.offset_ns
+            self._clock_meta["offset_ns"] = estimate.offset_ns
+            self._clock_meta["uncertainty_ns"] = estimate.uncertainty_ns
+            self._clock_meta["samples"].append(estimate.to_json())
+        if error is not None:
+            self._clock_meta["error"] = error
+        if self.writer is not None:
+            self.writer.update_meta(clock=self._clock_meta)
+
+    # Hot path ----------------------------------------------------------------------
+    def completed(self, work: Any, row: tuple) -> Any:
+        """Record ``row`` (an event without its exit) when ``work`` completes.
+
+        Returns the work to hand to the caller: ``work`` itself, or a wrapper that
+        times ``wait()`` when the backend's work has no future (gloo send/recv).
+        """
+        writer = self.writer
+        if writer is None:
+            return work
+        if work is None:  # coalesced calls return no work of their own
+            writer.add_event(row + (self.now(), "call"))
+            return work
+        now = self.now
+        try:
+            future = work.get_future()
+        except RuntimeError:
+            return wait_timed_work(work, lambda: writer.add_event(row + (now(), "wait")))
+        future.add_done_callback(lambda _f: writer.add_event(row + (now(), "future")))
+        return work
+
+    # Iterations --------------------------------------------------------------------
+    def on_step(self, manual: bool = False) -> None:
+        if manual:
+            self._manual_steps = True
+        elif self._manual_steps:
+            return
+        writer = self.writer
+        if writer is None:
+            return
+        with self._lock:
+            end = self.now()
+            writer.add_step((self.rank, self.step, self._last_boundary, end, self.pacing_delay_ns))
+            self.pacing_delay_ns = 0
+            self.step += 1
+            self._last_boundary = end
+
+    def close(self) -> None:
+        if self._clock_sync is not None:
+            self._clock_sync.stop()
+        writer, self.writer = self.writer, None
+        if writer is not None:
+            try:
+                writer.close()
+            except Exception as exc:
+                warn_once("close", "closing the trace failed: %s", exc)
+
+
+def _env_int(name: str) -> int | None:
+    value = os.environ.get(name, "")
+    return int(value) if value.isdigit() else None
+
+
+def _config_json(config: TraceConfig) -> dict[str, Any]:
+    return {name: getattr(config, name) for name in config.__dataclass_fields__}
+
+
+def _clock_store_factory(store: Any, timeout_s: float) -> Any:
+    """A factory of a dedicated client connection to the job's TCPStore, if there is one."""
+    import torch.distributed as dist
+
+    base = store
+    while hasattr(base, "underlying_store"):
+        base = base.underlying_store
+    if not isinstance(base, dist.TCPStore):
+        return None
+    host, port = base.host, base.port
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    run_id = os.environ.get("TORCHELASTIC_RUN_ID", "")
+
+    def connect() -> Any:
+        client = dist.TCPStore(
+            host,
+            port,
+            is_master=False,
+            timeout=timedelta(seconds=timeout_s),
+            wait_for_workers=False,
+        )
+        return dist.PrefixStore(f"syncpace/{run_id}/{attempt}/", client)
+
+    return connect
+
+
+def _install_step_hook(tracer: Tracer) -> None:
+    try:
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        register_optimizer_step_post_hook(lambda *_: tracer.on_step())
+    except Exception as exc:
+        warn_once("step_hook", "no optimizer step hook (%s); call syncpace.step()", exc)
+
+
+def _install_sigterm(tracer: Tracer) -> None:
+    if threading.current_thread() is not threading.main_thread():
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        tracer.close()
+        if callable(previous):
+            previous(signum, frame)
+        elif previous != signal.SIG_IGN:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    try:
+        signal.signal(signal.SIGTERM, on_sigterm)
+    except (ValueError, OSError):
+        pass
+
+
+TRACER: Tracer | None = None
+
+
+def get_tracer(**overrides: Any) -> Tracer:
+    global TRACER
+    if TRACER is None:
+        TRACER = Tracer(from_env(TraceConfig, **overrides))
+    return TRACER
+
+
+def attach(out: str | None = None, **settings: Any) -> None:
+    """Install the tracer in this process (see :func:`syncpace.attach`)."""
+    from syncpace.trace.torch_hooks import install
+
+    if out is not None:
+        settings["dir"] = str(out)
+    install(get_tracer(**settings))
+
+
+def manual_step() -> None:
+    if TRACER is not None:
+        TRACER.on_step(manual=True)
