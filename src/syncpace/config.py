@@ -95,7 +95,8 @@ def add_flags(parser: argparse.ArgumentParser, cls: type, skip: tuple[str, ...] 
         if field.name in skip:
             continue
         kind = _field_type(cls, field)
-        help_text = f"{field.metadata.get('help', '')} [env {env_name(field.name)}; default {field.default}]"
+        origin = f"env {env_name(field.name)}; default {field.default}"
+        help_text = f"{field.metadata.get('help', '')} [{origin}]"
         if kind is bool:
             group.add_argument(
                 flag_name(field.name),

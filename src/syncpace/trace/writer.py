@@ -45,7 +45,7 @@ class _Stream:
         if n == 0:
             return
         rows = [self.rows.popleft() for _ in range(n)]
-        columns = list(zip(*rows))
+        columns = list(zip(*rows, strict=True))
         arrays = []
         for i, field in enumerate(self.schema):
             if i in self._time_idx:
