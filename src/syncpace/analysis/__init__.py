@@ -1,0 +1,20 @@
+"""Analysis: trace -> metrics -> diagnosis. Measurement lives apart from judgement.
+
+``analyze(run_dirs)`` is the one entry point most callers need.
+"""
+
+from syncpace.analysis.api import Analysis, analyze
+from syncpace.analysis.findings import MODES, Finding, Severity
+from syncpace.analysis.metrics import RunMetrics, compute_metrics
+from syncpace.analysis.thresholds import Thresholds
+
+__all__ = [
+    "MODES",
+    "Analysis",
+    "Finding",
+    "RunMetrics",
+    "Severity",
+    "Thresholds",
+    "analyze",
+    "compute_metrics",
+]

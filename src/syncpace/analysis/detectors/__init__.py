@@ -1,0 +1,29 @@
+"""Detectors: each reads one run's metrics and the thresholds, and returns findings.
+
+A detector is any callable ``(Context) -> list[Finding]``; :data:`DETECTORS` lists the
+built-in ones in the order they run. They judge; they do not measure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from syncpace.analysis.detectors import arrival, network, overlap, quality
+from syncpace.analysis.detectors.context import Context
+from syncpace.analysis.findings import Finding
+
+Detector = Callable[[Context], list[Finding]]
+
+DETECTORS: tuple[Detector, ...] = (
+    quality.incomplete_trace,
+    quality.clock_uncertainty,
+    arrival.stragglers_and_locality,
+    arrival.sync_amplification,
+    network.fabric_contention,
+    network.latency_bound,
+    network.bandwidth_bound,
+    overlap.poor_overlap,
+    overlap.comm_dominated,
+)
+
+__all__ = ["DETECTORS", "Context", "Detector"]

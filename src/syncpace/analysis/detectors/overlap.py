@@ -1,0 +1,60 @@
+"""Overlap findings: communication left exposed, and jobs dominated by the network."""
+
+from __future__ import annotations
+
+from syncpace.analysis.detectors.context import Context, ms
+from syncpace.analysis.findings import Finding
+
+
+def poor_overlap(ctx: Context) -> list[Finding]:
+    comm, th = ctx.metrics.comm, ctx.thresholds
+    exposed, ratio = comm.get("exposed_share", 0.0), comm.get("overlap_ratio", 1.0)
+    if exposed < th.overlap_min_exposed or ratio >= th.overlap_max_ratio:
+        return []
+    return [
+        ctx.finding(
+            "poor_overlap",
+            exposed,
+            min(1.0, (th.overlap_max_ratio - ratio) / th.overlap_max_ratio + 0.5),
+            f"only {ratio:.0%} of communication overlaps compute; {exposed:.1%} of each "
+            "iteration waits for transfers issued after backward",
+            evidence={
+                "overlap_ratio": round(ratio, 4),
+                "exposed_share": round(exposed, 4),
+                "network_share": round(comm.get("network_share", 0.0), 4),
+                "exposed_ms_per_iteration": ms(comm.get("exposed_ns_per_step", 0.0)),
+            },
+            actions=(
+                "Let gradients be reduced during backward: DDP with default bucketing, no "
+                "manual all-reduce after loss.backward(); FSDP with backward prefetch.",
+                "Avoid no_sync()/gradient accumulation patterns that push all communication "
+                "to the last micro-batch, or make buckets smaller so the first start earlier.",
+            ),
+        )
+    ]
+
+
+def comm_dominated(ctx: Context) -> list[Finding]:
+    comm, th = ctx.metrics.comm, ctx.thresholds
+    share = comm.get("network_share", 0.0)
+    if share <= th.comm_share:
+        return []
+    exposed = comm.get("exposed_share", 0.0)
+    return [
+        ctx.finding(
+            "comm_dominated",
+            exposed,  # network time only costs what overlap does not hide
+            min(1.0, share / (2 * th.comm_share)),
+            f"the network is busy {share:.0%} of each iteration ({exposed:.1%} exposed)",
+            evidence={
+                "network_share": round(share, 4),
+                "exposed_share": round(exposed, 4),
+                "threshold": th.comm_share,
+            },
+            actions=(
+                "Cut communication volume (BF16 comm, compression, sharding) or raise "
+                "compute per step (larger per-rank batch) so it amortises.",
+                "See the bandwidth/latency findings for which side to attack.",
+            ),
+        )
+    ]

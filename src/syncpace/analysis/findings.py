@@ -1,0 +1,87 @@
+"""What the diagnosis concludes: frozen findings with severity, confidence and evidence."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class Severity(enum.IntEnum):
+    """Ordered: ``info < warning < critical``."""
+
+    INFO = 0
+    WARNING = 1
+    CRITICAL = 2
+
+    def __str__(self) -> str:
+        return self.name.lower()
+
+
+#: Failure modes, plus the data-quality modes that say a trace cannot be fully trusted.
+MODES = (
+    "straggler",
+    "sync_amplification",
+    "fabric_contention",
+    "locality_variance",
+    "latency_bound",
+    "bandwidth_bound",
+    "poor_overlap",
+    "comm_dominated",
+    "incomplete_trace",
+    "clock_uncertainty",
+    "healthy",
+)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One diagnosed cause.
+
+    ``cost`` is the fraction of iteration time the cause is estimated to take; findings
+    rank by severity, then cost. ``evidence`` holds plain numbers (JSON-able).
+    """
+
+    mode: str
+    severity: Severity
+    confidence: float
+    summary: str
+    cost: float = 0.0
+    ranks: tuple[int, ...] = ()
+    nodes: tuple[str, ...] = ()
+    evidence: dict[str, Any] = field(default_factory=dict)
+    actions: tuple[str, ...] = ()
+    run: str = ""
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"unknown mode {self.mode!r}")
+        if not 0.0 <= self.confidence <= 1.0:
+            raise ValueError(f"confidence must be in 0..1, got {self.confidence}")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "mode": self.mode,
+            "severity": str(self.severity),
+            "confidence": round(self.confidence, 3),
+            "summary": self.summary,
+            "cost": round(self.cost, 4),
+            "ranks": list(self.ranks),
+            "nodes": list(self.nodes),
+            "evidence": self.evidence,
+            "actions": list(self.actions),
+            "run": self.run,
+        }
+
+
+def severity_for(cost: float, critical: float, warning: float) -> Severity:
+    """Severity scaled to cost: the fraction of iteration time a cause takes."""
+    if cost >= critical:
+        return Severity.CRITICAL
+    if cost >= warning:
+        return Severity.WARNING
+    return Severity.INFO
+
+
+def rank_findings(findings: list[Finding]) -> list[Finding]:
+    return sorted(findings, key=lambda f: (-int(f.severity), -f.cost, -f.confidence, f.mode))

@@ -1,0 +1,86 @@
+"""Iteration metrics: time per rank and global, throughput, spread and percentiles."""
+
+from __future__ import annotations
+
+import polars as pl
+
+
+def rank_steps(steps: pl.DataFrame) -> pl.DataFrame:
+    """Per (rank, step): the iteration time that rank saw."""
+    valid = (pl.col("start_ns") >= 0) & (pl.col("end_ns") >= pl.col("start_ns"))
+    return steps.filter(valid).select(
+        "rank",
+        "step",
+        "start_ns",
+        "end_ns",
+        "pacing_delay_ns",
+        step_ns=pl.col("end_ns") - pl.col("start_ns"),
+    )
+
+
+def global_steps(rank_steps: pl.DataFrame) -> pl.DataFrame:
+    """Per step: the job's iteration time, from one iteration boundary to the next.
+
+    The boundary of step s is the latest ``end_ns`` over ranks (the job moves on when the
+    slowest rank does); the first step runs from the earliest start.
+    """
+    per = (
+        rank_steps.group_by("step")
+        .agg(
+            end=pl.col("end_ns").max(),
+            start=pl.col("start_ns").min(),
+            ranks=pl.len(),
+            rank_step_max=pl.col("step_ns").max(),
+            rank_step_mean=pl.col("step_ns").mean(),
+        )
+        .sort("step")
+    )
+    prev = pl.col("end").shift(1)
+    return per.with_columns(
+        time_ns=pl.when(prev.is_null())
+        .then(pl.col("end") - pl.col("start"))
+        .otherwise(pl.col("end") - prev)
+    )
+
+
+def distribution(values: pl.Series) -> dict[str, float]:
+    """mean, std, CV and p50/p90/p99/max of ``values`` (ns), as plain floats."""
+    values = values.drop_nulls().cast(pl.Float64)
+    if values.len() == 0:
+        return {}
+    mean = float(values.mean())  # type: ignore[arg-type]
+    std = float(values.std() or 0.0) if values.len() > 1 else 0.0
+    return {
+        "mean": mean,
+        "std": std,
+        "cv": std / mean if mean > 0 else 0.0,
+        "p50": float(values.quantile(0.5, "linear")),  # type: ignore[arg-type]
+        "p90": float(values.quantile(0.9, "linear")),  # type: ignore[arg-type]
+        "p99": float(values.quantile(0.99, "linear")),  # type: ignore[arg-type]
+        "max": float(values.max()),  # type: ignore[arg-type]
+        "count": int(values.len()),
+    }
+
+
+def per_rank_summary(
+    rank_steps: pl.DataFrame, rank_step_late: pl.DataFrame, last: pl.DataFrame
+) -> pl.DataFrame:
+    """Per rank: iteration time, lateness distribution and share of iterations it was last."""
+    times = rank_steps.group_by("rank").agg(step_mean_ns=pl.col("step_ns").mean(), steps=pl.len())
+    late = rank_step_late.group_by("rank").agg(
+        lateness_mean_ns=pl.col("lateness_ns").mean(),
+        lateness_p50_ns=pl.col("lateness_ns").median(),
+        lateness_p90_ns=pl.col("lateness_ns").quantile(0.9, "linear"),
+        lateness_max_ns=pl.col("lateness_ns").max(),
+        wait_mean_ns=pl.col("wait_ns").mean(),
+    )
+    n_steps = max(last.height, 1)
+    last_share = (
+        last.group_by("last_rank").agg(last_share=pl.len() / n_steps).rename({"last_rank": "rank"})
+    )
+    return (
+        times.join(late, on="rank", how="full", coalesce=True)
+        .join(last_share, on="rank", how="left")
+        .with_columns(pl.col("last_share").fill_null(0.0))
+        .sort("rank")
+    )

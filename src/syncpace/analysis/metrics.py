@@ -1,0 +1,171 @@
+"""All metrics of one run, measured without judgement: frames for plots, numbers for JSON."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+
+from syncpace.analysis import collectives, iterations, locality, overlap
+from syncpace.trace.reader import Trace
+
+
+@dataclass(frozen=True)
+class RunMetrics:
+    """Measured quantities of one run (times in ns unless named otherwise).
+
+    Frames: ``rank_steps`` (rank, step, step_ns), ``steps`` (global per-step time),
+    ``instances`` (one row per matched collective), ``rank_step`` (per rank and step
+    lateness and wait), ``last`` (last arriver per step), ``overlap`` (per rank and step
+    transfer union and exposed time), ``per_rank``, ``placement``, ``by_node``,
+    ``by_local_rank``.
+    """
+
+    run: str
+    world_size: int
+    source: str
+    ranks: tuple[int, ...]
+    missing_ranks: tuple[int, ...]
+    warnings: tuple[str, ...]
+    clock_uncertainty_ns: int | None
+    rank_steps: pl.DataFrame
+    steps: pl.DataFrame
+    instances: pl.DataFrame
+    rank_step: pl.DataFrame
+    last: pl.DataFrame
+    overlap: pl.DataFrame
+    per_rank: pl.DataFrame
+    placement: pl.DataFrame
+    by_node: pl.DataFrame
+    by_local_rank: pl.DataFrame
+    iteration: dict[str, float]
+    comm: dict[str, float]
+    quality: dict[str, Any]
+    group_nodes: dict[str, int]
+
+    @property
+    def iteration_ns(self) -> float:
+        return float(self.iteration.get("mean", 0.0))
+
+    def summary(self) -> dict[str, Any]:
+        """The JSON view: numbers, not frames."""
+        inst = self.instances
+        skew = iterations.distribution(inst["skew_ns"]) if inst.height else {}
+        transfer = iterations.distribution(inst["transfer_ns"]) if inst.height else {}
+        return {
+            "run": self.run,
+            "world_size": self.world_size,
+            "source": self.source,
+            "iteration_ns": self.iteration,
+            "throughput_steps_per_s": 1e9 / self.iteration_ns if self.iteration_ns else 0.0,
+            "communication": self.comm,
+            "collective_skew_ns": skew,
+            "collective_transfer_ns": transfer,
+            "per_rank": _records(self.per_rank),
+            "by_node": _records(self.by_node),
+            "by_local_rank": _records(self.by_local_rank),
+            "collectives_by_op": _records(_by_op(inst)),
+            "quality": self.quality,
+        }
+
+
+def compute_metrics(trace: Trace, *, warmup_steps: int = 1) -> RunMetrics:
+    """Measure ``trace``. The first ``warmup_steps`` iterations (setup, first-call costs)
+    are left out when the run has more than that many plus one."""
+    steps, events = trace.steps, trace.events
+    max_step = int(steps["step"].max()) if steps.height else 0  # type: ignore[arg-type]
+    if warmup_steps and max_step > warmup_steps:
+        steps = steps.filter(pl.col("step") >= warmup_steps)
+        events = events.filter(pl.col("step") >= warmup_steps)
+    rank_steps = iterations.rank_steps(steps)
+    global_steps = iterations.global_steps(rank_steps)
+    events = collectives.with_pair(events)
+    inst = collectives.instances(events)
+    ev = collectives.per_event(events, inst)
+    rank_step = collectives.rank_step_lateness(ev)
+    last = collectives.last_arrivers(rank_step)
+    ovl = overlap.rank_step_overlap(ev, rank_steps)
+    per_rank = iterations.per_rank_summary(rank_steps, rank_step, last)
+    place = locality.placement(trace.meta)
+    uncertainty = _clock_uncertainty(trace)
+    return RunMetrics(
+        run=str(trace.path),
+        world_size=trace.world_size,
+        source=str(trace.meta[trace.ranks[0]].get("source", "unknown")),
+        ranks=tuple(trace.ranks),
+        missing_ranks=tuple(trace.missing_ranks),
+        warnings=trace.warnings,
+        clock_uncertainty_ns=uncertainty,
+        rank_steps=rank_steps,
+        steps=global_steps,
+        instances=inst,
+        rank_step=rank_step,
+        last=last,
+        overlap=ovl,
+        per_rank=per_rank,
+        placement=place,
+        by_node=locality.by_node(per_rank, place),
+        by_local_rank=locality.by_local_rank(per_rank, place),
+        iteration=iterations.distribution(global_steps["time_ns"]),
+        comm=overlap.summary(ovl),
+        quality=_quality(trace, inst, uncertainty),
+        group_nodes=_group_nodes(trace.meta, place),
+    )
+
+
+def _group_nodes(meta: dict[int, dict[str, Any]], place: pl.DataFrame) -> dict[str, int]:
+    """Process group -> how many nodes its ranks span (from the metadata's ``groups``)."""
+    node_of = dict(zip(place["rank"].to_list(), place["node"].to_list(), strict=True))
+    spans: dict[str, int] = {}
+    for m in meta.values():
+        groups = m.get("groups")
+        if not isinstance(groups, dict):
+            continue
+        for name, spec in groups.items():
+            ranks = spec.get("ranks") if isinstance(spec, dict) else None
+            if isinstance(ranks, list) and name not in spans:
+                nodes = {node_of.get(r) for r in ranks if isinstance(r, int)}
+                spans[str(name)] = len(nodes - {None})
+    spans.setdefault("0", place["node"].n_unique())
+    return spans
+
+
+def _clock_uncertainty(trace: Trace) -> int | None:
+    values = [(m.get("clock") or {}).get("uncertainty_ns") for r, m in trace.meta.items() if r != 0]
+    known = [int(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    return max(known) if known else None
+
+
+def _quality(trace: Trace, inst: pl.DataFrame, uncertainty: int | None) -> dict[str, Any]:
+    incomplete = inst.filter(~pl.col("complete")) if inst.height else inst
+    mismatched = inst.filter(pl.col("bytes") != pl.col("bytes_min")) if inst.height else inst
+    return {
+        "missing_ranks": trace.missing_ranks,
+        "instances": inst.height,
+        "incomplete_instances": incomplete.height,
+        "size_mismatched_instances": mismatched.height,
+        "clock_uncertainty_ns": uncertainty,
+        "median_skew_ns": float(inst["skew_ns"].median() or 0.0) if inst.height else 0.0,
+        "warnings": list(trace.warnings),
+    }
+
+
+def _by_op(inst: pl.DataFrame) -> pl.DataFrame:
+    if inst.height == 0:
+        return inst
+    return (
+        inst.group_by("op")
+        .agg(
+            count=pl.len(),
+            bytes_mean=pl.col("bytes").mean(),
+            transfer_ns_p50=pl.col("transfer_ns").median(),
+            busbw_gbps_p50=pl.col("busbw_gbps").median(),
+            busbw_gbps_max=pl.col("busbw_gbps").max(),
+        )
+        .sort("op")
+    )
+
+
+def _records(frame: pl.DataFrame) -> list[dict[str, Any]]:
+    return frame.to_dicts() if frame.height else []

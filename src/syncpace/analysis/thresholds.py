@@ -1,0 +1,92 @@
+"""Thresholds of the diagnosis: every judgement the detectors make is a parameter here.
+
+Metrics never read these; detectors do. ``syncpace diagnose`` exposes each field as a
+flag (and a ``SYNCPACE_*`` variable), so a user can tighten or relax any rule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from syncpace.config import setting
+from syncpace.errors import ConfigError
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class Thresholds:
+    critical_cost: float = setting(
+        0.10, "A finding that costs at least this fraction of iteration time is critical."
+    )
+    warning_cost: float = setting(
+        0.02, "A finding that costs at least this fraction of iteration time is a warning."
+    )
+    straggler_min_share: float = setting(
+        0.02, "A late rank must arrive late by at least this fraction of the iteration time."
+    )
+    straggler_factor: float = setting(
+        3.0, "A late rank's median lateness must exceed the typical rank's by this factor."
+    )
+    locality_node_fraction: float = setting(
+        0.75, "A local rank late on at least this fraction of nodes (>= 2) is a locality pattern."
+    )
+    sync_wait_share: float = setting(
+        0.05, "Mean time ranks wait for the last arriver, as a fraction of the iteration."
+    )
+    sync_spread: float = setting(
+        0.5, "Fraction of ranks that must each arrive last in some iterations (transient jitter)."
+    )
+    fabric_inflation: float = setting(
+        1.5, "Median transfer time over the run's own best at that size that means contention."
+    )
+    fabric_skew_correlation: float = setting(
+        0.5, "Transfer inflation correlated with arrival skew above this is not fabric."
+    )
+    latency_knee_bytes: int = setting(
+        1 << 20, "Messages below this many bytes are latency-bound (the alpha-beta knee)."
+    )
+    latency_min_per_step: int = setting(
+        32, "Collectives below the knee per iteration and rank that call for bucketing."
+    )
+    latency_min_share: float = setting(
+        0.02, "Share of the iteration spent in sub-knee collectives that makes them matter."
+    )
+    bandwidth_near_best: float = setting(
+        0.8,
+        "Large collectives whose median busbw is this close to the run's best are at link rate.",
+    )
+    bandwidth_min_exposed: float = setting(
+        0.05, "Exposed communication share of the iteration above which bandwidth matters."
+    )
+    overlap_min_exposed: float = setting(
+        0.05, "Exposed communication share of the iteration above which overlap matters."
+    )
+    overlap_max_ratio: float = setting(
+        0.5, "Overlapped fraction of communication below which overlap is poor."
+    )
+    comm_share: float = setting(
+        0.25, "Network share of the iteration above which a job is communication-dominated."
+    )
+    link_gbps: float = setting(
+        0.0, "Link rate in GB/s for bandwidth judgements; 0 uses the run's own best busbw."
+    )
+    clock_trust_factor: float = setting(
+        1.0, "Skews below this times the clock uncertainty are not trustworthy."
+    )
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value < 0:
+                raise ConfigError(f"threshold {f.name} must be >= 0, got {value}")
+        if self.warning_cost > self.critical_cost:
+            raise ConfigError(
+                f"warning_cost ({self.warning_cost}) must not exceed critical_cost "
+                f"({self.critical_cost})"
+            )
+        for name in ("locality_node_fraction", "sync_spread", "overlap_max_ratio", "comm_share"):
+            if getattr(self, name) > 1:
+                raise ConfigError(
+                    f"threshold {name} is a fraction in 0..1, got {getattr(self, name)}"
+                )
+        if self.straggler_factor < 1 or self.fabric_inflation < 1:
+            raise ConfigError("straggler_factor and fabric_inflation must be >= 1")

@@ -1,0 +1,31 @@
+"""Regenerate the saved scenario traces: ``python tests/data/make_scenarios.py``.
+
+Each directory next to this script is one seeded synthetic run from
+``syncpace.sim.scenarios`` with a planted cause (or none, ``healthy``).
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+from syncpace.sim import SCENARIOS, generate
+
+HERE = Path(__file__).resolve().parent
+
+
+def main() -> int:
+    for name, scenario in SCENARIOS.items():
+        out = HERE / name
+        shutil.rmtree(out, ignore_errors=True)
+        generate(scenario, out)
+        size = sum(p.stat().st_size for p in out.iterdir())
+        print(
+            f"{name}: {scenario.world_size} ranks x {scenario.steps} steps, {size / 1024:.0f} KiB"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
