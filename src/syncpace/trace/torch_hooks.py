@@ -52,9 +52,16 @@ def install(tracer: Tracer) -> None:
     original_get_backend = c10d.get_backend
     patched_get_backend = _wrap_get_backend(original_get_backend)
     c10d.get_backend = patched_get_backend
+    original_destroy = c10d.destroy_process_group
+    patched_destroy = _wrap_destroy(original_destroy)
+    c10d.destroy_process_group = patched_destroy
     dist = sys.modules.get("torch.distributed")
-    if getattr(dist, "get_backend", None) is original_get_backend:
-        dist.get_backend = patched_get_backend
+    for name, original, patched in (
+        ("get_backend", original_get_backend, patched_get_backend),
+        ("destroy_process_group", original_destroy, patched_destroy),
+    ):
+        if getattr(dist, name, None) is original:
+            setattr(dist, name, patched)
     _state["installed"] = True
 
 
@@ -139,6 +146,26 @@ def _wrap_get_backend(original: Any) -> Any:
         return name
 
     return get_backend
+
+
+def _wrap_destroy(original: Any) -> Any:
+    """Close the trace before the default group goes away.
+
+    Teardown is where backends occasionally abort the process; the trace is
+    complete on disk before that can happen.
+    """
+
+    @functools.wraps(original)
+    def destroy_process_group(group: Any = None) -> Any:
+        from torch.distributed.distributed_c10d import GroupMember
+
+        if group is None or group is GroupMember.WORLD:
+            tracer = _state["tracer"]
+            if tracer is not None:
+                tracer.close()
+        return original(group)
+
+    return destroy_process_group
 
 
 def _build_backend(name: str, store: Any, opts: Any, backend_options: Any) -> tuple[Any, Any]:

@@ -38,6 +38,9 @@ class _Stream:
         self._time_idx = [arrow_schema.get_field_index(c) for c in time_columns]
         self._sink = pa.OSFile(str(path), "wb")
         self._writer = pa.ipc.new_stream(self._sink, arrow_schema)
+        # The schema reaches the file only with the first batch: an empty one puts it
+        # there now, so a rank killed before its first flush still leaves a valid stream.
+        self._writer.write_batch(pa.RecordBatch.from_pylist([], schema=arrow_schema))
         self.written = 0
 
     def drain(self, offset_ns: int) -> None:
