@@ -93,7 +93,9 @@ def join(procs: list[subprocess.Popen], timeout: float = 90) -> list[RankResult]
         for proc in procs:
             proc.kill()
         outputs = [p.communicate()[1][-2000:] for p in procs]
-        raise AssertionError(f"ranks did not finish within {timeout}s; stderr tails: {outputs}")
+        raise AssertionError(
+            f"ranks did not finish within {timeout}s; stderr tails: {outputs}"
+        ) from None
     return results
 
 
