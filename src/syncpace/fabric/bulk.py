@@ -1,0 +1,204 @@
+"""Bulk TCP flows between hosts: background contention, and throughput checks.
+
+``python -m syncpace.fabric.bulk recv|send`` is what runs inside a host
+namespace; :func:`start_flow` and :func:`measure` drive it from outside. Every
+socket wait and every process is bounded in time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import selectors
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+from syncpace.fabric.errors import FabricError
+from syncpace.fabric.topology import Fabric, Host
+
+BASE_PORT = 5201
+CHUNK = 1 << 16
+
+
+@dataclass(frozen=True, slots=True)
+class FlowResult:
+    src: str
+    dst: str
+    bytes: int
+    seconds: float
+
+    @property
+    def bps(self) -> float:
+        return self.bytes * 8 / self.seconds if self.seconds > 0 else 0.0
+
+
+def _recv(port: int, timeout_s: float) -> int:
+    server = socket.socket()
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    server.bind(("0.0.0.0", port))
+    server.listen(1)
+    server.settimeout(timeout_s)
+    print("ready", flush=True)
+    conn, _ = server.accept()
+    conn.settimeout(timeout_s)
+    total, first, last = 0, 0.0, 0.0
+    buf = bytearray(1 << 20)
+    try:
+        while True:
+            n = conn.recv_into(buf)
+            if n == 0:
+                break
+            last = time.monotonic()
+            if total == 0:
+                first = last
+            total += n
+    except (TimeoutError, ConnectionError):
+        pass  # a flapped or killed sender: report what arrived
+    print(json.dumps({"bytes": total, "seconds": last - first}), flush=True)
+    return 0
+
+
+def _send(address: str, port: int, seconds: float, connect_timeout_s: float) -> int:
+    deadline = time.monotonic() + connect_timeout_s
+    while True:
+        try:
+            conn = socket.create_connection((address, port), timeout=connect_timeout_s)
+            break
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+    payload = b"\0" * CHUNK
+    end = time.monotonic() + seconds
+    try:
+        while time.monotonic() < end:
+            conn.sendall(payload)
+        conn.shutdown(socket.SHUT_WR)
+    except (TimeoutError, ConnectionError):
+        return 1
+    finally:
+        conn.close()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m syncpace.fabric.bulk")
+    sub = parser.add_subparsers(dest="mode", required=True)
+    recv = sub.add_parser("recv")
+    recv.add_argument("--port", type=int, default=BASE_PORT)
+    recv.add_argument("--timeout", type=float, default=10.0)
+    send = sub.add_parser("send")
+    send.add_argument("--to", required=True)
+    send.add_argument("--port", type=int, default=BASE_PORT)
+    send.add_argument("--seconds", type=float, default=2.0)
+    send.add_argument("--connect-timeout", type=float, default=5.0)
+    args = parser.parse_args(argv)
+    if args.mode == "recv":
+        return _recv(args.port, args.timeout)
+    return _send(args.to, args.port, args.seconds, args.connect_timeout)
+
+
+def in_namespace(namespace: str, *argv: str) -> list[str]:
+    return ["ip", "netns", "exec", namespace, sys.executable, "-m", "syncpace.fabric.bulk", *argv]
+
+
+@dataclass
+class Flow:
+    """A running sender→receiver pair; ``result()`` waits for it within a bound."""
+
+    src: str
+    dst: str
+    receiver: subprocess.Popen
+    sender: subprocess.Popen
+    seconds: float
+
+    def result(self, timeout_s: float | None = None) -> FlowResult:
+        timeout_s = self.seconds + 15 if timeout_s is None else timeout_s
+        try:
+            out, _ = self.receiver.communicate(timeout=timeout_s)
+            self.sender.wait(timeout=5)
+        except subprocess.TimeoutExpired as exc:
+            self.stop()
+            raise FabricError(
+                f"flow {self.src}->{self.dst} did not end within {timeout_s:g} s"
+            ) from exc
+        lines = [line for line in out.splitlines() if line.startswith("{")]
+        if self.receiver.returncode != 0 or not lines:
+            raise FabricError(f"flow {self.src}->{self.dst}: receiver failed: {out.strip()!r}")
+        data = json.loads(lines[-1])
+        return FlowResult(self.src, self.dst, int(data["bytes"]), float(data["seconds"]))
+
+    def stop(self) -> None:
+        for proc in (self.sender, self.receiver):
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(timeout=5)
+
+
+def start_flows(
+    fabric: Fabric, pairs: list[tuple[str, str]], seconds: float, base_port: int = BASE_PORT
+) -> list[Flow]:
+    """Start greedy TCP flows ``src -> dst`` for ``seconds``: every receiver first,
+    then every sender, so concurrent flows really start together."""
+    receivers: list[subprocess.Popen] = []
+    try:
+        hosts = [(_host(fabric, src), _host(fabric, dst)) for src, dst in pairs]
+        for k, (_, target) in enumerate(hosts):
+            port = str(base_port + k)
+            receivers.append(
+                subprocess.Popen(
+                    in_namespace(target.namespace, "recv", "--port", port, "--timeout", "10"),
+                    stdout=subprocess.PIPE,
+                    text=True,
+                )
+            )
+        for (src, dst), receiver in zip(pairs, receivers, strict=True):
+            if not _wait_ready(receiver, 10.0):
+                raise FabricError(f"flow {src}->{dst}: the receiver did not start")
+        flows = []
+        for k, ((source, target), receiver) in enumerate(zip(hosts, receivers, strict=True)):
+            argv = ["send", "--to", target.address, "--port", str(base_port + k)]
+            sender = subprocess.Popen(
+                in_namespace(source.namespace, *argv, "--seconds", f"{seconds:g}")
+            )
+            flows.append(Flow(source.name, target.name, receiver, sender, seconds))
+        return flows
+    except BaseException:
+        for receiver in receivers:
+            receiver.kill()
+            receiver.wait(timeout=5)
+        raise
+
+
+def _host(fabric: Fabric, name: str) -> Host:
+    try:
+        return fabric.host(name)
+    except KeyError:
+        hosts = ", ".join(h.name for h in fabric.hosts)
+        raise FabricError(f"unknown host {name!r}; hosts: {hosts}") from None
+
+
+def _wait_ready(proc: subprocess.Popen, timeout_s: float) -> bool:
+    assert proc.stdout is not None
+    with selectors.DefaultSelector() as selector:
+        selector.register(proc.stdout, selectors.EVENT_READ)
+        if not selector.select(timeout_s):
+            return False
+    return proc.stdout.readline().strip() == "ready"
+
+
+def measure(fabric: Fabric, pairs: list[tuple[str, str]], seconds: float = 2.0) -> list[FlowResult]:
+    """Run greedy flows for all ``pairs`` at once; each receiver's goodput."""
+    flows = start_flows(fabric, pairs, seconds)
+    try:
+        return [flow.result() for flow in flows]
+    finally:
+        for flow in flows:
+            flow.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

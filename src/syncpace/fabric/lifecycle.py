@@ -1,0 +1,73 @@
+"""Bring a fabric up and down through a backend, keeping the state file true."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from syncpace.fabric import cgroup
+from syncpace.fabric.backend import Backend
+from syncpace.fabric.errors import FabricError
+from syncpace.fabric.plan import down_plan, up_plan
+from syncpace.fabric.spec import FabricSpec
+from syncpace.fabric.state import FabricState, state_dir
+from syncpace.fabric.topology import build_fabric
+
+
+def existing_namespaces(backend: Backend) -> set[str]:
+    out = backend.run(("ip", "netns", "list")).stdout
+    return {line.split()[0] for line in out.splitlines() if line.strip()}
+
+
+def up(spec: FabricSpec, backend: Backend, directory: Path | None = None) -> FabricState:
+    """Create the fabric; on any failure remove what was created and re-raise."""
+    fabric = build_fabric(spec)
+    state = FabricState(
+        fabric=fabric,
+        spec=dataclasses.asdict(spec),
+        directory=directory or state_dir(),
+    )
+    if state.path.exists():
+        raise FabricError(f"a fabric named {fabric.name!r} is already up ({state.path})")
+    clash = sorted(set(fabric.namespaces) & existing_namespaces(backend))
+    if clash:
+        raise FabricError(
+            f"namespaces {', '.join(clash)} already exist but no state file records them; "
+            f"choose another name or remove them with 'ip netns del'"
+        )
+    state.save()
+    try:
+        for command in up_plan(fabric):
+            if command.creates:
+                state.namespaces.append(command.creates)
+                state.save()
+            backend.run(command.argv)
+    except BaseException:
+        down(state, backend)
+        raise
+    state.complete = True
+    state.save()
+    return state
+
+
+def down(state: FabricState, backend: Backend) -> list[str]:
+    """Remove what the state records and still exists; return the namespaces removed.
+
+    Idempotent: what is already gone is skipped. Processes still running inside
+    the fabric's namespaces were started for it, and are killed first.
+    """
+    existing = existing_namespaces(backend)
+    removed = []
+    for command in down_plan(state.namespaces):
+        namespace = command.argv[-1]
+        if namespace not in existing:
+            continue
+        pids = backend.run(("ip", "netns", "pids", namespace), check=False).stdout.split()
+        for pid in pids:
+            backend.kill(int(pid))
+        backend.run(command.argv)
+        removed.append(namespace)
+    for path in reversed(state.cgroups):
+        cgroup.remove(Path(path))
+    state.delete()
+    return removed
