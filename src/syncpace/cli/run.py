@@ -8,6 +8,7 @@ The command runs with ``trace/bootstrap`` first on ``PYTHONPATH``; its
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import signal
 import subprocess
@@ -78,8 +79,9 @@ def run(args: argparse.Namespace) -> int:
         command = command[1:]
     if not command:
         raise ConfigError("no command given: syncpace run [--out DIR] -- COMMAND [ARGS…]")
+    config = from_flags(TraceConfig, args)  # bad values fail before anything is created
     run_dir = prepare_run_dir(args.out, args.overwrite)
-    config = from_flags(TraceConfig, args, dir=str(run_dir))
+    config = dataclasses.replace(config, dir=str(run_dir))
     code = run_command(command, traced_env(run_dir, config))
     print(f"syncpace run: trace in {run_dir}", file=sys.stderr)
     if not args.quiet and any(run_dir.glob(f"rank-*{schema.META_SUFFIX}")):

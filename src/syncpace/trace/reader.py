@@ -19,6 +19,12 @@ import pyarrow as pa
 from syncpace.errors import TraceError
 from syncpace.trace import schema
 
+#: What a damaged Arrow file can raise while being decoded.
+_DAMAGE = (pa.ArrowException, UnicodeDecodeError, ValueError, OSError, KeyError, IndexError)
+
+#: Sanity bound: larger values are damage, not clusters.
+MAX_WORLD_SIZE = 1 << 20
+
 _META_RE = re.compile(r"^rank-(\d{5,})" + re.escape(schema.META_SUFFIX) + "$")
 
 
@@ -44,7 +50,9 @@ class Trace:
 
 def _read_meta(path: Path) -> dict[str, Any]:
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise TraceError(path, "not valid JSON (not UTF-8 text)") from exc
     except OSError as exc:
         raise TraceError(path, f"cannot read: {exc.strerror or exc}") from exc
     if not text.strip():
@@ -70,7 +78,11 @@ def _read_meta(path: Path) -> dict[str, Any]:
     for key in ("rank", "world_size"):
         if not isinstance(meta[key], int) or isinstance(meta[key], bool) or meta[key] < 0:
             raise TraceError(path, f"{key} must be a non-negative integer, got {meta[key]!r}")
-    if meta["world_size"] < 1 or meta["rank"] >= meta["world_size"]:
+    if not 1 <= meta["world_size"] <= MAX_WORLD_SIZE:
+        raise TraceError(
+            path, f"world_size {meta['world_size']} is out of range 1..{MAX_WORLD_SIZE}"
+        )
+    if meta["rank"] >= meta["world_size"]:
         raise TraceError(path, f"rank {meta['rank']} does not fit world size {meta['world_size']}")
     return meta
 
@@ -84,10 +96,11 @@ def _read_stream(path: Path, expected: pa.Schema, warnings: list[str]) -> pa.Tab
     batches = []
     try:
         reader = pa.ipc.open_stream(pa.memory_map(str(path)))
-    except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
+        got = reader.schema
+        names = got.names
+    except _DAMAGE as exc:
         raise TraceError(path, f"not an Arrow IPC stream ({_first_line(exc)})") from exc
-    got = reader.schema
-    missing = [f.name for f in expected if f.name not in got.names]
+    missing = [f.name for f in expected if f.name not in names]
     if missing:
         raise TraceError(path, f"columns missing: {', '.join(missing)}")
     for f in expected:
@@ -95,17 +108,24 @@ def _read_stream(path: Path, expected: pa.Schema, warnings: list[str]) -> pa.Tab
             raise TraceError(path, f"column {f.name!r} is {got.field(f.name).type}, not {f.type}")
     while True:
         try:
-            batches.append(reader.read_next_batch())
+            batch = reader.read_next_batch()
+            # Decoding trusts the buffers' offsets; full validation turns a damaged
+            # batch into an exception here instead of a crash later.
+            batch.validate(full=True)
+            batches.append(batch)
         except StopIteration:
             break
-        except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
+        except _DAMAGE as exc:
             warnings.append(
                 f"{path}: cut short after {len(batches)} complete batches "
                 f"({_first_line(exc)}); the rank probably died"
             )
             break
-    table = pa.Table.from_batches(batches, schema=got) if batches else expected.empty_table()
-    return table.select(expected.names).cast(expected)
+    try:
+        table = pa.Table.from_batches(batches, schema=got) if batches else expected.empty_table()
+        return table.select(expected.names).cast(expected)
+    except _DAMAGE as exc:
+        raise TraceError(path, f"unreadable columns ({_first_line(exc)})") from exc
 
 
 def _first_line(exc: BaseException) -> str:
