@@ -2,29 +2,36 @@
 
 Point-to-point calls count their sequence numbers per (group, peer pair), so a send and
 its recv are matched by (group, seq, pair). Only ranks that have the event take part;
-an instance with fewer members than expected is kept and counted as incomplete.
+an instance with fewer members than expected is kept and flagged incomplete.
+
+The matching runs on numpy arrays with a dense instance index (see ``kernels``): it is
+the one pass over every event, so it has to be fast.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import numpy as np
 import polars as pl
 
+from syncpace.analysis import kernels
+
 P2P_OPS = ("send", "recv")
-INSTANCE_KEY = ("group", "seq", "pair")
 
 #: nccl-tests bus-bandwidth factors: busbw = algbw x factor(n). They assume a flat
 #: topology (every link as fast as every other), see docs/analysis.md.
-_ALL_TO_ALL_FACTOR = ("all_gather", "reduce_scatter", "all_to_all", "gather", "scatter")
-_UNIT_FACTOR = ("broadcast", "reduce", "send", "recv")
+_N_MINUS_1_OVER_N = ("all_gather", "reduce_scatter", "all_to_all", "gather", "scatter")
+_UNIT = ("broadcast", "reduce", "send", "recv")
 
 
 def busbw_factor(op: str, n: int) -> float | None:
     """The nccl-tests factor of ``op`` over ``n`` ranks (``None`` for a barrier)."""
     if op == "all_reduce":
         return 2 * (n - 1) / n
-    if op in _ALL_TO_ALL_FACTOR:
+    if op in _N_MINUS_1_OVER_N:
         return (n - 1) / n
-    if op in _UNIT_FACTOR:
+    if op in _UNIT:
         return 1.0
     return None
 
@@ -34,44 +41,132 @@ def _factor_expr(op: pl.Expr, n: pl.Expr) -> pl.Expr:
     return (
         pl.when(op == "all_reduce")
         .then(2 * (n - 1) / n)
-        .when(op.is_in(_ALL_TO_ALL_FACTOR))
+        .when(op.is_in(_N_MINUS_1_OVER_N))
         .then((n - 1) / n)
-        .when(op.is_in(_UNIT_FACTOR))
+        .when(op.is_in(_UNIT))
         .then(pl.lit(1.0))
         .otherwise(None)
     )
 
 
-def with_pair(events: pl.DataFrame) -> pl.DataFrame:
-    """Add the ``pair`` key: the peer pair of a send/recv, -1 for collectives."""
-    if not events["op"].is_in(P2P_OPS).any():
-        return events.with_columns(pair=pl.lit(-1, pl.Int64))
+@dataclass(frozen=True)
+class EventTimes:
+    """Per-event arrays (int64) aligned with each other: who, when, which instance, and
+    the dense (rank, step) index ``rs`` used by per-iteration reductions."""
+
+    rank: np.ndarray
+    step: np.ndarray
+    instance: np.ndarray
+    enter: np.ndarray
+    exit: np.ndarray
+    rs: np.ndarray
+    rs_size: int
+    first_enter: np.ndarray  # of the event's instance
+    last_enter: np.ndarray  # of the event's instance
+    tail_start: np.ndarray  # per rs: the enter of the rank's last collective of the step
+
+
+@dataclass(frozen=True)
+class Matched:
+    instances: pl.DataFrame  # row i describes instance id i
+    events: EventTimes
+    dropped: int  # events without a usable rank, step, sequence number or enter time
+
+
+def match(events: pl.DataFrame) -> Matched:
+    """Match ``events`` (schema ``EVENTS``) into collective instances."""
+    usable = (
+        (pl.col("rank") >= 0)
+        & (pl.col("step") >= 0)
+        & (pl.col("seq") >= 0)
+        & (pl.col("enter_ns") >= 0)
+    )
+    mask = events.select(usable.all()).item() if events.height else True
+    ev = events if mask else events.filter(usable)  # filtering copies every column: skip it
+    dropped = events.height - ev.height
+    rank = ev["rank"].to_numpy()
+    step = ev["step"].to_numpy()
+    enter = ev["enter_ns"].to_numpy()
+    exit_ = ev["exit_ns"].to_numpy()
+    parts = [_group_codes(ev["group"])]
+    pair = _pair(ev)
+    if pair is not None:
+        parts.append(np.unique(pair, return_inverse=True)[1].reshape(-1).astype(np.int64))
+    parts.append(ev["seq"].to_numpy())
+    raw, size = kernels.group_index(parts) if ev.height else (np.zeros(0, np.int64), 0)
+    present = kernels.count(raw, size) > 0
+    if present.all():
+        inst = raw
+    else:  # drop ids no event has (gaps in sequence numbers)
+        inst = (np.cumsum(present) - 1)[raw]
+        size = int(present.sum())
+    rs, rs_size = kernels.group_index([rank, step]) if ev.height else (raw, 0)
+    first, last = kernels.minimum(inst, enter, size), kernels.maximum(inst, enter, size)
+    times = EventTimes(
+        rank, step, inst, enter, exit_, rs, rs_size,
+        first_enter=first[inst], last_enter=last[inst],
+        tail_start=kernels.maximum(rs, enter, rs_size),
+    )  # fmt: skip
+    frame = _instances(ev, times, size, pair, first, last)
+    return Matched(frame, times, dropped)
+
+
+def _group_codes(groups: pl.Series) -> np.ndarray:
+    """Integer codes of the group names (hashing 10M strings is slow: skip it when there
+    is only one group, the usual data-parallel case)."""
+    if groups.len() == 0 or groups.min() == groups.max():
+        return np.zeros(groups.len(), dtype=np.int64)
+    return groups.cast(pl.Categorical).to_physical().cast(pl.Int64).to_numpy()
+
+
+def _pair(ev: pl.DataFrame) -> np.ndarray | None:
+    """The peer pair of each send/recv (-1 for collectives), or None when there are none."""
+    if ev.height == 0 or not ev["op"].is_in(P2P_OPS).any():
+        return None
     lo = pl.min_horizontal("rank", "peer").cast(pl.Int64)
     hi = pl.max_horizontal("rank", "peer").cast(pl.Int64)
     is_p2p = pl.col("op").is_in(P2P_OPS) & (pl.col("peer") >= 0)
-    return events.with_columns(pair=pl.when(is_p2p).then(lo * (1 << 32) + hi).otherwise(-1))
+    return ev.select(pl.when(is_p2p).then(lo * (1 << 32) + hi).otherwise(-1)).to_series().to_numpy()
 
 
-def instances(events: pl.DataFrame) -> pl.DataFrame:
-    """One row per collective instance with skew, last arriver, transfer time and bandwidth.
+def _instances(
+    ev: pl.DataFrame,
+    t: EventTimes,
+    size: int,
+    pair: np.ndarray | None,
+    first_enter: np.ndarray,
+    last_enter: np.ndarray,
+) -> pl.DataFrame:
+    idx = t.instance
+    first_row = np.full(size, len(idx), dtype=np.int64)  # a representative event each
+    first_row[idx[::-1]] = np.arange(len(idx) - 1, -1, -1, dtype=np.int64)
+    nbytes = ev["bytes"].to_numpy()
+    exit_ = kernels.maximum(idx, t.exit, size)
+    hit = t.enter == t.last_enter
+    last_rank = np.full(size, -1, dtype=np.int64)
+    last_rank[idx[hit]] = t.rank[hit]
+    frame = pl.DataFrame(
+        {
+            "group": ev["group"].gather(first_row),
+            "seq": ev["seq"].gather(first_row),
+            "pair": pair[first_row] if pair is not None else np.full(size, -1, np.int64),
+            "op": ev["op"].gather(first_row),
+            "step": kernels.minimum(idx, t.step, size),
+            "group_size": kernels.maximum(idx, ev["group_size"].cast(pl.Int64).to_numpy(), size),
+            "bytes": kernels.maximum(idx, nbytes, size),
+            "bytes_min": kernels.minimum(idx, nbytes, size),
+            "n": kernels.count(idx, size),
+            "first_enter": first_enter,
+            "last_enter": last_enter,
+            "last_rank": last_rank,
+            "exit": np.where(exit_ >= 0, exit_, np.iinfo(np.int64).min),
+        }
+    ).with_columns(exit=pl.when(pl.col("exit") >= 0).then(pl.col("exit")))
+    return _derive(frame)
 
-    ``events`` must carry ``pair`` (see :func:`with_pair`). Times of -1 ("never observed")
-    are ignored, so an instance whose exits were never seen has a null transfer time.
-    """
-    enter = pl.when(pl.col("enter_ns") >= 0).then(pl.col("enter_ns"))
-    exit_ = pl.when(pl.col("exit_ns") >= 0).then(pl.col("exit_ns"))
-    inst = events.group_by(INSTANCE_KEY).agg(
-        op=pl.col("op").first(),
-        step=pl.col("step").min(),
-        group_size=pl.col("group_size").first(),
-        bytes=pl.col("bytes").max(),
-        bytes_min=pl.col("bytes").min(),
-        n=pl.len(),
-        first_enter=enter.min(),
-        last_enter=enter.max(),
-        last_rank=pl.col("rank").get(pl.col("enter_ns").arg_max()),
-        exit=exit_.max(),
-    )
+
+def _derive(inst: pl.DataFrame) -> pl.DataFrame:
+    """Skew, transfer, queueing, service time and bandwidths of each instance."""
     expected = pl.when(pl.col("pair") >= 0).then(2).otherwise(pl.col("group_size"))
     transfer = (pl.col("exit") - pl.col("last_enter")).clip(lower_bound=0)
     # Collectives of one group run in order on one stream: until the previous one is
@@ -84,43 +179,48 @@ def instances(events: pl.DataFrame) -> pl.DataFrame:
         transfer_ns=transfer,
         queued_ns=pl.min_horizontal(queued, transfer),
     ).with_columns(service_ns=pl.col("transfer_ns") - pl.col("queued_ns"))
-    algbw = pl.col("bytes").cast(pl.Float64) / pl.col("service_ns").cast(
-        pl.Float64
-    )  # bytes/ns = GB/s
-    algbw = pl.when(pl.col("service_ns") > 0).then(algbw)
+    service = pl.col("service_ns").cast(pl.Float64)
+    algbw = pl.when(pl.col("service_ns") > 0).then(pl.col("bytes") / service)  # B/ns = GB/s
     return inst.with_columns(
         complete=pl.col("n") == pl.col("expected"),
         algbw_gbps=algbw,
         busbw_gbps=algbw * _factor_expr(pl.col("op"), pl.col("n")),
-    ).sort("first_enter")
-
-
-def per_event(events: pl.DataFrame, inst: pl.DataFrame) -> pl.DataFrame:
-    """Events with their instance's timing: ``lateness_ns`` (own enter - first enter) and
-    ``wait_ns`` (last enter - own enter), plus the transfer interval [last_enter, exit]."""
-    cols = [*INSTANCE_KEY, "first_enter", "last_enter", "transfer_ns", "bytes", "n"]
-    joined = events.select("rank", "step", *INSTANCE_KEY, "op", "enter_ns", "exit_ns").join(
-        inst.select(cols), on=list(INSTANCE_KEY), how="left"
-    )
-    return joined.with_columns(
-        lateness_ns=pl.col("enter_ns") - pl.col("first_enter"),
-        wait_ns=pl.col("last_enter") - pl.col("enter_ns"),
     )
 
 
-def rank_step_lateness(ev: pl.DataFrame) -> pl.DataFrame:
-    """Per (rank, step): mean lateness, final wait, collective count.
+def rank_step_arrivals(m: Matched) -> pl.DataFrame:
+    """Per (rank, step): ``lateness_ns``, ``wait_ns``, ``tail_start``, ``collectives``.
 
     Lateness of a rank in an iteration is the mean, over the collectives it joined, of how
-    long after the first arriver it entered; the rank with the largest value "arrived last".
-    ``wait_ns`` is the wait at the rank's last collective of the iteration: after it the
-    rank has nothing left to overlap, so that wait is idle time even when the collectives
-    are issued asynchronously (earlier waits may be hidden behind compute).
+    long after the first arriver it entered; the rank with the largest value "arrived
+    last". ``wait_ns`` is the wait (last enter of the instance - own enter) at the rank's
+    last collective of the iteration: after it the rank has nothing left to overlap, so
+    that wait is idle time even when collectives are asynchronous. ``tail_start`` is that
+    last collective's enter.
     """
-    return ev.group_by("rank", "step").agg(
-        lateness_ns=pl.col("lateness_ns").mean(),
-        wait_ns=pl.col("wait_ns").get(pl.col("enter_ns").arg_max()),
-        collectives=pl.len(),
+    t = m.events
+    if len(t.rs) == 0:
+        return pl.DataFrame(
+            schema={"rank": pl.Int32, "step": pl.Int64, "lateness_ns": pl.Float64,
+                    "wait_ns": pl.Int64, "tail_start": pl.Int64, "collectives": pl.Int64}
+        )  # fmt: skip
+    size = t.rs_size
+    n = kernels.count(t.rs, size)
+    keep = n > 0
+    late_sum = kernels.total(t.rs, t.enter - t.first_enter, size)
+    wait = np.full(size, -1, dtype=np.int64)
+    hit = t.enter == t.tail_start[t.rs]
+    wait[t.rs[hit]] = t.last_enter[hit] - t.enter[hit]
+    rows = kernels.minimum(t.rs, np.arange(len(t.rs), dtype=np.int64), size)
+    return pl.DataFrame(
+        {
+            "rank": t.rank[rows[keep]].astype(np.int32),
+            "step": t.step[rows[keep]],
+            "lateness_ns": late_sum[keep] / n[keep],
+            "wait_ns": wait[keep],
+            "tail_start": t.tail_start[keep],
+            "collectives": n[keep],
+        }
     )
 
 

@@ -80,12 +80,12 @@ def compute_metrics(trace: Trace, *, warmup_steps: int = 1) -> RunMetrics:
         events = events.filter(pl.col("step") >= warmup_steps)
     rank_steps = iterations.rank_steps(steps)
     global_steps = iterations.global_steps(rank_steps)
-    events = collectives.with_pair(events)
-    inst = collectives.instances(events)
-    ev = collectives.per_event(events, inst)
-    rank_step = collectives.rank_step_lateness(ev)
+    matched = collectives.match(events)
+    inst, dropped = matched.instances, matched.dropped
+    rank_step = collectives.rank_step_arrivals(matched)
     last = collectives.last_arrivers(rank_step)
-    ovl = overlap.rank_step_overlap(ev, rank_steps)
+    ovl = overlap.with_step_time(overlap.rank_step_comm(matched), rank_steps)
+    del matched, events, steps  # the per-event arrays are the largest objects: free them
     per_rank = iterations.per_rank_summary(rank_steps, rank_step, last)
     place = locality.placement(trace.meta)
     uncertainty = _clock_uncertainty(trace)
@@ -109,7 +109,7 @@ def compute_metrics(trace: Trace, *, warmup_steps: int = 1) -> RunMetrics:
         by_local_rank=locality.by_local_rank(per_rank, place),
         iteration=iterations.distribution(global_steps["time_ns"]),
         comm=overlap.summary(ovl),
-        quality=_quality(trace, inst, uncertainty),
+        quality=_quality(trace, inst, uncertainty, dropped),
         group_nodes=_group_nodes(trace.meta, place),
     )
 
@@ -137,7 +137,9 @@ def _clock_uncertainty(trace: Trace) -> int | None:
     return max(known) if known else None
 
 
-def _quality(trace: Trace, inst: pl.DataFrame, uncertainty: int | None) -> dict[str, Any]:
+def _quality(
+    trace: Trace, inst: pl.DataFrame, uncertainty: int | None, dropped: int
+) -> dict[str, Any]:
     incomplete = inst.filter(~pl.col("complete")) if inst.height else inst
     mismatched = inst.filter(pl.col("bytes") != pl.col("bytes_min")) if inst.height else inst
     return {
@@ -145,6 +147,7 @@ def _quality(trace: Trace, inst: pl.DataFrame, uncertainty: int | None) -> dict[
         "instances": inst.height,
         "incomplete_instances": incomplete.height,
         "size_mismatched_instances": mismatched.height,
+        "unusable_events": dropped,
         "clock_uncertainty_ns": uncertainty,
         "median_skew_ns": float(inst["skew_ns"].median() or 0.0) if inst.height else 0.0,
         "warnings": list(trace.warnings),
