@@ -1,0 +1,54 @@
+"""``syncpace diagnose RUN_DIR [RUN_DIR...] [--json]``: what limits this job, and what to do."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from syncpace.analysis import Thresholds, analyze
+from syncpace.config import add_flags, from_flags
+from syncpace.errors import ConfigError
+
+
+def add_analysis_arguments(parser: argparse.ArgumentParser) -> None:
+    """Run directories, warm-up and every threshold: shared by diagnose and report."""
+    parser.add_argument(
+        "dirs", nargs="+", metavar="RUN_DIR",
+        help="run directories; several runs of different world sizes add a scaling curve",
+    )  # fmt: skip
+    parser.add_argument(
+        "--warmup-steps", type=int, default=1,
+        help="iterations left out at the start (setup, first-call costs) [default 1]",
+    )  # fmt: skip
+    add_flags(parser, Thresholds)
+
+
+def analysis_from_args(args: argparse.Namespace):  # noqa: ANN201 - returns Analysis
+    if args.warmup_steps < 0:
+        raise ConfigError(f"--warmup-steps must be >= 0, got {args.warmup_steps}")
+    return analyze(args.dirs, from_flags(Thresholds, args), warmup_steps=args.warmup_steps)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "diagnose",
+        help="rank what limits a run: stragglers, jitter, fabric, locality, overlap, ...",
+        description="Analyse one or more trace directories and print the findings, ranked "
+        "by severity and cost, with evidence and recommended actions.",
+    )
+    add_analysis_arguments(parser)
+    parser.add_argument(
+        "--json", action="store_true", help='print {"findings": [...], "metrics": {...}} as JSON'
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    analysis = analysis_from_args(args)
+    if args.json:
+        print(json.dumps(analysis.to_json(), indent=2, default=str))
+    else:
+        from syncpace.report.terminal import print_analysis
+
+        print_analysis(analysis)
+    return 0

@@ -1,0 +1,35 @@
+"""``syncpace export --perfetto RUN_DIR -o trace.json``: open a trace in Perfetto."""
+
+from __future__ import annotations
+
+import argparse
+
+from syncpace.errors import SyncpaceError
+from syncpace.trace.reader import load_trace
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "export",
+        help="export a trace for other tools (Perfetto / chrome://tracing)",
+        description="Convert a run directory to a Chrome trace JSON file: one track per "
+        "rank, iterations and collectives as slices. Open it at ui.perfetto.dev.",
+    )
+    parser.add_argument("dir", metavar="RUN_DIR", help="run directory")
+    parser.add_argument(
+        "--perfetto", action="store_true", required=True, help="Chrome/Perfetto trace JSON"
+    )
+    parser.add_argument("-o", "--output", default="trace.json", help="file to write")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from syncpace.report.perfetto import write_perfetto
+
+    trace = load_trace(args.dir)
+    try:
+        path = write_perfetto(trace, args.output)
+    except OSError as exc:
+        raise SyncpaceError(f"{args.output}: cannot write ({exc.strerror or exc})") from exc
+    print(f"wrote {path}")
+    return 0

@@ -1,0 +1,175 @@
+"""Plotly figures of an analysis. Every string that comes from a trace is HTML-escaped
+before it reaches a figure (plotly renders a subset of HTML in labels)."""
+
+from __future__ import annotations
+
+import html
+
+import numpy as np
+import plotly.graph_objects as go
+import polars as pl
+
+from syncpace.analysis import Analysis, RunMetrics
+
+_MAX_HEATMAP_STEPS = 400  # columns; longer runs are binned so the page stays light
+_MAX_POINTS = 20_000  # scatter points; more are sampled (seeded)
+
+
+def _name(run: RunMetrics) -> str:
+    return html.escape(f"{run.run} ({run.world_size} ranks)")
+
+
+def _layout(fig: go.Figure, title: str, x: str, y: str, **kw: object) -> go.Figure:
+    settings = {"height": 420, **kw}
+    fig.update_layout(
+        title=title, xaxis_title=x, yaxis_title=y, template="plotly_white", **settings
+    )
+    return fig
+
+
+def iteration_timeline(analysis: Analysis) -> go.Figure:
+    fig = go.Figure()
+    for run in analysis.runs:
+        s = run.steps
+        fig.add_scatter(x=s["step"], y=s["time_ns"] / 1e6, mode="lines", name=_name(run))
+        per = (
+            run.rank_steps.group_by("step")
+            .agg(lo=pl.col("step_ns").min(), hi=pl.col("step_ns").max())
+            .sort("step")
+        )
+        fig.add_scatter(
+            x=per["step"], y=per["hi"] / 1e6, mode="lines", line={"width": 0.5, "dash": "dot"},
+            name=f"slowest rank {_name(run)}",
+        )  # fmt: skip
+        fig.add_scatter(
+            x=per["step"], y=per["lo"] / 1e6, mode="lines", line={"width": 0.5, "dash": "dot"},
+            name=f"fastest rank {_name(run)}",
+        )  # fmt: skip
+    return _layout(fig, "Iteration time", "step", "ms")
+
+
+def lateness_heatmap(run: RunMetrics) -> go.Figure:
+    rs = run.rank_step
+    fig = go.Figure()
+    if rs.height:
+        steps = rs["step"].unique().sort()
+        width = max(1, -(-steps.len() // _MAX_HEATMAP_STEPS))
+        binned = (
+            rs.with_columns(bin=(pl.col("step") // width) * width)
+            .group_by("rank", "bin")
+            .agg(pl.col("lateness_ns").mean())
+        )
+        wide = binned.pivot(on="bin", index="rank", values="lateness_ns", sort_columns=True)
+        wide = wide.sort("rank")
+        cols = [c for c in wide.columns if c != "rank"]
+        cols = sorted(cols, key=int)
+        z = wide.select(cols).to_numpy() / 1e6
+        labels = _rank_labels(run, wide["rank"].to_list())
+        fig.add_heatmap(
+            z=z, x=[int(c) for c in cols], y=labels, colorscale="Reds", colorbar={"title": "ms"}
+        )
+    return _layout(
+        fig, f"Lateness per rank and iteration — {_name(run)}", "step", "rank",
+        height=max(420, min(1200, 14 * len(run.ranks) + 160)),
+    )  # fmt: skip
+
+
+def _rank_labels(run: RunMetrics, ranks: list[int]) -> list[str]:
+    node = dict(zip(run.placement["rank"].to_list(), run.placement["node"].to_list(), strict=True))
+    return [html.escape(f"{r} {node.get(r, '?')}") for r in ranks]
+
+
+def wait_and_skew(run: RunMetrics) -> go.Figure:
+    fig = go.Figure()
+    pr = run.rank_step.group_by("rank").agg(
+        p50=pl.col("wait_ns").median(), p90=pl.col("wait_ns").quantile(0.9, "linear"),
+        late50=pl.col("lateness_ns").median(), late90=pl.col("lateness_ns").quantile(0.9, "linear"),
+    ).sort("rank")  # fmt: skip
+    labels = _rank_labels(run, pr["rank"].to_list())
+    fig.add_bar(x=labels, y=pr["p50"] / 1e6, name="wait p50 (ms)")
+    fig.add_bar(x=labels, y=pr["p90"] / 1e6, name="wait p90 (ms)")
+    fig.add_bar(x=labels, y=pr["late50"] / 1e6, name="lateness p50 (ms)")
+    fig.add_bar(x=labels, y=pr["late90"] / 1e6, name="lateness p90 (ms)")
+    if run.instances.height:
+        skew = _sample(run.instances["skew_ns"].drop_nulls().to_numpy()) / 1e6
+        fig.add_histogram(x=skew, name="arrival skew per collective (ms)", xaxis="x2", yaxis="y2",
+                          opacity=0.7)  # fmt: skip
+    return _layout(
+        fig, f"Per-rank wait and lateness; arrival skew distribution — {_name(run)}", "rank", "ms",
+        barmode="group", height=560,
+        xaxis={"domain": [0, 1], "anchor": "y"}, yaxis={"domain": [0.45, 1]},
+        xaxis2={"domain": [0, 1], "anchor": "y2", "title": "arrival skew (ms)"},
+        yaxis2={"domain": [0, 0.32], "title": "collectives"},
+    )  # fmt: skip
+
+
+def step_cdf(analysis: Analysis) -> go.Figure:
+    fig = go.Figure()
+    for run in analysis.runs:
+        t = np.sort(run.steps["time_ns"].drop_nulls().to_numpy()) / 1e6
+        if len(t):
+            fig.add_scatter(x=t, y=np.arange(1, len(t) + 1) / len(t), mode="lines", name=_name(run))
+    return _layout(fig, "CDF of iteration times", "iteration time (ms)", "fraction of iterations")
+
+
+def busbw_vs_size(analysis: Analysis) -> go.Figure:
+    fig = go.Figure()
+    for run in analysis.runs:
+        inst = run.instances.filter(pl.col("busbw_gbps").is_not_null())
+        for op in sorted(inst["op"].unique().to_list()) if inst.height else []:
+            part = inst.filter(pl.col("op") == op)
+            keep = _sample_index(part.height)
+            fig.add_scatter(
+                x=part["bytes"].to_numpy()[keep], y=part["busbw_gbps"].to_numpy()[keep],
+                mode="markers", marker={"size": 4, "opacity": 0.5},
+                name=html.escape(f"{op} — {run.run}"),
+            )  # fmt: skip
+    return _layout(
+        fig, "Bus bandwidth vs message size (busbw assumes a flat topology)", "bytes",
+        "busbw (GB/s)", xaxis_type="log",
+    )  # fmt: skip
+
+
+def scaling(analysis: Analysis) -> go.Figure:
+    pts = analysis.scaling
+    fig = go.Figure()
+    n = [p.world_size for p in pts]
+    n0 = n[0] if n else 1
+    fig.add_scatter(
+        x=n, y=[p.strong_speedup for p in pts], mode="lines+markers", name="strong speedup"
+    )
+    fig.add_scatter(x=n, y=[p.weak_speedup for p in pts], mode="lines+markers", name="weak speedup")
+    fig.add_scatter(x=n, y=[x / n0 for x in n], mode="lines", line={"dash": "dash"}, name="ideal")
+    fig.add_scatter(
+        x=n, y=[p.weak_efficiency for p in pts], mode="lines+markers", name="weak efficiency",
+        yaxis="y2",
+    )  # fmt: skip
+    return _layout(
+        fig, "Scaling across runs", "world size", "speedup vs smallest run",
+        yaxis2={"overlaying": "y", "side": "right", "title": "efficiency", "range": [0, 1.1]},
+    )  # fmt: skip
+
+
+def _sample_index(n: int) -> np.ndarray:
+    if n <= _MAX_POINTS:
+        return np.arange(n)
+    return np.sort(np.random.default_rng(0).choice(n, _MAX_POINTS, replace=False))
+
+
+def _sample(values: np.ndarray) -> np.ndarray:
+    return values[_sample_index(len(values))]
+
+
+def all_figures(analysis: Analysis) -> list[tuple[str, go.Figure]]:
+    """(section title, figure) in page order."""
+    figs = [
+        ("Iteration time", iteration_timeline(analysis)),
+        ("Iteration time CDF", step_cdf(analysis)),
+    ]
+    for run in analysis.runs:
+        figs.append((f"Lateness heatmap — {run.run}", lateness_heatmap(run)))
+        figs.append((f"Wait and skew — {run.run}", wait_and_skew(run)))
+    figs.append(("Bus bandwidth", busbw_vs_size(analysis)))
+    if len(analysis.scaling) > 1:
+        figs.append(("Scaling", scaling(analysis)))
+    return figs

@@ -1,0 +1,58 @@
+"""The short ranked summary ``syncpace diagnose`` prints."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from syncpace.analysis import Analysis, Finding, Severity
+
+_STYLE = {Severity.CRITICAL: "bold red", Severity.WARNING: "yellow", Severity.INFO: "green"}
+
+
+def print_analysis(analysis: Analysis, console: Console | None = None, actions: int = 2) -> None:
+    console = console or Console()
+    for run in analysis.runs:
+        it = run.iteration
+        console.print(
+            f"[bold]{escape(run.run)}[/]: {run.world_size} ranks ({escape(run.source)}), "
+            f"iteration {it.get('mean', 0) / 1e6:.2f} ms (p99 {it.get('p99', 0) / 1e6:.2f}, "
+            f"CV {it.get('cv', 0):.3f}), network share {run.comm.get('network_share', 0):.0%}, "
+            f"exposed {run.comm.get('exposed_share', 0):.1%}"
+        )
+    if len(analysis.scaling) > 1:
+        points = ", ".join(
+            f"{p.world_size}: strong {p.strong_efficiency:.0%} / weak {p.weak_efficiency:.0%}"
+            for p in analysis.scaling
+        )
+        console.print(f"scaling efficiency by world size: {points}")
+    table = Table("#", "severity", "mode", "cost", "conf.", "where", "finding", expand=True)
+    multi = len(analysis.runs) > 1
+    for i, f in enumerate(analysis.findings, 1):
+        table.add_row(
+            str(i),
+            f"[{_STYLE[f.severity]}]{f.severity}[/]",
+            f.mode,
+            f"{f.cost:.1%}",
+            f"{f.confidence:.2f}",
+            escape(_where(f) + (f" @ {f.run}" if multi else "")),
+            escape(f.summary),
+        )
+    console.print(table)
+    for f in analysis.findings[:actions]:
+        if f.mode == "healthy":
+            continue
+        console.print(f"[bold]{f.mode}[/] - what to do:")
+        for action in f.actions:
+            console.print(f"  - {escape(action)}")
+    console.print("[dim]busbw uses the nccl-tests factors, which assume a flat topology.[/]")
+
+
+def _where(f: Finding) -> str:
+    parts = []
+    if f.ranks:
+        parts.append("ranks " + ",".join(map(str, f.ranks[:8])) + ("…" if len(f.ranks) > 8 else ""))
+    if f.nodes:
+        parts.append(",".join(f.nodes[:4]) + ("…" if len(f.nodes) > 4 else ""))
+    return " ".join(parts) or "-"
