@@ -21,23 +21,25 @@ from syncpace.trace.schema import NO_PEER
 Recorder = Any  # syncpace.trace.tracer.Tracer; typed loosely to avoid an import cycle
 
 
-def _nbytes(x: Any) -> int:
+def _payload(x: Any) -> tuple[int, str]:
+    """Bytes and dtype name of a tensor or (nested) list of tensors, in one pass."""
     if isinstance(x, torch.Tensor):
-        return x.numel() * x.element_size()
+        return x.numel() * x.element_size(), _DTYPE_NAMES.get(x.dtype) or _dtype_name(x.dtype)
+    nbytes, dtype = 0, ""
     if isinstance(x, (list, tuple)):
-        return sum(_nbytes(t) for t in x)
-    return 0
+        for item in x:
+            n, d = _payload(item)
+            nbytes += n
+            dtype = dtype or d
+    return nbytes, dtype
 
 
-def _dtype(x: Any) -> str:
-    if isinstance(x, torch.Tensor):
-        return str(x.dtype).removeprefix("torch.")
-    if isinstance(x, (list, tuple)):
-        for t in x:
-            name = _dtype(t)
-            if name:
-                return name
-    return ""
+_DTYPE_NAMES: dict[Any, str] = {}
+
+
+def _dtype_name(dtype: Any) -> str:
+    name = _DTYPE_NAMES[dtype] = str(dtype).removeprefix("torch.")
+    return name
 
 
 # method name -> (canonical op, index of the argument that carries the message,
@@ -159,9 +161,10 @@ class TracingProcessGroup(dist.ProcessGroup):
         self._seq = seq + 1
         if arg < 0 or arg >= len(args):
             return self._call(method, op, args, kwargs, 0, "", NO_PEER, seq)
-        payload = args[arg]
-        nbytes = _nbytes(payload) * (self._n if times_size else 1)
-        return self._call(method, op, args, kwargs, nbytes, _dtype(payload), NO_PEER, seq)
+        nbytes, dtype = _payload(args[arg])
+        if times_size:
+            nbytes *= self._n
+        return self._call(method, op, args, kwargs, nbytes, dtype, NO_PEER, seq)
 
     def _p2p(self, method: str, op: str, peer_arg: int | None, args: tuple, kwargs: dict) -> Any:
         peer = NO_PEER
@@ -171,8 +174,8 @@ class TracingProcessGroup(dist.ProcessGroup):
         key = (op, peer)
         seq = self._p2p_seq.get(key, 0)
         self._p2p_seq[key] = seq + 1
-        payload = args[0] if args else None
-        return self._call(method, op, args, kwargs, _nbytes(payload), _dtype(payload), peer, seq)
+        nbytes, dtype = _payload(args[0] if args else None)
+        return self._call(method, op, args, kwargs, nbytes, dtype, peer, seq)
 
 
 def _make_collective(method: str, op: str, arg: int, times_size: bool) -> Callable[..., Any]:

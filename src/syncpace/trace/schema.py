@@ -68,9 +68,10 @@ OPS = (
 
 #: How ``exit_ns`` was obtained.
 TIMING_SOURCES = (
-    "future",  # completion callback of the work's future (gloo: work finished)
-    "wait",  # first wait()/is_completed() that saw the work done (gloo send/recv)
+    "wait",  # wait() returned, or is_completed() first saw the work done
+    "future",  # completion callback of the work's future (when the caller used it)
     "call",  # the call returned (coalesced calls that return no work)
+    "unobserved",  # the work was dropped without its completion being observed
     "cuda_event",  # CUDA events around the collective on its stream (device time)
     "nccl_hook",  # NCCL completion hook (watchdog saw the device finish)
     "simulated",  # written by the simulator

@@ -23,7 +23,7 @@ from syncpace.config import from_env
 from syncpace.trace.clock import ClockSync, LocalClock, OffsetEstimate
 from syncpace.trace.config import TraceConfig
 from syncpace.trace.host import device_facts, rank_facts
-from syncpace.trace.work import wait_timed_work
+from syncpace.trace.work import TimedWork
 from syncpace.trace.writer import RankTraceWriter
 
 log = logging.getLogger("syncpace")
@@ -118,24 +118,19 @@ class Tracer:
 
     # Hot path ----------------------------------------------------------------------
     def completed(self, work: Any, row: tuple) -> Any:
-        """Record ``row`` (an event without its exit) when ``work`` completes.
-
-        Returns the work to hand to the caller: ``work`` itself, or a wrapper that
-        times ``wait()`` when the backend's work has no future (gloo send/recv).
-        """
-        writer = self.writer
-        if writer is None:
+        """Wrap ``work`` so that ``row`` (an event without its exit) is recorded once
+        its completion is observed (see :mod:`syncpace.trace.work`)."""
+        if self.writer is None:
             return work
         if work is None:  # coalesced calls return no work of their own
-            writer.add_event(row + (self.now(), "call"))
+            self._record(row, "call")
             return work
-        now = self.now
-        try:
-            future = work.get_future()
-        except RuntimeError:
-            return wait_timed_work(work, lambda: writer.add_event(row + (now(), "wait")))
-        future.add_done_callback(lambda _f: writer.add_event(row + (now(), "future")))
-        return work
+        return TimedWork(work, row, self._record)
+
+    def _record(self, row: tuple, how: str) -> None:
+        writer = self.writer
+        if writer is not None:
+            writer.add_event(row + ((-1 if how == "unobserved" else self.now()), how))
 
     # Iterations --------------------------------------------------------------------
     def on_step(self, manual: bool = False) -> None:

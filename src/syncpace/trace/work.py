@@ -1,8 +1,16 @@
-"""Completion timing for backend works that offer no future (gloo send/recv).
+"""Completion timing of a backend's work, at the least cost the caller allows.
 
-The wrapper records the exit when the work is first seen complete: when ``wait()``
-returns or ``is_completed()`` first answers true. That is an upper bound on the
-completion time, exact for the blocking ``send``/``recv`` that wait at once.
+Every traced call returns a :class:`TimedWork` around the backend's work. It records
+the event's exit the first time the completion is *observed*:
+
+* ``wait()`` returned (how every blocking ``dist.*`` call and functional
+  collective ends): exact, and nearly free;
+* the future completed, when somebody asked for the future (DDP's reducer,
+  ``async_op`` users chaining ``then``): a callback on the backend's thread, which
+  costs a thread hand-off and is late by however long that thread waits for the GIL;
+* ``is_completed()`` first answered true (polling users): an upper bound.
+
+A work dropped unobserved is recorded with ``exit_ns = -1`` so counts stay exact.
 """
 
 from __future__ import annotations
@@ -12,27 +20,39 @@ from typing import Any
 
 from torch._C._distributed_c10d import Work
 
+Record = Callable[[tuple, str], None]
 
-class _WaitTimedWork(Work):
-    def __init__(self, inner: Any, on_done: Callable[[], None]) -> None:
+
+class TimedWork(Work):
+    def __init__(self, inner: Any, row: tuple, record: Record) -> None:
         super().__init__()
         self._inner = inner
-        self._on_done: Callable[[], None] | None = on_done
+        self._row: tuple | None = row
+        self._record = record
 
-    def _done(self) -> None:
-        on_done, self._on_done = self._on_done, None
-        if on_done is not None:
-            on_done()
+    def _observed(self, how: str) -> None:
+        row, self._row = self._row, None
+        if row is not None:
+            self._record(row, how)
 
     def wait(self, timeout: Any = None) -> bool:
         result = self._inner.wait() if timeout is None else self._inner.wait(timeout)
-        self._done()
+        self._observed("wait")
         return result
+
+    def get_future(self) -> Any:
+        future = self._inner.get_future()
+        row, self._row = self._row, None
+        if row is not None:
+            # From here the future's callback alone records this event.
+            record = self._record
+            future.add_done_callback(lambda _f: record(row, "future"))
+        return future
 
     def is_completed(self) -> bool:
         completed = self._inner.is_completed()
         if completed:
-            self._done()
+            self._observed("wait")
         return completed
 
     def is_success(self) -> bool:
@@ -53,9 +73,10 @@ class _WaitTimedWork(Work):
     def synchronize(self) -> None:
         self._inner.synchronize()
 
-    def get_future(self) -> Any:
-        return self._inner.get_future()
+    def block_current_stream(self) -> None:
+        self._inner.block_current_stream()
 
-
-def wait_timed_work(work: Any, on_done: Callable[[], None]) -> Any:
-    return _WaitTimedWork(work, on_done)
+    def __del__(self) -> None:
+        row, self._row = getattr(self, "_row", None), None
+        if row is not None:
+            self._record(row, "unobserved")

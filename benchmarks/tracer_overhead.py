@@ -1,0 +1,127 @@
+"""What does tracing cost a job? Traced and untraced runs, alternated in one run.
+
+1. Per-collective cost: one gloo rank issuing tiny all-reduces (the network
+   cannot hide anything there): median µs per call traced minus untraced.
+2. Throughput: a 4-rank gloo DDP job with one gradient bucket per layer (>= 50
+   all-reduces per step), traced vs untraced, alternated ``--pairs`` times; the
+   ratio of median step rates.
+
+Traced runs are armed exactly as ``syncpace run`` arms them (the bootstrap on
+PYTHONPATH, no code change). Figures are medians; on a shared machine only the
+ratios measured side by side mean anything.
+
+    python benchmarks/tracer_overhead.py [--pairs 5] [--ranks 4] [--layers 64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from syncpace.cli.run import traced_env
+from syncpace.trace import load_trace
+from syncpace.trace.config import TraceConfig
+
+WORKER = Path(__file__).with_name("_overhead_worker.py")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(world: int, args: list[str], trace_dir: Path | None) -> list[float]:
+    port = free_port()
+    base = dict(os.environ)
+    if trace_dir is not None:
+        base = traced_env(trace_dir, TraceConfig(dir=str(trace_dir), clock_interval_s=0), base)
+    procs = []
+    for rank in range(world):
+        env = dict(base, RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")  # fmt: skip
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, str(WORKER), *args],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )  # fmt: skip
+        )
+    outputs = [p.communicate(timeout=600) for p in procs]
+    for p, (_out, err) in zip(procs, outputs, strict=True):
+        if p.returncode not in (0, -6):  # -6: gloo's rare abort after teardown
+            raise SystemExit(f"benchmark rank failed ({p.returncode}):\n{err[-2000:]}")
+    return json.loads(outputs[0][0].strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pairs", type=int, default=5, help="traced/untraced pairs per part")
+    parser.add_argument("--ranks", type=int, default=4, help="ranks of the DDP job")
+    parser.add_argument("--layers", type=int, default=96, help="DDP layers (~ buckets per step)")
+    parser.add_argument("--hidden", type=int, default=64, help="width of each layer")
+    parser.add_argument("--steps", type=int, default=30, help="measured DDP steps per run")
+    args = parser.parse_args()
+    console = Console()
+    micro = {"untraced": [], "traced": []}
+    rates = {"untraced": [], "traced": []}
+    per_step = []
+    with tempfile.TemporaryDirectory() as tmp, Progress(console=console) as progress:
+        task = progress.add_task("alternating traced / untraced runs", total=4 * args.pairs)
+        for i in range(args.pairs):
+            for traced in (False, True):
+                key = "traced" if traced else "untraced"
+                trace_dir = Path(tmp) / f"micro{i}" if traced else None
+                micro[key].append(statistics.median(launch(1, ["micro", "5", "2000"], trace_dir)))
+                progress.advance(task)
+                trace_dir = Path(tmp) / f"ddp{i}" if traced else None
+                ddp_args = ["ddp", str(args.steps), str(args.layers), str(args.hidden)]
+                times = launch(args.ranks, ddp_args, trace_dir)
+                rates[key].append(1 / statistics.median(times))
+                progress.advance(task)
+                if traced:
+                    trace = load_trace(trace_dir)
+                    ar = trace.events.filter(
+                        (trace.events["rank"] == 0) & (trace.events["step"] >= 4)
+                    )
+                    per_step.append(ar.height / max(ar["step"].n_unique(), 1))
+    cost = statistics.median(micro["traced"]) - statistics.median(micro["untraced"])
+    ratio = statistics.median(rates["traced"]) / statistics.median(rates["untraced"])
+    table = Table(title="tracer overhead (medians; traced and untraced alternated)")
+    table.add_column("measure")
+    table.add_column("untraced", justify="right")
+    table.add_column("traced", justify="right")
+    table.add_column("result", justify="right")
+    table.add_row(
+        "µs per tiny all-reduce, 1 rank",
+        f"{statistics.median(micro['untraced']):.1f}",
+        f"{statistics.median(micro['traced']):.1f}",
+        f"+{cost:.1f} µs/collective",
+    )
+    table.add_row(
+        f"DDP steps/s, {args.ranks} ranks, {statistics.median(per_step):.0f} collectives/step",
+        f"{statistics.median(rates['untraced']):.2f}",
+        f"{statistics.median(rates['traced']):.2f}",
+        f"ratio {ratio:.3f}",
+    )
+    console.print(table)
+    print(json.dumps({"per_collective_us": round(cost, 2), "throughput_ratio": round(ratio, 4),
+                      "collectives_per_step": statistics.median(per_step),
+                      "pairs": args.pairs}))  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
