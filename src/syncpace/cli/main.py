@@ -16,7 +16,7 @@ from syncpace import __version__
 from syncpace.errors import SyncpaceError
 
 #: Verb modules, in the order ``syncpace --help`` lists them.
-VERBS = ("run", "trace_info", "fabric", "diagnose", "report", "export")
+VERBS = ("demo", "run", "trace_info", "diagnose", "report", "export", "fabric")
 
 
 def build_parser() -> argparse.ArgumentParser:

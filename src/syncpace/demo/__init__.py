@@ -1,0 +1,1 @@
+"""The demo job and the ``syncpace demo`` pipeline."""
