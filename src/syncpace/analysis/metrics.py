@@ -72,10 +72,10 @@ class RunMetrics:
 
 def compute_metrics(trace: Trace, *, warmup_steps: int = 1) -> RunMetrics:
     """Measure ``trace``. The first ``warmup_steps`` iterations (setup, first-call costs)
-    are left out when the run has more than that many plus one."""
+    are left out, unless nothing would be left."""
     steps, events = trace.steps, trace.events
     max_step = int(steps["step"].max()) if steps.height else 0  # type: ignore[arg-type]
-    if warmup_steps and max_step > warmup_steps:
+    if warmup_steps and max_step >= warmup_steps:
         steps = steps.filter(pl.col("step") >= warmup_steps)
         events = events.filter(pl.col("step") >= warmup_steps)
     rank_steps = iterations.rank_steps(steps)
