@@ -95,8 +95,12 @@ def test_a_plain_command_is_one_rank_per_host():
 def test_launcher_enters_the_host_namespace_and_names_the_host():
     host = FABRIC.host("h1")
     argv = launcher_argv(host, ["python", "job.py"], "/sys/fs/cgroup/x/cgroup.procs")
-    assert argv[:7] == ["ip", "netns", "exec", "t2-h1", "unshare", "--uts", "--"]
-    assert argv[-5:] == ["syncpace-fabric", "h1", "/sys/fs/cgroup/x/cgroup.procs", "python", "job.py"]
+    assert argv[:2] == ["sh", "-c"]
+    # the cgroup is joined before entering the namespace, where /sys/fs/cgroup is hidden
+    assert argv[3:5] == ["syncpace-fabric", "/sys/fs/cgroup/x/cgroup.procs"]
+    assert argv[5:12] == ["ip", "netns", "exec", "t2-h1", "unshare", "--uts", "--"]
+    assert argv[-4:] == ["syncpace-fabric", "h1", "python", "job.py"]
+    assert launcher_argv(host, ["true"])[:4] == ["ip", "netns", "exec", "t2-h1"]
     command = ["run", "--rank={node_rank}/{nnodes}", "{master_addr}:{master_port}", "{host}"]
     assert substitute(command, FABRIC, host, 29500) == [
         "run",

@@ -83,9 +83,10 @@ def test_burst_holds_a_few_milliseconds_of_the_rate_and_at_least_ten_frames():
 def test_fault_plans():
     fabric = build_fabric(leaf_spine())
     link = fabric.link("leaf0-spine")
+    tbf = "root tbf rate 10000000bit burst 15000 latency 50ms"
     assert [str(c) for c in set_rate_plan(fabric, link, 10_000_000)] == [
-        "tc -n t1-sw qdisc change dev leaf0-spine root tbf rate 10000000bit burst 15000 latency 50ms",
-        "tc -n t1-sw qdisc change dev spine-leaf0 root tbf rate 10000000bit burst 15000 latency 50ms",
+        f"tc -n t1-sw qdisc change dev leaf0-spine {tbf}",
+        f"tc -n t1-sw qdisc change dev spine-leaf0 {tbf}",
     ]
     assert [str(c) for c in link_state_plan(fabric.link("h1-leaf0"), up=False)] == [
         "ip -n t1-sw link set dev leaf0-h1 down"

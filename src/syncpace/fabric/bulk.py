@@ -133,9 +133,7 @@ class Flow:
 
     def stop(self) -> None:
         for proc in (self.sender, self.receiver):
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait(timeout=5)
+            _end(proc)
 
 
 def start_flows(
@@ -168,9 +166,16 @@ def start_flows(
         return flows
     except BaseException:
         for receiver in receivers:
-            receiver.kill()
-            receiver.wait(timeout=5)
+            _end(receiver)
         raise
+
+
+def _end(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait(timeout=5)
+    if proc.stdout is not None:
+        proc.stdout.close()
 
 
 def _host(fabric: Fabric, name: str) -> Host:

@@ -1,8 +1,9 @@
 """One launcher per host namespace: environment, command line, and their supervision.
 
 Each launcher runs as ``ip netns exec <host-ns> unshare --uts sh -c …`` so it sees
-only its host's ``eth0``, reports its host name (``h0``, ``h1``…) to the tracer,
-and joins the host's CPU cgroup before exec'ing the job. torchrun reads its
+only its host's ``eth0`` and reports its host name (``h0``, ``h1``…) to the tracer;
+when CPU faults are planned it first joins its host's cgroup, so every rank of
+the host inherits it. torchrun reads its
 multi-node settings from ``PET_*`` variables, so ``torchrun … train.py`` needs no
 extra flags; a plain command gets ``RANK``/``WORLD_SIZE`` (one rank per host).
 """
@@ -27,11 +28,10 @@ DEFAULT_MASTER_PORT = 29500
 #: Placeholders a command may use; replaced per host.
 PLACEHOLDERS = ("{node_rank}", "{nnodes}", "{master_addr}", "{master_port}", "{host}")
 
-# Sets the host name in the new UTS namespace, joins the cgroup (when given), execs.
-_WRAPPER = (
-    'echo "$1" > /proc/sys/kernel/hostname && '
-    '{ [ -z "$2" ] || echo $$ > "$2"; } && shift 2 && exec "$@"'
-)
+# Inside the namespace: name the host in a new UTS namespace, then exec the job.
+_NAME_HOST = 'echo "$1" > /proc/sys/kernel/hostname && shift && exec "$@"'
+# Before entering it (``ip netns exec`` hides /sys/fs/cgroup): join the host's cgroup.
+_JOIN_CGROUP = 'echo $$ > "$1" && shift && exec "$@"'
 
 
 def is_torchrun(command: list[str]) -> bool:
@@ -91,12 +91,15 @@ def substitute(command: list[str], fabric: Fabric, host: Host, master_port: int)
 
 
 def launcher_argv(host: Host, command: list[str], cgroup_procs: str = "") -> list[str]:
-    return [
+    argv = [
         "ip", "netns", "exec", host.namespace,
         "unshare", "--uts", "--",
-        "sh", "-c", _WRAPPER, "syncpace-fabric", host.name, cgroup_procs,
+        "sh", "-c", _NAME_HOST, "syncpace-fabric", host.name,
         *command,
     ]  # fmt: skip
+    if cgroup_procs:
+        argv = ["sh", "-c", _JOIN_CGROUP, "syncpace-fabric", cgroup_procs, *argv]
+    return argv
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +150,7 @@ class Job:
 
     def _pump(self, host: str, proc: subprocess.Popen) -> None:
         assert proc.stdout is not None
-        with open(self.log_dir / f"{host}.log", "wb") as log:
+        with proc.stdout, open(self.log_dir / f"{host}.log", "wb") as log:
             for line in proc.stdout:
                 log.write(line)
                 log.flush()
@@ -182,6 +185,9 @@ class Job:
                 reason = "timeout" if timed_out else reason
                 break
             time.sleep(0.05)
+        failed = [h for h, p in self.procs.items() if p.returncode not in (None, 0)]
+        if failed and reason == "completed":
+            reason = f"failed on {', '.join(failed)}"
         killed = {h for h, p in self.procs.items() if p.poll() is None}
         self.kill()
         for pump in self._pumps:

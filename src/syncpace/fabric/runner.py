@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -72,7 +73,10 @@ def run_job(
         run_seconds=options.timeout_s,
     )
     scheduler = Scheduler(options.faults, ctx, run_dir / FAULTS_FILE)
-    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    # Signals can be caught only on the main thread; elsewhere the caller owns them.
+    on_main = threading.current_thread() is threading.main_thread()
+    signals = (signal.SIGINT, signal.SIGTERM) if on_main else ()
+    previous = {sig: signal.getsignal(sig) for sig in signals}
 
     def interrupt(_signum: int, _frame: object) -> None:
         job.stopped.set()
@@ -97,8 +101,8 @@ def run_job(
         job.kill()
         scheduler.stop()
         sampler.stop()
-        for path in reversed(list(host_cgroups.values())):
-            cgroup.remove(path)
+        for path in {p.parent for p in host_cgroups.values()}:
+            cgroup.remove(path)  # the fabric's cgroup and its hosts' below it
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         summary = {

@@ -1,0 +1,42 @@
+"""A training-like gloo job for the fabric tests: one 1 MiB all-reduce per step.
+
+``python steps_job.py OUT STEPS BASELINE``: after BASELINE steps rank 0 creates
+OUT/baseline-done (a test may then start background traffic); rank 0 writes the
+per-step times to OUT/steps.json at the end. One rank per host.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import pathlib
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+import syncpace
+
+
+def main() -> int:
+    out, steps, baseline = pathlib.Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=30))
+    rank = dist.get_rank()
+    tensor = torch.ones(256 * 1024)  # 1 MiB: at the latency knee, so bandwidth-bound
+    times = []
+    for step in range(steps):
+        start = time.perf_counter()
+        dist.all_reduce(tensor)
+        syncpace.step()
+        times.append(time.perf_counter() - start)
+        if rank == 0 and step + 1 == baseline:
+            (out / "baseline-done").touch()
+    if rank == 0:
+        (out / "steps.json").write_text(json.dumps(times))
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
