@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from syncpace.analysis import compute_metrics
 from syncpace.analysis.collectives import busbw_factor
-from syncpace.analysis.overlap import _segments
+from syncpace.analysis.overlap import _union_slow, union_and_tail
 from syncpace.analysis.scaling import scaling_curve
 from syncpace.trace import load_trace
 
@@ -124,18 +124,20 @@ intervals = st.lists(
 
 
 @settings(max_examples=200, deadline=None)
-@given(intervals)
-def test_union_segments_match_a_brute_force_union(rows) -> None:
+@given(intervals, st.integers(0, 1300))
+def test_union_sweep_matches_a_brute_force_union(rows, tail) -> None:
     rows = sorted(rows)
     rs = np.array([r for r, _, _ in rows], dtype=np.int64)
     t0 = np.array([s for _, s, _ in rows], dtype=np.int64)
     t1 = t0 + np.array([d for _, _, d in rows], dtype=np.int64)
-    boundary = np.r_[True, rs[1:] != rs[:-1]]
-    s_rs, s0, s1 = _segments(rs, t0, t1, boundary)
-    for group in set(rs.tolist()):
+    first = np.flatnonzero(np.r_[True, rs[1:] != rs[:-1]])
+    tails = np.full(len(first), tail, dtype=np.int64)
+    comm, exposed = union_and_tail(first, t0, t1, tails)
+    slow = _union_slow(first, t0, t1, tails)
+    for g, group in enumerate(rs[first].tolist()):
         covered = set()
         for r, a, b in zip(rs, t0, t1, strict=True):
             if r == group:
                 covered |= set(range(a, b))
-        got = sum(int(b - a) for r, a, b in zip(s_rs, s0, s1, strict=True) if r == group)
-        assert got == len(covered)
+        assert comm[g] == slow[0][g] == len(covered)
+        assert exposed[g] == slow[1][g] == len({x for x in covered if x >= tail})

@@ -26,8 +26,7 @@ def rank_step_comm(m: Matched) -> pl.DataFrame:
     t = m.events
     ok = t.exit >= 0
     if ok.all():  # boolean indexing copies: skip it in the usual case
-        rs, t0 = t.rs, t.last_enter
-        t1 = np.maximum(t.exit, t0)
+        rs, t0, t1 = t.rs, t.last_enter, np.maximum(t.exit, t.last_enter)
     else:
         rs, t0 = t.rs[ok], t.last_enter[ok]
         t1 = np.maximum(t.exit[ok], t0)
@@ -41,20 +40,16 @@ def rank_step_comm(m: Matched) -> pl.DataFrame:
         order = np.lexsort((t0, rs))
         rs, t0, t1 = rs[order], t0[order], t1[order]
         np.not_equal(rs[1:], rs[:-1], out=boundary[1:])
-    s_rs, s0, s1 = _segments(rs, t0, t1, boundary)
-    tail = t.tail_start[s_rs]
-    exposed = np.clip(s1 - np.maximum(s0, tail), 0, None)
-    comm = kernels.total(s_rs, (s1 - s0).astype(np.float64), t.rs_size)
-    exp = kernels.total(s_rs, exposed.astype(np.float64), t.rs_size)
-    size = t.rs_size
-    rows = kernels.minimum(t.rs, np.arange(len(t.rs), dtype=np.int64), size)
-    keep = rows < len(t.rs)
+    first = np.flatnonzero(boundary)
+    group_rs = rs[first]
+    comm, exposed = union_and_tail(first, t0, t1, t.tail_start[group_rs])
+    rows = kernels.minimum(t.rs, np.arange(len(t.rs), dtype=np.int64), t.rs_size)[group_rs]
     return pl.DataFrame(
         {
-            "rank": t.rank[rows[keep]].astype(np.int32),
-            "step": t.step[rows[keep]],
-            "comm_ns": comm[keep].astype(np.int64),
-            "exposed_ns": exp[keep].astype(np.int64),
+            "rank": t.rank[rows].astype(np.int32),
+            "step": t.step[rows],
+            "comm_ns": comm,
+            "exposed_ns": exposed,
         }
     )
 
@@ -67,39 +62,50 @@ def _sorted(rs: np.ndarray, t0: np.ndarray, boundary: np.ndarray) -> bool:
     return bool(np.all((t0[1:] >= t0[:-1]) | boundary[1:]))
 
 
-def _segments(
-    rs: np.ndarray, t0: np.ndarray, t1: np.ndarray, boundary: np.ndarray
-) -> tuple[np.ndarray, ...]:
-    """Union of intervals sorted by (rs, t0): (rs, start, end) of each disjoint segment.
+def union_and_tail(
+    first: np.ndarray, t0: np.ndarray, t1: np.ndarray, tail: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per group of intervals (rows sorted by group, then start; groups begin at ``first``):
+    the length of their union, and of the part of it after ``tail`` (one per group).
 
-    A running maximum of the ends finds where a new segment starts; to keep it from
-    running across groups, each group's times are shifted into their own window
-    (offset = group number x span), which fits int64 for any realistic trace.
+    Sweep: an interval adds what reaches beyond the running maximum end of the earlier
+    intervals of its group. Each group's times are shifted into a window of its own
+    (offset = group number x span - group start), so one running maximum over all rows
+    never carries from one group into the next. Buffers are reused: on large traces each
+    fresh array costs page faults.
     """
-    first = np.flatnonzero(boundary)
-    lengths = np.diff(np.append(first, len(rs)))
+    lengths = np.diff(np.append(first, len(t0)))
     span = int((np.maximum.reduceat(t1, first) - t0[first]).max()) + 1
     if len(first) * span >= _LIMIT:  # pragma: no cover - absurd spans; exact slow path
-        return _segments_slow(rs, t0, t1)
-    # shift = group number x span - group base, so each group lives in its own window
-    shift = np.repeat(np.arange(len(first), dtype=np.int64) * span - t0[first], lengths)
-    reach = t1 + shift
+        return _union_slow(first, t0, t1, tail)
+    offset = np.arange(len(first), dtype=np.int64) * span - t0[first]
+    shift = np.repeat(offset, lengths)
+    reach = np.add(t1, shift)
     np.maximum.accumulate(reach, out=reach)
-    new = boundary
-    new[1:] |= (t0[1:] + shift[1:]) > reach[:-1]
-    starts = np.flatnonzero(new)
-    ends = np.append(starts[1:] - 1, len(rs) - 1)
-    return rs[starts], t0[starts], reach[ends] - shift[ends]
+    lo = np.add(t0, shift)
+    np.maximum(lo[1:], reach[:-1], out=lo[1:])  # at a group's first row lo wins anyway
+    cut = np.repeat(tail + offset, lengths)
+    np.maximum(cut, lo, out=cut)
+    hi = np.add(t1, shift, out=shift)
+    added = np.subtract(hi, lo, out=reach)
+    np.clip(added, 0, None, out=added)
+    late = np.subtract(hi, cut, out=cut)
+    np.clip(late, 0, None, out=late)
+    return np.add.reduceat(added, first), np.add.reduceat(late, first)
 
 
-def _segments_slow(rs: np.ndarray, t0: np.ndarray, t1: np.ndarray) -> tuple[np.ndarray, ...]:
-    frame = pl.DataFrame({"rs": rs, "t0": t0, "t1": t1})
-    reach = pl.col("t1").cum_max().shift(1).over("rs")
-    frame = frame.with_columns(seg=(reach.is_null() | (pl.col("t0") > reach)).cum_sum())
-    seg = frame.group_by("seg", maintain_order=True).agg(
-        rs=pl.col("rs").first(), s0=pl.col("t0").min(), s1=pl.col("t1").max()
-    )
-    return seg["rs"].to_numpy(), seg["s0"].to_numpy(), seg["s1"].to_numpy()
+def _union_slow(
+    first: np.ndarray, t0: np.ndarray, t1: np.ndarray, tail: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    comm, exposed = np.zeros(len(first), np.int64), np.zeros(len(first), np.int64)
+    bounds = np.append(first, len(t0))
+    for g in range(len(first)):  # one group at a time; only for absurd time spans
+        a, b = t0[bounds[g] : bounds[g + 1]], t1[bounds[g] : bounds[g + 1]]
+        prev = np.maximum.accumulate(np.r_[np.iinfo(np.int64).min, b[:-1]])
+        lo = np.maximum(a, prev)
+        comm[g] = np.clip(b - lo, 0, None).sum()
+        exposed[g] = np.clip(b - np.maximum(lo, tail[g]), 0, None).sum()
+    return comm, exposed
 
 
 def with_step_time(comm: pl.DataFrame, rank_steps: pl.DataFrame) -> pl.DataFrame:
