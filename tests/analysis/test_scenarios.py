@@ -89,3 +89,17 @@ def test_findings_are_json_ready() -> None:
                 "evidence",
                 "actions",
             } <= f.keys()
+
+
+def test_real_ddp_run_names_its_planted_straggler() -> None:
+    # recorded by tests/data/make_real.py: 4 gloo ranks on CPU, rank 2 sleeps 8 ms more
+    analysis = analysis_of("real_ddp_straggler")
+    run = analysis.runs[0]
+    assert run.source == "torch" and run.world_size == 4
+    assert run.quality["incomplete_instances"] == 0
+    stragglers = [f for f in analysis.findings if f.mode == "straggler"]
+    assert len(stragglers) == 1 and stragglers[0].ranks == (2,)
+    assert stragglers[0].severity >= Severity.WARNING
+    # the planted 8 ms (plus a little scheduling noise) is what rank 2 is late by
+    assert 6.0 <= stragglers[0].evidence["lateness_p50_ms"][2] <= 14.0
+    assert "sync_amplification" not in {f.mode for f in analysis.findings}

@@ -143,10 +143,13 @@ def sync_amplification(ctx: Context) -> list[Finding]:
     if m.per_rank.height < 2 or ctx.iteration_ns <= 0:
         return []
     cost = _wait_cost(ctx, [])
-    last_ranks = m.last["last_rank"].n_unique() if m.last.height else 0
-    spread = last_ranks / max(len(m.ranks), 1)
+    n = max(len(m.ranks), 1)
+    # "takes turns": a rank counts when it was last in at least a quarter of its fair
+    # share of iterations, and no rank is last in most of them (that is a straggler)
+    last_ranks = int((m.per_rank["last_share"] >= 1 / (4 * n)).sum())
+    spread = last_ranks / n
     max_share = float(m.per_rank["last_share"].max() or 0.0)
-    if cost < th.sync_wait_share or spread < th.sync_spread:
+    if cost < th.sync_wait_share or spread < th.sync_spread or max_share >= 0.5:
         return []
     cv = m.iteration.get("cv", 0.0)
     return [
