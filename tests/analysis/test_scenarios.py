@@ -103,3 +103,16 @@ def test_real_ddp_run_names_its_planted_straggler() -> None:
     # the planted 8 ms (plus a little scheduling noise) is what rank 2 is late by
     assert 6.0 <= stragglers[0].evidence["lateness_p50_ms"][2] <= 14.0
     assert "sync_amplification" not in {f.mode for f in analysis.findings}
+
+
+def test_contention_over_the_whole_run_needs_the_link_rate(tmp_path) -> None:
+    from syncpace.analysis import Thresholds
+    from syncpace.sim import generate
+
+    # every cross-node transfer 2.5x slower: the run's own best is slow too
+    sc = SCENARIOS["fabric_contention"].replace(steps=12, cross_inflation=(2.5, 2.6))
+    run = generate(sc, tmp_path / "run")
+    assert "fabric_contention" not in {f.mode for f in analyze(run).findings}
+    top = analyze(run, Thresholds(link_gbps=80.0)).findings
+    fabric = next(f for f in top if f.mode == "fabric_contention")
+    assert 2.2 <= fabric.evidence["median_inflation"] <= 2.8

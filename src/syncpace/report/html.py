@@ -20,7 +20,11 @@ from syncpace.errors import SyncpaceError
 
 
 class ReportError(SyncpaceError):
-    """The HTML report cannot be produced (e.g. plotly is not installed)."""
+    """The HTML report cannot be written."""
+
+
+class PlotlyMissing(ReportError, ImportError):
+    """plotly (the ``[report]`` extra) is not installed; also an ``ImportError``."""
 
 
 _CSS = """
@@ -71,7 +75,7 @@ def render_html(analysis: Analysis) -> str:
 
         from syncpace.report.figures import all_figures
     except ImportError as exc:  # pragma: no cover - plotly is the [report] extra
-        raise ReportError("the HTML report needs plotly: pip install 'syncpace[report]'") from exc
+        raise PlotlyMissing("the HTML report needs plotly: pip install 'syncpace[report]'") from exc
     e = html.escape
     figures = all_figures(analysis)
     sections, scripts = [], []

@@ -12,8 +12,9 @@ from syncpace.analysis.findings import Finding
 
 def _sized(ctx: Context) -> pl.DataFrame:
     """Instances with a transfer time and bandwidth at or above the latency knee, each
-    with ``cross_node`` and its ``inflation``: transfer over the run's own best (5th
-    percentile) for the same op, group size, size class (power of two) and locality."""
+    with ``cross_node`` and its ``inflation``: service time over the run's own best (5th
+    percentile) for the same op, group size, size class (power of two) and locality, or
+    over the time at ``link_gbps`` when that is given and shorter."""
     inst = ctx.metrics.instances
     if inst.height == 0:
         return inst
@@ -28,9 +29,13 @@ def _sized(ctx: Context) -> pl.DataFrame:
         pl.col("busbw_gbps").is_not_null(),
     ).with_columns(cross_node=cross, size_class=pl.col("bytes").log(2).floor().cast(pl.Int32))
     best = pl.col("service_ns").quantile(0.05, "lower").over("op", "n", "size_class", "cross_node")
-    return big.with_columns(best_ns=best).with_columns(
-        inflation=pl.col("service_ns") / pl.col("best_ns")
-    )
+    big = big.with_columns(best_ns=best)
+    if ctx.thresholds.link_gbps > 0:
+        # contention that lasts the whole run inflates the run's own best too: with a
+        # known link rate, the time the link predicts (busbw = link rate) bounds it
+        at_link = pl.col("service_ns") * pl.col("busbw_gbps") / ctx.thresholds.link_gbps
+        big = big.with_columns(best_ns=pl.min_horizontal("best_ns", at_link))
+    return big.with_columns(inflation=pl.col("service_ns") / pl.col("best_ns"))
 
 
 def fabric_contention(ctx: Context) -> list[Finding]:
