@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from syncpace.analysis import Thresholds, analyze
+from syncpace.analysis import Analysis, Thresholds, analyze
 from syncpace.config import add_flags, from_flags
 from syncpace.errors import ConfigError
 
@@ -23,7 +23,7 @@ def add_analysis_arguments(parser: argparse.ArgumentParser) -> None:
     add_flags(parser, Thresholds)
 
 
-def analysis_from_args(args: argparse.Namespace):  # noqa: ANN201 - returns Analysis
+def analysis_from_args(args: argparse.Namespace) -> Analysis:
     if args.warmup_steps < 0:
         raise ConfigError(f"--warmup-steps must be >= 0, got {args.warmup_steps}")
     return analyze(args.dirs, from_flags(Thresholds, args), warmup_steps=args.warmup_steps)
