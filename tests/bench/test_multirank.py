@@ -1,0 +1,162 @@
+"""The benchmark on real gloo ranks: self-launched, under torchrun, with a planted
+corruption. Sizes and iteration counts are small: two cores host every rank."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import polars as pl
+import pytest
+
+from multirank import free_port
+from syncpace.bench.ops import OPS, bus_factor
+from syncpace.bench.results import load_bench, load_pair_matrix
+from syncpace.trace import load_trace
+
+pytestmark = pytest.mark.multirank
+
+WORLD = 4
+QUICK = ["-b", "64", "-e", "4K", "-f", "4", "-n", "4", "-w", "1",
+         "--pair-bytes", "64K", "--pair-iters", "3"]  # fmt: skip
+TIMEOUT = 120
+
+
+def bench(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    base = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
+    base.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "syncpace", "bench", *args],
+        capture_output=True, text=True, timeout=TIMEOUT, env=base,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def four_ranks(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench") / "run"
+    proc = bench("--nproc", str(WORLD), *QUICK, "--out", str(out), "--timeout-s", "90")
+    assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
+    return out, proc
+
+
+def test_every_op_and_size_is_reported_correct(four_ranks):
+    out, proc = four_ranks
+    data = load_bench(out)
+    assert data["world_size"] == WORLD and data["wrong"] == 0
+    assert list(dict.fromkeys(r["op"] for r in data["rows"])) == list(OPS)
+    for op in OPS:
+        rows = [r for r in data["rows"] if r["op"] == op]
+        assert len(rows) == 4  # 64, 256, 1K, 4K
+        assert all(r["wrong"] == 0 for r in rows)
+    assert proc.stdout.count("# Out of bounds values : 0 OK") == len(OPS)
+    assert proc.stdout.count("# Avg bus bandwidth    : ") == len(OPS)
+
+
+def test_bandwidths_follow_size_time_and_bus_factor(four_ranks):
+    for r in load_bench(four_ranks[0])["rows"]:
+        assert r["algbw_gbps"] == pytest.approx(r["size_bytes"] / r["time_us"] / 1e3)
+        assert r["busbw_gbps"] == pytest.approx(r["algbw_gbps"] * bus_factor(r["op"], WORLD))
+        assert r["min_us"] <= r["p50_us"] <= r["p99_us"]
+        assert r["time_us"] == pytest.approx(sum(r["rank_time_us"]) / WORLD)
+        assert r["cv"] >= 0
+
+
+def test_pair_matrix_has_every_off_diagonal_entry(four_ranks):
+    m = load_pair_matrix(four_ranks[0])
+    assert m.world_size == WORLD and m.rounds == WORLD - 1
+    for i in range(WORLD):
+        for j in range(WORLD):
+            for matrix in (m.bandwidth_gbps, m.latency_us):
+                if i == j:
+                    assert matrix[i][j] is None
+                else:
+                    assert matrix[i][j] > 0
+    assert "point-to-point pairs: 4 ranks, 3 rounds" in four_ranks[1].stdout
+
+
+def test_fits_saved_per_op(four_ranks):
+    fits = load_bench(four_ranks[0])["fits"]
+    assert set(fits) == set(OPS)
+    for fit in fits.values():
+        assert fit["alpha_us"] >= 0 and fit["points"] == 4
+
+
+def test_the_run_directory_is_a_trace_whose_steps_are_the_rows(four_ranks):
+    out = four_ranks[0]
+    data = load_bench(out)
+    trace = load_trace(out)
+    assert trace.missing_ranks == [] and len(trace.meta) == WORLD
+    events = trace.events
+    iters = 4 + 1 + 1  # timed, warm-up, checked
+    for r in data["rows"]:
+        mine = events.filter(pl.col("step") == r["step"])
+        ops = {"sendrecv": {"send", "recv"}}.get(r["op"], {r["op"]})
+        assert set(mine["op"].unique()) == ops, r
+        assert mine.height == WORLD * iters * len(ops)
+        assert set(mine["bytes"].unique()) <= {r["size_bytes"], r["size_bytes"] // WORLD}
+    pair_steps = data["rows"][-1]["step"] + 1 + pl.Series(range(WORLD - 1))
+    pairs = events.filter(pl.col("step").is_in(pair_steps.to_list()))
+    assert set(pairs["op"].unique()) == {"send", "recv"}
+    assert trace.steps["step"].max() == pair_steps.max()
+
+
+def test_a_planted_corruption_is_counted_and_fails_the_run(tmp_path):
+    out = tmp_path / "run"
+    proc = bench(
+        "--nproc", "3", "all_reduce", "reduce", "broadcast", "-b", "64", "-e", "256", "-f", "4",
+        "-n", "2", "-w", "1", "--no-pairs", "--out", str(out), "--timeout-s", "60",
+        env={"SYNCPACE_BENCH_CORRUPT": "1"},
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    data = load_bench(out)
+    wrong = {(r["op"], r["size_bytes"]): r["wrong"] for r in data["rows"]}
+    # rank 1's input reaches every rank's all-reduce result and the root's reduce;
+    # a non-root broadcast buffer is overwritten, as it must be
+    assert wrong == {
+        ("all_reduce", 64): 3, ("all_reduce", 256): 3,
+        ("reduce", 64): 1, ("reduce", 256): 1,
+        ("broadcast", 64): 0, ("broadcast", 256): 0,
+    }  # fmt: skip
+    assert data["wrong"] == 8
+    assert "# Out of bounds values : 6 FAILED" in proc.stdout
+    assert "8 wrong elements" in proc.stdout
+
+
+def test_torchrun_runs_it_as_a_module_in_place_with_half_precision(tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+         "--master-port", str(free_port()), "-m", "syncpace", "bench",
+         "all_gather", "reduce_scatter", "all_reduce", "--inplace", "-d", "half",
+         "-b", "64", "-e", "1K", "-f", "4", "-n", "2", "-w", "1", "--no-pairs",
+         "--out", str(out), "--json"],
+        capture_output=True, text=True, timeout=TIMEOUT,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    printed = json.loads(proc.stdout)
+    assert printed == load_bench(out)
+    assert printed["inplace"] is True and printed["dtype"] == "half"
+    assert [r["op"] for r in printed["rows"]] == ["all_gather"] * 3 + ["reduce_scatter"] * 3 + [
+        "all_reduce"
+    ] * 3
+    assert all(r["wrong"] == 0 for r in printed["rows"])
+    assert printed["rows"][0]["dtype"] == "half" and printed["rows"][0]["count"] == 16
+
+
+def test_under_syncpace_run_the_bench_lands_in_the_armed_directory(tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "syncpace", "run", "--out", str(out), "--quiet", "--",
+         sys.executable, "-m", "syncpace", "bench", "--nproc", "2", "sendrecv",
+         "-b", "1K", "-e", "1K", "-n", "2", "-w", "1", "--no-pairs",
+         "--out", str(tmp_path / "ignored")],
+        capture_output=True, text=True, timeout=TIMEOUT,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert not (tmp_path / "ignored").exists()
+    assert [r["op"] for r in load_bench(out)["rows"]] == ["sendrecv"]
+    trace = load_trace(out)
+    assert set(trace.events["op"].unique()) == {"send", "recv"}
