@@ -17,6 +17,8 @@ import time
 from pathlib import Path
 
 from syncpace.config import add_flags, from_flags, to_env
+from syncpace.control.config import ControllerConfig
+from syncpace.control.policy import PacingConfig
 from syncpace.errors import ConfigError
 from syncpace.trace import schema
 from syncpace.trace.config import TraceConfig
@@ -41,6 +43,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--quiet", action="store_true", help="do not print the trace summary")
     add_flags(parser, TraceConfig, skip=("dir", "clock_skew_ns"))
+    add_flags(parser, ControllerConfig)
+    add_flags(parser, PacingConfig, skip=("strategy",))
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS…]")
     parser.set_defaults(func=run)
 
@@ -63,10 +67,14 @@ def prepare_run_dir(out: str | None, overwrite: bool) -> Path:
 
 
 def traced_env(
-    run_dir: Path, config: TraceConfig, base: dict[str, str] | None = None
+    run_dir: Path, config: TraceConfig, base: dict[str, str] | None = None, *extra: object
 ) -> dict[str, str]:
+    """The environment that arms the tracer (and, with ``extra`` configs such as a
+    ControllerConfig, the pacer) in every rank the command starts."""
     env = dict(os.environ if base is None else base)
     env.update(to_env(config))
+    for settings in extra:
+        env.update(to_env(settings))
     env["SYNCPACE_DIR"] = str(run_dir)
     path = env.get("PYTHONPATH", "")
     env["PYTHONPATH"] = str(BOOTSTRAP_DIR) + (os.pathsep + path if path else "")
@@ -79,10 +87,13 @@ def run(args: argparse.Namespace) -> int:
         command = command[1:]
     if not command:
         raise ConfigError("no command given: syncpace run [--out DIR] -- COMMAND [ARGS…]")
-    config = from_flags(TraceConfig, args)  # bad values fail before anything is created
+    # Bad values fail before anything is created.
+    config = from_flags(TraceConfig, args)
+    controller = from_flags(ControllerConfig, args)
+    pacing = from_flags(PacingConfig, args)
     run_dir = prepare_run_dir(args.out, args.overwrite)
     config = dataclasses.replace(config, dir=str(run_dir))
-    code = run_command(command, traced_env(run_dir, config))
+    code = run_command(command, traced_env(run_dir, config, None, controller, pacing))
     print(f"syncpace run: trace in {run_dir}", file=sys.stderr)
     if not args.quiet and any(run_dir.glob(f"rank-*{schema.META_SUFFIX}")):
         from syncpace.cli.trace_info import print_summary

@@ -53,6 +53,18 @@ def print_summary(summary: TraceSummary, console: Console | None = None) -> None
         + ("unknown" if unc is None else f"{unc / 1e3:.1f} µs")
         + (f", unaligned ranks {clock['unaligned_ranks']}" if clock["unaligned_ranks"] else "")
     )
+    if summary.pacing is not None:
+        p = summary.pacing
+        ab = p["ab_state"] or "off"
+        if p["ab_confidence"] is not None:
+            ab += f" (confidence {p['ab_confidence']:.2f}, gain {p['ab_throughput_gain']:+.1%})"
+        console.print(
+            f"pacing: {p['policy']}, {p['fraction_paced']:.0%} of steps paced, delay total "
+            f"{p['delay_sum_s'] * 1e3:.1f} ms, max {p['delay_max_s'] * 1e3:.1f} ms "
+            f"(bound {p['bound_s'] * 1e3:.0f} ms); A/B: {ab}"
+        )
+        for error in p["errors"]:
+            console.print(f"[yellow]pacing stopped:[/] {error}")
     for warning in summary.warnings:
         console.print(f"[yellow]warning:[/] {warning}")
 

@@ -136,7 +136,8 @@ class TracingProcessGroup(dist.ProcessGroup):
         seq: int,
     ) -> Any:
         recorder = self._recorder
-        enter = recorder.now()
+        # The first call of a step is its sync point: arrival noted, pacing applied.
+        enter = recorder.now() if recorder.arrival_step == recorder.step else recorder.arrive()
         work = getattr(self._inner, method)(*args, **kwargs)
         return recorder.completed(
             work,

@@ -24,6 +24,7 @@ class TraceSummary:
     clock: dict[str, Any]
     unfinished_ranks: list[int]
     dropped_events: int
+    pacing: dict[str, Any] | None
     warnings: list[str]
 
     def to_json(self) -> dict[str, Any]:
@@ -66,6 +67,7 @@ def summarize(trace: Trace) -> TraceSummary:
         clock=_clock_summary(trace),
         unfinished_ranks=[r for r, m in trace.meta.items() if not m.get("finished", False)],
         dropped_events=sum(int(m.get("dropped_events", 0) or 0) for m in trace.meta.values()),
+        pacing=pacing_summary(trace),
         warnings=list(trace.warnings),
     )
 
@@ -84,4 +86,29 @@ def _clock_summary(trace: Trace) -> dict[str, Any]:
         "max_abs_offset_ns": max((abs(v) for v in offsets.values()), default=0),
         "max_uncertainty_ns": max(uncertainties.values(), default=None),
         "unaligned_ranks": sorted(failed),
+    }
+
+
+def pacing_summary(trace: Trace) -> dict[str, Any] | None:
+    """The pacer's account of the run: policy, how much it delayed, within what bound,
+    and the A/B verdict. ``None`` when the run was not paced."""
+    per_rank = [m["pacing"] for m in trace.meta.values() if isinstance(m.get("pacing"), dict)]
+    if not per_rank:
+        return None
+    steps = trace.steps
+    paced = int((steps["pacing_delay_ns"] > 0).sum()) if steps.height else 0
+    first = per_rank[0]
+    ab = first.get("ab") or {}
+    return {
+        "policy": first.get("policy"),
+        "fraction_paced": paced / steps.height if steps.height else 0.0,
+        "delay_sum_s": float(steps["pacing_delay_ns"].sum() or 0) / 1e9 if steps.height else 0.0,
+        "delay_max_s": max(float(p.get("delay_max_s") or 0) for p in per_rank),
+        "bound_s": max(float(p.get("policy_config", {}).get("max_delay_s") or 0) for p in per_rank),
+        "bound_fraction": first.get("policy_config", {}).get("max_delay_fraction"),
+        "ab_state": first.get("ab_state"),
+        "ab_confidence": ab.get("confidence"),
+        "ab_throughput_gain": ab.get("throughput_gain"),
+        "enabled_ranks": sum(1 for p in per_rank if p.get("enabled")),
+        "errors": sorted({p["error"] for p in per_rank if p.get("error")}),
     }

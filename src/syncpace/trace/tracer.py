@@ -11,20 +11,28 @@ from __future__ import annotations
 
 import atexit
 import logging
+import math
 import os
 import signal
 import threading
+import time
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from syncpace import __version__
 from syncpace.config import from_env
+from syncpace.control.config import ControllerConfig
+from syncpace.control.policy import PacingConfig
+from syncpace.errors import ConfigError
 from syncpace.trace.clock import ClockSync, LocalClock, OffsetEstimate
 from syncpace.trace.config import TraceConfig
 from syncpace.trace.host import device_facts, rank_facts
 from syncpace.trace.work import TimedWork
 from syncpace.trace.writer import RankTraceWriter
+
+if TYPE_CHECKING:
+    from syncpace.control.controller import PacingController
 
 log = logging.getLogger("syncpace")
 
@@ -38,7 +46,12 @@ def warn_once(key: str, message: str, *args: Any) -> None:
 
 
 class Tracer:
-    def __init__(self, config: TraceConfig) -> None:
+    def __init__(
+        self,
+        config: TraceConfig,
+        controller_config: ControllerConfig | None = None,
+        pacing_config: PacingConfig | None = None,
+    ) -> None:
         self.config = config
         self.clock = LocalClock(config.clock_skew_ns)
         self.now = self.clock.now
@@ -57,6 +70,11 @@ class Tracer:
         self._last_boundary = 0
         self._manual_steps = False
         self._lock = threading.Lock()
+        self.controller_config = controller_config or ControllerConfig()
+        self.pacing_config = pacing_config or PacingConfig()
+        self.controller: PacingController | None = None
+        self.arrival_step = -1
+        self._arrival_ns = 0
 
     # Process groups --------------------------------------------------------------
     def on_group(self, name: str, ranks: list[int], backend: str) -> None:
@@ -73,7 +91,8 @@ class Tracer:
         meta.update(
             tool_version=__version__,
             backend=backend,
-            source="torch",
+            source="fabric" if os.environ.get("SYNCPACE_FABRIC") else "torch",
+            fabric_host=os.environ.get("SYNCPACE_FABRIC_HOST"),
             groups=self.groups,
             config=_config_json(self.config),
             clock=self._clock_meta,
@@ -100,10 +119,42 @@ class Tracer:
         self._last_boundary = self.now()
         self.writer.update_meta(started_ns=self._last_boundary + self._offset_ns)
         self._clock_sync.start_periodic()
+        self._start_controller(store, rank, world_size)
         atexit.register(self.close)
         _install_sigterm(self)
         if self.config.step_hook:
             _install_step_hook(self)
+
+    def _start_controller(self, store: Any, rank: int, world_size: int) -> None:
+        config = self.controller_config
+        if (config.pace == "off" and not config.log_every) or world_size < 2:
+            return
+        try:
+            from syncpace.control.channel import GatherChannel
+            from syncpace.control.controller import PacingController
+
+            channel = GatherChannel(store, rank, world_size, 2, config.channel_timeout_s)
+            self.controller = PacingController(
+                config, self.pacing_config, rank, world_size, channel
+            )
+        except Exception as exc:  # the job runs unpaced
+            warn_once("controller", "pacing disabled: cannot open its channel: %s", exc)
+
+    # Sync points -------------------------------------------------------------------
+    def arrive(self) -> int:
+        """First collective of the current step: note the arrival, apply any pacing delay.
+
+        Returns the time the call is issued (after the delay)."""
+        self.arrival_step = self.step
+        now = self._arrival_ns = self.now()
+        controller = self.controller
+        if controller is not None:
+            delay = controller.delay_for(self.step)
+            if delay > 0:
+                time.sleep(delay)
+                self.pacing_delay_ns += int(delay * 1e9)
+                now = self.now()
+        return now
 
     def _on_clock(self, estimate: OffsetEstimate | None, error: str | None) -> None:
         if estimate is not None:
@@ -143,18 +194,27 @@ class Tracer:
             return
         with self._lock:
             end = self.now()
-            writer.add_step((self.rank, self.step, self._last_boundary, end, self.pacing_delay_ns))
+            step, start = self.step, self._last_boundary
+            writer.add_step((self.rank, step, start, end, self.pacing_delay_ns))
             self.pacing_delay_ns = 0
             self.step += 1
             self._last_boundary = end
+        controller = self.controller
+        if controller is not None:
+            arrived = self.arrival_step == step
+            arrival_s = (self._arrival_ns + self._offset_ns) / 1e9 if arrived else math.nan
+            controller.on_step_end(step, arrival_s, (end - start) / 1e9)
 
     def close(self) -> None:
         if self._clock_sync is not None:
             self._clock_sync.stop()
         writer, self.writer = self.writer, None
         if writer is not None:
+            final = {}
+            if self.controller is not None:
+                final["pacing"] = self.controller.summary()
             try:
-                writer.close()
+                writer.close(**final)
             except Exception as exc:
                 warn_once("close", "closing the trace failed: %s", exc)
 
@@ -226,9 +286,21 @@ TRACER: Tracer | None = None
 
 
 def get_tracer(**overrides: Any) -> Tracer:
+    """The process's tracer; ``overrides`` are fields of TraceConfig, ControllerConfig
+    or PacingConfig (e.g. ``pace="early"``), on top of ``SYNCPACE_*`` variables."""
     global TRACER
     if TRACER is None:
-        TRACER = Tracer(from_env(TraceConfig, **overrides))
+        parts: list[dict[str, Any]] = [{}, {}, {}]
+        classes = (TraceConfig, ControllerConfig, PacingConfig)
+        for name, value in overrides.items():
+            for part, cls in zip(parts, classes, strict=True):
+                if name in cls.__dataclass_fields__:
+                    part[name] = value
+                    break
+            else:
+                raise ConfigError(f"attach(): unknown setting {name!r}")
+        configs = [from_env(cls, **part) for cls, part in zip(classes, parts, strict=True)]
+        TRACER = Tracer(*configs)
     return TRACER
 
 

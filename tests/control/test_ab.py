@@ -1,0 +1,40 @@
+from __future__ import annotations
+
+import numpy as np
+
+from syncpace.control.ab import ABGuard
+
+
+def feed(guard: ABGuard, on_time: float, off_time: float, active: bool = True, steps: int = 200):
+    rng = np.random.default_rng(0)
+    for step in range(steps):
+        arm_on = (step // guard.window) % 2 == 0
+        t = (on_time if arm_on else off_time) * (1 + 0.01 * rng.standard_normal())
+        guard.observe(step, t, active)
+    return guard
+
+
+def test_faster_paced_windows_keep_pacing():
+    guard = feed(ABGuard(10, 2, 5, 0.9, 2), on_time=0.095, off_time=0.100)
+    assert guard.state == "helps"
+    assert guard.pacing_allowed(10_000) is True
+    v = guard.verdict()
+    assert v.throughput_gain > 0.03 and v.confidence > 0.99
+
+
+def test_no_difference_turns_pacing_off():
+    guard = feed(ABGuard(10, 2, 4, 0.9, 2), on_time=0.1, off_time=0.1)
+    assert guard.state in ("no_help", "helps")  # noise could favour either side ...
+    guard = feed(ABGuard(10, 2, 4, 0.9, 2), on_time=0.105, off_time=0.1)
+    assert guard.state == "no_help"  # ... but slower paced windows never keep pacing
+    assert guard.pacing_allowed(10_000) is False
+
+
+def test_policy_never_active_means_not_needed():
+    guard = feed(ABGuard(10, 2, 4, 0.9, 2), 0.1, 0.1, active=False)
+    assert guard.state == "not_needed"
+
+
+def test_windows_alternate_while_probing():
+    guard = ABGuard(4, 2, 4, 0.9, 1)
+    assert [guard.pacing_allowed(s) for s in range(10)] == [True] * 4 + [False] * 4 + [True] * 2
