@@ -16,7 +16,7 @@ from syncpace import __version__
 from syncpace.errors import SyncpaceError
 
 #: Verb modules, in the order ``syncpace --help`` lists them.
-VERBS = ("demo", "run", "trace_info", "diagnose", "report", "export", "fabric", "bench")
+VERBS = ("demo", "run", "trace_info", "diagnose", "report", "export", "fabric", "bench", "simulate")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,199 @@
+"""The simulation loop: iterations of DDP-like steps on a simulated cluster.
+
+Per iteration, vectorised over ranks: each rank starts where its previous step ended
+(plus the pacer's delay, slept at the start of the step), computes (noise, far-GPU
+penalty, neighbours' interference), issues its buckets during its last backward, and
+each bucket's collective runs once its last rank has issued it and the previous one is
+done (one stream). Every rank sees the collective end at the same time plus a few µs of
+completion jitter: in a ring with ``2(n-1) >= n - 1`` steps the per-rank recurrence
+``t[r, k] = max(t[r, k-1], t[r-1, k-1]) + step`` makes every rank finish one full
+transfer after the last arrival (see :func:`ring_exits`). The optimizer follows; the
+pacing policy sees each rank's arrival at the synchronisation point and answers with
+delays for the next step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from syncpace.config import setting
+from syncpace.control.policy import PacingConfig, PacingPolicy
+from syncpace.errors import ConfigError
+from syncpace.sim.analytical import AnalyticalNetwork
+from syncpace.sim.collectives import plan
+from syncpace.sim.flownet import FlowNetwork
+from syncpace.sim.interference import InterferenceSpec, stretch
+from syncpace.sim.network import NetworkSpec
+from syncpace.sim.noise import NoiseSpec, draw
+from syncpace.sim.topology import Topology, TopologySpec
+from syncpace.sim.workload import WorkloadSpec
+
+
+@dataclass(kw_only=True, slots=True)
+class RunSpec:
+    steps: int = setting(200, "Iterations to simulate.")
+    seed: int = setting(0, "Seed of every random draw (noise, placement, traffic).")
+    warmup: int = setting(10, "Iterations left out of the summary statistics.")
+    record_events: bool = setting(True, "Keep per-rank collective times (needed for traces).")
+
+    def __post_init__(self) -> None:
+        if self.steps < 1 or self.warmup < 0 or self.warmup >= self.steps:
+            raise ConfigError(
+                f"need steps >= 1 and 0 <= warmup < steps ({self.steps}, {self.warmup})"
+            )
+
+
+@dataclass(kw_only=True)
+class SimConfig:
+    """Everything one simulated run depends on."""
+
+    name: str = "sim"
+    topology: TopologySpec = field(default_factory=TopologySpec)
+    workload: WorkloadSpec = field(default_factory=WorkloadSpec)
+    noise: NoiseSpec = field(default_factory=NoiseSpec)
+    network: NetworkSpec = field(default_factory=NetworkSpec)
+    interference: InterferenceSpec = field(default_factory=InterferenceSpec)
+    pacing: PacingConfig | None = None
+    run: RunSpec = field(default_factory=RunSpec)
+
+    def replace(self, **sections: Any) -> SimConfig:
+        return dataclasses.replace(self, **sections)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if dataclasses.is_dataclass(value):
+                out[f.name] = {
+                    k.name: _plain(getattr(value, k.name)) for k in dataclasses.fields(value)
+                }
+        out["pacing"] = out.get("pacing")
+        return out
+
+
+def _plain(v: Any) -> Any:
+    return list(v) if isinstance(v, tuple) else v
+
+
+@dataclass(frozen=True)
+class SimResult:
+    config: SimConfig
+    topology: Topology
+    start_s: np.ndarray  # (I, R) step starts
+    end_s: np.ndarray  # (I, R) step ends
+    delay_s: np.ndarray  # (I, R) pacing delay slept in that step
+    enter_s: np.ndarray | None  # (I, K, R) bucket issue times
+    exit_s: np.ndarray | None  # (I, K, R) bucket completion times
+    bucket_bytes: np.ndarray  # (K,)
+    comm_s: np.ndarray  # (I, K) collective durations
+    pacing_active: np.ndarray  # (I,) bool
+
+    @property
+    def world_size(self) -> int:
+        return self.start_s.shape[1]
+
+    def iteration_s(self) -> np.ndarray:
+        """Global iteration times: between consecutive boundaries (the last rank's end)."""
+        bound = self.end_s.max(axis=1)
+        first = self.start_s[0].min()
+        return np.diff(np.r_[first, bound])
+
+    def summary(self) -> dict[str, float]:
+        it = self.iteration_s()[self.config.run.warmup :]
+        mean = float(it.mean())
+        samples = self.world_size * self.config.workload.samples_per_rank
+        return {
+            "world_size": self.world_size,
+            "nodes": self.config.topology.nodes,
+            "iteration_ms": mean * 1e3,
+            "cv": float(it.std() / mean) if mean > 0 else 0.0,
+            "p50_ms": float(np.percentile(it, 50)) * 1e3,
+            "p99_ms": float(np.percentile(it, 99)) * 1e3,
+            "throughput": samples / mean if mean > 0 else 0.0,
+            "comm_ms": float(self.comm_s[self.config.run.warmup :].sum(axis=1).mean()) * 1e3,
+            "pacing_on_share": float(self.pacing_active[self.config.run.warmup :].mean()),
+        }
+
+
+def ring_exits(starts: np.ndarray, step_s: float, steps: int) -> np.ndarray:
+    """Per-rank end of a ring of ``steps`` steps by the recurrence
+    ``t[r, k] = max(t[r, k-1], t[r-1, k-1]) + step``, in closed form: rank r ends at
+    ``steps * step`` after the latest start among the ``steps + 1`` ranks before it."""
+    n = starts.size
+    window = min(steps, n - 1)
+    if window >= n - 1:
+        return np.full(n, starts.max() + steps * step_s)
+    best = starts.copy()
+    for j in range(1, window + 1):
+        best = np.maximum(best, np.roll(starts, j))
+    return best + steps * step_s
+
+
+def simulate(cfg: SimConfig, progress: Any = None) -> SimResult:
+    topo_spec, wl, run = cfg.topology, cfg.workload, cfg.run
+    topo = Topology(topo_spec, seed=run.seed)
+    iters, gpus, world = run.steps, topo_spec.gpus_per_node, topo_spec.world_size
+    sizes = wl.bucket_bytes()
+    ranks = np.arange(world)
+    plans = [plan(wl.op, cfg.network.algorithm, int(b), ranks, gpus) for b in sizes]
+    noise = draw(cfg.noise, iters, topo_spec.nodes, gpus, run.seed)
+    far = np.tile(topo.far, topo_spec.nodes) * topo_spec.far_compute_penalty
+    if cfg.network.tier == "analytical":
+        comm = AnalyticalNetwork(topo, cfg.network, iters, run.seed).durations(plans)
+        flow = None
+    else:
+        comm = np.zeros((iters, sizes.size))
+        flow = FlowNetwork(topo, cfg.network, run.seed)
+    policy = None
+    if cfg.pacing is not None and cfg.pacing.strategy != "off":
+        policy = PacingPolicy(cfg.pacing, world)
+    rng = np.random.default_rng(np.random.SeedSequence([run.seed, 303]))
+    frac = wl.ready_fraction()
+    bwd_last = wl.bwd_ms * 1e-3
+    start = np.zeros((iters, world))
+    end = np.zeros((iters, world))
+    delay_s = np.zeros((iters, world))
+    active = np.zeros(iters, dtype=bool)
+    record = run.record_events
+    enter = np.zeros((iters, sizes.size, world)) if record else None
+    exits = np.zeros((iters, sizes.size, world)) if record else None
+    prev_end = np.zeros(world)
+    prev_bound = 0.0
+    delay = np.zeros(world)
+    jitter = cfg.network.exit_jitter_us * 1e-6
+    for i in range(iters):
+        work = wl.compute_s * noise.mult[i] * (1.0 + far) + noise.stall_s[i]
+        # The pacer's delay is slept before the rank's first collective (inside backward,
+        # which it blocks): its whole tail shifts; asleep, the rank does not poll.
+        begin = prev_end + delay
+        ready = stretch(begin + work, gpus, cfg.interference)
+        # the last backward stretches with the whole step's compute
+        last_bwd = bwd_last * noise.mult[i] * (ready - begin) / np.maximum(work, 1e-12)
+        first_issue = ready - last_bwd * (1.0 - frac[0])
+        free = 0.0
+        for k in range(sizes.size):
+            issue = ready - last_bwd * (1.0 - frac[k])
+            s = max(float(issue.max()), free)
+            if flow is not None:
+                comm[i, k] = flow.run(plans[k], s, salt=i * sizes.size + k)
+            free = s + comm[i, k]
+            done = free + rng.uniform(0.0, jitter, world)
+            if record:
+                enter[i, k], exits[i, k] = issue, done
+        finish = np.maximum(ready, done if sizes.size else ready)
+        end[i] = finish + wl.opt_ms * 1e-3 * noise.mult[i]
+        start[i], delay_s[i] = prev_end, delay
+        bound = float(end[i].max())
+        if policy is not None:
+            # as the live controller: arrival at the first collective, before the delay
+            decision = policy.observe(first_issue - delay, bound - prev_bound)
+            active[i] = decision.active
+            delay = decision.delays_s
+        prev_end, prev_bound = end[i], bound
+        if progress is not None:
+            progress(i + 1, iters)
+    return SimResult(cfg, topo, start, end, delay_s, enter, exits, sizes, comm, active)

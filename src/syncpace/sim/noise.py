@@ -1,0 +1,111 @@
+"""Per-rank compute noise over (iterations x ranks), seeded and reproducible.
+
+Every source draws from its own child of one ``SeedSequence``, so switching one source
+on or off leaves the draws of the others unchanged. Two outputs:
+
+* ``mult`` — a multiplier of each rank's compute time in each iteration: persistent
+  per-rank speed spread, per-iteration jitter (lognormal or heavy-tailed), persistent
+  slow nodes, thermal-throttling episodes of a whole node;
+* ``stall_s`` — additive stalls: OS-noise bursts and data-loader hiccups.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from syncpace.config import setting
+from syncpace.errors import ConfigError
+
+DISTRIBUTIONS = ("lognormal", "pareto")
+
+
+@dataclass(kw_only=True, slots=True)
+class NoiseSpec:
+    jitter: float = setting(0.02, "Per-iteration compute jitter: lognormal sigma / tail scale.")
+    distribution: str = setting("lognormal", "Jitter: lognormal or pareto (heavy tail).")
+    tail_shape: float = setting(3.0, "pareto: shape a of the Lomax tail (a > 1).")
+    rank_spread: float = setting(0.0, "Persistent per-rank speed spread (lognormal sigma).")
+    slow_nodes: tuple[int, ...] = setting((), "Nodes that are persistently slow.")
+    slow_factor: float = setting(1.15, "Compute-time factor of a slow node.")
+    slow_ranks: tuple[int, ...] = setting((), "Single ranks that are persistently slow.")
+    os_burst_prob: float = setting(0.0, "Chance per rank and iteration of an OS-noise burst.")
+    os_burst_ms: float = setting(2.0, "Mean OS-noise burst (exponential), ms.")
+    throttle_rate: float = setting(
+        0.0, "Chance per node and iteration a throttling episode starts."
+    )
+    throttle_steps: float = setting(20.0, "Mean length of a throttling episode, iterations.")
+    throttle_factor: float = setting(1.3, "Compute-time factor while throttled.")
+    loader_prob: float = setting(0.0, "Chance per rank and iteration of a data-loader hiccup.")
+    loader_ms: float = setting(20.0, "Median data-loader hiccup (lognormal sigma 0.5), ms.")
+
+    def __post_init__(self) -> None:
+        if self.distribution not in DISTRIBUTIONS:
+            raise ConfigError(
+                f"noise distribution must be one of {', '.join(DISTRIBUTIONS)}, "
+                f"got {self.distribution!r}"
+            )
+        if self.tail_shape <= 1:
+            raise ConfigError(f"tail_shape must be > 1 (finite mean), got {self.tail_shape}")
+        for name in ("os_burst_prob", "throttle_rate", "loader_prob"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ConfigError(f"{name} must be a probability, got {getattr(self, name)}")
+        for name in ("jitter", "rank_spread", "os_burst_ms", "loader_ms"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.slow_factor <= 0 or self.throttle_factor <= 0 or self.throttle_steps < 1:
+            raise ConfigError("slow_factor, throttle_factor > 0 and throttle_steps >= 1 needed")
+        self.slow_nodes = tuple(int(n) for n in self.slow_nodes)
+        self.slow_ranks = tuple(int(r) for r in self.slow_ranks)
+
+
+@dataclass(frozen=True)
+class NoiseDraw:
+    mult: np.ndarray  # (I, R) compute-time multiplier
+    stall_s: np.ndarray  # (I, R) additive stall, seconds
+    throttled: np.ndarray  # (I, N) node throttled in that iteration
+
+
+def draw(spec: NoiseSpec, iterations: int, nodes: int, gpus: int, seed: int) -> NoiseDraw:
+    world = nodes * gpus
+    if any(n >= nodes for n in spec.slow_nodes) or any(r >= world for r in spec.slow_ranks):
+        raise ConfigError(f"slow node/rank outside the job ({nodes} nodes, {world} ranks)")
+    rng = [np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(6)]
+    shape = (iterations, world)
+    mult = np.ones(shape)
+    if spec.rank_spread:
+        mult *= rng[0].lognormal(0.0, spec.rank_spread, world)[None, :]
+    if spec.jitter:
+        if spec.distribution == "lognormal":
+            mult *= rng[1].lognormal(0.0, spec.jitter, shape)
+        else:
+            mult *= 1.0 + spec.jitter * rng[1].pareto(spec.tail_shape, shape)
+    node_factor = np.ones(nodes)
+    node_factor[list(spec.slow_nodes)] = spec.slow_factor
+    mult *= np.repeat(node_factor, gpus)[None, :]
+    if spec.slow_ranks:
+        mult[:, list(spec.slow_ranks)] *= spec.slow_factor
+    throttled = _episodes(rng[2], iterations, nodes, spec.throttle_rate, spec.throttle_steps)
+    mult *= np.where(np.repeat(throttled, gpus, axis=1), spec.throttle_factor, 1.0)
+    stall = np.zeros(shape)
+    if spec.os_burst_prob:
+        hit = rng[3].random(shape) < spec.os_burst_prob
+        stall += np.where(hit, rng[3].exponential(spec.os_burst_ms * 1e-3, shape), 0.0)
+    if spec.loader_prob:
+        hit = rng[4].random(shape) < spec.loader_prob
+        stall += np.where(hit, spec.loader_ms * 1e-3 * rng[4].lognormal(0.0, 0.5, shape), 0.0)
+    return NoiseDraw(mult, stall, throttled)
+
+
+def _episodes(rng: np.random.Generator, iterations: int, nodes: int, rate: float, mean: float):
+    """Boolean (I, N): episodes start with probability ``rate`` per node and iteration and
+    last a geometric number of iterations of mean ``mean``."""
+    out = np.zeros((iterations, nodes), dtype=bool)
+    if rate <= 0:
+        return out
+    starts = np.argwhere(rng.random((iterations, nodes)) < rate)
+    lengths = rng.geometric(1.0 / mean, len(starts))
+    for (i, n), length in zip(starts, lengths, strict=True):
+        out[i : i + length, n] = True
+    return out
