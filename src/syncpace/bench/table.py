@@ -58,9 +58,10 @@ def footer(rows: list[SizeRow]) -> list[str]:
 
 
 def pair_lines(m: PairMatrix, show: int = 5) -> list[str]:
+    rounds = f"{m.rounds} round" + ("s" if m.rounds != 1 else "")
     lines = [
         "#",
-        f"# point-to-point pairs: {m.world_size} ranks, {m.rounds} rounds"
+        f"# point-to-point pairs: {m.world_size} ranks, {rounds}"
         f"{' (one pair at a time)' if m.serial else ''}, {m.message_bytes} B messages, "
         f"median {m.median_gbps:.4g} GB/s, upper quartile {m.reference_gbps:.4g} GB/s",
     ]
