@@ -106,7 +106,10 @@ class AnalyticalNetwork:
         out = np.empty(rows.size)
         for lo in range(0, rows.size, _CHUNK):
             r = rows[lo : lo + _CHUNK]
-            free = np.where(up >= 0, 1.0 - self.bg[np.ix_(r, np.maximum(up, 0))], 1.0)
+            if self.bg.shape[1]:
+                free = np.where(up >= 0, 1.0 - self.bg[np.ix_(r, np.maximum(up, 0))], 1.0)
+            else:
+                free = np.ones((r.size, up.size))
             rate = np.minimum.reduceat(cap[None, :] * free, starts, axis=1)
             out[lo : lo + _CHUNK] = (biggest[owners][None, :] / rate).max(axis=1)
         return out

@@ -52,7 +52,9 @@ class TopologySpec:
     cores: int = setting(4, "fattree: core switches.")
     core_oversub: float = setting(1.0, "fattree: pod-to-core oversubscription.")
     cluster_nodes: int = setting(0, "Nodes of the whole cluster (0 = the job's nodes).")
-    placement: str = setting("contiguous", "Job nodes in the cluster: contiguous or scattered.")
+    placement: str = setting(
+        "contiguous", "Job nodes in the cluster: contiguous, or scattered (random, unordered)."
+    )
     ecmp: str = setting("static", "ECMP: static hash per connection, per_collective, ideal.")
     far_gpus: tuple[int, ...] = setting((), "Local ranks far from their NIC.")
     far_bw_factor: float = setting(0.5, "Share of the NIC rate a far GPU reaches.")
@@ -113,7 +115,9 @@ class Topology:
         total = max(s.cluster_nodes, s.nodes)
         if s.placement == "scattered" and total > s.nodes:
             rng = np.random.default_rng(self.seed + 7919)
-            self.site = np.sort(rng.choice(total, s.nodes, replace=False))
+            # the scheduler's free nodes, in the order it hands them out: rank order
+            # does not follow the leaves
+            self.site = rng.choice(total, s.nodes, replace=False)
         else:
             self.site = np.arange(s.nodes)
         self.cluster = total

@@ -1,0 +1,97 @@
+"""``syncpace simulate``: single runs, studies, scenario files and one-line errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from syncpace.cli.main import main
+from syncpace.sim import scenario
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "scenarios"
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(["simulate", *argv])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_single_run_writes_a_trace(tmp_path: Path, capsys) -> None:
+    code, out, _ = run(capsys, "--nodes", "2", "--gpus-per-node", "4", "--steps", "20",
+                       "--out", str(tmp_path / "t"), "--json")  # fmt: skip
+    assert code == 0
+    payload = json.loads(out)
+    assert payload["summary"]["world_size"] == 8
+    assert (tmp_path / "t" / "rank-00007.meta.json").exists()
+
+
+def test_study_json_has_both_arms(capsys) -> None:
+    code, out, _ = run(capsys, "--nodes", "2,4", "--topology", "leafspine", "--oversub", "3",
+                       "--steps", "30", "--pace", "early", "--json")  # fmt: skip
+    assert code == 0
+    rows = json.loads(out)["rows"]
+    assert [(r["nodes"], r["pacing"]) for r in rows] == [
+        (2, False),
+        (4, False),
+        (2, True),
+        (4, True),
+    ]
+    assert rows[0]["speedup"] == 1.0 and rows[0]["efficiency"] == 1.0
+    assert all({"throughput", "cv", "p99_ms", "pacing_gain"} <= set(r) for r in rows)
+
+
+def test_study_table_and_plot(tmp_path: Path, capsys) -> None:
+    pytest.importorskip("plotly")
+    plot = tmp_path / "study.html"
+    code, out, _ = run(capsys, "--nodes", "1,2", "--steps", "20", "--plot", str(plot))
+    assert code == 0 and "scaling study" in out
+    assert plot.stat().st_size > 100_000  # plotly.js inlined: works offline
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--topology", "torus"], "topology must be one of"),
+        (["--nodes", "4,x"], "--nodes expects integers"),
+        (["--pace", "sometimes"], "--pace must be one of"),
+        (["--set", "noise.jitterr=0.1"], "unknown keys ['jitterr']"),
+        (["--set", "nosuch.key=1"], "expected SECTION.KEY=VALUE"),
+        (["--scenario", "/nonexistent.toml"], "cannot read the scenario file"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(capsys, argv: list[str], message: str) -> None:
+    code, _, err = run(capsys, *argv)
+    assert code == 2
+    assert message in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[topology]\nkind = 'ring'\n", "topology must be one of"),
+        ("[topologyy]\nnodes = 2\n", "unknown section [topologyy]"),
+        ("[noise]\njitter = 'big'\n", "jitter must be a number"),
+        ("[topology\n", "not valid TOML"),
+        ("[study]\nnodes = [4, -1]\n", "nodes must be a list of positive integers"),
+    ],
+)
+def test_bad_scenario_file(tmp_path: Path, capsys, text: str, message: str) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    code, _, err = run(capsys, "--scenario", str(path))
+    assert code == 2 and message in err
+
+
+@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.toml")), ids=lambda p: p.stem)
+def test_example_scenarios_load(path: Path) -> None:
+    scen = scenario.load(path)
+    assert scen.config.name and scen.description
+
+
+def test_reference_study_scenario_is_the_reference_setting() -> None:
+    scen = scenario.load(EXAMPLES / "reference_study.toml")
+    assert scen.study_nodes == (4, 8, 16, 32, 64) and scen.study_pace
+    assert scen.config.topology.kind == "leafspine" and scen.config.topology.oversub == 3
