@@ -325,11 +325,6 @@ def test_a_background_flow_shows_in_the_trace(contended_run):
     assert during > 1.3 * before
 
 
-@pytest.mark.xfail(
-    reason="the 'fabric_contention' detector does not fire on this run yet (inflation ~1.5x, "
-    "see the report); kept to track the analysis",
-    strict=False,
-)
 def test_a_background_flow_is_diagnosed_as_contention(contended_run):
     from syncpace.analysis.api import analyze
 

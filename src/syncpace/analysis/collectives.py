@@ -145,6 +145,16 @@ def _instances(
     hit = t.enter == t.last_enter
     last_rank = np.full(size, -1, dtype=np.int64)
     last_rank[idx[hit]] = t.rank[hit]
+    # How much of the last arriver's lateness it spent on its own since its previous
+    # call (compute, data loading) rather than inherited from a previous collective
+    # that ended late for it: own gap minus the smallest gap among the members.
+    gap = _own_gap(t)
+    has_gap = gap >= 0
+    min_gap = kernels.minimum(idx[has_gap], gap[has_gap], size) if has_gap.any() else None
+    late_own = np.full(size, -1, dtype=np.int64)
+    if min_gap is not None:
+        sel = hit & has_gap
+        late_own[idx[sel]] = gap[sel] - min_gap[idx[sel]]
     frame = pl.DataFrame(
         {
             "group": ev["group"].gather(first_row),
@@ -159,10 +169,27 @@ def _instances(
             "first_enter": first_enter,
             "last_enter": last_enter,
             "last_rank": last_rank,
+            "late_own_ns": late_own,
             "exit": np.where(exit_ >= 0, exit_, np.iinfo(np.int64).min),
         }
-    ).with_columns(exit=pl.when(pl.col("exit") >= 0).then(pl.col("exit")))
+    ).with_columns(
+        exit=pl.when(pl.col("exit") >= 0).then(pl.col("exit")),
+        late_own_ns=pl.when(pl.col("late_own_ns") >= 0).then(pl.col("late_own_ns")),
+    )
     return _derive(frame)
+
+
+def _own_gap(t: EventTimes) -> np.ndarray:
+    """Per event: time since the same rank's previous call completed (-1 when unknown)."""
+    gap = np.full(len(t.enter), -1, dtype=np.int64)
+    if len(t.enter) < 2:
+        return gap
+    order = np.lexsort((t.enter, t.rank))
+    same_rank = t.rank[order][1:] == t.rank[order][:-1]
+    prev_exit = t.exit[order][:-1]
+    ok = same_rank & (prev_exit >= 0)
+    gap[order[1:][ok]] = np.maximum(t.enter[order][1:][ok] - prev_exit[ok], 0)
+    return gap
 
 
 def _derive(inst: pl.DataFrame) -> pl.DataFrame:
