@@ -95,3 +95,21 @@ def test_reference_study_scenario_is_the_reference_setting() -> None:
     scen = scenario.load(EXAMPLES / "reference_study.toml")
     assert scen.study_nodes == (4, 8, 16, 32, 64) and scen.study_pace
     assert scen.config.topology.kind == "leafspine" and scen.config.topology.oversub == 3
+
+
+@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.toml")), ids=lambda p: p.stem)
+def test_example_scenarios_run(path: Path) -> None:
+    from syncpace.sim.engine import simulate
+
+    cfg = scenario.load(path).config
+    cfg = cfg.replace(run=type(cfg.run)(steps=6, warmup=1, seed=0, record_events=False))
+    assert simulate(cfg).summary()["iteration_ms"] > 0
+
+
+def test_study_writes_one_trace_per_run(tmp_path: Path, capsys) -> None:
+    code, _, _ = run(capsys, "--nodes", "1,2", "--gpus-per-node", "2", "--steps", "12",
+                     "--pace", "early", "--out", str(tmp_path), "--json")  # fmt: skip
+    assert code == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "nodes-1", "nodes-1-paced", "nodes-2", "nodes-2-paced"
+    ]  # fmt: skip

@@ -108,3 +108,26 @@ def test_ecmp_collision_and_ideal_spreading() -> None:
     collide = spines[0] == spines[1]
     assert times["static"] == pytest.approx(1e9 / (per_spine / (2 if collide else 1) * GB))
     assert times["ideal"] == pytest.approx(1e9 / (per_spine * GB))
+
+
+def test_per_collective_ecmp_rehashes_and_fattree_uses_the_core() -> None:
+    """Rehashing per collective changes which flows collide; cross-pod flows in a
+    fat-tree pay the core links, and the two tiers agree on an idle fabric."""
+    from syncpace.sim.collectives import plan
+
+    spec = dict(nodes=8, gpus_per_node=1, nics_per_node=1, nic_gbs=30.0, nodes_per_leaf=1,
+                spines=2, oversub=2.0)  # fmt: skip
+    p = plan("all_reduce", "ring", 64 << 20, np.arange(8), 1)
+    busy = {**spec, "nodes_per_leaf": 2}  # several flows per uplink: collisions can vary
+    topo = Topology(TopologySpec(kind="leafspine", ecmp="per_collective", **busy))
+    a2a = plan("all_to_all", "ring", 64 << 20, np.arange(8), 1)
+    times = AnalyticalNetwork(topo, NetworkSpec(), 20, 0).durations([a2a] * 3)
+    assert np.unique(times.round(9)).size > 1
+    tree = Topology(TopologySpec(kind="fattree", leaves_per_pod=2, cores=2, core_oversub=2.0,
+                                 **spec))  # fmt: skip
+    routes = tree.route(p.phases[0].src, p.phases[0].dst, np.zeros(8, dtype=int))
+    assert (routes[:, 6] >= 0).sum() == 4  # 4 pods, ring crosses each pod boundary once
+    from syncpace.sim.flownet import FlowNetwork
+
+    analytical = AnalyticalNetwork(tree, NetworkSpec(), 1, 0).durations([p])[0, 0]
+    assert FlowNetwork(tree, NetworkSpec(), 0).run(p, 0.0, 0) == pytest.approx(analytical)
