@@ -8,8 +8,12 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
+from rich.console import Console
 
 from multirank import check, join, run_ranks, start_ranks
+from syncpace.analysis.api import analyze
+from syncpace.report.html import render_html
+from syncpace.report.terminal import print_analysis
 from syncpace.trace import load_trace
 from syncpace.trace.summary import summarize
 
@@ -103,5 +107,13 @@ def test_ab_guard_reaches_a_verdict_and_reports_it(tmp_path):
     assert info["policy"] == "early" and info["ab_state"] == state
     assert 0 < info["fraction_paced"] < 1 and info["delay_max_s"] <= info["bound_s"]
     assert info["ab_confidence"] == ab["confidence"]
+    # diagnose and report show the pacer's account
+    analysis = analyze([trace])
+    assert analysis.runs[0].pacing["ab_state"] == state
+    console = Console(record=True, width=200)
+    print_analysis(analysis, console)
+    text = console.export_text()
+    assert "pacing (early):" in text and "A/B" in text
+    assert "pacing (early):" in render_html(analysis)
     if state == "no_help":  # pacing off after the verdict, on every rank
         assert trace.steps.filter(pl.col("step") >= 32)["pacing_delay_ns"].sum() == 0

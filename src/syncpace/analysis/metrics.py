@@ -9,6 +9,7 @@ import polars as pl
 
 from syncpace.analysis import collectives, iterations, locality, overlap
 from syncpace.trace.reader import Trace
+from syncpace.trace.summary import pacing_summary
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,7 @@ class RunMetrics:
     comm: dict[str, float]
     quality: dict[str, Any]
     group_nodes: dict[str, int]
+    pacing: dict[str, Any] | None = None  # the pacer's account, when the run was paced
 
     @property
     def iteration_ns(self) -> float:
@@ -67,6 +69,7 @@ class RunMetrics:
             "by_local_rank": _records(self.by_local_rank),
             "collectives_by_op": _records(_by_op(inst)),
             "quality": self.quality,
+            "pacing": self.pacing,
         }
 
 
@@ -111,6 +114,7 @@ def compute_metrics(trace: Trace, *, warmup_steps: int = 1) -> RunMetrics:
         comm=overlap.summary(ovl),
         quality=_quality(trace, inst, uncertainty, dropped),
         group_nodes=_group_nodes(trace.meta, place),
+        pacing=pacing_summary(trace),
     )
 
 

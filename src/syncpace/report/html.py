@@ -17,6 +17,7 @@ from typing import Any
 from syncpace import __version__
 from syncpace.analysis import Analysis, Finding
 from syncpace.errors import SyncpaceError
+from syncpace.report.terminal import pacing_line
 
 
 class ReportError(SyncpaceError):
@@ -87,7 +88,9 @@ def render_html(analysis: Analysis) -> str:
     runs = "".join(
         f"<li>{e(r.run)}: {r.world_size} ranks, source {e(r.source)}, iteration "
         f"{r.iteration_ns / 1e6:.2f} ms, CV {r.iteration.get('cv', 0):.3f}, network share "
-        f"{r.comm.get('network_share', 0):.0%}</li>"
+        f"{r.comm.get('network_share', 0):.0%}"
+        + (f"<br><span class='pacing'>{e(pacing_line(r.pacing))}</span>" if r.pacing else "")
+        + "</li>"
         for r in analysis.runs
     )
     findings = "".join(_finding_html(f, i) for i, f in enumerate(analysis.findings, 1))

@@ -21,6 +21,8 @@ def print_analysis(analysis: Analysis, console: Console | None = None, actions: 
             f"CV {it.get('cv', 0):.3f}), network share {run.comm.get('network_share', 0):.0%}, "
             f"exposed {run.comm.get('exposed_share', 0):.1%}"
         )
+        if run.pacing is not None:
+            console.print("  " + escape(pacing_line(run.pacing)))
     if len(analysis.scaling) > 1:
         points = ", ".join(
             f"{p.world_size}: strong {p.strong_efficiency:.0%} / weak {p.weak_efficiency:.0%}"
@@ -47,6 +49,28 @@ def print_analysis(analysis: Analysis, console: Console | None = None, actions: 
         for action in f.actions:
             console.print(f"  - {escape(action)}")
     console.print("[dim]busbw uses the nccl-tests factors, which assume a flat topology.[/]")
+
+
+def pacing_line(p: dict) -> str:
+    """One line on what the pacer did and whether the A/B guard found it helps."""
+    verdict = {
+        "helps": "kept on: paced steps were faster",
+        "no_help": "turned off: no measurable benefit",
+        "not_needed": "never needed (skew stayed low)",
+        "probing": "still probing",
+        None: "no A/B guard",
+    }.get(p.get("ab_state"), str(p.get("ab_state")))
+    confidence = p.get("ab_confidence")
+    gain = p.get("ab_throughput_gain")
+    detail = ""
+    if confidence is not None and gain is not None:
+        detail = f" (throughput {gain:+.1%} paced vs unpaced, confidence {confidence:.2f})"
+    stopped = f"; stopped: {p['errors'][0]}" if p.get("errors") else ""
+    return (
+        f"pacing ({p.get('policy')}): {p.get('fraction_paced', 0):.0%} of steps paced, "
+        f"max delay {p.get('delay_max_s', 0) * 1e3:.1f} ms (bound "
+        f"{p.get('bound_s', 0) * 1e3:.0f} ms); A/B {verdict}{detail}{stopped}"
+    )
 
 
 def _where(f: Finding) -> str:
