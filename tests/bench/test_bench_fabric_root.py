@@ -2,8 +2,9 @@
 rate, and a planted slow link found as the slowest pairs of the matrix.
 
 Rates are low (100 Mbit/s, a 20 Mbit/s slow link) and messages small, so the shapers,
-not the two CPUs, set the numbers; the fabric has a unique name and is removed in
-``finally``.
+not the two CPUs, set the numbers; the slow threshold is half the reference, since a
+loaded machine can cost a fast pair a third of its rate; the fabric has a unique name
+and is removed in ``finally``.
 """
 
 from __future__ import annotations
@@ -61,7 +62,8 @@ def test_all_reduce_busbw_approaches_the_link_rate(fabric, tmp_path):
 
 def test_a_slow_link_shows_as_the_slowest_pairs(fabric, tmp_path):
     bench = bench_on_fabric(
-        fabric, ["--pairs-only", "--pair-bytes", "256K", "--pair-iters", "3"],
+        fabric,
+        ["--pairs-only", "--pair-bytes", "512K", "--pair-iters", "4", "--slow-fraction", "0.5"],
         tmp_path / "run", faults=[parse_fault(f"rate h{SLOW}-sw 20mbit")], timeout_s=120,
     )  # fmt: skip
     m = bench["pairs"]
