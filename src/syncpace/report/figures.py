@@ -10,6 +10,7 @@ import plotly.graph_objects as go
 import polars as pl
 
 from syncpace.analysis import Analysis, RunMetrics
+from syncpace.report.extras import run_extras
 
 _MAX_HEATMAP_STEPS = 400  # columns; longer runs are binned so the page stays light
 _MAX_POINTS = 20_000  # scatter points; more are sampled (seeded)
@@ -160,8 +161,8 @@ def _sample(values: np.ndarray) -> np.ndarray:
     return values[_sample_index(len(values))]
 
 
-def all_figures(analysis: Analysis) -> list[tuple[str, go.Figure]]:
-    """(section title, figure) in page order."""
+def all_figures(analysis: Analysis) -> tuple[list[tuple[str, go.Figure]], list[str]]:
+    """(section title, figure) in page order, and notes on files that could not be shown."""
     figs = [
         ("Iteration time", iteration_timeline(analysis)),
         ("Iteration time CDF", step_cdf(analysis)),
@@ -172,4 +173,9 @@ def all_figures(analysis: Analysis) -> list[tuple[str, go.Figure]]:
     figs.append(("Bus bandwidth", busbw_vs_size(analysis)))
     if len(analysis.scaling) > 1:
         figs.append(("Scaling", scaling(analysis)))
-    return figs
+    notes: list[str] = []
+    for run in analysis.runs:
+        extra, extra_notes = run_extras(run.run)
+        figs.extend(extra)
+        notes.extend(extra_notes)
+    return figs, notes

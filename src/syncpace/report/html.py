@@ -78,7 +78,7 @@ def render_html(analysis: Analysis) -> str:
     except ImportError as exc:  # pragma: no cover - plotly is the [report] extra
         raise PlotlyMissing("the HTML report needs plotly: pip install 'syncpace[report]'") from exc
     e = html.escape
-    figures = all_figures(analysis)
+    figures, notes = all_figures(analysis)
     sections, scripts = [], []
     for i, (title, fig) in enumerate(figures):
         sections.append(f'<h2>{e(title)}</h2><div class="plot" id="plot-{i}"></div>')
@@ -114,6 +114,7 @@ def render_html(analysis: Analysis) -> str:
             "<p class='meta'>busbw uses the nccl-tests factors (all-reduce 2(n-1)/n; "
             "all-gather, reduce-scatter, all-to-all (n-1)/n; broadcast, reduce, send/recv 1), "
             "which assume a flat topology: on hierarchical fabrics compare like with like.</p>",
+            *(f"<p class='meta'>{e(note)}</p>" for note in notes),
             *sections,
             *scripts,
             f"<script>{draw}</script>",
