@@ -1,0 +1,28 @@
+"""syncpace.attach(pace=...) routes each setting to the right configuration."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+
+def run(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+
+
+def test_attach_splits_settings(tmp_path):
+    proc = run(
+        "import syncpace\n"
+        f"syncpace.attach({str(tmp_path)!r}, pace='target', hold=2, flush_interval_s=0.5)\n"
+        "from syncpace.trace.tracer import TRACER as t\n"
+        "print(t.controller_config.pace, t.pacing_config.hold, t.config.flush_interval_s,"
+        " t.config.dir)\n"
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["target", "2", "0.5", str(tmp_path)]
+
+
+def test_attach_rejects_unknown_setting(tmp_path):
+    proc = run(f"import syncpace\nsyncpace.attach({str(tmp_path)!r}, pase='early')\n")
+    assert proc.returncode != 0
+    assert "attach(): unknown setting 'pase'" in proc.stderr
