@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 
-def _env_int(name: str) -> int | None:
+def env_int(name: str) -> int | None:
     value = os.environ.get(name, "")
     return int(value) if value.lstrip("-").isdigit() else None
 
@@ -49,9 +49,9 @@ def rank_facts(rank: int, world_size: int, device: str) -> dict[str, Any]:
         "rank": rank,
         "world_size": world_size,
         "host": socket.gethostname(),
-        "node_rank": _env_int("GROUP_RANK"),
-        "local_rank": _env_int("LOCAL_RANK"),
-        "local_world_size": _env_int("LOCAL_WORLD_SIZE"),
+        "node_rank": env_int("GROUP_RANK"),
+        "local_rank": env_int("LOCAL_RANK"),
+        "local_world_size": env_int("LOCAL_WORLD_SIZE"),
         "pid": os.getpid(),
         "device": device,
     }

@@ -10,6 +10,7 @@ job: failures are logged once and tracing stops.
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import logging
 import math
 import os
@@ -27,7 +28,7 @@ from syncpace.control.policy import PacingConfig
 from syncpace.errors import ConfigError
 from syncpace.trace.clock import ClockSync, LocalClock, OffsetEstimate
 from syncpace.trace.config import TraceConfig
-from syncpace.trace.host import device_facts, rank_facts
+from syncpace.trace.host import device_facts, env_int, rank_facts
 from syncpace.trace.work import TimedWork
 from syncpace.trace.writer import RankTraceWriter
 
@@ -35,6 +36,9 @@ if TYPE_CHECKING:
     from syncpace.control.controller import PacingController
 
 log = logging.getLogger("syncpace")
+
+#: Clock estimates kept in the metadata (one every clock_interval_s).
+MAX_CLOCK_SAMPLES = 200
 
 _warned: set[str] = set()
 
@@ -84,7 +88,7 @@ class Tracer:
 
     def on_default_group(self, rank: int, world_size: int, store: Any, backend: str) -> None:
         self.rank = rank
-        device, device_extra = device_facts(_env_int("LOCAL_RANK"))
+        device, device_extra = device_facts(env_int("LOCAL_RANK"))
         meta = rank_facts(rank, world_size, device)
         meta["topology"].update({k: v for k, v in device_extra.items() if k == "numa_node"})
         meta.update({k: v for k, v in device_extra.items() if k != "numa_node"})
@@ -94,7 +98,7 @@ class Tracer:
             source="fabric" if os.environ.get("SYNCPACE_FABRIC") else "torch",
             fabric_host=os.environ.get("SYNCPACE_FABRIC_HOST"),
             groups=self.groups,
-            config=_config_json(self.config),
+            config=dataclasses.asdict(self.config),
             clock=self._clock_meta,
         )
         out = Path(self.config.dir or "syncpace-run")
@@ -161,7 +165,9 @@ class Tracer:
             self._offset_ns = estimate.offset_ns
             self._clock_meta["offset_ns"] = estimate.offset_ns
             self._clock_meta["uncertainty_ns"] = estimate.uncertainty_ns
-            self._clock_meta["samples"].append(estimate.to_json())
+            samples = self._clock_meta["samples"]
+            samples.append(estimate.to_json())
+            del samples[:-MAX_CLOCK_SAMPLES]  # a long run keeps its latest estimates
         if error is not None:
             self._clock_meta["error"] = error
         if self.writer is not None:
@@ -219,15 +225,6 @@ class Tracer:
                 warn_once("close", "closing the trace failed: %s", exc)
 
 
-def _env_int(name: str) -> int | None:
-    value = os.environ.get(name, "")
-    return int(value) if value.isdigit() else None
-
-
-def _config_json(config: TraceConfig) -> dict[str, Any]:
-    return {name: getattr(config, name) for name in config.__dataclass_fields__}
-
-
 def _clock_store_factory(store: Any, timeout_s: float) -> Any:
     """A factory of a dedicated client connection to the job's TCPStore, if there is one."""
     import torch.distributed as dist
@@ -267,12 +264,14 @@ def _install_sigterm(tracer: Tracer) -> None:
     if threading.current_thread() is not threading.main_thread():
         return
     previous = signal.getsignal(signal.SIGTERM)
+    if previous == signal.SIG_IGN:  # the job ignores SIGTERM: so do we
+        return
 
     def on_sigterm(signum: int, frame: Any) -> None:
         tracer.close()
         if callable(previous):
             previous(signum, frame)
-        elif previous != signal.SIG_IGN:
+        else:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGTERM)
 
@@ -301,6 +300,8 @@ def get_tracer(**overrides: Any) -> Tracer:
                 raise ConfigError(f"attach(): unknown setting {name!r}")
         configs = [from_env(cls, **part) for cls, part in zip(classes, parts, strict=True)]
         TRACER = Tracer(*configs)
+    elif overrides:
+        warn_once("reattach", "attach() ran before in this process; its first settings stay")
     return TRACER
 
 
