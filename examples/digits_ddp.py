@@ -1,0 +1,1 @@
+../src/syncpace/demo/digits_ddp.py
