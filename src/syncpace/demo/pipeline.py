@@ -1,113 +1,414 @@
-"""``syncpace demo``: a real traced DDP job with a planted straggler, explained.
+"""``syncpace demo``: a real DDP job with planted problems, traced, explained, paced and
+simulated at scale.
 
-Phases: run the job under ``syncpace run`` (4 gloo ranks on this machine, rank
-``slow_rank`` sleeping longer every step), summarise the trace, diagnose it and
-write the HTML report.
+Phases: (1) train the digits MLP on 4 gloo ranks under the tracer, with a planted
+straggler (rank ``slow_rank`` spends ``slow_ms`` more every step) and, across the
+emulated fabric when run as root, greedy flows over the spine from ``contention_step``
+on; (2) diagnose the trace; (3) train again with the pacer on under its A/B guard;
+(4) simulate the same job, calibrated from the trace, at 8-256 nodes with and without
+pacing; (5) write ``report.html`` (both runs) and ``scaling.html`` (the study).
 """
 
 from __future__ import annotations
 
-import socket
-import subprocess
-import sys
-from dataclasses import dataclass
+import dataclasses
+import os
+import shutil
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from syncpace.cli.run import prepare_run_dir, traced_env
 from syncpace.config import setting
 from syncpace.errors import SyncpaceError
-from syncpace.trace.config import TraceConfig
+
+SCENARIO = Path(__file__).resolve().parent / "scaling.toml"
 
 
 @dataclass(kw_only=True, slots=True)
 class DemoConfig:
-    out: str = setting("syncpace-demo", "Directory for the demo's trace and report.")
-    ranks: int = setting(4, "gloo ranks of the demo job (2..8).")
-    steps: int = setting(40, "Training iterations.")
-    compute_ms: float = setting(15.0, "Stand-in compute per step (sleep), every rank.")
-    slow_rank: int = setting(2, "The planted straggler's rank.")
-    slow_ms: float = setting(25.0, "Extra time the straggler spends every step.")
-    timeout_s: float = setting(300.0, "Bound on the training job's run time.")
+    out: str = setting("syncpace-demo", "Directory for the demo's traces and reports.")
+    fabric: bool = setting(
+        True, "As root, run across an emulated leaf-spine fabric (--no-fabric: on localhost)."
+    )
+    epochs: int = setting(4, "Passes over the digits training set (11 steps each).")
+    max_steps: int = setting(0, "Stop each training run after this many steps (0: all epochs).")
+    slow_rank: int = setting(2, "The planted straggler's rank (on the fabric: host h<rank>).")
+    slow_ms: float = setting(80.0, "Extra time the straggler spends every step.")
+    host_rate: str = setting("100mbit", "Fabric: rate of every host link.")
+    oversubscription: float = setting(2.0, "Fabric: leaf uplink oversubscription.")
+    contention_step: int = setting(3, "Fabric: step from which greedy flows cross the spine.")
+    pace: bool = setting(True, "Train a second time with pacing under its A/B guard.")
+    sim_nodes: str = setting("8,16,32,64,128,256", "Node counts of the simulated study.")
+    sim_steps: int = setting(200, "Simulated iterations per scale.")
+    timeout_s: float = setting(150.0, "Bound on each training run.")
 
     def __post_init__(self) -> None:
-        if not 2 <= self.ranks <= 8:
-            raise SyncpaceError(f"ranks must be in 2..8, got {self.ranks}")
-        if not 0 <= self.slow_rank < self.ranks:
-            raise SyncpaceError(f"slow_rank must be in 0..{self.ranks - 1}, got {self.slow_rank}")
-        if self.steps < 5:
-            raise SyncpaceError(f"steps must be >= 5, got {self.steps}")
+        if not 0 <= self.slow_rank < 4:
+            raise SyncpaceError(f"slow_rank must be in 0..3, got {self.slow_rank}")
+        if self.epochs < 1 or self.max_steps < 0:
+            raise SyncpaceError("epochs must be >= 1 and max_steps >= 0")
+        if 0 < self.max_steps < 12:
+            raise SyncpaceError(f"max_steps must be 0 or >= 12, got {self.max_steps}")
+        try:
+            nodes = [int(n) for n in self.sim_nodes.split(",") if n.strip()]
+        except ValueError as exc:
+            raise SyncpaceError(
+                f"sim_nodes: integers like 8,64,256, got {self.sim_nodes!r}"
+            ) from exc
+        if not nodes or min(nodes) < 2:
+            raise SyncpaceError(f"sim_nodes: node counts >= 2, got {self.sim_nodes!r}")
+
+    @property
+    def nodes(self) -> list[int]:
+        return sorted({int(n) for n in self.sim_nodes.split(",") if n.strip()})
+
+    @property
+    def steps(self) -> int:
+        per_epoch = 11  # 1,437 training images, 4 ranks, 32 per rank and step
+        total = per_epoch * self.epochs
+        return min(total, self.max_steps) if self.max_steps else total
 
 
 @dataclass(frozen=True)
 class DemoResult:
+    out: Path
     trace_dir: Path
+    paced_dir: Path | None
     report: Path | None
-    top_modes: tuple[str, ...]
-    named_ranks: tuple[int, ...]
+    on_fabric: bool
+    modes: tuple[str, ...]
+    straggler_ranks: tuple[int, ...]
+    straggler_nodes: tuple[str, ...]
+    contention_found: bool
+    pacing: dict[str, Any] | None
+    iteration_ms: float = 0.0
+    study: list[dict[str, Any]] = field(default_factory=list)
+    notes: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        out = {k.name: getattr(self, k.name) for k in dataclasses.fields(self)}
+        return {k: str(v) if isinstance(v, Path) else v for k, v in out.items()}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def run_job(config: DemoConfig, trace_dir: Path) -> None:
-    command = [
-        sys.executable, "-m", "torch.distributed.run",
-        "--nproc-per-node", str(config.ranks), "--master-port", str(_free_port()),
-        "-m", "syncpace.demo.ddp_train",
-        "--steps", str(config.steps), "--compute-ms", str(config.compute_ms),
-        "--slow-rank", str(config.slow_rank), "--slow-ms", str(config.slow_ms),
-    ]  # fmt: skip
-    env = traced_env(trace_dir, TraceConfig(dir=str(trace_dir)))
-    try:
-        proc = subprocess.run(
-            command, env=env, capture_output=True, text=True, timeout=config.timeout_s
-        )
-    except subprocess.TimeoutExpired as exc:
-        raise SyncpaceError(f"the demo job did not finish within {config.timeout_s:.0f}s") from exc
-    if proc.returncode != 0:
-        tail = proc.stderr.strip().splitlines()[-1:] or ["(no output)"]
-        raise SyncpaceError(f"the demo job failed (exit {proc.returncode}): {tail[0]}")
+def can_use_fabric() -> str | None:
+    """None when the fabric can be built here, else why not."""
+    if os.geteuid() != 0:
+        return "not root"
+    missing = [tool for tool in ("ip", "tc") if shutil.which(tool) is None]
+    if missing:
+        return f"{' and '.join(missing)} not installed"
+    return None
 
 
 def run_demo(config: DemoConfig, console: Console | None = None) -> DemoResult:
-    from syncpace.analysis.api import analyze
-    from syncpace.cli.trace_info import print_summary
-    from syncpace.report.terminal import print_analysis
-    from syncpace.trace.reader import load_trace
-    from syncpace.trace.summary import summarize
+    from syncpace.demo.job import DemoFabric, FabricSettings
 
     console = console or Console()
     out = Path(config.out).resolve()
-    trace_dir = prepare_run_dir(str(out / "trace"), overwrite=True)
-    with console.status(
-        f"[1/3] training a DDP model on {config.ranks} gloo ranks, traced "
-        f"(rank {config.slow_rank} is a planted straggler)…"
-    ):
-        run_job(config, trace_dir)
-    trace = load_trace(trace_dir)
-    print_summary(summarize(trace), console)
-    with console.status("[2/3] diagnosing…"):
-        analysis = analyze([trace])
-    print_analysis(analysis, console)
-    report = None
-    with console.status("[3/3] writing the HTML report…"):
-        try:
-            from syncpace.report.html import write_html
-
-            report = write_html(analysis, out / "report.html")
-        except ImportError:
-            console.print("report skipped: install the [report] extra for plotly")
-    if report is not None:
-        console.print(f"report: [bold]{report}[/]")
-    top = analysis.findings[:3]
-    return DemoResult(
-        trace_dir=trace_dir,
-        report=report,
-        top_modes=tuple(f.mode for f in top),
-        named_ranks=tuple(sorted({r for f in top for r in f.ranks})),
+    out.mkdir(parents=True, exist_ok=True)
+    why_not = can_use_fabric() if config.fabric else "--no-fabric"
+    console.print(
+        f"[bold]syncpace demo[/]: handwritten digits, DDP on 4 gloo ranks, traced → {out}"
     )
+    if why_not is None:
+        from syncpace.fabric.errors import FabricError
+
+        fabric = DemoFabric(FabricSettings(host_rate=config.host_rate,
+                                           oversubscription=config.oversubscription))  # fmt: skip
+        try:
+            with console.status("bringing up the emulated fabric…"):
+                fabric.__enter__()
+        except FabricError as exc:
+            why_not = f"the fabric could not be built: {exc}"
+        else:
+            try:
+                console.print(f"fabric: {fabric.describe()}")
+                return _phases(config, console, out, fabric)
+            finally:
+                fabric.__exit__(None, None, None)
+    console.print(
+        f"[yellow]localhost only ({why_not}): the straggler is planted; the contended uplink "
+        "needs the emulated fabric, which needs root[/]"
+    )
+    return _phases(config, console, out, None)
+
+
+def _phases(config: DemoConfig, console: Console, out: Path, fabric: Any) -> DemoResult:
+    from syncpace.analysis.api import analyze
+    from syncpace.trace.reader import load_trace
+    from syncpace.trace.summary import pacing_summary
+
+    on_fabric = fabric is not None
+    where = f"host h{config.slow_rank}, rank {config.slow_rank}" if on_fabric else (
+        f"rank {config.slow_rank}")  # fmt: skip
+    planted = f"straggler {where} (+{config.slow_ms:g} ms every step)"
+    if on_fabric:
+        planted += f"; greedy flows across the spine from step {config.contention_step}"
+    console.print(f"planted: {planted}")
+    notes: list[str] = []
+    with _progress(console) as progress:
+        trace_dir, outcome = _train(config, progress, out / "trace", fabric, paced=False)
+    acc = f", held-out accuracy {outcome.accuracy:.1%}" if outcome.accuracy is not None else ""
+    console.print(f"[green]✓[/] [1/5] trained {outcome.steps} steps{acc}; trace in {trace_dir}")
+    if outcome.contention_error:
+        notes.append(f"background flows failed: {outcome.contention_error}")
+    with console.status("[2/5] diagnosing the trace…"):
+        analysis = analyze([load_trace(trace_dir)])
+    console.print("[green]✓[/] [2/5] diagnosis of the traced run:")
+    _print_findings(console, analysis)
+    if on_fabric:
+        load = _uplink(trace_dir, outcome.contention_since_ns)
+        if load:
+            notes.append(load)
+    paced_dir = pacing = None
+    if config.pace:
+        with _progress(console) as progress:
+            paced_dir, _ = _train(config, progress, out / "trace-paced", fabric, paced=True)
+        pacing = pacing_summary(load_trace(paced_dir))
+        console.print(f"[green]✓[/] [3/5] pacing A/B: {escape(_pacing_text(pacing))}")
+    else:
+        console.print("[dim]  [3/5] pacing A/B skipped (--no-pace)[/]")
+    with console.status("[4/5] simulating the same job at scale…"):
+        study, calibration = _simulate(config, trace_dir, out)
+    console.print(f"[green]✓[/] [4/5] simulated at 4, {', '.join(map(str, config.nodes))} nodes "
+                  f"(calibrated from the trace: {calibration})")  # fmt: skip
+    _print_study(console, study)
+    with console.status("[5/5] writing the HTML report…"):
+        report = _report(analyze, [trace_dir, paced_dir], out, notes)
+    console.print("[green]✓[/] [5/5] report written")
+    straggler = next((f for f in analysis.findings if f.mode == "straggler"), None)
+    result = DemoResult(
+        out=out,
+        trace_dir=trace_dir,
+        paced_dir=paced_dir,
+        report=report,
+        on_fabric=on_fabric,
+        modes=tuple(f.mode for f in analysis.findings),
+        straggler_ranks=tuple(straggler.ranks) if straggler else (),
+        straggler_nodes=tuple(straggler.nodes) if straggler else (),
+        contention_found=any(f.mode == "fabric_contention" for f in analysis.findings),
+        pacing=pacing,
+        iteration_ms=analysis.runs[0].iteration_ns / 1e6,
+        study=study,
+        notes=tuple(notes),
+    )
+    _print_summary(console, config, result, analysis)
+    return result
+
+
+def _progress(console: Console) -> Progress:
+    return Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+        TextColumn("{task.fields[info]}"), TimeElapsedColumn(), console=console, transient=True,
+    )  # fmt: skip
+
+
+def _train(config: DemoConfig, progress: Progress, run_dir: Path, fabric: Any, paced: bool):
+    from syncpace.cli.run import prepare_run_dir, traced_env
+    from syncpace.control.config import ControllerConfig
+    from syncpace.control.policy import PacingConfig
+    from syncpace.demo.job import JobSpec, Monitor, run_local
+    from syncpace.trace.config import TraceConfig
+
+    run_dir = prepare_run_dir(str(run_dir), overwrite=True)
+    steps = config.steps
+    extra: list[object] = []
+    if paced:
+        # Windows short enough for a verdict within the run: 3 on/off pairs at most.
+        window = max(3, steps // 8)
+        extra = [
+            ControllerConfig(
+                pace="early", ab_window=window, ab_min_pairs=2, ab_max_pairs=3, ab_settle=1
+            ),  # fmt: skip
+            PacingConfig(strategy="early", on_skew=0.05, off_skew=0.02, hold=2, window=window),
+        ]
+    env = traced_env(run_dir, TraceConfig(dir=str(run_dir)), None, *extra)
+    env["OMP_NUM_THREADS"] = "1"
+    label = "[3/5] training, paced (A/B)" if paced else "[1/5] training, traced"
+    task = progress.add_task(label, total=steps, info="starting 4 ranks…")
+
+    def update(done: int, total: int) -> None:
+        info = "" if done else "ranks up"
+        if monitor.outcome.contention_from_step is not None:
+            info = "flows across the spine"
+        progress.update(task, completed=done, total=total or steps, info=info)
+
+    spec = JobSpec(epochs=config.epochs, max_steps=config.max_steps, slow_rank=config.slow_rank,
+                   slow_ms=config.slow_ms, timeout_s=config.timeout_s)  # fmt: skip
+    if fabric is None:
+        monitor = Monitor(update)
+        outcome = run_local(spec, env, monitor)
+    else:
+        monitor = Monitor(update, at_step=config.contention_step)
+        outcome = fabric.run(spec, run_dir, env, monitor)
+    return run_dir, outcome
+
+
+def _uplink(trace_dir: Path, since_ns: int | None) -> str | None:
+    from syncpace.demo.job import uplink_load
+
+    load = uplink_load(trace_dir, since_ns)
+    if load is None:
+        return None
+    link, util = load
+    return f"link counters: uplink {link} {util:.0%} busy while the flows ran"
+
+
+def _print_findings(console: Console, analysis: Any) -> None:
+    for i, f in enumerate(analysis.findings, 1):
+        where = []
+        if f.ranks:
+            where.append("rank " + ",".join(map(str, f.ranks)))
+        if f.nodes:
+            where.append("host " + ",".join(f.nodes))
+        style = {"critical": "bold red", "warning": "yellow"}.get(str(f.severity), "green")
+        console.print(
+            f"  {i}. [{style}]{f.severity}[/] [bold]{f.mode}[/]"
+            f"{' (' + escape(' '.join(where)) + ')' if where else ''}, cost {f.cost:.0%}: "
+            f"{escape(f.summary)}"
+        )
+
+
+def _pacing_text(p: dict[str, Any] | None) -> str:
+    if p is None:
+        return "the paced run recorded no pacing"
+    from syncpace.report.terminal import pacing_line
+
+    return pacing_line(p)
+
+
+def _simulate(config: DemoConfig, trace_dir: Path, out: Path) -> tuple[list[dict], str]:
+    from syncpace.sim import scenario as sc
+    from syncpace.sim.calibrate import calibrate
+    from syncpace.sim.study import plot, run_study
+
+    scen = sc.load(SCENARIO)
+    cfg = scen.config
+    cal = calibrate(trace_dir)
+    # The simulated nodes are linked at what the job measured between its ranks (on
+    # localhost: loopback), and the named slow ranks are the spread between ranks:
+    # modelled once, as slow ranks with their own factor.
+    cal = dataclasses.replace(cal, across_nodes=True)
+    if cal.slow_ranks:
+        cal = dataclasses.replace(cal, rank_spread=0.0)
+    cfg = cal.apply(cfg)
+    factor = _slow_factor(trace_dir, cal.slow_ranks)
+    if factor:
+        cfg = cfg.replace(noise=dataclasses.replace(cfg.noise, slow_factor=factor))
+    cfg = cfg.replace(run=dataclasses.replace(cfg.run, steps=config.sim_steps,
+                                              warmup=max(1, config.sim_steps // 20),
+                                              record_events=False))  # fmt: skip
+    # 4 nodes is the traced job itself: the study's first row checks the model against it.
+    study = run_study(cfg, [4, *config.nodes], cfg.pacing)
+    try:
+        plot(study, out / "scaling.html")
+    except SyncpaceError:
+        pass  # plotly missing: the table is printed anyway
+    parts = []
+    if cal.compute_ms:
+        parts.append(f"compute {cal.compute_ms:.1f} ms")
+    if cal.bandwidth_gbs:
+        parts.append(f"bandwidth {cal.bandwidth_gbs * 8e3:.0f} Mbit/s")
+    if cal.slow_ranks:
+        parts.append(f"slow rank {','.join(map(str, cal.slow_ranks))} x{factor or 0:.1f}")
+    return [dict(r) for r in study.rows], ", ".join(parts) or "defaults"
+
+
+def _slow_factor(trace_dir: Path, slow: tuple[int, ...]) -> float | None:
+    """Median compute of the slow ranks over the others' (compute = last issue − start)."""
+    if not slow:
+        return None
+    import polars as pl
+
+    from syncpace.trace.reader import load_trace
+
+    trace = load_trace(trace_dir)
+    last = trace.events.group_by("rank", "step").agg(pl.col("enter_ns").max().alias("issue"))
+    rs = (
+        trace.steps.join(last, on=["rank", "step"])
+        .with_columns(compute=pl.col("issue") - pl.col("start_ns"))
+        .filter(pl.col("step") > trace.steps["step"].min(), pl.col("compute") > 0)
+    )
+    med = rs.group_by("rank").agg(pl.col("compute").median())
+    slow_med = med.filter(pl.col("rank").is_in(list(slow)))["compute"].median()
+    rest_med = med.filter(~pl.col("rank").is_in(list(slow)))["compute"].median()
+    if not slow_med or not rest_med:
+        return None
+    return max(1.0, float(slow_med) / float(rest_med))  # type: ignore[arg-type]
+
+
+def _print_study(console: Console, rows: list[dict[str, Any]]) -> None:
+    from rich.table import Table
+
+    table = Table("nodes", "iteration ms", "samples/s", "efficiency", "CV", "pacing gain",
+                  box=None, padding=(0, 2))  # fmt: skip
+    paced = {r["nodes"]: r for r in rows if r["pacing"]}
+    for r in (r for r in rows if not r["pacing"]):
+        p = paced.get(r["nodes"])
+        table.add_row(
+            str(r["nodes"]), f"{r['iteration_ms']:.0f}", f"{r['throughput']:,.0f}",
+            f"{r['efficiency']:.0%}", f"{r['cv']:.3f}",
+            f"{p['pacing_gain']:+.1%}" if p is not None else "-",
+        )  # fmt: skip
+    console.print(table)
+
+
+def _report(analyze: Any, dirs: list[Path | None], out: Path, notes: list[str]) -> Path | None:
+    try:
+        from syncpace.report.html import PlotlyMissing, write_html
+    except ImportError:
+        notes.append("report skipped: install the [report] extra for plotly")
+        return None
+    try:
+        return write_html(analyze([d for d in dirs if d is not None]), out / "report.html")
+    except PlotlyMissing:
+        notes.append("report skipped: install the [report] extra for plotly")
+        return None
+
+
+def _print_summary(console: Console, config: DemoConfig, r: DemoResult, analysis: Any) -> None:
+    console.rule("[bold]summary")
+    if r.straggler_ranks:
+        hit = config.slow_rank in r.straggler_ranks
+        mark = "[green]✓[/]" if hit else "[red]✗[/]"
+        nodes = f" on host {', '.join(r.straggler_nodes)}" if r.straggler_nodes else ""
+        console.print(f"{mark} straggler found: rank {', '.join(map(str, r.straggler_ranks))}"
+                      f"{escape(nodes)} (planted: rank {config.slow_rank})")  # fmt: skip
+    else:
+        console.print(f"[red]✗[/] the planted straggler (rank {config.slow_rank}) was not found")
+    if r.on_fabric:
+        mark = "[green]✓[/]" if r.contention_found else "[red]✗[/]"
+        verb = "found" if r.contention_found else "not found"
+        console.print(f"{mark} fabric contention {verb} (planted: flows across the spine)")
+    else:
+        console.print("[dim]- contention not planted: the emulated fabric needs root "
+                      "(sudo syncpace demo)[/]")  # fmt: skip
+    for note in r.notes:
+        console.print(f"  {escape(note)}")
+    if r.pacing is not None:
+        state = r.pacing.get("ab_state")
+        advice = {
+            "helps": "pacing kept: paced steps were measurably faster",
+            "no_help": "pacing turned off by its A/B guard: it does not help this job "
+            "(a persistent straggler is not fixed by holding the others back)",
+            "not_needed": "pacing never switched on: arrival skew stayed below its threshold",
+        }.get(state, f"pacing A/B verdict: {state} (the run was too short to decide)")
+        console.print(f"- {advice}")
+    base = [s for s in r.study if not s["pacing"]]
+    if base and r.iteration_ms:
+        console.print(f"- simulator check at 4 nodes: {base[0]['iteration_ms']:.0f} ms per "
+                      f"iteration simulated, {r.iteration_ms:.0f} ms measured")  # fmt: skip
+    if base:
+        last = base[-1]
+        paced = next((s for s in r.study if s["pacing"] and s["nodes"] == last["nodes"]), None)
+        gain = f", pacing {paced['pacing_gain']:+.1%}" if paced else ""
+        console.print(f"- simulated at {last['nodes']} nodes: efficiency {last['efficiency']:.0%}"
+                      f" of {base[0]['nodes']} nodes, CV {last['cv']:.3f}{gain}")  # fmt: skip
+    if r.report is not None:
+        console.print(f"report: [bold]{r.report}[/]")
+    if (r.out / "scaling.html").exists():
+        console.print(f"scaling study: {r.out / 'scaling.html'}")
