@@ -1,33 +1,37 @@
-"""Regenerate docs/report-screenshot.png: the HTML report of two saved scenarios.
+"""Regenerate docs/report-screenshot.png: the report that ``syncpace demo`` writes.
 
-python scripts/screenshot_report.py
+python scripts/screenshot_report.py              # runs the demo (about a minute), then shoots
+python scripts/screenshot_report.py REPORT.html  # shoots an existing report
 """
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from syncpace.analysis import analyze
 from syncpace.report.browser import find_chromium, screenshot
-from syncpace.report.html import write_html
 
 ROOT = Path(__file__).resolve().parents[1]
+PNG = ROOT / "docs" / "report-screenshot.png"
 
 
-def main() -> int:
+def main(argv: list[str]) -> int:
     binary = find_chromium()
     if binary is None:
         print("chromium is not installed (apt-get install -y chromium)", file=sys.stderr)
         return 1
-    runs = [ROOT / "tests" / "data" / name for name in ("straggler", "healthy")]
-    with tempfile.TemporaryDirectory() as tmp:
-        page = write_html(analyze(runs), Path(tmp) / "report.html")
-        out = screenshot(binary, page, ROOT / "docs" / "report-screenshot.png")
+    if argv:
+        out = screenshot(binary, Path(argv[0]), PNG)
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            demo = [sys.executable, "-m", "syncpace", "demo", "--out", tmp]
+            subprocess.run(demo, check=True, timeout=600)
+            out = screenshot(binary, Path(tmp) / "report.html", PNG)
     print(f"wrote {out.relative_to(ROOT)}")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))
