@@ -68,12 +68,6 @@ def test_the_contended_uplink_shows_in_the_link_counters(demo):
 @pytest.mark.multirank
 @pytest.mark.root
 @pytest.mark.skipif(not ON_FABRIC, reason="the emulated fabric needs root, ip and tc")
-@pytest.mark.xfail(
-    strict=False,
-    reason="fabric_contention drops inflation that correlates with arrival skew when the late "
-    "rank's own gap is half the skew or more; with a persistent straggler that is also the "
-    "last to finish under contention, the short run (few clean steps) often meets both",
-)
 def test_the_contended_uplink_is_named(demo):
     out, _ = demo
     findings = _findings(out / "trace")

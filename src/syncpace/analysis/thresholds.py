@@ -39,11 +39,7 @@ class Thresholds:
         1.5, "Median transfer time over the run's own best at that size that means contention."
     )
     fabric_skew_correlation: float = setting(
-        0.5, "Transfer inflation correlated with arrival skew above this is not fabric..."
-    )
-    fabric_straggler_share: float = setting(
-        0.5,
-        "...and the late rank spent at least this share of its lateness on its own.",
+        0.5, "A late rank's own lateness correlated with transfer time above this is no fabric."
     )
     latency_knee_bytes: int = setting(
         1 << 20, "Messages below this many bytes are latency-bound (the alpha-beta knee)."

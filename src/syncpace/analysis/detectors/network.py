@@ -49,14 +49,15 @@ def fabric_contention(ctx: Context) -> list[Finding]:
         return []
     corr = suspect.select(pl.corr("skew_ns", "service_ns")).item()
     corr = 0.0 if corr is None or math.isnan(corr) else float(corr)
-    inflated = suspect.filter(pl.col("inflation") >= th.fabric_inflation, pl.col("skew_ns") > 0)
-    own = (pl.col("late_own_ns") / pl.col("skew_ns")).clip(0.0, 1.0)
-    own_share = float(inflated.select(own.median()).item() or 0.0) if inflated.height else 0.0
-    # Skew that tracks slow transfers is a straggler's signature only when the late rank
-    # spent its lateness on its own (a CPU-starved rank also reduces slowly). Under
-    # contention, unequal link shares end collectives unevenly: the next arrivals
-    # inherit that skew, and the late rank's own gap is no longer than the others'.
-    if abs(corr) >= th.fabric_skew_correlation and own_share >= th.fabric_straggler_share:
+    own = suspect.filter(pl.col("late_own_ns").is_not_null())
+    own_corr = own.select(pl.corr("late_own_ns", "service_ns")).item() if own.height > 2 else None
+    own_corr = 0.0 if own_corr is None or math.isnan(own_corr) else float(own_corr)
+    # A CPU-starved straggler arrives late by its own doing *and* reduces slowly, so the
+    # lateness it spends on its own rises and falls with transfer time. Under contention
+    # the late rank's own lateness does not follow the transfers: unequal link shares end
+    # collectives unevenly and the next arrivals inherit that skew, and a straggler that
+    # merely sleeps is late by the same amount whatever the fabric does.
+    if own_corr >= th.fabric_skew_correlation:
         return []
     intra = sized.filter(~pl.col("cross_node"))
     steps = max(ctx.metrics.steps.height, 1)
@@ -68,7 +69,7 @@ def fabric_contention(ctx: Context) -> list[Finding]:
         "p90_inflation": round(float(suspect["inflation"].quantile(0.9, "linear")), 3),  # type: ignore[arg-type]
         "inflated_share": round(inflated_share, 4),
         "skew_transfer_correlation": round(corr, 3),
-        "late_rank_own_share": round(own_share, 3),
+        "own_lateness_transfer_correlation": round(own_corr, 3),
         "excess_transfer_ms_per_iteration": ms(excess),
         "cross_node_busbw_gbps_p50": _p50(sized.filter(pl.col("cross_node"))["busbw_gbps"]),
         "intra_node_busbw_gbps_p50": _p50(intra["busbw_gbps"]),
