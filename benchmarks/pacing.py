@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -33,6 +32,7 @@ from rich.table import Table
 from syncpace.cli.run import traced_env
 from syncpace.control.config import ControllerConfig
 from syncpace.control.policy import PacingConfig
+from syncpace.ports import free_port
 from syncpace.trace import load_trace
 from syncpace.trace.config import TraceConfig
 from syncpace.trace.summary import pacing_summary
@@ -52,12 +52,6 @@ CONFIGS = {
         PacingConfig(),
     ),
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def launch(ranks: int, args: list[str], out: Path, *configs: object) -> list[float]:

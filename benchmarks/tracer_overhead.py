@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -30,16 +29,11 @@ from rich.progress import Progress
 from rich.table import Table
 
 from syncpace.cli.run import traced_env
+from syncpace.ports import free_port
 from syncpace.trace import load_trace
 from syncpace.trace.config import TraceConfig
 
 WORKER = Path(__file__).with_name("_overhead_worker.py")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def launch(world: int, args: list[str], trace_dir: Path | None) -> list[float]:

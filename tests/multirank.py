@@ -11,20 +11,15 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from syncpace.ports import free_port
+
 DONE = "WORKER_DONE"
 SRC = str(Path(__file__).resolve().parents[1] / "src")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass

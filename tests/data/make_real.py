@@ -9,27 +9,22 @@ tests only assert what any machine shows (rank 2 is the straggler).
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
+
+from syncpace.ports import free_port
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 OUT = HERE / "real_ddp_straggler"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def main() -> int:
     shutil.rmtree(OUT, ignore_errors=True)
     job = [
         sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "4",
-        "--master-port", str(_free_port()), str(ROOT / "examples" / "ddp_train.py"),
+        "--master-port", str(free_port()), str(ROOT / "examples" / "ddp_train.py"),
         "--steps", "30", "--compute-ms", "20", "--slow-rank", "2", "--slow-ms", "8",
         "--layers", "8", "--hidden", "256", "--bucket-cap-mb", "0.5",
     ]  # fmt: skip

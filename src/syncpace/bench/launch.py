@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,17 +20,12 @@ from pathlib import Path
 from syncpace.bench import rundir
 from syncpace.bench.config import BenchConfig, BenchError
 from syncpace.config import env_name, to_env
+from syncpace.ports import free_port
 
 LOG_DIR = "bench-logs"
 GRACE_S = 10.0
 #: Exit codes a rank may end with: 0 ok, 1 the check found wrong elements.
 _EXPECTED = (0, 1)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def rank_env(config: BenchConfig, rank: int, port: int) -> dict[str, str]:

@@ -10,7 +10,6 @@ nothing running behind them.
 from __future__ import annotations
 
 import re
-import socket
 import subprocess
 import sys
 import threading
@@ -20,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from syncpace.errors import SyncpaceError
+from syncpace.ports import free_port
 
 RANKS = 4
 # Host h3 sends to both hosts of the other leaf: leaf1's uplink carries two greedy
@@ -106,12 +106,6 @@ class Monitor:
             out.accuracy = float(m.group(1)) / 100
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _failed(what: str, outcome: JobOutcome) -> SyncpaceError:
     tail = [line for line in outcome.tail or [] if line.strip()][-3:] or ["(no output)"]
     return SyncpaceError(f"{what}: {' | '.join(tail)}")
@@ -121,7 +115,7 @@ def run_local(spec: JobSpec, env: dict[str, str], monitor: Monitor) -> JobOutcom
     """torchrun with 4 ranks on localhost; ``env`` arms the tracer."""
     command = [
         sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(RANKS),
-        "--master-port", str(_free_port()), "-m", "syncpace.demo.digits_ddp", *spec.args(),
+        "--master-port", str(free_port()), "-m", "syncpace.demo.digits_ddp", *spec.args(),
     ]  # fmt: skip
     proc = subprocess.Popen(
         command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -228,7 +222,7 @@ class DemoFabric:
 
         monitor._on_step = start_flows
         command = [sys.executable, "-m", "syncpace.demo.digits_ddp", *spec.args()]
-        options = RunOptions(timeout_s=spec.timeout_s, grace_s=5.0, master_port=_free_port())
+        options = RunOptions(timeout_s=spec.timeout_s, grace_s=5.0, master_port=free_port())
         try:
             result = run_job(self.state, command, run_dir, self.backend, options, env, monitor)
         finally:
