@@ -1,0 +1,221 @@
+"""Validate the simulator against real runs on the emulated fabric (needs root).
+
+For every point of a grid (2, 4, 8 ranks; star and 1:2 leaf-spine; with and without
+a planted straggler and greedy background flows) this
+
+1. brings up the fabric (unique name, always torn down),
+2. calibrates α and β once per rank count with ``syncpace bench all_reduce`` on a star
+   of that many hosts (the non-blocking reference: β is the NIC rate),
+3. runs the traced validation job (``_validate_worker.py``: sleep-based compute with
+   lognormal jitter, sequential all-reduces, an optimizer step) across the fabric,
+4. calibrates the compute time, jitter, spread and slow ranks from the run's own trace
+   (:mod:`syncpace.validate.model`), simulates the same configuration, and
+5. compares mean iteration time, CV, p99 and the median transfer time.
+
+    python benchmarks/validate.py [--out runs/validate] [--points star4,ls4-contended]
+                                  [--rate 50mbit] [--steps 40] [--sim-steps 400]
+
+Writes ``validation.json`` and ``validation.html`` (real vs simulated per point) into
+``--out`` and prints the error table; exit 0 when every point meets the thresholds
+(mean within 5 %, CV within 0.03 absolute), 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import secrets
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from syncpace.bench.on_fabric import bench_on_fabric
+from syncpace.fabric import build_spec, bulk
+from syncpace.fabric.backend import SystemBackend, require_root
+from syncpace.fabric.lifecycle import down, up
+from syncpace.fabric.runner import RunOptions, run_job
+from syncpace.ports import free_port
+from syncpace.sim.calibrate import from_bench
+from syncpace.sim.engine import simulate
+from syncpace.validate.compare import Comparison, Thresholds, compare
+from syncpace.validate.model import Point, real_stats, sim_config, sim_stats
+
+HERE = Path(__file__).resolve().parent
+WORKER = HERE / "_validate_worker.py"
+WARMUP = 3
+BENCH_ARGS = ["all_reduce", "-b", "64K", "-e", "1M", "-f", "2", "-n", "6", "-w", "2",
+              "--no-pairs", "--no-check"]  # fmt: skip
+# Greedy flows beside the job: on the leaf-spine across leaf1's uplink (as the demo
+# does), on the star from h1 into h0 (sharing h1's and h0's host links with the ring).
+FLOWS = {"leafspine": [("h3", "h0"), ("h3", "h1")], "star": [("h1", "h0")]}
+FLOW_PORT = 5401
+
+GRID = [
+    Point(name="star2", topology="star", ranks=2),
+    Point(name="star2-straggler", topology="star", ranks=2, slow_ms=60),
+    Point(name="star4", topology="star", ranks=4),
+    Point(name="star4-straggler", topology="star", ranks=4, slow_ms=60),
+    Point(name="star4-contended", topology="star", ranks=4, contention=True),
+    Point(name="ls4", topology="leafspine", ranks=4, oversub=2),
+    Point(name="ls4-straggler", topology="leafspine", ranks=4, oversub=2, slow_ms=60),
+    Point(name="ls4-contended", topology="leafspine", ranks=4, oversub=2, contention=True),
+    Point(name="star8", topology="star", ranks=8, compute_ms=200, buckets=1),
+]
+
+
+def fabric_spec(point: Point, rate: str) -> Any:
+    name = "va" + secrets.token_hex(3)
+    if point.topology == "star":
+        values = {"topology": "star", "hosts": point.ranks, "host_rate": rate}
+    else:
+        values = {"topology": "leaf-spine", "leaves": 2, "hosts": point.ranks // 2,
+                  "host_rate": rate, "oversubscription": point.oversub}  # fmt: skip
+    return build_spec({**values, "name": name})
+
+
+def worker_args(point: Point, steps: int) -> list[str]:
+    return [
+        sys.executable, str(WORKER), "--steps", str(steps),
+        "--compute-ms", f"{point.compute_ms:g}", "--jitter", f"{point.jitter:g}",
+        "--slow-rank", str(point.slow_rank), "--slow-ms", f"{point.slow_ms:g}",
+        "--buckets", str(point.buckets), "--bucket-bytes", str(point.bucket_bytes),
+    ]  # fmt: skip
+
+
+def run_point(point: Point, rate: str, steps: int, out: Path, log: Any) -> Path:
+    """The traced job on a fresh fabric; background flows for the whole run."""
+    from syncpace.cli.run import traced_env
+    from syncpace.trace.config import TraceConfig
+
+    backend = SystemBackend()
+    state = up(fabric_spec(point, rate), backend)
+    run_dir = out / point.name
+    flows: list[bulk.Flow] = []
+    try:
+        timeout = 60 + steps * (point.compute_ms + point.slow_ms + 600) / 1e3
+        if point.contention:
+            flows = bulk.start_flows(state.fabric, FLOWS[point.topology], timeout, FLOW_PORT)
+        env = traced_env(run_dir, TraceConfig(dir=str(run_dir)))
+        options = RunOptions(timeout_s=timeout, grace_s=5.0, master_port=free_port())
+        result = run_job(state, worker_args(point, steps), run_dir, backend, options, env, log)
+        if result is None or result.returncode != 0:
+            reason = "no result" if result is None else result.reason
+            raise RuntimeError(f"{point.name}: the job ended: {reason} (logs in {run_dir})")
+    finally:
+        for flow in flows:
+            flow.stop()
+        down(state, backend)
+    return run_dir
+
+
+def bench_for(ranks: int, rate: str, out: Path, log: Any) -> Path:
+    backend = SystemBackend()
+    state = up(fabric_spec(Point(name="bench", topology="star", ranks=ranks), rate), backend)
+    run_dir = out / f"bench-{ranks}"
+    try:
+        bench_on_fabric(state, BENCH_ARGS, run_dir, timeout_s=240, echo=log)
+    finally:
+        down(state, backend)
+    return run_dir
+
+
+def table(rows: list[Comparison], limits: Thresholds) -> Table:
+    t = Table(title=f"simulator vs emulated fabric (mean ±{limits.mean_rel:.0%}, "
+                    f"CV ±{limits.cv_abs:.2f})")  # fmt: skip
+    for col in ("point", "iter ms real", "sim", "err", "CV real", "sim", "err",
+                "p99 ms real", "sim", "err", "xfer ms real", "sim", "err", "pass"):  # fmt: skip
+        t.add_column(col, justify="right")
+    for c in rows:
+        r, s = c.real, c.sim
+        t.add_row(
+            c.point, f"{r.iteration_ms:.1f}", f"{s.iteration_ms:.1f}", f"{c.mean_err:+.1%}",
+            f"{r.cv:.3f}", f"{s.cv:.3f}", f"{c.cv_err:+.3f}",
+            f"{r.p99_ms:.1f}", f"{s.p99_ms:.1f}", f"{c.p99_err:+.1%}",
+            f"{r.transfer_ms:.1f}", f"{s.transfer_ms:.1f}", f"{c.transfer_err:+.1%}",
+            "[green]yes[/]" if c.passed else "[red]no[/]",
+        )  # fmt: skip
+    return t
+
+
+def plot(rows: list[Comparison], path: Path) -> None:
+    from plotly.subplots import make_subplots
+
+    fig = make_subplots(rows=1, cols=3, subplot_titles=("mean iteration ms", "CV",
+                                                        "median transfer ms"))  # fmt: skip
+    names = [c.point for c in rows]
+    for label, pick in (("real", lambda c: c.real), ("simulated", lambda c: c.sim)):
+        fig.add_bar(x=names, y=[pick(c).iteration_ms for c in rows], name=f"{label}",
+                    row=1, col=1, legendgroup=label)  # fmt: skip
+        fig.add_bar(x=names, y=[pick(c).cv for c in rows], name=label, row=1, col=2,
+                    legendgroup=label, showlegend=False)  # fmt: skip
+        fig.add_bar(x=names, y=[pick(c).transfer_ms for c in rows], name=label, row=1, col=3,
+                    legendgroup=label, showlegend=False)  # fmt: skip
+    fig.update_layout(title="syncpace validation: emulated fabric vs simulator", barmode="group")
+    fig.write_html(path, include_plotlyjs=True, full_html=True)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--out", type=Path, default=Path("runs/validate"))
+    p.add_argument("--points", default="", help="comma-separated point names (default: all)")
+    p.add_argument("--rate", default="50mbit", help="host link rate of every fabric")
+    p.add_argument("--steps", type=int, default=40, help="steps of each real run")
+    p.add_argument("--sim-steps", type=int, default=400, help="iterations of each simulation")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args()
+    require_root("the validation grid")
+    wanted = {s for s in args.points.split(",") if s}
+    grid = [pt for pt in GRID if not wanted or pt.name in wanted]
+    if wanted - {pt.name for pt in GRID}:
+        p.error(f"unknown points: {sorted(wanted - {pt.name for pt in GRID})}")
+    args.out.mkdir(parents=True, exist_ok=True)
+    console = Console(width=max(Console().width, 150))
+    limits = Thresholds()
+    rows: list[Comparison] = []
+    extra: dict[str, Any] = {}
+    benches: dict[int, Path] = {}
+    began = time.monotonic()
+    with Progress(console=console) as progress, open(args.out / "fabric.log", "w") as log:
+        task = progress.add_task("validation", total=len(grid))
+        for point in grid:
+            if point.ranks not in benches:
+                progress.update(task, description=f"bench, {point.ranks} ranks")
+                benches[point.ranks] = bench_for(point.ranks, args.rate, args.out, log)
+            cal = from_bench(benches[point.ranks])
+            progress.update(task, description=f"{point.name}: real run")
+            run_dir = run_point(point, args.rate, args.steps, args.out, log)
+            real, profile = real_stats(run_dir, WARMUP)
+            progress.update(task, description=f"{point.name}: simulation")
+            cfg = sim_config(point, cal, profile, args.sim_steps, args.seed)
+            c = compare(point.name, real, sim_stats(simulate(cfg)), limits)
+            rows.append(c)
+            extra[point.name] = {
+                "point": point.__dict__,
+                "bench": cal.to_json(),
+                "profile": profile.__dict__,
+                "sim_config": cfg.to_json(),
+            }
+            progress.console.print(table([c], limits))
+            progress.advance(task)
+    wall = time.monotonic() - began
+    console.print(table(rows, limits))
+    report = {
+        "rate": args.rate, "steps": args.steps, "sim_steps": args.sim_steps, "warmup": WARMUP,
+        "thresholds": limits.__dict__, "wall_s": wall,
+        "rows": [{**c.to_json(), **extra[c.point]} for c in rows],
+    }  # fmt: skip
+    (args.out / "validation.json").write_text(json.dumps(report, indent=1, default=str))
+    plot(rows, args.out / "validation.html")
+    passed = sum(c.passed for c in rows)
+    console.print(f"{passed}/{len(rows)} points within the thresholds; {wall:.0f} s; "
+                  f"{args.out / 'validation.json'}, {args.out / 'validation.html'}")  # fmt: skip
+    return 0 if passed == len(rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,175 @@
+"""A grid point, the real run's statistics, and the simulator configured for it.
+
+Calibration is the documented one and nothing more:
+
+* α and β from ``syncpace bench`` on a non-blocking star of the same rank count
+  (:func:`syncpace.sim.calibrate.from_bench`: β becomes the NIC rate, α per ring step);
+* compute from the run's own trace: per rank and step, the first collective's entry
+  minus the step start (the validation job computes, then issues its all-reduces one
+  after another). Its median sets the compute time, the per-rank medians give the slow
+  ranks (more than 10 % above the median: ``slow_ranks``, with the *measured* mean
+  ratio as ``slow_factor``) and the spread of the others (``rank_spread``), and the
+  per-iteration σ of log(compute / rank median) the ``jitter``.
+
+The simulator's own trace calibration takes compute up to the *last* collective's
+entry and a fixed slow factor; both are right for DDP and wrong for this job, which is
+why the validation measures compute itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from syncpace.errors import ConfigError
+from syncpace.sim.calibrate import Calibration
+from syncpace.sim.engine import RunSpec, SimConfig, SimResult
+from syncpace.sim.network import NetworkSpec
+from syncpace.sim.noise import NoiseSpec
+from syncpace.sim.topology import TopologySpec
+from syncpace.sim.workload import MIB, WorkloadSpec
+from syncpace.validate.compare import Stats, stats_of
+
+SLOW_RATIO = 1.10
+
+
+@dataclass(frozen=True, kw_only=True)
+class Point:
+    """One real run of the grid: fabric, job and what is planted."""
+
+    name: str
+    topology: str  # "star" or "leafspine" (2 leaves)
+    ranks: int
+    oversub: float = 1.0
+    compute_ms: float = 150.0
+    jitter: float = 0.1
+    slow_ms: float = 0.0  # added to the last rank's compute
+    contention: bool = False
+    buckets: int = 2
+    bucket_bytes: int = 256 * 1024
+    steps: int = 40
+
+    def __post_init__(self) -> None:
+        if self.topology not in ("star", "leafspine"):
+            raise ConfigError(f"{self.name}: topology must be star or leafspine")
+        if self.topology == "leafspine" and self.ranks % 2:
+            raise ConfigError(f"{self.name}: a 2-leaf leaf-spine needs an even rank count")
+
+    @property
+    def slow_rank(self) -> int:
+        return self.ranks - 1 if self.slow_ms > 0 else -1
+
+
+@dataclass(frozen=True)
+class ComputeProfile:
+    compute_ms: float
+    jitter: float
+    rank_spread: float
+    slow_ranks: tuple[int, ...]
+    slow_factor: float
+
+
+def compute_table(steps: pl.DataFrame, events: pl.DataFrame, warmup: int) -> pl.DataFrame:
+    """Per rank and step: compute = first collective entry − step start (ms)."""
+    first = events.group_by("rank", "step").agg(pl.col("enter_ns").min().alias("issue"))
+    return (
+        steps.join(first, on=["rank", "step"])
+        .with_columns(compute=(pl.col("issue") - pl.col("start_ns")) / 1e6)
+        .filter(pl.col("step") >= warmup, pl.col("compute") > 0)
+    )
+
+
+def compute_profile(table: pl.DataFrame) -> ComputeProfile:
+    if table.height == 0:
+        raise ConfigError("no step with a collective after warm-up: cannot calibrate compute")
+    per = table.group_by("rank").agg(pl.col("compute").median().alias("med")).sort("rank")
+    med = float(np.median(per["med"].to_numpy()))
+    ratio = per["med"].to_numpy() / med
+    slow = ratio > SLOW_RATIO
+    joined = table.join(per, on="rank")
+    return ComputeProfile(
+        compute_ms=float(np.median(per["med"].to_numpy()[~slow])),
+        jitter=float(np.std(np.log(joined["compute"].to_numpy() / joined["med"].to_numpy()))),
+        rank_spread=float(np.std(np.log(ratio[~slow] / np.median(ratio[~slow])))),
+        slow_ranks=tuple(int(r) for r in per["rank"].to_numpy()[slow]),
+        slow_factor=float(ratio[slow].mean() / np.median(ratio[~slow])) if slow.any() else 1.0,
+    )
+
+
+def real_stats(run_dir: str | Path, warmup: int) -> tuple[Stats, ComputeProfile]:
+    """The compared statistics and the compute profile of a traced real run."""
+    from syncpace.analysis.metrics import compute_metrics
+    from syncpace.trace.reader import load_trace
+
+    trace = load_trace(run_dir)
+    steps = trace.steps
+    bound = steps.group_by("step").agg(pl.col("end_ns").max()).sort("step")
+    start = int(steps.filter(pl.col("step") == warmup)["start_ns"].min())  # type: ignore[arg-type]
+    ends = bound.filter(pl.col("step") >= warmup)["end_ns"].to_numpy()
+    iteration_s = np.diff(np.r_[start, ends]) / 1e9
+    metrics = compute_metrics(trace, warmup_steps=warmup)
+    inst = metrics.instances.filter(pl.col("complete"), pl.col("service_ns") > 0)
+    transfer_s = inst["service_ns"].to_numpy() / 1e9
+    profile = compute_profile(compute_table(steps, trace.events, warmup))
+    return stats_of(iteration_s, transfer_s), profile
+
+
+# Two greedy TCP flows through a leaf's uplink beside one ring flow take 2/3 of it
+# under max-min sharing: the a-priori load of the contended points (not fitted).
+CONTENTION_LOAD = 2 / 3
+
+
+def sim_config(
+    point: Point, bench: Calibration, profile: ComputeProfile, steps: int, seed: int = 0
+) -> SimConfig:
+    """The simulator set up for ``point`` from the bench fit and the measured compute."""
+    if bench.bandwidth_gbs is None:
+        raise ConfigError(f"{bench.source}: the bench fit has no bandwidth")
+    topo = TopologySpec(
+        kind="switch" if point.topology == "star" else "leafspine",
+        nodes=point.ranks,
+        gpus_per_node=1,
+        nics_per_node=1,
+        nic_gbs=bench.bandwidth_gbs,
+        nodes_per_leaf=max(point.ranks // 2, 1),
+        spines=1,
+        oversub=point.oversub if point.topology == "leafspine" else 1.0,
+    )
+    size_mb = point.bucket_bytes / MIB
+    workload = WorkloadSpec(
+        fwd_ms=0.0,
+        bwd_ms=profile.compute_ms,
+        opt_ms=0.0,
+        model_mb=size_mb * point.buckets,
+        bucket_mb=size_mb,
+        overlap=False,
+    )
+    noise = NoiseSpec(
+        jitter=profile.jitter,
+        rank_spread=profile.rank_spread,
+        slow_ranks=profile.slow_ranks,
+        slow_factor=max(profile.slow_factor, 1.0),
+    )
+    network = NetworkSpec(
+        tier="flow" if point.contention else "analytical",
+        algorithm="ring",
+        alpha_us=bench.alpha_us or 0.0,
+        background_load=CONTENTION_LOAD if point.contention else 0.0,
+        background_duty=1.0,
+    )
+    return SimConfig(
+        name=point.name,
+        topology=topo,
+        workload=workload,
+        noise=noise,
+        network=network,
+        run=RunSpec(steps=steps, seed=seed, warmup=min(10, steps // 5)),
+    )
+
+
+def sim_stats(result: SimResult) -> Stats:
+    warm = result.config.run.warmup
+    return stats_of(result.iteration_s()[warm:], result.comm_s[warm:].ravel())
