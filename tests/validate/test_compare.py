@@ -1,0 +1,86 @@
+"""The validation's comparison and calibration logic on synthetic inputs (no fabric)."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+
+from syncpace.errors import ConfigError
+from syncpace.sim.calibrate import Calibration
+from syncpace.sim.engine import simulate
+from syncpace.validate import Point, Stats, Thresholds, compare, compute_profile, stats_of
+from syncpace.validate.model import compute_table, sim_config, sim_stats
+
+
+def test_stats_of_known_series():
+    it = np.array([0.1, 0.1, 0.1, 0.3])
+    s = stats_of(it, np.array([0.01, 0.02, 0.03]))
+    assert s.iterations == 4
+    assert s.iteration_ms == pytest.approx(150.0)
+    assert s.cv == pytest.approx(np.std(it) / 0.15)
+    assert s.transfer_ms == pytest.approx(20.0)
+    assert 100.0 < s.p99_ms <= 300.0
+
+
+def test_stats_need_two_iterations():
+    with pytest.raises(ConfigError):
+        stats_of(np.array([0.1]), np.array([]))
+
+
+def _stats(mean: float, cv: float) -> Stats:
+    return Stats(iterations=10, iteration_ms=mean, cv=cv, p99_ms=mean * 1.2, transfer_ms=10.0)
+
+
+@pytest.mark.parametrize(
+    ("sim_mean", "sim_cv", "mean_ok", "cv_ok"),
+    [
+        (104.9, 0.12, True, True),  # +4.9 %, +0.02
+        (94.0, 0.10, False, True),  # −6 %
+        (100.0, 0.14, True, False),  # CV +0.04
+        (100.0, 0.069, True, False),  # CV −0.031
+    ],
+)
+def test_compare_thresholds(sim_mean, sim_cv, mean_ok, cv_ok):
+    c = compare("p", _stats(100.0, 0.10), _stats(sim_mean, sim_cv), Thresholds())
+    assert c.mean_err == pytest.approx(sim_mean / 100.0 - 1)
+    assert c.cv_err == pytest.approx(sim_cv - 0.10)
+    assert (c.mean_ok, c.cv_ok, c.passed) == (mean_ok, cv_ok, mean_ok and cv_ok)
+    assert c.to_json()["passed"] == c.passed
+
+
+def _table(medians: list[float], jitter: float, steps: int = 200) -> pl.DataFrame:
+    rng = np.random.default_rng(1)
+    rows = []
+    for rank, med in enumerate(medians):
+        start = 0
+        for step in range(steps):
+            compute = med * np.exp(jitter * rng.standard_normal())
+            issue = start + int(compute * 1e6)
+            rows.append({"rank": rank, "step": step, "start_ns": start, "issue": issue})
+            start = issue + 50_000_000
+    df = pl.DataFrame(rows)
+    steps_df = df.select("rank", "step", "start_ns")
+    events = df.select("rank", "step", pl.col("issue").alias("enter_ns"))
+    return compute_table(steps_df, events, warmup=2)
+
+
+def test_compute_profile_finds_the_straggler_and_its_factor():
+    prof = compute_profile(_table([100.0, 100.0, 100.0, 140.0], jitter=0.05))
+    assert prof.slow_ranks == (3,)
+    assert prof.slow_factor == pytest.approx(1.4, rel=0.03)
+    assert prof.compute_ms == pytest.approx(100.0, rel=0.02)
+    assert prof.jitter == pytest.approx(0.05, rel=0.15)
+    assert prof.rank_spread < 0.02
+
+
+def test_calibrated_simulation_of_a_clean_star():
+    """Without noise the simulated iteration is compute + buckets × ring all-reduce."""
+    prof = compute_profile(_table([100.0, 100.0], jitter=0.0))
+    point = Point(name="p", topology="star", ranks=2, buckets=2, bucket_bytes=1 << 20)
+    cal = Calibration(source="synthetic", alpha_us=0.0, bandwidth_gbs=0.01)
+    s = sim_stats(simulate(sim_config(point, cal, prof, steps=50)))
+    ring_ms = 2 * (2 - 1) / 2 * (1 << 20) / 0.01e9 * 1e3  # 2(n−1)/n·S/B
+    assert s.transfer_ms == pytest.approx(ring_ms, rel=0.01)
+    assert s.iteration_ms == pytest.approx(100.0 + 2 * ring_ms, rel=0.01)
+    assert s.cv < 0.01
