@@ -1,6 +1,6 @@
 """One rank of the tracer-overhead benchmark (launched by tracer_overhead.py).
 
-mode ``micro``: COUNT tiny all-reduces in blocks; prints µs per call per block.
+mode ``micro``: tiny all-reduces in blocks, traced and untraced interleaved (see micro()).
 mode ``ddp``: a DDP MLP with one bucket per layer; prints seconds per step.
 Output: one JSON line on stdout from rank 0.
 """
@@ -18,16 +18,26 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 
-def micro(blocks: int, per_block: int) -> list[float]:
+def micro(blocks: int, per_block: int) -> dict[str, list[float]]:
+    """µs per tiny all-reduce, traced and untraced, in interleaved blocks of one process.
+
+    Under the tracer the default group wraps a plain process group (``_inner``) that
+    holds the very same gloo backend: calling the functional API on both isolates
+    exactly what tracing adds, with the process, backend and machine state shared."""
+    traced = dist.group.WORLD
+    untraced = getattr(traced, "_inner", None)
+    groups = {"traced": traced} if untraced is None else {"traced": traced, "untraced": untraced}
     x = torch.ones(16)
-    for _ in range(300):
-        dist.all_reduce(x)
-    out = []
+    for group in groups.values():
+        for _ in range(300):
+            dist.all_reduce(x, group=group)
+    out: dict[str, list[float]] = {name: [] for name in groups}
     for _ in range(blocks):
-        t0 = time.perf_counter_ns()
-        for _ in range(per_block):
-            dist.all_reduce(x)
-        out.append((time.perf_counter_ns() - t0) / per_block / 1000)
+        for name, group in groups.items():
+            t0 = time.perf_counter_ns()
+            for _ in range(per_block):
+                dist.all_reduce(x, group=group)
+            out[name].append((time.perf_counter_ns() - t0) / per_block / 1000)
     return out
 
 
