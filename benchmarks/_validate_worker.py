@@ -36,6 +36,8 @@ def main() -> None:
     optimizer = torch.optim.SGD([param], lr=0.0)
     grads = [torch.zeros(args.bucket_bytes // 4) for _ in range(args.buckets)]
     dist.barrier()
+    if rank == 0:
+        print("validate worker: started", flush=True)
     for _ in range(args.steps):
         delay = args.compute_ms * float(np.exp(args.jitter * rng.standard_normal()))
         if rank == args.slow_rank:

@@ -26,6 +26,7 @@ import argparse
 import json
 import secrets
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -47,7 +48,8 @@ from syncpace.validate.model import Point, real_stats, sim_config, sim_stats
 
 HERE = Path(__file__).resolve().parent
 WORKER = HERE / "_validate_worker.py"
-WARMUP = 3
+WARMUP = 5
+STARTED = "validate worker: started"
 BENCH_ARGS = ["all_reduce", "-b", "64K", "-e", "1M", "-f", "2", "-n", "6", "-w", "2",
               "--no-pairs", "--no-check"]  # fmt: skip
 # Greedy flows beside the job: on the leaf-spine across leaf1's uplink (as the demo
@@ -87,8 +89,26 @@ def worker_args(point: Point, steps: int) -> list[str]:
     ]  # fmt: skip
 
 
+class Sink:
+    """The hosts' output into the log; ``on_start`` once rank 0 says it trains (greedy
+    flows started before gloo connects can make its connection setup fail)."""
+
+    def __init__(self, log: Any, on_start: Any = None) -> None:
+        self.log, self.on_start, self.thread = log, on_start, None
+
+    def write(self, text: str) -> int:
+        self.log.write(text)
+        if self.on_start is not None and self.thread is None and STARTED in text:
+            self.thread = threading.Thread(target=self.on_start, daemon=True)
+            self.thread.start()
+        return len(text)
+
+    def flush(self) -> None:
+        self.log.flush()
+
+
 def run_point(point: Point, rate: str, steps: int, out: Path, log: Any) -> Path:
-    """The traced job on a fresh fabric; background flows for the whole run."""
+    """The traced job on a fresh fabric; background flows from its first step on."""
     from syncpace.cli.run import traced_env
     from syncpace.trace.config import TraceConfig
 
@@ -98,11 +118,23 @@ def run_point(point: Point, rate: str, steps: int, out: Path, log: Any) -> Path:
     flows: list[bulk.Flow] = []
     try:
         timeout = 60 + steps * (point.compute_ms + point.slow_ms + 600) / 1e3
-        if point.contention:
-            flows = bulk.start_flows(state.fabric, FLOWS[point.topology], timeout, FLOW_PORT)
+        errors: list[str] = []
+
+        def start_flows() -> None:
+            try:
+                pairs = FLOWS[point.topology]
+                flows.extend(bulk.start_flows(state.fabric, pairs, timeout, FLOW_PORT))
+            except Exception as exc:  # the point is then reported as failed
+                errors.append(str(exc))
+
+        sink = Sink(log, start_flows if point.contention else None)
         env = traced_env(run_dir, TraceConfig(dir=str(run_dir)))
         options = RunOptions(timeout_s=timeout, grace_s=5.0, master_port=free_port())
-        result = run_job(state, worker_args(point, steps), run_dir, backend, options, env, log)
+        result = run_job(state, worker_args(point, steps), run_dir, backend, options, env, sink)
+        if sink.thread is not None:
+            sink.thread.join(timeout=15)
+        if errors:
+            raise RuntimeError(f"{point.name}: background flows failed: {errors[0]}")
         if result is None or result.returncode != 0:
             reason = "no result" if result is None else result.reason
             raise RuntimeError(f"{point.name}: the job ended: {reason} (logs in {run_dir})")
@@ -179,6 +211,7 @@ def main() -> int:
     rows: list[Comparison] = []
     extra: dict[str, Any] = {}
     benches: dict[int, Path] = {}
+    failures: dict[str, str] = {}
     began = time.monotonic()
     with Progress(console=console) as progress, open(args.out / "fabric.log", "w") as log:
         task = progress.add_task("validation", total=len(grid))
@@ -188,7 +221,13 @@ def main() -> int:
                 benches[point.ranks] = bench_for(point.ranks, args.rate, args.out, log)
             cal = from_bench(benches[point.ranks])
             progress.update(task, description=f"{point.name}: real run")
-            run_dir = run_point(point, args.rate, args.steps, args.out, log)
+            try:
+                run_dir = run_point(point, args.rate, args.steps, args.out, log)
+            except Exception as exc:  # reported, and the grid goes on
+                failures[point.name] = str(exc)
+                progress.console.print(f"[red]{point.name}: {exc}[/]")
+                progress.advance(task)
+                continue
             real, profile = real_stats(run_dir, WARMUP)
             progress.update(task, description=f"{point.name}: simulation")
             cfg = sim_config(point, cal, profile, args.sim_steps, args.seed)
@@ -207,14 +246,16 @@ def main() -> int:
     report = {
         "rate": args.rate, "steps": args.steps, "sim_steps": args.sim_steps, "warmup": WARMUP,
         "thresholds": limits.__dict__, "wall_s": wall,
-        "rows": [{**c.to_json(), **extra[c.point]} for c in rows],
+        "rows": [{**c.to_json(), **extra[c.point]} for c in rows], "failed_runs": failures,
     }  # fmt: skip
     (args.out / "validation.json").write_text(json.dumps(report, indent=1, default=str))
     plot(rows, args.out / "validation.html")
     passed = sum(c.passed for c in rows)
     console.print(f"{passed}/{len(rows)} points within the thresholds; {wall:.0f} s; "
                   f"{args.out / 'validation.json'}, {args.out / 'validation.html'}")  # fmt: skip
-    return 0 if passed == len(rows) else 1
+    for name, why in failures.items():
+        console.print(f"[red]not run: {name}: {why}[/]")
+    return 0 if passed == len(rows) and not failures else 1
 
 
 if __name__ == "__main__":
