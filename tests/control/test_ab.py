@@ -1,8 +1,9 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
-from syncpace.control.ab import ABGuard
+from syncpace.control.ab import ABGuard, sign_test_confidence
 
 
 def feed(guard: ABGuard, on_time: float, off_time: float, active: bool = True, steps: int = 200):
@@ -19,7 +20,8 @@ def test_faster_paced_windows_keep_pacing():
     assert guard.state == "helps"
     assert guard.pacing_allowed(10_000) is True
     v = guard.verdict()
-    assert v.throughput_gain > 0.03 and v.confidence > 0.99
+    # every pair won: the sign test needs 4 pairs to pass 0.9 (1 - 1/16)
+    assert v.throughput_gain > 0.03 and v.confidence == pytest.approx(1 - 1 / 16)
 
 
 def test_no_difference_turns_pacing_off():
@@ -38,3 +40,15 @@ def test_policy_never_active_means_not_needed():
 def test_windows_alternate_while_probing():
     guard = ABGuard(4, 2, 4, 0.9, 1)
     assert [guard.pacing_allowed(s) for s in range(10)] == [True] * 4 + [False] * 4 + [True] * 2
+
+
+def test_sign_test_confidence():
+    assert sign_test_confidence(3, 3) == pytest.approx(0.875)
+    assert sign_test_confidence(0, 3) == 0.0
+    assert sign_test_confidence(4, 5) == pytest.approx(1 - 6 / 32)
+
+
+def test_three_pairs_can_never_reach_0_9():
+    guard = feed(ABGuard(10, 3, 3, 0.9, 2), on_time=0.05, off_time=0.1, steps=60)
+    assert guard.state == "no_help"
+    assert guard.verdict().confidence == pytest.approx(0.875)

@@ -1,12 +1,16 @@
 """The A/B guard: is pacing measurably helping *this* job?
 
 Steps are cut into windows of ``window`` steps; while probing, even windows let the
-policy pace and odd windows force pacing off. After ``min_pairs`` on/off pairs the
-step times of the two arms are compared (the first ``settle`` steps of each window
-are discarded: the policy needs them to react). Pacing is kept only when paced steps
-are faster with a one-sided confidence of at least ``confidence``; otherwise it is
-turned off for the rest of the run. Pure and deterministic: every rank feeds it the
-same gathered step times and reaches the same verdict.
+policy pace and odd windows force pacing off, and each paced window is paired with
+the unpaced one after it (the first ``settle`` steps of each window are discarded:
+the policy needs them to react). The confidence that pacing helps is a one-sided
+sign test over the pairs: the probability of fewer paced-faster pairs than observed
+if pacing made no difference. Step times within a window are correlated (a burst of
+contention spans many steps), so pairs of window means, not steps, are the samples:
+3 pairs can give at most 0.875. Pacing is kept only when paced windows are faster
+overall with at least ``confidence``; otherwise it is turned off after ``max_pairs``.
+Pure and deterministic: every rank feeds it the same gathered step times and reaches
+the same verdict.
 """
 
 from __future__ import annotations
@@ -33,14 +37,10 @@ class Verdict:
         return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in asdict(self).items()}
 
 
-def _one_sided_confidence(on: np.ndarray, off: np.ndarray) -> float:
-    """Welch's t statistic for mean(off) > mean(on), turned into a confidence with the
-    normal approximation (the arms hold tens of steps or more)."""
-    var = on.var(ddof=1) / on.size + off.var(ddof=1) / off.size
-    if var <= 0:
-        return 1.0 if off.mean() > on.mean() else 0.0
-    t = (off.mean() - on.mean()) / math.sqrt(var)
-    return 0.5 * (1.0 + math.erf(t / math.sqrt(2.0)))
+def sign_test_confidence(wins: int, pairs: int) -> float:
+    """P(fewer than ``wins`` of ``pairs`` fair coin flips come up heads): the one-sided
+    confidence that the paced arm is faster, from the pairs it won."""
+    return sum(math.comb(pairs, i) for i in range(wins)) / 2**pairs
 
 
 class ABGuard:
@@ -53,6 +53,10 @@ class ABGuard:
         self.state = "probing"
         self._on: list[float] = []
         self._off: list[float] = []
+        self._window_on: list[float] = []  # current pair's paced window
+        self._window_off: list[float] = []
+        self._wins = 0  # pairs whose paced window was faster
+        self._pairs = 0
         self._paced_on = 0  # steps of "on" windows in which the policy was active
 
     def pacing_allowed(self, step: int) -> bool:
@@ -69,10 +73,17 @@ class ABGuard:
             return None
         arm_on = (step // self.window) % 2 == 0
         (self._on if arm_on else self._off).append(step_time_s)
+        (self._window_on if arm_on else self._window_off).append(step_time_s)
         self._paced_on += int(arm_on and policy_active)
         pairs = step // (2 * self.window)
         at_pair_end = step % (2 * self.window) == 2 * self.window - 1
-        if not at_pair_end or pairs + 1 < self.min_pairs:
+        if not at_pair_end:
+            return None
+        if self._window_on and self._window_off:
+            self._pairs += 1
+            self._wins += int(np.mean(self._window_on) < np.mean(self._window_off))
+        self._window_on, self._window_off = [], []
+        if pairs + 1 < self.min_pairs:
             return None
         verdict = self.verdict()
         if self._paced_on == 0:
@@ -91,7 +102,7 @@ class ABGuard:
 
     def verdict(self) -> Verdict:
         on, off = np.asarray(self._on), np.asarray(self._off)
-        if on.size < 2 or off.size < 2:
+        if on.size < 2 or off.size < 2 or self._pairs == 0:
             return Verdict(self.state, on.size, off.size, None, None, None, None, None, None)
         on_mean, off_mean = float(on.mean()), float(off.mean())
         return Verdict(
@@ -103,5 +114,5 @@ class ABGuard:
             float(on.std() / on_mean),
             float(off.std() / off_mean),
             off_mean / on_mean - 1.0,
-            _one_sided_confidence(on, off),
+            sign_test_confidence(self._wins, self._pairs),
         )
