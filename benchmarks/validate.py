@@ -1,6 +1,6 @@
 """Validate the simulator against real runs on the emulated fabric (needs root).
 
-For every point of a grid (2, 4, 8 ranks; star and 1:2 leaf-spine; with and without
+For every point of a grid (2, 4, 8 ranks; star and 1:2 and 1:4 leaf-spine; with and without
 a planted straggler and greedy background flows) this
 
 1. brings up the fabric (unique name, always torn down),
@@ -65,6 +65,7 @@ GRID = [
     Point(name="star4-contended", topology="star", ranks=4, contention=True),
     Point(name="ls4", topology="leafspine", ranks=4, oversub=2),
     Point(name="ls4-straggler", topology="leafspine", ranks=4, oversub=2, slow_ms=60),
+    Point(name="ls4-oversub4", topology="leafspine", ranks=4, oversub=4),
     Point(name="ls4-contended", topology="leafspine", ranks=4, oversub=2, contention=True),
     Point(name="star8", topology="star", ranks=8, compute_ms=200, buckets=1),
 ]
@@ -246,7 +247,7 @@ def main() -> int:
     report = {
         "rate": args.rate, "steps": args.steps, "sim_steps": args.sim_steps, "warmup": WARMUP,
         "thresholds": limits.__dict__, "wall_s": wall,
-        "rows": [{**c.to_json(), **extra[c.point]} for c in rows], "failed_runs": failures,
+        "rows": [{**c.to_json(), "setup": extra[c.point]} for c in rows], "failed_runs": failures,
     }  # fmt: skip
     (args.out / "validation.json").write_text(json.dumps(report, indent=1, default=str))
     plot(rows, args.out / "validation.html")
