@@ -51,6 +51,7 @@ def main() -> None:
         print(f"validate worker: {args.steps} steps done", flush=True)
     del grads
     gc.collect()
+    dist.barrier()  # nobody tears down while a peer still uses the store
     dist.destroy_process_group()
 
 
