@@ -1,98 +1,16 @@
-"""The reference study as a simulator scenario, with and without pacing, by one command.
+"""The reference study with and without pacing, by one command:
+``syncpace validate --reference`` (needs no root).
 
-    python benchmarks/reference_study.py [--scenario examples/scenarios/reference_study.toml]
-                                         [--json out.json]
+    python benchmarks/reference_study.py [--scenario FILE] [--json rows.json]
 
-Runs ``examples/scenarios/reference_study.toml`` (4–64 nodes of 8 GPUs, 3:1 leaf-spine
-shared with other jobs, heavy-tailed noise, busy-polling waiters) without pacing and
-with each pacing strategy, then the same with the model assumptions changed one at a
-time (no transient noise; waiting is free), and prints CV and throughput per scale next
-to the reference's figures (CV 0.22 → 0.09 and +11 % throughput at 64 nodes).
-Nothing is fitted to those figures.
+See docs/validation.md and :mod:`syncpace.validate.reference`.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
-import time
-from pathlib import Path
 
-from rich.console import Console
-from rich.table import Table
-
-from syncpace.control.policy import PacingConfig
-from syncpace.sim import scenario as scenarios
-from syncpace.sim.study import run_study
-
-ROOT = Path(__file__).resolve().parent.parent
-REFERENCE = {"nodes": 64, "cv_off": 0.22, "cv_on": 0.09, "gain": 0.11}
-VARIANTS = {
-    "as configured": [],
-    "no transient noise": [
-        "noise.loader_prob=0",
-        "noise.os_burst_prob=0",
-        "noise.throttle_rate=0",
-    ],  # fmt: skip
-    "waiting is free": ['interference.mode="none"'],
-}
-STRATEGIES = ("early", "target")
-
-
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--scenario", default=str(ROOT / "examples/scenarios/reference_study.toml"))
-    p.add_argument("--json", type=Path, default=None, help="write every row here")
-    args = p.parse_args()
-    console = Console(width=max(Console().width, 130))
-    base = scenarios.load(args.scenario)
-    nodes = base.study_nodes or (4, 8, 16, 32, 64)
-    began = time.monotonic()
-    rows = []
-    for variant, sets in VARIANTS.items():
-        config = scenarios.override(base.config, sets)
-        for strategy in STRATEGIES:
-            if variant != "as configured" and strategy != "early":
-                continue
-            pacing = PacingConfig(**{**vars_of(config.pacing), "strategy": strategy})
-            console.print(f"[dim]{variant}, pacing {strategy} …[/]")
-            study = run_study(config.replace(pacing=None), nodes, pacing)
-            plain = {r["nodes"]: r for r in study.arm(False)}
-            for r in study.arm(True):
-                off = plain[r["nodes"]]
-                rows.append({
-                    "variant": variant, "strategy": strategy, "nodes": r["nodes"],
-                    "cv_off": off["cv"], "cv_on": r["cv"],
-                    "samples_off": off["throughput"], "samples_on": r["throughput"],
-                    "efficiency_off": off["efficiency"], "gain": r["pacing_gain"],
-                })  # fmt: skip
-    table = Table(title=f"reference study ({Path(args.scenario).name}) vs the reference")
-    for col in ("model", "pacing", "nodes", "CV off", "CV on", "samples/s off",
-                "samples/s on", "efficiency off", "pacing gain"):  # fmt: skip
-        table.add_column(col, justify="right")
-    for r in rows:
-        table.add_row(
-            r["variant"], r["strategy"], str(r["nodes"]), f"{r['cv_off']:.3f}",
-            f"{r['cv_on']:.3f}", f"{r['samples_off']:,.0f}", f"{r['samples_on']:,.0f}",
-            f"{r['efficiency_off']:.0%}", f"{r['gain']:+.1%}",
-        )  # fmt: skip
-    table.add_row("reference", "early", str(REFERENCE["nodes"]), f"{REFERENCE['cv_off']:.2f}",
-                  f"{REFERENCE['cv_on']:.2f}", "", "", "", f"{REFERENCE['gain']:+.0%}",
-                  style="bold")  # fmt: skip
-    console.print(table)
-    wall = time.monotonic() - began
-    console.print(f"{len(rows)} rows in {wall:.0f} s")
-    if args.json is not None:
-        args.json.write_text(json.dumps({"reference": REFERENCE, "rows": rows}, indent=1))
-    return 0
-
-
-def vars_of(config: PacingConfig | None) -> dict:
-    import dataclasses
-
-    return {} if config is None else dataclasses.asdict(config)
-
+from syncpace.cli.main import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(["validate", "--reference", *sys.argv[1:]]))

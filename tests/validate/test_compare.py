@@ -84,3 +84,12 @@ def test_calibrated_simulation_of_a_clean_star():
     assert s.transfer_ms == pytest.approx(ring_ms, rel=0.01)
     assert s.iteration_ms == pytest.approx(100.0 + 2 * ring_ms, rel=0.01)
     assert s.cv < 0.01
+
+
+def test_cli_refuses_unknown_points_and_short_runs(capsys):
+    from syncpace.cli.main import main
+
+    assert main(["validate", "--points", "star4,nope"]) == 2
+    assert "unknown points ['nope']" in capsys.readouterr().err
+    assert main(["validate", "--steps", "3"]) == 2
+    assert "--steps must be >= 10" in capsys.readouterr().err

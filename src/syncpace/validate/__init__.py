@@ -3,7 +3,8 @@
 :mod:`.compare` turns iteration and transfer times into the compared statistics and
 judges the errors against thresholds; :mod:`.model` calibrates a simulator
 configuration for a grid point from a benchmark (α, β) and the run's own compute
-times. ``benchmarks/validate.py`` runs the grid.
+times; :mod:`.grid` runs the real grid and :mod:`.reference` the reference study
+(``syncpace validate [--reference]``).
 """
 
 from __future__ import annotations

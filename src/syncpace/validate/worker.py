@@ -4,7 +4,9 @@ Each step a rank sleeps ``compute_ms`` times a lognormal draw (σ ``jitter``, se
 rank), plus ``slow_ms`` on ``slow_rank``; then it runs ``buckets`` blocking all-reduces
 of ``bucket_bytes`` and an optimizer step (which marks the step for the tracer). The
 CPU is not the bottleneck, so the fabric and the planted noise set the timing.
-Started by ``benchmarks/validate.py`` on every host of the fabric (gloo).
+Started by :mod:`syncpace.validate.grid` on every host of the fabric (gloo) as
+``python -m syncpace.validate.worker``; it imports nothing from syncpace (the tracer
+attaches from outside).
 """
 
 from __future__ import annotations

@@ -1,0 +1,268 @@
+"""The validation grid: real runs on the emulated fabric against the calibrated simulator.
+
+For every point (2, 4, 8 ranks; star and 1:2 and 1:4 leaf-spine; with and without a
+planted straggler and greedy background flows) :func:`run_grid`
+
+1. calibrates α and β once per rank count with ``syncpace bench all_reduce`` on a star
+   of that many hosts (the non-blocking reference: β is the NIC rate),
+2. brings up the point's fabric (unique name, always torn down) and runs the traced
+   validation job (:mod:`.worker`) across it,
+3. calibrates compute time, jitter, spread and slow ranks from the run's own trace
+   (:mod:`.model`), simulates the same configuration, and
+4. compares mean iteration time, CV, p99 and the median transfer time (:mod:`.compare`),
+   writing ``validation.json`` and ``validation.html``. Needs root. See
+   docs/validation.md.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from syncpace.bench.on_fabric import bench_on_fabric
+from syncpace.errors import ConfigError
+from syncpace.fabric import build_spec, bulk
+from syncpace.fabric.backend import SystemBackend, require_root
+from syncpace.fabric.lifecycle import down, up
+from syncpace.fabric.runner import RunOptions, run_job
+from syncpace.ports import free_port
+from syncpace.sim.calibrate import from_bench
+from syncpace.sim.engine import simulate
+from syncpace.validate.compare import Comparison, Thresholds, compare
+from syncpace.validate.model import Point, real_stats, sim_config, sim_stats
+
+WORKER = "syncpace.validate.worker"
+WARMUP = 5
+STARTED = "validate worker: started"
+BENCH_ARGS = ["all_reduce", "-b", "64K", "-e", "1M", "-f", "2", "-n", "6", "-w", "2",
+              "--no-pairs", "--no-check"]  # fmt: skip
+# Greedy flows beside the job: on the leaf-spine across leaf1's uplink (as the demo
+# does), on the star from h1 into h0 (sharing h1's and h0's host links with the ring).
+FLOWS = {"leafspine": [("h3", "h0"), ("h3", "h1")], "star": [("h1", "h0")]}
+FLOW_PORT = 5401
+
+GRID = [
+    Point(name="star2", topology="star", ranks=2),
+    Point(name="star2-straggler", topology="star", ranks=2, slow_ms=60),
+    Point(name="star4", topology="star", ranks=4),
+    Point(name="star4-straggler", topology="star", ranks=4, slow_ms=60),
+    Point(name="star4-contended", topology="star", ranks=4, contention=True),
+    Point(name="ls4", topology="leafspine", ranks=4, oversub=2),
+    Point(name="ls4-straggler", topology="leafspine", ranks=4, oversub=2, slow_ms=60),
+    Point(name="ls4-oversub4", topology="leafspine", ranks=4, oversub=4),
+    Point(name="ls4-contended", topology="leafspine", ranks=4, oversub=2, contention=True),
+    Point(name="star8", topology="star", ranks=8, compute_ms=200, buckets=1),
+]
+
+
+def fabric_spec(point: Point, rate: str) -> Any:
+    name = "va" + secrets.token_hex(3)
+    if point.topology == "star":
+        values = {"topology": "star", "hosts": point.ranks, "host_rate": rate}
+    else:
+        values = {"topology": "leaf-spine", "leaves": 2, "hosts": point.ranks // 2,
+                  "host_rate": rate, "oversubscription": point.oversub}  # fmt: skip
+    return build_spec({**values, "name": name})
+
+
+def worker_args(point: Point, steps: int) -> list[str]:
+    return [
+        sys.executable, "-m", WORKER, "--steps", str(steps),
+        "--compute-ms", f"{point.compute_ms:g}", "--jitter", f"{point.jitter:g}",
+        "--slow-rank", str(point.slow_rank), "--slow-ms", f"{point.slow_ms:g}",
+        "--buckets", str(point.buckets), "--bucket-bytes", str(point.bucket_bytes),
+    ]  # fmt: skip
+
+
+class Sink:
+    """The hosts' output into the log; ``on_start`` once rank 0 says it trains (greedy
+    flows started before gloo connects can make its connection setup fail)."""
+
+    def __init__(self, log: Any, on_start: Any = None) -> None:
+        self.log, self.on_start, self.thread = log, on_start, None
+
+    def write(self, text: str) -> int:
+        self.log.write(text)
+        if self.on_start is not None and self.thread is None and STARTED in text:
+            self.thread = threading.Thread(target=self.on_start, daemon=True)
+            self.thread.start()
+        return len(text)
+
+    def flush(self) -> None:
+        self.log.flush()
+
+
+def complete(run_dir: Path, ranks: int, steps: int) -> bool:
+    """Every rank traced every step (an abort at teardown leaves the data whole)."""
+    from syncpace.trace.reader import load_trace
+
+    try:
+        done = load_trace(run_dir).steps.group_by("rank").len()
+    except Exception:
+        return False
+    return done.height == ranks and int(done["len"].min()) >= steps
+
+
+def run_point(point: Point, rate: str, steps: int, out: Path, log: Any, notes: list[str]) -> Path:
+    """The traced job on a fresh fabric; background flows from its first step on."""
+    from syncpace.cli.run import traced_env
+    from syncpace.trace.config import TraceConfig
+
+    backend = SystemBackend()
+    state = up(fabric_spec(point, rate), backend)
+    run_dir = out / point.name
+    flows: list[bulk.Flow] = []
+    try:
+        timeout = 60 + steps * (point.compute_ms + point.slow_ms + 600) / 1e3
+        errors: list[str] = []
+
+        def start_flows() -> None:
+            try:
+                pairs = FLOWS[point.topology]
+                flows.extend(bulk.start_flows(state.fabric, pairs, timeout, FLOW_PORT))
+            except Exception as exc:  # the point is then reported as failed
+                errors.append(str(exc))
+
+        sink = Sink(log, start_flows if point.contention else None)
+        env = traced_env(run_dir, TraceConfig(dir=str(run_dir)))
+        options = RunOptions(timeout_s=timeout, grace_s=5.0, master_port=free_port())
+        result = run_job(state, worker_args(point, steps), run_dir, backend, options, env, sink)
+        if sink.thread is not None:
+            sink.thread.join(timeout=15)
+        if errors:
+            raise RuntimeError(f"{point.name}: background flows failed: {errors[0]}")
+        if result is None or result.returncode != 0:
+            reason = "no result" if result is None else result.reason
+            if not complete(run_dir, point.ranks, steps):
+                raise RuntimeError(f"{point.name}: the job ended: {reason} (logs in {run_dir})")
+            notes.append(f"every step traced, but a host failed at teardown: {reason}")
+    finally:
+        for flow in flows:
+            flow.stop()
+        down(state, backend)
+    return run_dir
+
+
+def bench_for(ranks: int, rate: str, out: Path, log: Any) -> Path:
+    backend = SystemBackend()
+    state = up(fabric_spec(Point(name="bench", topology="star", ranks=ranks), rate), backend)
+    run_dir = out / f"bench-{ranks}"
+    try:
+        bench_on_fabric(state, BENCH_ARGS, run_dir, timeout_s=240, echo=log)
+    finally:
+        down(state, backend)
+    return run_dir
+
+
+def table(rows: list[Comparison], limits: Thresholds) -> Table:
+    t = Table(title=f"simulator vs emulated fabric (mean ±{limits.mean_rel:.0%}, "
+                    f"CV ±{limits.cv_abs:.2f})")  # fmt: skip
+    for col in ("point", "iter ms real", "sim", "err", "CV real", "sim", "err",
+                "p99 ms real", "sim", "err", "xfer ms real", "sim", "err", "pass"):  # fmt: skip
+        t.add_column(col, justify="right")
+    for c in rows:
+        r, s = c.real, c.sim
+        t.add_row(
+            c.point, f"{r.iteration_ms:.1f}", f"{s.iteration_ms:.1f}", f"{c.mean_err:+.1%}",
+            f"{r.cv:.3f}", f"{s.cv:.3f}", f"{c.cv_err:+.3f}",
+            f"{r.p99_ms:.1f}", f"{s.p99_ms:.1f}", f"{c.p99_err:+.1%}",
+            f"{r.transfer_ms:.1f}", f"{s.transfer_ms:.1f}", f"{c.transfer_err:+.1%}",
+            "[green]yes[/]" if c.passed else "[red]no[/]",
+        )  # fmt: skip
+    return t
+
+
+def plot(rows: list[Comparison], path: Path) -> None:
+    from plotly.subplots import make_subplots
+
+    fig = make_subplots(rows=1, cols=3, subplot_titles=("mean iteration ms", "CV",
+                                                        "median transfer ms"))  # fmt: skip
+    names = [c.point for c in rows]
+    for label, pick in (("real", lambda c: c.real), ("simulated", lambda c: c.sim)):
+        fig.add_bar(x=names, y=[pick(c).iteration_ms for c in rows], name=f"{label}",
+                    row=1, col=1, legendgroup=label)  # fmt: skip
+        fig.add_bar(x=names, y=[pick(c).cv for c in rows], name=label, row=1, col=2,
+                    legendgroup=label, showlegend=False)  # fmt: skip
+        fig.add_bar(x=names, y=[pick(c).transfer_ms for c in rows], name=label, row=1, col=3,
+                    legendgroup=label, showlegend=False)  # fmt: skip
+    fig.update_layout(title="syncpace validation: emulated fabric vs simulator", barmode="group")
+    fig.write_html(path, include_plotlyjs=True, full_html=True)
+
+
+def select(names: str) -> list[Point]:
+    """The grid's points named in a comma list (all when empty)."""
+    wanted = {n.strip() for n in names.split(",") if n.strip()}
+    unknown = wanted - {pt.name for pt in GRID}
+    if unknown:
+        known = ", ".join(pt.name for pt in GRID)
+        raise ConfigError(f"unknown points {sorted(unknown)} (known: {known})")
+    return [pt for pt in GRID if not wanted or pt.name in wanted]
+
+
+def run_grid(args: Any, console: Console) -> int:
+    """Run the grid for ``args`` (out, points, rate, steps, sim_steps, seed); 0 when
+    every point meets the thresholds."""
+    grid = select(args.points)
+    require_root("the validation grid")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    limits = Thresholds()
+    rows: list[Comparison] = []
+    extra: dict[str, Any] = {}
+    benches: dict[int, Path] = {}
+    failures: dict[str, str] = {}
+    began = time.monotonic()
+    with Progress(console=console) as progress, open(out / "fabric.log", "w") as log:
+        task = progress.add_task("validation", total=len(grid))
+        for point in grid:
+            if point.ranks not in benches:
+                progress.update(task, description=f"bench, {point.ranks} ranks")
+                benches[point.ranks] = bench_for(point.ranks, args.rate, out, log)
+            cal = from_bench(benches[point.ranks])
+            progress.update(task, description=f"{point.name}: real run")
+            try:
+                notes: list[str] = []
+                run_dir = run_point(point, args.rate, args.steps, out, log, notes)
+            except Exception as exc:  # reported, and the grid goes on
+                failures[point.name] = str(exc)
+                progress.console.print(f"[red]{point.name}: {exc}[/]")
+                progress.advance(task)
+                continue
+            real, profile = real_stats(run_dir, WARMUP)
+            progress.update(task, description=f"{point.name}: simulation")
+            cfg = sim_config(point, cal, profile, args.sim_steps, args.seed)
+            c = compare(point.name, real, sim_stats(simulate(cfg)), limits)
+            rows.append(c)
+            extra[point.name] = {
+                "point": point.__dict__,
+                "notes": notes,
+                "bench": cal.to_json(),
+                "profile": profile.__dict__,
+                "sim_config": cfg.to_json(),
+            }
+            progress.console.print(table([c], limits))
+            progress.advance(task)
+    wall = time.monotonic() - began
+    console.print(table(rows, limits))
+    report = {
+        "rate": args.rate, "steps": args.steps, "sim_steps": args.sim_steps, "warmup": WARMUP,
+        "thresholds": limits.__dict__, "wall_s": wall,
+        "rows": [{**c.to_json(), "setup": extra[c.point]} for c in rows], "failed_runs": failures,
+    }  # fmt: skip
+    (out / "validation.json").write_text(json.dumps(report, indent=1, default=str))
+    plot(rows, out / "validation.html")
+    passed = sum(c.passed for c in rows)
+    console.print(f"{passed}/{len(rows)} points within the thresholds; {wall:.0f} s; "
+                  f"{out / 'validation.json'}, {out / 'validation.html'}")  # fmt: skip
+    for name, why in failures.items():
+        console.print(f"[red]not run: {name}: {why}[/]")
+    return 0 if passed == len(rows) and not failures else 1
