@@ -12,6 +12,8 @@ from rich.console import Console
 from rich.table import Table
 
 from syncpace.config import add_flags, from_flags, parse_value
+from syncpace.control.config import ControllerConfig
+from syncpace.control.policy import PacingConfig
 from syncpace.errors import ConfigError
 
 HELP_EPILOG = "Needs root. Topology, commands and files: docs/fabric.md."
@@ -76,6 +78,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     from syncpace.trace.config import TraceConfig
 
     add_flags(run, TraceConfig, skip=("dir", "clock_skew_ns"))
+    add_flags(run, ControllerConfig)
+    add_flags(run, PacingConfig, skip=("strategy",))
     run.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS…]")
     run.set_defaults(func=cmd_run)
 
@@ -207,11 +211,23 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise ConfigError("no command given: syncpace fabric run [options] -- COMMAND [ARGS…]")
     spec, faults = _spec_from_args(args)
     faults += [parse_fault(text) for text in args.fault]
+    # Bad tracer or pacing values fail before anything is created.
+    tracing = (
+        (
+            from_flags(TraceConfig, args),
+            from_flags(ControllerConfig, args),
+            from_flags(PacingConfig, args),
+        )
+        if args.trace
+        else None
+    )
     require_root("syncpace fabric run")
     run_dir = prepare_run_dir(args.out, args.overwrite)
     env = None
-    if args.trace:
-        env = traced_env(run_dir, from_flags(TraceConfig, args, dir=str(run_dir)))
+    if tracing is not None:
+        trace, controller, pacing = tracing
+        trace = dataclasses.replace(trace, dir=str(run_dir))
+        env = traced_env(run_dir, trace, None, controller, pacing)
     backend = SystemBackend()
     options = RunOptions(
         timeout_s=args.timeout,

@@ -1,0 +1,39 @@
+"""The environment that arms tracing and pacing in every rank a command starts."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from syncpace.cli.run import BOOTSTRAP_DIR, traced_env
+from syncpace.control.config import ControllerConfig
+from syncpace.control.policy import PacingConfig
+from syncpace.trace.config import TraceConfig
+
+
+def test_traced_env_carries_every_config(tmp_path):
+    env = traced_env(
+        tmp_path,
+        TraceConfig(dir=str(tmp_path), flush_interval_s=0.5),
+        {"PYTHONPATH": "/x"},
+        ControllerConfig(pace="early", ab=False),
+        PacingConfig(hold=2),
+    )
+    assert env["SYNCPACE_DIR"] == str(tmp_path)
+    assert env["PYTHONPATH"] == f"{BOOTSTRAP_DIR}:/x"
+    assert (env["SYNCPACE_PACE"], env["SYNCPACE_AB"], env["SYNCPACE_HOLD"]) == ("early", "0", "2")
+    assert env["SYNCPACE_FLUSH_INTERVAL_S"] == "0.5"
+
+
+def test_fabric_run_rejects_a_bad_pacing_value_before_anything(tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "syncpace", "fabric", "run", "--trace", "--pace", "fast",
+         "--out", str(out), "--", "true"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "syncpace fabric: error: pace must be off, early or target, got 'fast'"
+    ]
+    assert not out.exists()
