@@ -11,9 +11,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from syncpace.config import add_flags, from_flags, parse_value
-from syncpace.control.config import ControllerConfig
-from syncpace.control.policy import PacingConfig
+from syncpace.config import parse_value
 from syncpace.errors import ConfigError
 
 HELP_EPILOG = "Needs root. Topology, commands and files: docs/fabric.md."
@@ -75,12 +73,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument("--sample-interval", type=float, default=0.5, help="link counter period")
     run.add_argument("--master-port", type=int, default=29500, help="rendezvous port on h0")
     run.add_argument("--quiet", action="store_true", help="do not echo the hosts' output")
-    from syncpace.trace.config import TraceConfig
+    from syncpace.cli.run import add_tracing_flags
 
-    add_flags(run, TraceConfig, skip=("dir", "clock_skew_ns"))
-    add_flags(run, ControllerConfig)
-    add_flags(run, PacingConfig, skip=("strategy",))
-    run.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS…]")
+    add_tracing_flags(run)
     run.set_defaults(func=cmd_run)
 
 
@@ -196,38 +191,21 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from syncpace.cli.run import prepare_run_dir, traced_env
+    from syncpace.cli.run import armed_env, command_of, prepare_run_dir, tracing_from_flags
     from syncpace.fabric import lifecycle
     from syncpace.fabric.backend import SystemBackend, require_root
     from syncpace.fabric.faults import parse_fault
     from syncpace.fabric.runner import RunOptions, run_job
     from syncpace.fabric.state import load_state
-    from syncpace.trace.config import TraceConfig
 
-    command = list(args.command)
-    if command and command[0] == "--":
-        command = command[1:]
-    if not command:
-        raise ConfigError("no command given: syncpace fabric run [options] -- COMMAND [ARGS…]")
+    command = command_of(args, "syncpace fabric run [options] -- COMMAND [ARGS…]")
     spec, faults = _spec_from_args(args)
     faults += [parse_fault(text) for text in args.fault]
     # Bad tracer or pacing values fail before anything is created.
-    tracing = (
-        (
-            from_flags(TraceConfig, args),
-            from_flags(ControllerConfig, args),
-            from_flags(PacingConfig, args),
-        )
-        if args.trace
-        else None
-    )
+    tracing = tracing_from_flags(args) if args.trace else None
     require_root("syncpace fabric run")
     run_dir = prepare_run_dir(args.out, args.overwrite)
-    env = None
-    if tracing is not None:
-        trace, controller, pacing = tracing
-        trace = dataclasses.replace(trace, dir=str(run_dir))
-        env = traced_env(run_dir, trace, None, controller, pacing)
+    env = armed_env(run_dir, tracing) if tracing is not None else None
     backend = SystemBackend()
     options = RunOptions(
         timeout_s=args.timeout,

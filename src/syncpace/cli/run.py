@@ -42,11 +42,47 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="replace the trace files of an existing run directory instead of refusing",
     )
     parser.add_argument("--quiet", action="store_true", help="do not print the trace summary")
+    add_tracing_flags(parser)
+    parser.set_defaults(func=run)
+
+
+def add_tracing_flags(parser: argparse.ArgumentParser) -> None:
+    """The tracer, controller and policy flags, and the trailing ``-- COMMAND``."""
     add_flags(parser, TraceConfig, skip=("dir", "clock_skew_ns"))
     add_flags(parser, ControllerConfig)
     add_flags(parser, PacingConfig, skip=("strategy",))
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS…]")
-    parser.set_defaults(func=run)
+
+
+def command_of(args: argparse.Namespace, usage: str) -> list[str]:
+    """The command after ``--``; ``usage`` names the verb's form in the error."""
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise ConfigError(f"no command given: {usage}")
+    return command
+
+
+Tracing = tuple[TraceConfig, ControllerConfig, PacingConfig]
+
+
+def tracing_from_flags(args: argparse.Namespace) -> Tracing:
+    """Every tracing setting, validated: call before creating anything."""
+    return (
+        from_flags(TraceConfig, args),
+        from_flags(ControllerConfig, args),
+        from_flags(PacingConfig, args),
+    )
+
+
+def armed_env(
+    run_dir: Path, tracing: Tracing, base: dict[str, str] | None = None
+) -> dict[str, str]:
+    """``traced_env`` for ``run_dir`` with all of ``tracing``."""
+    trace, controller, pacing = tracing
+    trace = dataclasses.replace(trace, dir=str(run_dir))
+    return traced_env(run_dir, trace, base, controller, pacing)
 
 
 def prepare_run_dir(out: str | None, overwrite: bool) -> Path:
@@ -82,18 +118,10 @@ def traced_env(
 
 
 def run(args: argparse.Namespace) -> int:
-    command = list(args.command)
-    if command and command[0] == "--":
-        command = command[1:]
-    if not command:
-        raise ConfigError("no command given: syncpace run [--out DIR] -- COMMAND [ARGS…]")
-    # Bad values fail before anything is created.
-    config = from_flags(TraceConfig, args)
-    controller = from_flags(ControllerConfig, args)
-    pacing = from_flags(PacingConfig, args)
+    command = command_of(args, "syncpace run [--out DIR] -- COMMAND [ARGS…]")
+    tracing = tracing_from_flags(args)  # bad values fail before anything is created
     run_dir = prepare_run_dir(args.out, args.overwrite)
-    config = dataclasses.replace(config, dir=str(run_dir))
-    code = run_command(command, traced_env(run_dir, config, None, controller, pacing))
+    code = run_command(command, armed_env(run_dir, tracing))
     print(f"syncpace run: trace in {run_dir}", file=sys.stderr)
     if not args.quiet and any(run_dir.glob(f"rank-*{schema.META_SUFFIX}")):
         from syncpace.cli.trace_info import print_summary
