@@ -111,6 +111,21 @@ def test_two_cross_leaf_flows_share_the_oversubscribed_uplink(fabric):
     assert uplink >= 0.95 * sum(r.bytes for r in results)
 
 
+def test_a_fixed_rate_flow_holds_its_rate_and_tcp_gets_the_rest(fabric):
+    """UDP at 30 Mbit/s into h1 beside a greedy TCP flow into h1: the UDP flow keeps its
+    rate (it never backs off) and TCP gets what is left of the 50 Mbit/s link."""
+    udp = bulk.start_flows(fabric.fabric, [("h0", "h1")], 3.5, 5501, rate_bps=30_000_000)
+    try:
+        (tcp,) = bulk.measure(fabric.fabric, [("h3", "h1")], seconds=3.0)
+        (fixed,) = [flow.result() for flow in udp]
+    finally:
+        for flow in udp:
+            flow.stop()
+    print(f"into h1: UDP {fixed.bps / 1e6:.2f} Mbit/s (set 30), TCP {tcp.bps / 1e6:.2f}")
+    assert abs(fixed.bps - 30e6) / 30e6 <= TOLERANCE
+    assert abs(tcp.bps - (RATE - 30e6)) / (RATE - 30e6) <= 2 * TOLERANCE
+
+
 def test_a_rate_fault_changes_the_link_and_is_undone(fabric, tmp_path):
     backend = SystemBackend()
     faults = [parse_fault("rate h0-leaf0 10mbit at=0")]
@@ -283,7 +298,11 @@ def test_a_cpu_straggler_is_slower(fabric, tmp_path):
 
 @pytest.fixture(scope="module")
 def contended_run(fabric, tmp_path_factory):
-    """A traced job whose cross-leaf traffic meets greedy flows after a clean baseline."""
+    """A traced job whose cross-leaf traffic meets fixed-rate flows after a clean baseline.
+
+    Four UDP flows of 15 Mbit/s, two each way across the spine, leave 20 of the
+    uplink's 50 Mbit/s to the job: its cross-leaf transfers slow ~2.5x, every run
+    (greedy TCP flows took 1.3x to 3.3x, varying with who won the queue)."""
     from syncpace.cli.run import traced_env
     from syncpace.trace.config import TraceConfig
 
@@ -299,9 +318,9 @@ def contended_run(fabric, tmp_path_factory):
         while not (out / "baseline-done").exists() and job.is_alive():
             assert time.monotonic() < deadline, "the job never finished its baseline"
             time.sleep(0.05)
-        # every host sends greedy traffic across the spine, in both directions
+        # every host sends across the spine, in both directions
         pairs = [("h0", "h2"), ("h1", "h3"), ("h2", "h0"), ("h3", "h1")]
-        flows = bulk.start_flows(fabric.fabric, pairs, 30.0, 5301)
+        flows = bulk.start_flows(fabric.fabric, pairs, 30.0, 5301, rate_bps=15_000_000)
         job.join(timeout=120)
     finally:
         for flow in flows:
@@ -322,15 +341,9 @@ def test_a_background_flow_shows_in_the_trace(contended_run):
     before = transfer.filter(pl.col("step").is_between(1, 7))["ns"].median()
     during = transfer.filter(pl.col("step") >= 10)["ns"].median()
     print(f"all-reduce transfer median before {before / 1e6:.0f} ms, during {during / 1e6:.0f} ms")
-    assert during > 1.3 * before
+    assert during > 1.8 * before
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="greedy TCP flows through tbf take a varying share: transfers 1.3x to 3.3x slower "
-    "from run to run, sometimes under the detector's 1.5x threshold (and two flows per pair "
-    "stalled gloo past its timeout); a fixed-rate background source would make this exact",
-)
 def test_a_background_flow_is_diagnosed_as_contention(contended_run):
     from syncpace.analysis.api import analyze
 

@@ -1,13 +1,18 @@
-"""Bulk TCP flows between hosts: background contention, and throughput checks.
+"""Bulk flows between hosts: background contention, and throughput checks.
 
-``python -m syncpace.fabric.bulk recv|send`` is what runs inside a host
-namespace; :func:`start_flow` and :func:`measure` drive it from outside. Every
-socket wait and every process is bounded in time.
+Two kinds: a *greedy* TCP flow takes whatever share TCP wins in the shaped queues
+(it varies from run to run: TCP through one tbf FIFO is not fair), and a *fixed-rate*
+UDP flow sends at a set bit rate and never backs off, so the capacity it leaves is
+known in advance (what a test or a model can rely on). ``python -m
+syncpace.fabric.bulk recv|send`` is what runs inside a host namespace;
+:func:`start_flows` and :func:`measure` drive it from outside. Every socket wait and
+every process is bounded in time.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import selectors
 import socket
@@ -21,6 +26,16 @@ from syncpace.fabric.topology import Fabric, Host
 
 BASE_PORT = 5201
 CHUNK = 1 << 16
+#: UDP payload: with the IP and UDP headers (28 bytes) one frame under a 1,500-byte MTU.
+DATAGRAM = 1400
+#: The fixed-rate sender sleeps when it is this far ahead of its schedule: bursts stay
+#: a few frames long, well inside a tbf bucket.
+PACE_S = 0.002
+#: At most this much of a late schedule is caught up in one burst.
+CATCH_UP_S = 0.02
+#: A UDP receiver ends when nothing arrived for this long (end markers can be dropped).
+UDP_IDLE_S = 1.0
+END = b"syncpace-bulk-end"
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +76,64 @@ def _recv(port: int, timeout_s: float) -> int:
     return 0
 
 
+def _recv_udp(port: int, timeout_s: float) -> int:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("0.0.0.0", port))
+    sock.settimeout(timeout_s)
+    print("ready", flush=True)
+    total, first, last = 0, 0.0, 0.0
+    buf = bytearray(1 << 16)
+    try:
+        while True:
+            n = sock.recv_into(buf)
+            if buf[:n] == END:
+                break
+            last = time.monotonic()
+            if total == 0:
+                first = last
+                sock.settimeout(UDP_IDLE_S)
+            total += n
+    except TimeoutError:
+        pass  # the sender ended and its markers were dropped, or it never came
+    print(json.dumps({"bytes": total, "seconds": last - first}), flush=True)
+    return 0
+
+
+def _send_udp(address: str, port: int, seconds: float, rate_bps: int) -> int:
+    """Datagrams at ``rate_bps`` (payload bits) for ``seconds``, paced against the clock
+    so a short late wake-up is caught up at once and the mean rate holds."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    payload = b"\0" * DATAGRAM
+    target = (address, port)
+    start = time.monotonic()
+    end = start + seconds
+    sent = 0
+    while (now := time.monotonic()) < end:
+        ahead = start + sent * 8 / rate_bps - now
+        if ahead > PACE_S:
+            time.sleep(ahead)
+            continue
+        if ahead < -CATCH_UP_S:  # descheduled for long: skip, rather than burst it all
+            sent = int((now - start - CATCH_UP_S) * rate_bps / 8)
+        try:
+            sock.sendto(payload, target)
+        except OSError as exc:
+            # a full local queue or an ICMP error from a peer not yet bound: a
+            # fixed-rate source drops the datagram and keeps its schedule
+            if exc.errno not in (errno.ENOBUFS, errno.ECONNREFUSED, errno.EAGAIN):
+                return 1
+        sent += DATAGRAM
+    for _ in range(5):
+        try:
+            sock.sendto(END, target)
+        except OSError:
+            pass
+        time.sleep(0.01)
+    sock.close()
+    return 0
+
+
 def _send(address: str, port: int, seconds: float, connect_timeout_s: float) -> int:
     deadline = time.monotonic() + connect_timeout_s
     while True:
@@ -90,14 +163,18 @@ def main(argv: list[str] | None = None) -> int:
     recv = sub.add_parser("recv")
     recv.add_argument("--port", type=int, default=BASE_PORT)
     recv.add_argument("--timeout", type=float, default=10.0)
+    recv.add_argument("--udp", action="store_true")
     send = sub.add_parser("send")
     send.add_argument("--to", required=True)
     send.add_argument("--port", type=int, default=BASE_PORT)
     send.add_argument("--seconds", type=float, default=2.0)
     send.add_argument("--connect-timeout", type=float, default=5.0)
+    send.add_argument("--rate", type=int, default=0, help="bit/s: a fixed-rate UDP flow")
     args = parser.parse_args(argv)
     if args.mode == "recv":
-        return _recv(args.port, args.timeout)
+        return (_recv_udp if args.udp else _recv)(args.port, args.timeout)
+    if args.rate > 0:
+        return _send_udp(args.to, args.port, args.seconds, args.rate)
     return _send(args.to, args.port, args.seconds, args.connect_timeout)
 
 
@@ -137,10 +214,18 @@ class Flow:
 
 
 def start_flows(
-    fabric: Fabric, pairs: list[tuple[str, str]], seconds: float, base_port: int = BASE_PORT
+    fabric: Fabric,
+    pairs: list[tuple[str, str]],
+    seconds: float,
+    base_port: int = BASE_PORT,
+    rate_bps: int | None = None,
 ) -> list[Flow]:
-    """Start greedy TCP flows ``src -> dst`` for ``seconds``: every receiver first,
-    then every sender, so concurrent flows really start together."""
+    """Start flows ``src -> dst`` for ``seconds``: greedy TCP, or UDP at ``rate_bps``
+    each when it is given. Every receiver first, then every sender, so concurrent
+    flows really start together."""
+    if rate_bps is not None and rate_bps <= 0:
+        raise FabricError(f"a fixed-rate flow needs a rate > 0 bit/s, got {rate_bps}")
+    udp = ["--udp"] if rate_bps else []
     receivers: list[subprocess.Popen] = []
     try:
         hosts = [(_host(fabric, src), _host(fabric, dst)) for src, dst in pairs]
@@ -148,7 +233,7 @@ def start_flows(
             port = str(base_port + k)
             receivers.append(
                 subprocess.Popen(
-                    in_namespace(target.namespace, "recv", "--port", port, "--timeout", "10"),
+                    in_namespace(target.namespace, "recv", "--port", port, "--timeout", "10", *udp),
                     stdout=subprocess.PIPE,
                     text=True,
                 )
@@ -159,6 +244,8 @@ def start_flows(
         flows = []
         for k, ((source, target), receiver) in enumerate(zip(hosts, receivers, strict=True)):
             argv = ["send", "--to", target.address, "--port", str(base_port + k)]
+            if rate_bps:
+                argv += ["--rate", str(rate_bps)]
             sender = subprocess.Popen(
                 in_namespace(source.namespace, *argv, "--seconds", f"{seconds:g}")
             )
@@ -195,9 +282,15 @@ def _wait_ready(proc: subprocess.Popen, timeout_s: float) -> bool:
     return proc.stdout.readline().strip() == "ready"
 
 
-def measure(fabric: Fabric, pairs: list[tuple[str, str]], seconds: float = 2.0) -> list[FlowResult]:
-    """Run greedy flows for all ``pairs`` at once; each receiver's goodput."""
-    flows = start_flows(fabric, pairs, seconds)
+def measure(
+    fabric: Fabric,
+    pairs: list[tuple[str, str]],
+    seconds: float = 2.0,
+    rate_bps: int | None = None,
+) -> list[FlowResult]:
+    """Run flows for all ``pairs`` at once (greedy, or at ``rate_bps``); each
+    receiver's goodput."""
+    flows = start_flows(fabric, pairs, seconds, rate_bps=rate_bps)
     try:
         return [flow.result() for flow in flows]
     finally:

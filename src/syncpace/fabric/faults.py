@@ -6,6 +6,7 @@ A fault is written ``ACTION TARGET [VALUE] [at=SECONDS] [for=SECONDS]``::
     rate leaf0-spine 20mbit at=5 for=10   # uplink slows to 20 Mbit/s from 5 s to 15 s
     flap h1-leaf0 at=4 for=2              # host link down at 4 s, up at 6 s
     flow h0->h2 at=0 for=30               # greedy TCP flow h0 → h2
+    flow h1->h0 20mbit                    # UDP at a fixed 20 Mbit/s h1 → h0, whole run
     straggler h3 0.3 at=2                 # h3's processes capped at 30 % of one CPU
     kill rank=2 at=8                      # SIGKILL rank 2 (or: kill h2, the whole host)
 
@@ -104,7 +105,7 @@ def fault_from_table(table: dict[str, Any], where: str = "") -> Fault:
 
 
 def _check_value(fault: Fault, where: str) -> None:
-    if fault.action == "rate":
+    if fault.action == "rate" or (fault.action == "flow" and fault.value):
         parse_rate(fault.value, f"fault {where!r}")
     elif fault.action == "straggler":
         try:
@@ -245,9 +246,11 @@ class Scheduler:
         src, dst = fault.target.split("->", 1)
         seconds = fault.for_s if fault.for_s is not None else self.ctx.run_seconds
         port = bulk.BASE_PORT + 100 + len(self._flows)
-        (flow,) = bulk.start_flows(self.ctx.fabric, [(src, dst)], seconds + 1, port)
+        rate = parse_rate(fault.value) if fault.value else None
+        (flow,) = bulk.start_flows(self.ctx.fabric, [(src, dst)], seconds + 1, port, rate)
         self._flows[fault] = flow
-        return f"flow started on port {port}"
+        kind = f"UDP at {rate} bit/s" if rate else "greedy TCP"
+        return f"flow ({kind}) started on port {port}"
 
     def _kill(self, fault: Fault) -> str:
         if fault.target.startswith("rank="):
