@@ -5,12 +5,17 @@
   pays it in ``2(n-1)`` steps, so the per-step α is ``α / (2(n-1))``. ``β`` is a bus
   bandwidth, i.e. the per-rank link rate of the flat α–β model: it becomes the NIC rate
   when the benchmark spanned several hosts, the intra-node rate otherwise.
-* **trace** (a run directory): per rank and iteration, compute ≈ the issue of the last
-  collective minus the step start (DDP issues its last bucket at the end of backward),
-  giving the median compute time, the persistent per-rank spread (σ of log per-rank
-  medians), the per-iteration jitter (σ of log compute over the rank's median), and the
-  ranks more than 10 % slower than the median; α and β from the service time of matched
-  collectives against their bus bytes when at least two sizes were seen.
+* **trace** (a run directory): per rank and iteration, compute = the entry of the
+  collective that ends compute minus the step start (:func:`compute_end` decides which,
+  once per trace: the *first* collective when a rank issues its collectives back to
+  back, each blocking until done; the *last* when they overlap one another or compute,
+  as DDP's buckets do, the last one issued at the end of backward). From the per-rank
+  medians (:func:`compute_profile`): the ranks more than 10 % above the median of all
+  ranks are ``slow_ranks``, with the mean ratio of their medians over the others'
+  median as ``slow_factor``; the median of the other ranks is the compute time, and
+  the σ of their log medians the persistent spread; the per-iteration jitter is the σ
+  of log compute over the rank's own median. α and β come from the service time of
+  matched collectives against their bus bytes when at least two sizes were seen.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ class Calibration:
     jitter: float | None = None
     rank_spread: float | None = None
     slow_ranks: tuple[int, ...] = ()
+    slow_factor: float | None = None  # measured compute factor of the slow ranks
     notes: tuple[str, ...] = field(default=())
 
     def to_json(self) -> dict[str, Any]:
@@ -61,6 +67,8 @@ class Calibration:
             changes["rank_spread"] = self.rank_spread
         if self.slow_ranks and all(r < topo.world_size for r in self.slow_ranks):
             changes["slow_ranks"] = self.slow_ranks
+            if self.slow_factor is not None:
+                changes["slow_factor"] = self.slow_factor
         noise = dataclasses.replace(noise, **changes)
         return config.replace(topology=topo, network=net, workload=wl, noise=noise)
 
@@ -108,23 +116,25 @@ def from_trace(path: str | Path) -> Calibration:
 
     trace = load_trace(path)
     notes: list[str] = []
-    last = trace.events.group_by("rank", "step").agg(pl.col("enter_ns").max().alias("issue"))
-    rs = trace.steps.join(last, on=["rank", "step"]).with_columns(
-        compute=(pl.col("issue") - pl.col("start_ns")) / 1e6
-    )
-    rs = rs.filter(pl.col("step") > rs["step"].min(), pl.col("compute") > 0)  # skip warm-up
     cal: dict[str, Any] = {}
-    if rs.height:
-        per_rank = rs.group_by("rank").agg(pl.col("compute").median().alias("med")).sort("rank")
-        med = float(per_rank["med"].median())  # type: ignore[arg-type]
-        cal["compute_ms"] = med
-        ratio = per_rank["med"].to_numpy() / med
-        cal["rank_spread"] = float(np.std(np.log(ratio)))
-        cal["slow_ranks"] = tuple(int(r) for r in per_rank["rank"].to_numpy()[ratio > 1.10])
-        joined = rs.join(per_rank, on="rank")
-        cal["jitter"] = float(
-            np.std(np.log(joined["compute"].to_numpy() / joined["med"].to_numpy()))
+    # the first step (warm-up: connection setup, DDP's bucket rebuild) is left out
+    first = trace.steps["step"].min() if trace.steps.height else 0
+    warmup = int(first) + 1  # type: ignore[arg-type]
+    end, why = compute_end(trace.events, warmup)
+    table = compute_table(trace.steps, trace.events, warmup, end=end)
+    if table.height:
+        prof = compute_profile(table)
+        cal.update(
+            compute_ms=prof.compute_ms,
+            jitter=prof.jitter,
+            rank_spread=prof.rank_spread,
+            slow_ranks=prof.slow_ranks,
+            slow_factor=prof.slow_factor if prof.slow_ranks else None,
         )
+        notes.append(why)
+        if prof.slow_ranks:
+            ranks = ", ".join(map(str, prof.slow_ranks))
+            notes.append(f"slow ranks {ranks}: x{prof.slow_factor:.3f} the others' compute")
     else:
         notes.append("no step had a collective: compute not calibrated")
     metrics = compute_metrics(trace, warmup_steps=1)
@@ -137,6 +147,96 @@ def from_trace(path: str | Path) -> Calibration:
         cal["bandwidth_gbs"] = bw
         notes.append(f"α–β from {inst.height} collectives of up to {n} ranks")
     return Calibration(source=f"trace:{path}", across_nodes=multi_node, notes=tuple(notes), **cal)
+
+
+# Compute from a trace, shared with the validation (``syncpace.validate.model``).
+
+#: A rank whose median compute is more than this times the median of all ranks is slow.
+SLOW_RATIO = 1.10
+#: Collectives are back to back when the idle time between them is at most this share
+#: of the time from the first one's entry to the last one's.
+IDLE_SHARE = 0.10
+
+
+@dataclass(frozen=True)
+class ComputeProfile:
+    compute_ms: float  # median of the non-slow ranks' medians
+    jitter: float  # σ of log(compute / the rank's median), every rank
+    rank_spread: float  # σ of log of the non-slow ranks' medians
+    slow_ranks: tuple[int, ...]
+    slow_factor: float  # mean slow-rank median over the others' median; 1.0 without any
+
+
+def compute_end(events: pl.DataFrame, warmup: int = 0) -> tuple[str, str]:
+    """Which collective's entry ends compute in this trace: ``"first"`` or ``"last"``.
+
+    Per rank and step with at least two collectives (in entry order), the step is *back
+    to back* when every collective after the first was entered at or after the
+    previous one's exit (an unobserved exit, ``-1``, is no such evidence) and the idle
+    time between them adds up to at most :data:`IDLE_SHARE` of the time from the first
+    entry to the last: a job that computes, then issues blocking collectives one after
+    another. The first collective's entry ends its compute. DDP's buckets are issued
+    during backward, several in flight at once (entries before earlier exits), or, on a
+    fast network, each done before backward has produced the next (idle gaps of
+    compute between them): the last entry ends compute. The majority of the rank-steps
+    decides, a tie going to ``"last"``; with one collective per step the two agree.
+    Returns the choice and a note saying why.
+    """
+    ev = events.filter(pl.col("step") >= warmup).sort("rank", "step", "enter_ns", "seq")
+    ev = ev.with_columns(prev_exit=pl.col("exit_ns").shift(1).over("rank", "step"))
+    ev = ev.with_columns(gap=pl.col("enter_ns") - pl.col("prev_exit"))
+    per = (
+        ev.group_by("rank", "step")
+        .agg(
+            n=pl.len(),
+            after=((pl.col("prev_exit") >= 0) & (pl.col("gap") >= 0)).drop_nulls().all(),
+            idle=pl.col("gap").sum(),
+            span=pl.col("enter_ns").max() - pl.col("enter_ns").min(),
+        )
+        .filter(pl.col("n") >= 2)
+    )
+    if per.height == 0:
+        return "last", "compute ends at the step's collective (one per step)"
+    back = per.filter(pl.col("after"), pl.col("idle") <= IDLE_SHARE * pl.col("span")).height
+    share = f"{back} of {per.height} rank-steps issue their collectives back to back"
+    if 2 * back > per.height:
+        return "first", f"compute ends at the first collective's entry: {share}"
+    return "last", f"compute ends at the last collective's entry: {share}"
+
+
+def compute_table(
+    steps: pl.DataFrame, events: pl.DataFrame, warmup: int, end: str = "first"
+) -> pl.DataFrame:
+    """Per rank and step: compute = the ``end`` (first/last) collective's entry − step
+    start (ms); steps before ``warmup`` and without a collective are left out."""
+    if end not in ("first", "last"):
+        raise ValueError(f"end must be 'first' or 'last', got {end!r}")
+    entry = pl.col("enter_ns").min() if end == "first" else pl.col("enter_ns").max()
+    issue = events.group_by("rank", "step").agg(entry.alias("issue"))
+    return (
+        steps.join(issue, on=["rank", "step"])
+        .with_columns(compute=(pl.col("issue") - pl.col("start_ns")) / 1e6)
+        .filter(pl.col("step") >= warmup, pl.col("compute") > 0)
+    )
+
+
+def compute_profile(table: pl.DataFrame) -> ComputeProfile:
+    """The compute statistics of a :func:`compute_table` (see the module docstring)."""
+    if table.height == 0:
+        raise ConfigError("no step with a collective after warm-up: cannot calibrate compute")
+    per = table.group_by("rank").agg(pl.col("compute").median().alias("med")).sort("rank")
+    meds = per["med"].to_numpy()
+    ratio = meds / np.median(meds)
+    slow = ratio > SLOW_RATIO
+    rest = float(np.median(meds[~slow]))
+    joined = table.join(per, on="rank")
+    return ComputeProfile(
+        compute_ms=rest,
+        jitter=float(np.std(np.log(joined["compute"].to_numpy() / joined["med"].to_numpy()))),
+        rank_spread=float(np.std(np.log(meds[~slow] / rest))),
+        slow_ranks=tuple(int(r) for r in per["rank"].to_numpy()[slow]),
+        slow_factor=float(meds[slow].mean() / rest) if slow.any() else 1.0,
+    )
 
 
 def _fit(inst: pl.DataFrame) -> tuple[float | None, float | None]:

@@ -4,16 +4,15 @@ Calibration is the documented one and nothing more:
 
 * α and β from ``syncpace bench`` on a non-blocking star of the same rank count
   (:func:`syncpace.sim.calibrate.from_bench`: β becomes the NIC rate, α per ring step);
-* compute from the run's own trace: per rank and step, the first collective's entry
-  minus the step start (the validation job computes, then issues its all-reduces one
-  after another). Its median sets the compute time, the per-rank medians give the slow
-  ranks (more than 10 % above the median: ``slow_ranks``, with the *measured* mean
-  ratio as ``slow_factor``) and the spread of the others (``rank_spread``), and the
+* compute from the run's own trace, by the simulator's trace calibration
+  (:func:`syncpace.sim.calibrate.compute_table` and
+  :func:`~syncpace.sim.calibrate.compute_profile`): per rank and step, the first
+  collective's entry minus the step start (the validation job computes, then issues its
+  all-reduces one after another; ``from_trace`` finds that from the trace, here it is
+  known). Its median sets the compute time, the per-rank medians give the slow ranks
+  (more than 10 % above the median: ``slow_ranks``, with the *measured* mean ratio as
+  ``slow_factor``) and the spread of the others (``rank_spread``), and the
   per-iteration σ of log(compute / rank median) the ``jitter``.
-
-The simulator's own trace calibration takes compute up to the *last* collective's
-entry and a fixed slow factor; both are right for DDP and wrong for this job, which is
-why the validation measures compute itself.
 """
 
 from __future__ import annotations
@@ -25,15 +24,13 @@ import numpy as np
 import polars as pl
 
 from syncpace.errors import ConfigError
-from syncpace.sim.calibrate import Calibration
+from syncpace.sim.calibrate import Calibration, ComputeProfile, compute_profile, compute_table
 from syncpace.sim.engine import RunSpec, SimConfig, SimResult
 from syncpace.sim.network import NetworkSpec
 from syncpace.sim.noise import NoiseSpec
 from syncpace.sim.topology import TopologySpec
 from syncpace.sim.workload import MIB, WorkloadSpec
 from syncpace.validate.compare import Stats, stats_of
-
-SLOW_RATIO = 1.10
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,42 +60,6 @@ class Point:
         return self.ranks - 1 if self.slow_ms > 0 else -1
 
 
-@dataclass(frozen=True)
-class ComputeProfile:
-    compute_ms: float
-    jitter: float
-    rank_spread: float
-    slow_ranks: tuple[int, ...]
-    slow_factor: float
-
-
-def compute_table(steps: pl.DataFrame, events: pl.DataFrame, warmup: int) -> pl.DataFrame:
-    """Per rank and step: compute = first collective entry − step start (ms)."""
-    first = events.group_by("rank", "step").agg(pl.col("enter_ns").min().alias("issue"))
-    return (
-        steps.join(first, on=["rank", "step"])
-        .with_columns(compute=(pl.col("issue") - pl.col("start_ns")) / 1e6)
-        .filter(pl.col("step") >= warmup, pl.col("compute") > 0)
-    )
-
-
-def compute_profile(table: pl.DataFrame) -> ComputeProfile:
-    if table.height == 0:
-        raise ConfigError("no step with a collective after warm-up: cannot calibrate compute")
-    per = table.group_by("rank").agg(pl.col("compute").median().alias("med")).sort("rank")
-    med = float(np.median(per["med"].to_numpy()))
-    ratio = per["med"].to_numpy() / med
-    slow = ratio > SLOW_RATIO
-    joined = table.join(per, on="rank")
-    return ComputeProfile(
-        compute_ms=float(np.median(per["med"].to_numpy()[~slow])),
-        jitter=float(np.std(np.log(joined["compute"].to_numpy() / joined["med"].to_numpy()))),
-        rank_spread=float(np.std(np.log(ratio[~slow] / np.median(ratio[~slow])))),
-        slow_ranks=tuple(int(r) for r in per["rank"].to_numpy()[slow]),
-        slow_factor=float(ratio[slow].mean() / np.median(ratio[~slow])) if slow.any() else 1.0,
-    )
-
-
 def real_stats(run_dir: str | Path, warmup: int) -> tuple[Stats, ComputeProfile]:
     """The compared statistics and the compute profile of a traced real run."""
     from syncpace.analysis.metrics import compute_metrics
@@ -113,7 +74,7 @@ def real_stats(run_dir: str | Path, warmup: int) -> tuple[Stats, ComputeProfile]
     metrics = compute_metrics(trace, warmup_steps=warmup)
     inst = metrics.instances.filter(pl.col("complete"), pl.col("service_ns") > 0)
     transfer_s = inst["service_ns"].to_numpy() / 1e9
-    profile = compute_profile(compute_table(steps, trace.events, warmup))
+    profile = compute_profile(compute_table(steps, trace.events, warmup, end="first"))
     return stats_of(iteration_s, transfer_s), profile
 
 
