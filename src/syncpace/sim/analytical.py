@@ -7,6 +7,11 @@ terms plus the slowest coflow's largest flow over its rate. This is the bottlene
 share, not max-min: a coflow limited elsewhere does not hand its unused share back
 (the flow tier does). Link loads come from the placement and ECMP paths; other jobs'
 traffic is a two-state (on/off) Markov occupancy per switch uplink and iteration.
+
+Persistent flows between the job's own nodes (``background_flows``) load NIC links as
+well as uplinks: a fixed-rate one takes its rate off the capacity of every link on its
+route (at least 5 % of a link stays); a greedy one counts as one more coflow of weight 1
+on every link of its route, so it takes its bottleneck share like the job's coflows do.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from syncpace.sim.collectives import Phase, Plan
-from syncpace.sim.network import NetworkSpec, latency_s, phase_hashes
+from syncpace.sim.network import NetworkSpec, host_traffic, latency_s, phase_hashes
 from syncpace.sim.topology import Topology
 
 _CHUNK = 64  # iterations per vectorised block: bounds memory at thousands of ranks
@@ -42,6 +47,9 @@ class AnalyticalNetwork:
     def __init__(self, topo: Topology, spec: NetworkSpec, iterations: int, seed: int) -> None:
         self.topo, self.spec = topo, spec
         self.bg = background(topo, spec, iterations, seed)
+        hosts = host_traffic(topo, spec)
+        self.capacity = hosts.capacity  # the topology's own array when no flow is fixed-rate
+        self.greedy = hosts.greedy_count()  # None without greedy flows: nothing to add
         self.uplink_index = np.full(topo.n_links, -1, dtype=np.int64)
         self.uplink_index[topo.uplinks()] = np.arange(topo.uplinks().size)
 
@@ -92,6 +100,8 @@ class AnalyticalNetwork:
         keep = link >= 0
         link, ent, weight = link[keep], ent[keep], weight[keep]
         total = np.bincount(link, weights=weight, minlength=topo.n_links)
+        if self.greedy is not None:
+            total += self.greedy
         key = np.unique(ent * topo.n_links + link)
         return key // topo.n_links, key % topo.n_links, total, biggest
 
@@ -101,7 +111,7 @@ class AnalyticalNetwork:
             return np.zeros(rows.size)
         starts = np.flatnonzero(np.r_[True, ent[1:] != ent[:-1]])
         owners = ent[starts]
-        cap = self.topo.capacity[link] / total[link]
+        cap = self.capacity[link] / total[link]
         up = self.uplink_index[link]
         out = np.empty(rows.size)
         for lo in range(0, rows.size, _CHUNK):

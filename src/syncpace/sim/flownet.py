@@ -6,6 +6,12 @@ other jobs' flows, which arrive as a Poisson process between random cluster node
 different leaves, sized exponentially (mean ``background_flow_mb``), at a rate that
 loads the switch uplinks to ``background_load`` on average. Rates are re-solved only
 when something starts or ends.
+
+Persistent flows between the job's own nodes (``background_flows``) load NIC links as
+well as uplinks: a fixed-rate one takes its rate off the capacity of every link on its
+route for the whole run (at least 5 % of a link stays); a greedy one is an entity of
+infinite size (weight 1 on every link of its route) present from time 0, sharing max-min
+with the job's coflows and other jobs' flows and never finishing.
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ import numpy as np
 
 from syncpace.sim.collectives import Plan
 from syncpace.sim.flows import FluidNetwork, incidence
-from syncpace.sim.network import NetworkSpec, latency_s, phase_hashes
+from syncpace.sim.network import NetworkSpec, host_traffic, latency_s, phase_hashes
 from syncpace.sim.topology import Topology
 
 _MIB = 1 << 20
@@ -23,7 +29,10 @@ _MIB = 1 << 20
 class FlowNetwork:
     def __init__(self, topo: Topology, spec: NetworkSpec, seed: int) -> None:
         self.topo, self.spec = topo, spec
-        self.fluid = FluidNetwork(topo.capacity.copy())
+        hosts = host_traffic(topo, spec)
+        self.fluid = FluidNetwork(hosts.capacity.copy())
+        for links in hosts.greedy:  # infinite demand: never finishes, never awaited
+            self.fluid.add(0.0, links, np.ones(links.size), np.inf, "host")
         self.rng = np.random.default_rng(np.random.SeedSequence([seed, 202]))
         self._bg_until = 0.0
         ups = topo.uplinks()

@@ -95,7 +95,8 @@ class FluidNetwork:
     solves: int = 0
 
     def add(self, start: float, links, weights, nbytes: float, tag: object = None) -> int:
-        """Schedule an entity that starts at ``start`` (>= now)."""
+        """Schedule an entity that starts at ``start`` (>= now). ``nbytes`` may be
+        ``inf``: the entity then takes its share until the end and never finishes."""
         eid = self._next_id
         self._next_id += 1
         links = np.asarray(links, dtype=np.int64)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -9,9 +10,43 @@ import numpy as np
 from syncpace.config import setting
 from syncpace.errors import ConfigError
 from syncpace.sim.collectives import ALGORITHMS, Phase
-from syncpace.sim.topology import Topology
+from syncpace.sim.topology import GB, Topology
 
 TIERS = ("analytical", "flow")
+_FLOW = re.compile(r"\s*(\d+)\s*->\s*(\d+)\s*(?:@\s*(\S+?)\s*)?")
+_FLOW_SYNTAX = "expected 'SRC->DST' (greedy) or 'SRC->DST@F' (F of the NIC rate, 0 < F < 1)"
+MIN_LEFT = 0.05  # share of a link fixed-rate traffic always leaves (on_load caps at 0.95)
+
+
+@dataclass(frozen=True)
+class HostFlow:
+    """A persistent flow between two of the job's nodes: greedy when ``share`` is None
+    (max-min fair share, infinite demand), else ``share`` x the NIC rate, never backing off."""
+
+    src: int
+    dst: int
+    share: float | None
+
+
+def parse_host_flow(entry: object) -> HostFlow:
+    """``"SRC->DST"`` or ``"SRC->DST@F"``; a ConfigError names the entry otherwise."""
+    m = _FLOW.fullmatch(entry) if isinstance(entry, str) else None
+    if m is None:
+        raise ConfigError(f"background_flows entry {entry!r}: {_FLOW_SYNTAX}")
+    src, dst = int(m[1]), int(m[2])
+    if src == dst:
+        raise ConfigError(f"background_flows entry {entry!r}: source and destination are one node")
+    share = None
+    if m[3] is not None:
+        try:
+            share = float(m[3])
+        except ValueError:
+            raise ConfigError(f"background_flows entry {entry!r}: {_FLOW_SYNTAX}") from None
+        if not 0 < share < 1:
+            raise ConfigError(
+                f"background_flows entry {entry!r}: rate share must be in (0, 1), got {m[3]}"
+            )
+    return HostFlow(src, dst, share)
 
 
 @dataclass(kw_only=True, slots=True)
@@ -25,6 +60,11 @@ class NetworkSpec:
     background_steps: float = setting(5.0, "analytical: mean on/off period, iterations.")
     background_flow_mb: float = setting(64.0, "flow: mean size of another job's flow, MiB.")
     exit_jitter_us: float = setting(2.0, "Spread of per-rank completion after a collective, us.")
+    background_flows: tuple[str, ...] = setting(
+        (),
+        "Persistent flows between the job's nodes: 'SRC->DST' greedy (max-min fair share), "
+        "'SRC->DST@F' fixed at F (0 < F < 1) of the NIC rate.",
+    )
 
     def __post_init__(self) -> None:
         if self.tier not in TIERS:
@@ -41,6 +81,15 @@ class NetworkSpec:
             raise ConfigError("background_duty must be in (0, 1] and background_steps >= 1")
         if self.background_flow_mb <= 0:
             raise ConfigError("background_flow_mb must be > 0")
+        flows = self.background_flows
+        if isinstance(flows, str):  # one string: a comma-separated list
+            flows = [f.strip() for f in flows.split(",") if f.strip()]
+        self.background_flows = tuple(flows)
+        for entry in self.background_flows:
+            parse_host_flow(entry)
+
+    def host_flows(self) -> list[HostFlow]:
+        return [parse_host_flow(entry) for entry in self.background_flows]
 
     @property
     def on_load(self) -> float:
@@ -63,3 +112,53 @@ def phase_hashes(topo: Topology, phase: Phase, salt: np.ndarray | int) -> np.nda
         salt = 0
     salt = np.atleast_1d(np.asarray(salt, dtype=np.int64))
     return np.stack([topo.flow_hash(phase.src, phase.dst, int(s)) for s in salt])
+
+
+@dataclass(frozen=True)
+class HostTraffic:
+    """``background_flows`` laid on a topology: the link capacities fixed-rate flows leave,
+    and the links of every greedy flow."""
+
+    capacity: np.ndarray  # (L,) bytes/s
+    greedy: list[np.ndarray]  # link ids of each greedy flow
+
+    def greedy_count(self) -> np.ndarray | None:
+        """(L,) number of greedy flows on each link, None when there are none."""
+        if not self.greedy:
+            return None
+        return np.bincount(np.concatenate(self.greedy), minlength=self.capacity.size).astype(float)
+
+
+def host_traffic(topo: Topology, spec: NetworkSpec) -> HostTraffic:
+    """Route ``spec.background_flows`` NIC to NIC: node ``n``'s first NIC (the one of its
+    local GPU 0) to the destination node's, over the links a job flow between ranks
+    ``n * gpus_per_node`` of both nodes takes, less the private far-GPU links (host
+    traffic does not start at a GPU). The spine (and core) come from the topology's ECMP
+    hash with salt 0: a persistent connection keeps one path, as a job connection under
+    ``static`` ECMP does, whatever ``ecmp`` says."""
+    flows = spec.host_flows()
+    if not flows:
+        return HostTraffic(topo.capacity, [])
+    nodes = topo.spec.nodes
+    for f, entry in zip(flows, spec.background_flows, strict=True):
+        if max(f.src, f.dst) >= nodes:
+            raise ConfigError(
+                f"background_flows entry {entry!r}: node {max(f.src, f.dst)} is outside the "
+                f"job ({nodes} nodes: 0..{nodes - 1})"
+            )
+    g = topo.spec.gpus_per_node
+    src = np.array([f.src for f in flows], dtype=np.int64) * g
+    dst = np.array([f.dst for f in flows], dtype=np.int64) * g
+    routes = topo.route(src, dst, topo.flow_hash(src, dst, 0))
+    routes[:, 2:4] = -1  # far_up / far_dn: a GPU's own detour to its NIC
+    nic = topo.spec.nic_gbs * GB
+    fixed = np.zeros(topo.n_links)
+    greedy = []
+    for f, r in zip(flows, routes, strict=True):
+        links = r[r >= 0]
+        if f.share is None:
+            greedy.append(links)
+        else:
+            fixed[links] += f.share * nic
+    capacity = np.maximum(topo.capacity - fixed, MIN_LEFT * topo.capacity)
+    return HostTraffic(capacity, greedy)
