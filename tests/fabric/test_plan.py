@@ -75,6 +75,21 @@ def test_up_plan_creates_namespaces_first_and_shapes_both_directions():
     assert sum("qdisc add" in t for t in text) == 2 * len(fabric.links)
 
 
+def test_quickack_rewrites_each_hosts_route_and_is_off_by_default():
+    quick = [str(c) for c in up_plan(build_fabric(leaf_spine(quickack=True)))]
+    routes = [t for t in quick if " route " in t]
+    assert routes[0] == (
+        "ip -n t1-h0 route replace 10.200.0.0/24 dev eth0 proto kernel scope link "
+        "src 10.200.0.1 quickack 1"
+    )
+    assert len(routes) == 4 and all(t.endswith("quickack 1") for t in routes)
+    # after the address, which creates the route it replaces
+    assert quick.index(routes[0]) > quick.index("ip -n t1-h0 addr add 10.200.0.1/24 dev eth0")
+    assert not any(" route " in str(c) for c in up_plan(build_fabric(leaf_spine())))
+    fabric = build_fabric(leaf_spine(quickack=True))
+    assert type(fabric).from_json(json.loads(json.dumps(fabric.to_json()))).quickack
+
+
 def test_burst_holds_a_few_milliseconds_of_the_rate_and_at_least_ten_frames():
     assert burst_bytes(10_000_000) == 15_000
     assert burst_bytes(200_000_000) == 125_000

@@ -8,6 +8,7 @@ what exists of it, even after a crash half-way through ``up``.
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
 
 from syncpace.fabric.topology import End, Fabric, Link
@@ -86,6 +87,8 @@ def up_plan(fabric: Fabric) -> list[Command]:
                 _ip(ns, "addr", "add", f"{host.address}/{fabric.prefixlen}", "dev", link.a.dev)
             )
             plan.append(_ip(ns, "link", "set", "dev", link.a.dev, "addrgenmode", "none", "up"))
+            if fabric.quickack:
+                plan.append(_quickack_route(ns, host.address, fabric.prefixlen, link.a.dev))
         else:
             plan.append(
                 _ip(sw, "link", "add", "name", link.a.dev, "type", "veth")
@@ -95,6 +98,14 @@ def up_plan(fabric: Fabric) -> list[Command]:
             plan.append(_attach(link.b, link.b.node))
         plan.extend(shape_commands(link, link.rate_bps, fabric.queue_ms, "add"))
     return plan
+
+
+def _quickack_route(namespace: str, address: str, prefixlen: int, dev: str) -> Command:
+    """The host's subnet route, rewritten with ``quickack``: its TCP connections then
+    acknowledge every segment at once (no delayed-ACK stalls)."""
+    subnet = ipaddress.ip_interface(f"{address}/{prefixlen}").network
+    return _ip(namespace, "route", "replace", str(subnet), "dev", dev, "proto", "kernel",
+               "scope", "link", "src", address, "quickack", "1")  # fmt: skip
 
 
 def _attach(end: End, bridge: str) -> Command:

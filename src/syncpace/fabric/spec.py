@@ -87,6 +87,11 @@ class FabricSpec:
     queue_ms: float = setting(
         50.0, "Longest queueing delay a shaper buffers before dropping (tbf latency)."
     )
+    quickack: bool = setting(
+        False,
+        "Hosts acknowledge TCP segments at once (route option quickack) instead of "
+        "Linux's delayed ACKs, which can stall small transfers by 40 ms and more.",
+    )
     name: str = setting("", "Fabric name, 1-8 of [a-z0-9] (default: random 'spXXXX').")
 
     def __post_init__(self) -> None:

@@ -63,6 +63,7 @@ class Fabric:
     hosts: tuple[Host, ...]
     links: tuple[Link, ...]
     queue_ms: float
+    quickack: bool = False
 
     @property
     def namespaces(self) -> tuple[str, ...]:
@@ -105,6 +106,7 @@ class Fabric:
             hosts=tuple(Host(**h) for h in data["hosts"]),
             links=links,
             queue_ms=float(data["queue_ms"]),
+            quickack=bool(data.get("quickack", False)),
         )
 
 
@@ -162,4 +164,5 @@ def build_fabric(spec: FabricSpec, name: str | None = None) -> Fabric:
         hosts=tuple(hosts),
         links=tuple(links),
         queue_ms=spec.queue_ms,
+        quickack=spec.quickack,
     )
