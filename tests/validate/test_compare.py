@@ -86,6 +86,39 @@ def test_calibrated_simulation_of_a_clean_star():
     assert s.cv < 0.01
 
 
+@pytest.mark.parametrize(
+    ("share", "flows", "expected"),
+    [
+        (0.0, (("h1", "h0"),), ("1->0",)),
+        (0.5, (("h1", "h0"),), ("1->0@0.5150",)),
+        (0.3, (("h2", "h0"), ("h3", "h1")), ("2->0@0.3090", "3->1@0.3090")),
+    ],
+)
+def test_background_flows_map_hosts_to_nodes_and_udp_to_its_wire_share(share, flows, expected):
+    point = Point(name="p", topology="leafspine", ranks=4, flows=flows, flow_share=share)
+    assert point.background_flows == expected
+
+
+@pytest.mark.parametrize(("share", "factor"), [(0.0, 2.0), (0.5, 1 / (1 - 0.5 * 1442 / 1400))])
+def test_a_flow_into_a_ranks_host_slows_its_simulated_transfers(share, factor):
+    """On a 4-host star, a greedy flow h1->h0 halves the ring's rate (it shares h1's
+    and h0's links with the ring); a UDP flow at 50 % leaves its wire share's rest."""
+    prof = compute_profile(_table([100.0] * 4, jitter=0.0))
+    cal = Calibration(source="synthetic", alpha_us=0.0, bandwidth_gbs=0.01)
+
+    def transfer(**kw) -> float:
+        point = Point(name="p", topology="star", ranks=4, **kw)
+        return sim_stats(simulate(sim_config(point, cal, prof, steps=30))).transfer_ms
+
+    flowing = transfer(flows=(("h1", "h0"),), flow_share=share)
+    assert flowing == pytest.approx(factor * transfer(), rel=0.01)
+
+
+def test_points_refuse_a_flow_share_of_the_whole_link():
+    with pytest.raises(ConfigError, match="flow_share must be in"):
+        Point(name="p", topology="star", ranks=2, flows=(("h1", "h0"),), flow_share=1.0)
+
+
 def test_cli_refuses_unknown_points_and_short_runs(capsys):
     from syncpace.cli.main import main
 

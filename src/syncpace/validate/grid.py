@@ -1,7 +1,8 @@
 """The validation grid: real runs on the emulated fabric against the calibrated simulator.
 
 For every point (2, 4, 8 ranks; star and 1:2 and 1:4 leaf-spine; with and without a
-planted straggler and greedy background flows) :func:`run_grid`
+planted straggler, greedy TCP or fixed-rate UDP background flows, and delayed ACKs)
+:func:`run_grid`
 
 1. calibrates α and β once per rank count with ``syncpace bench all_reduce`` on a star
    of that many hosts (the non-blocking reference: β is the NIC rate),
@@ -34,6 +35,7 @@ from syncpace.fabric import build_spec, bulk
 from syncpace.fabric.backend import SystemBackend, require_root
 from syncpace.fabric.lifecycle import down, up
 from syncpace.fabric.runner import RunOptions, run_job
+from syncpace.fabric.spec import parse_rate
 from syncpace.ports import free_port
 from syncpace.sim.calibrate import from_bench
 from syncpace.sim.engine import simulate
@@ -45,22 +47,38 @@ WARMUP = 5
 STARTED = "validate worker: started"
 BENCH_ARGS = ["all_reduce", "-b", "64K", "-e", "1M", "-f", "2", "-n", "6", "-w", "2",
               "--no-pairs", "--no-check"]  # fmt: skip
-# Greedy flows beside the job: on the leaf-spine across leaf1's uplink (as the demo
-# does), on the star from h1 into h0 (sharing h1's and h0's host links with the ring).
-FLOWS = {"leafspine": [("h3", "h0"), ("h3", "h1")], "star": [("h1", "h0")]}
 FLOW_PORT = 5401
+# Background flows beside the job. On the star from h1 into h0: they share h1's and
+# h0's host links with the ring (1->2 and 3->0). On the leaf-spine from leaf1 across
+# the spine: greedy h3->h0 and h3->h1 as the demo does (the ring's 3->0 meets both on
+# h3's link and leaf1's uplink); UDP h2->h0 and h3->h1 (leaf1's uplink keeps 40 %).
+INTO_H0 = (("h1", "h0"),)
+FROM_H3 = (("h3", "h0"), ("h3", "h1"))
+ACROSS = (("h2", "h0"), ("h3", "h1"))
 
 GRID = [
     Point(name="star2", topology="star", ranks=2),
     Point(name="star2-straggler", topology="star", ranks=2, slow_ms=60),
     Point(name="star4", topology="star", ranks=4),
     Point(name="star4-straggler", topology="star", ranks=4, slow_ms=60),
-    Point(name="star4-contended", topology="star", ranks=4, contention=True),
+    Point(name="star4-contended", topology="star", ranks=4, flows=INTO_H0),
+    Point(name="star4-udp", topology="star", ranks=4, flows=INTO_H0, flow_share=0.5),
     Point(name="ls4", topology="leafspine", ranks=4, oversub=2),
     Point(name="ls4-straggler", topology="leafspine", ranks=4, oversub=2, slow_ms=60),
     Point(name="ls4-oversub4", topology="leafspine", ranks=4, oversub=4),
-    Point(name="ls4-contended", topology="leafspine", ranks=4, oversub=2, contention=True),
+    Point(name="ls4-contended", topology="leafspine", ranks=4, oversub=2, flows=FROM_H3),
+    Point(
+        name="ls4-udp", topology="leafspine", ranks=4, oversub=2, flows=ACROSS, flow_share=0.3
+    ),  # fmt: skip
     Point(name="star8", topology="star", ranks=8, compute_ms=200, buckets=1),
+    Point(
+        name="star8-delayed-ack",
+        topology="star",
+        ranks=8,
+        compute_ms=200,
+        buckets=1,
+        quickack=False,
+    ),  # fmt: skip
 ]
 
 
@@ -71,7 +89,7 @@ def fabric_spec(point: Point, rate: str) -> Any:
     else:
         values = {"topology": "leaf-spine", "leaves": 2, "hosts": point.ranks // 2,
                   "host_rate": rate, "oversubscription": point.oversub}  # fmt: skip
-    return build_spec({**values, "name": name})
+    return build_spec({**values, "name": name, "quickack": point.quickack})
 
 
 def worker_args(point: Point, steps: int) -> list[str]:
@@ -127,12 +145,13 @@ def run_point(point: Point, rate: str, steps: int, out: Path, log: Any, notes: l
 
         def start_flows() -> None:
             try:
-                pairs = FLOWS[point.topology]
-                flows.extend(bulk.start_flows(state.fabric, pairs, timeout, FLOW_PORT))
+                rate_bps = int(point.flow_share * parse_rate(rate)) or None
+                pairs = list(point.flows)
+                flows.extend(bulk.start_flows(state.fabric, pairs, timeout, FLOW_PORT, rate_bps))
             except Exception as exc:  # the point is then reported as failed
                 errors.append(str(exc))
 
-        sink = Sink(log, start_flows if point.contention else None)
+        sink = Sink(log, start_flows if point.flows else None)
         env = traced_env(run_dir, TraceConfig(dir=str(run_dir)))
         options = RunOptions(timeout_s=timeout, grace_s=5.0, master_port=free_port())
         result = run_job(state, worker_args(point, steps), run_dir, backend, options, env, sink)

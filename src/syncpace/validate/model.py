@@ -44,7 +44,13 @@ class Point:
     compute_ms: float = 150.0
     jitter: float = 0.1
     slow_ms: float = 0.0  # added to the last rank's compute
-    contention: bool = False
+    # background flows between the fabric's hosts for the whole run: greedy TCP, or UDP
+    # at ``flow_share`` of the host link rate each when that is > 0
+    flows: tuple[tuple[str, str], ...] = ()
+    flow_share: float = 0.0
+    # hosts acknowledge every TCP segment at once (the fabric's quickack): Linux's
+    # delayed ACKs stall small transfers, which the simulator does not model
+    quickack: bool = True
     buckets: int = 2
     bucket_bytes: int = 256 * 1024
     steps: int = 40
@@ -54,10 +60,18 @@ class Point:
             raise ConfigError(f"{self.name}: topology must be star or leafspine")
         if self.topology == "leafspine" and self.ranks % 2:
             raise ConfigError(f"{self.name}: a 2-leaf leaf-spine needs an even rank count")
+        if not 0 <= self.flow_share < 1:
+            raise ConfigError(f"{self.name}: flow_share must be in [0, 1), got {self.flow_share}")
 
     @property
     def slow_rank(self) -> int:
         return self.ranks - 1 if self.slow_ms > 0 else -1
+
+    @property
+    def background_flows(self) -> tuple[str, ...]:
+        """The flows as the simulator's ``background_flows`` (host hI is node I)."""
+        share = f"@{self.flow_share * UDP_WIRE:.4f}" if self.flow_share else ""
+        return tuple(f"{src[1:]}->{dst[1:]}{share}" for src, dst in self.flows)
 
 
 def real_stats(run_dir: str | Path, warmup: int) -> tuple[Stats, ComputeProfile]:
@@ -78,12 +92,10 @@ def real_stats(run_dir: str | Path, warmup: int) -> tuple[Stats, ComputeProfile]
     return stats_of(iteration_s, transfer_s), profile
 
 
-# Two greedy TCP flows beside one ring flow take 2/3 of the link they share under
-# max-min sharing: the load of the contended points, set from the setup, not fitted.
-# They run for the whole job, so the analytical tier's constant occupancy (duty 1)
-# describes them; the flow tier's other jobs (Poisson arrivals of exponentially sized
-# flows) do not (docs/validation.md).
-CONTENTION_LOAD = 2 / 3
+# A UDP flow's share of the wire is its payload share times frame over payload
+# (1,442 bytes of Ethernet, IP and UDP for 1,400 of payload): that share of the
+# calibrated capacity is what it leaves the job.
+UDP_WIRE = 1442 / 1400
 
 
 def sim_config(
@@ -121,8 +133,7 @@ def sim_config(
         tier="analytical",
         algorithm="ring",
         alpha_us=bench.alpha_us or 0.0,
-        background_load=CONTENTION_LOAD if point.contention else 0.0,
-        background_duty=1.0,
+        background_flows=point.background_flows,
     )
     return SimConfig(
         name=point.name,
