@@ -295,10 +295,7 @@ def _simulate(config: DemoConfig, trace_dir: Path, out: Path) -> tuple[list[dict
     cal = dataclasses.replace(cal, across_nodes=True)
     if cal.slow_ranks:
         cal = dataclasses.replace(cal, rank_spread=0.0)
-    cfg = cal.apply(cfg)
-    factor = _slow_factor(trace_dir, cal.slow_ranks)
-    if factor:
-        cfg = cfg.replace(noise=dataclasses.replace(cfg.noise, slow_factor=factor))
+    cfg = cal.apply(cfg)  # with the slow ranks' measured factor
     cfg = cfg.replace(run=dataclasses.replace(cfg.run, steps=config.sim_steps,
                                               warmup=max(1, config.sim_steps // 20),
                                               record_events=False))  # fmt: skip
@@ -314,31 +311,8 @@ def _simulate(config: DemoConfig, trace_dir: Path, out: Path) -> tuple[list[dict
     if cal.bandwidth_gbs:
         parts.append(f"bandwidth {cal.bandwidth_gbs * 8e3:.0f} Mbit/s")
     if cal.slow_ranks:
-        parts.append(f"slow rank {','.join(map(str, cal.slow_ranks))} x{factor or 0:.1f}")
+        parts.append(f"slow rank {','.join(map(str, cal.slow_ranks))} x{cal.slow_factor or 0:.1f}")
     return [dict(r) for r in study.rows], ", ".join(parts) or "defaults"
-
-
-def _slow_factor(trace_dir: Path, slow: tuple[int, ...]) -> float | None:
-    """Median compute of the slow ranks over the others' (compute = last issue − start)."""
-    if not slow:
-        return None
-    import polars as pl
-
-    from syncpace.trace.reader import load_trace
-
-    trace = load_trace(trace_dir)
-    last = trace.events.group_by("rank", "step").agg(pl.col("enter_ns").max().alias("issue"))
-    rs = (
-        trace.steps.join(last, on=["rank", "step"])
-        .with_columns(compute=pl.col("issue") - pl.col("start_ns"))
-        .filter(pl.col("step") > trace.steps["step"].min(), pl.col("compute") > 0)
-    )
-    med = rs.group_by("rank").agg(pl.col("compute").median())
-    slow_med = med.filter(pl.col("rank").is_in(list(slow)))["compute"].median()
-    rest_med = med.filter(~pl.col("rank").is_in(list(slow)))["compute"].median()
-    if not slow_med or not rest_med:
-        return None
-    return max(1.0, float(slow_med) / float(rest_med))  # type: ignore[arg-type]
 
 
 def _print_study(console: Console, rows: list[dict[str, Any]]) -> None:
