@@ -12,6 +12,7 @@ import pytest
 
 from syncpace.sim.calibrate import calibrate, compute_end
 from syncpace.sim.engine import simulate
+from syncpace.sim.noise import draw
 from syncpace.sim.tracewrite import write_trace
 from syncpace.trace.reader import load_trace
 
@@ -104,6 +105,35 @@ def test_a_slow_rank_gets_its_measured_factor(tmp_path: Path) -> None:
     assert cal.rank_spread is not None and cal.rank_spread < 0.02  # the straggler left out
     noise = cal.apply(config()).noise
     assert noise.slow_ranks == (9,) and noise.slow_factor == pytest.approx(1.4, rel=0.02)
+
+
+def test_each_slow_rank_keeps_its_own_factor(tmp_path: Path) -> None:
+    """A mildly slow rank beside a heavy straggler (as rank 0 beside the demo's rank 2):
+    one mean factor would make rank 0 as slow as the mean of both."""
+    cal = calibrate(_planted(tmp_path / "t", sequential=True, comm_ms=8.0,
+                             slow={0: 1.35, 2: 14.0}))  # fmt: skip
+    assert cal.slow_ranks == (0, 2)
+    assert cal.slow_factors == pytest.approx((1.35, 14.0), rel=0.03)
+    noise = cal.apply(config()).noise
+    assert noise.slow_factors == pytest.approx((1.35, 14.0), rel=0.03)
+    mult = draw(noise, iterations=3, nodes=16, gpus=1, seed=0).mult
+    ratio = mult[:, [0, 2]] / np.median(mult, axis=1)[:, None]
+    assert ratio.mean(axis=0) == pytest.approx((1.35, 14.0), rel=0.1)
+
+
+@pytest.mark.parametrize(
+    ("noise", "message"),
+    [
+        ({"slow_ranks": (1, 2), "slow_factors": (1.5,)}, "one factor per slow rank"),
+        ({"slow_ranks": (1,), "slow_factors": (0.0,)}, "slow_factors must be > 0"),
+    ],
+)
+def test_slow_factors_must_match_the_slow_ranks(noise, message) -> None:
+    from syncpace.errors import ConfigError
+    from syncpace.sim.noise import NoiseSpec
+
+    with pytest.raises(ConfigError, match=message):
+        NoiseSpec(**noise)
 
 
 def test_no_slow_rank_leaves_the_default_factor(tmp_path: Path) -> None:

@@ -311,7 +311,8 @@ def _simulate(config: DemoConfig, trace_dir: Path, out: Path) -> tuple[list[dict
     if cal.bandwidth_gbs:
         parts.append(f"bandwidth {cal.bandwidth_gbs * 8e3:.0f} Mbit/s")
     if cal.slow_ranks:
-        parts.append(f"slow rank {','.join(map(str, cal.slow_ranks))} x{cal.slow_factor or 0:.1f}")
+        each = zip(cal.slow_ranks, cal.slow_factors, strict=False)
+        parts.append("slow rank " + ", ".join(f"{r} x{f:.1f}" for r, f in each))
     return [dict(r) for r in study.rows], ", ".join(parts) or "defaults"
 
 

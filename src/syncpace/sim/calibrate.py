@@ -11,11 +11,12 @@
   back, each blocking until done; the *last* when they overlap one another or compute,
   as DDP's buckets do, the last one issued at the end of backward). From the per-rank
   medians (:func:`compute_profile`): the ranks more than 10 % above the median of all
-  ranks are ``slow_ranks``, with the mean ratio of their medians over the others'
-  median as ``slow_factor``; the median of the other ranks is the compute time, and
-  the σ of their log medians the persistent spread; the per-iteration jitter is the σ
-  of log compute over the rank's own median. α and β come from the service time of
-  matched collectives against their bus bytes when at least two sizes were seen.
+  ranks are ``slow_ranks``, each with the ratio of its median over the others' median
+  (``slow_factors``; their mean is ``slow_factor``); the median of the other ranks is
+  the compute time, and the σ of their log medians the persistent spread; the
+  per-iteration jitter is the σ of log compute over the rank's own median. α and β
+  come from the service time of matched collectives against their bus bytes when at
+  least two sizes were seen.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ class Calibration:
     rank_spread: float | None = None
     slow_ranks: tuple[int, ...] = ()
     slow_factor: float | None = None  # measured compute factor of the slow ranks
+    slow_factors: tuple[float, ...] = ()  # each slow rank's own factor, same order
     notes: tuple[str, ...] = field(default=())
 
     def to_json(self) -> dict[str, Any]:
@@ -69,6 +71,8 @@ class Calibration:
             changes["slow_ranks"] = self.slow_ranks
             if self.slow_factor is not None:
                 changes["slow_factor"] = self.slow_factor
+            if len(self.slow_factors) == len(self.slow_ranks):
+                changes["slow_factors"] = self.slow_factors
         noise = dataclasses.replace(noise, **changes)
         return config.replace(topology=topo, network=net, workload=wl, noise=noise)
 
@@ -130,11 +134,13 @@ def from_trace(path: str | Path) -> Calibration:
             rank_spread=prof.rank_spread,
             slow_ranks=prof.slow_ranks,
             slow_factor=prof.slow_factor if prof.slow_ranks else None,
+            slow_factors=prof.slow_factors,
         )
         notes.append(why)
         if prof.slow_ranks:
-            ranks = ", ".join(map(str, prof.slow_ranks))
-            notes.append(f"slow ranks {ranks}: x{prof.slow_factor:.3f} the others' compute")
+            pairs = zip(prof.slow_ranks, prof.slow_factors, strict=True)
+            each = ", ".join(f"{r} x{f:.3f}" for r, f in pairs)
+            notes.append(f"slow ranks (compute over the others'): {each}")
     else:
         notes.append("no step had a collective: compute not calibrated")
     metrics = compute_metrics(trace, warmup_steps=1)
@@ -165,6 +171,7 @@ class ComputeProfile:
     rank_spread: float  # σ of log of the non-slow ranks' medians
     slow_ranks: tuple[int, ...]
     slow_factor: float  # mean slow-rank median over the others' median; 1.0 without any
+    slow_factors: tuple[float, ...] = ()  # each slow rank's median over the others'
 
 
 def compute_end(events: pl.DataFrame, warmup: int = 0) -> tuple[str, str]:
@@ -236,6 +243,7 @@ def compute_profile(table: pl.DataFrame) -> ComputeProfile:
         rank_spread=float(np.std(np.log(meds[~slow] / rest))),
         slow_ranks=tuple(int(r) for r in per["rank"].to_numpy()[slow]),
         slow_factor=float(meds[slow].mean() / rest) if slow.any() else 1.0,
+        slow_factors=tuple(float(m / rest) for m in meds[slow]),
     )
 
 

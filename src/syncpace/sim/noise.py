@@ -30,6 +30,9 @@ class NoiseSpec:
     slow_nodes: tuple[int, ...] = setting((), "Nodes that are persistently slow.")
     slow_factor: float = setting(1.15, "Compute-time factor of a slow node.")
     slow_ranks: tuple[int, ...] = setting((), "Single ranks that are persistently slow.")
+    slow_factors: tuple[float, ...] = setting(
+        (), "Each slow rank's own compute factor, in slow_ranks' order (default: slow_factor)."
+    )
     os_burst_prob: float = setting(0.0, "Chance per rank and iteration of an OS-noise burst.")
     os_burst_ms: float = setting(2.0, "Mean OS-noise burst (exponential), ms.")
     throttle_rate: float = setting(
@@ -58,6 +61,14 @@ class NoiseSpec:
             raise ConfigError("slow_factor, throttle_factor > 0 and throttle_steps >= 1 needed")
         self.slow_nodes = tuple(int(n) for n in self.slow_nodes)
         self.slow_ranks = tuple(int(r) for r in self.slow_ranks)
+        self.slow_factors = tuple(float(f) for f in self.slow_factors)
+        if self.slow_factors and len(self.slow_factors) != len(self.slow_ranks):
+            raise ConfigError(
+                f"slow_factors needs one factor per slow rank ({len(self.slow_ranks)}), "
+                f"got {len(self.slow_factors)}"
+            )
+        if any(f <= 0 for f in self.slow_factors):
+            raise ConfigError(f"slow_factors must be > 0, got {list(self.slow_factors)}")
 
 
 @dataclass(frozen=True)
@@ -85,7 +96,8 @@ def draw(spec: NoiseSpec, iterations: int, nodes: int, gpus: int, seed: int) -> 
     node_factor[list(spec.slow_nodes)] = spec.slow_factor
     mult *= np.repeat(node_factor, gpus)[None, :]
     if spec.slow_ranks:
-        mult[:, list(spec.slow_ranks)] *= spec.slow_factor
+        factors = spec.slow_factors or (spec.slow_factor,) * len(spec.slow_ranks)
+        mult[:, list(spec.slow_ranks)] *= np.array(factors)[None, :]
     throttled = _episodes(rng[2], iterations, nodes, spec.throttle_rate, spec.throttle_steps)
     mult *= np.where(np.repeat(throttled, gpus, axis=1), spec.throttle_factor, 1.0)
     stall = np.zeros(shape)

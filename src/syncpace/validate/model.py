@@ -128,6 +128,7 @@ def sim_config(
         rank_spread=profile.rank_spread,
         slow_ranks=profile.slow_ranks,
         slow_factor=max(profile.slow_factor, 1.0),
+        slow_factors=tuple(max(f, 1.0) for f in profile.slow_factors),
     )
     network = NetworkSpec(
         tier="analytical",
