@@ -184,3 +184,22 @@ def test_round_trip_of_a_simulated_straggler(tmp_path: Path) -> None:
     # the calibrated default job runs as long as the traced one
     iteration_ms = run.summary()["iteration_ms"]
     assert simulate(again).summary()["iteration_ms"] == pytest.approx(iteration_ms, rel=0.02)
+
+
+def test_a_negative_intercept_refits_through_the_origin() -> None:
+    """Small collectives a little faster than the line through the big ones (a busy
+    job's noise) make the free fit's intercept negative; clamping it to 0 while keeping
+    the steeper slope understated the bandwidth."""
+    from syncpace.sim.calibrate import _fit
+
+    beta = 4e6  # bytes/s of bus bandwidth
+    sizes = [133_120] * 10 + [1_071_144] * 40
+    bus = [s * 1.5 for s in sizes]  # all_reduce over 4 ranks
+    service = [b / beta * (0.5 if s < 1e6 else 1.0) for s, b in zip(sizes, bus, strict=True)]
+    inst = pl.DataFrame(
+        {"op": ["all_reduce"] * 50, "n": [4] * 50, "bytes": sizes,
+         "service_ns": [int(t * 1e9) for t in service]}
+    )  # fmt: skip
+    alpha, bw = _fit(inst)
+    assert alpha == 0.0
+    assert bw == pytest.approx(beta / 1e9, rel=0.02)

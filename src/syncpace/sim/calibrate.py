@@ -248,7 +248,11 @@ def compute_profile(table: pl.DataFrame) -> ComputeProfile:
 
 
 def _fit(inst: pl.DataFrame) -> tuple[float | None, float | None]:
-    """Least squares of service time (µs) on bus bytes; α None with one size only."""
+    """α (µs) and β (GB/s): least squares of service time on bus bytes, in absolute
+    time (what an iteration adds up: a trace's few large collectives matter more than
+    its many small ones, whose service time in a busy job is mostly noise). A negative
+    intercept is refitted through the origin, not clamped with the steeper slope kept
+    (that made β too low). α None with one size only."""
     ops = inst["op"].to_list()
     n = inst["n"].to_numpy()
     factor = np.array(
@@ -260,5 +264,7 @@ def _fit(inst: pl.DataFrame) -> tuple[float | None, float | None]:
         return None, float(np.median(x / t) / 1e3)  # bytes/us -> GB/s
     design = np.column_stack([np.ones_like(x), x])
     (alpha, gamma), *_ = np.linalg.lstsq(design, t, rcond=None)
+    if alpha < 0:
+        alpha, gamma = 0.0, float(np.sum(x * t) / np.sum(x * x))
     bw = None if gamma <= 0 else 1.0 / gamma / 1e3
-    return max(float(alpha), 0.0), bw
+    return float(alpha), bw
