@@ -56,3 +56,38 @@ def test_report_and_export_write_files(tmp_path: Path, capsys) -> None:
     trace = tmp_path / "t.json"
     assert main(["export", "--perfetto", str(DATA / "healthy"), "-o", str(trace)]) == 0
     assert json.loads(trace.read_text())["traceEvents"]
+
+
+def _bench(path, fits) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    data = {"schema": "syncpace.bench", "schema_version": 1, "world_size": 4, "fits": fits}
+    (path / "bench.json").write_text(json.dumps(data))
+
+
+def test_diagnose_takes_the_link_rate_from_a_bench_result(tmp_path, capsys):
+    """Contention over the whole run is invisible against the run's own best transfer;
+    the bench's bus bandwidth (measured on the same fabric) makes it visible."""
+    from syncpace.sim import SCENARIOS, generate
+
+    sc = SCENARIOS["fabric_contention"].replace(steps=12, cross_inflation=(2.5, 2.6))
+    run = generate(sc, tmp_path / "run")
+    _bench(tmp_path / "bench", {"all_reduce": {"op": "all_reduce", "beta_gbps": 80.0}})
+
+    def modes(*extra: str) -> set[str]:
+        assert main(["diagnose", str(run), "--json", *extra]) == 0
+        return {f["mode"] for f in json.loads(capsys.readouterr().out)["findings"]}
+
+    assert "fabric_contention" not in modes()
+    assert "fabric_contention" in modes("--bench", str(tmp_path / "bench"))
+    # an explicit link rate wins over the bench's (1 GB/s: the run's own best is faster)
+    assert "fabric_contention" not in modes("--bench", str(tmp_path / "bench"),
+                                            "--link-gbps", "1")  # fmt: skip
+
+
+def test_diagnose_names_a_bench_result_without_a_fit(tmp_path, capsys):
+    _bench(tmp_path / "bench", {})
+    assert main(["diagnose", str(DATA / "healthy"), "--bench", str(tmp_path / "bench")]) == 2
+    err = capsys.readouterr().err
+    assert "bench: the benchmark has no bus bandwidth fit" in err
+    assert main(["diagnose", str(DATA / "healthy"), "--bench", str(tmp_path / "none")]) == 2
+    assert "no benchmark results here" in capsys.readouterr().err

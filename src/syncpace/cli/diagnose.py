@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 
 from syncpace.analysis import Analysis, Thresholds, analyze
@@ -20,13 +21,34 @@ def add_analysis_arguments(parser: argparse.ArgumentParser) -> None:
         "--warmup-steps", type=int, default=1,
         help="iterations left out at the start (setup, first-call costs) [default 1]",
     )  # fmt: skip
+    parser.add_argument(
+        "--bench", metavar="PATH",
+        help="a syncpace bench result (bench.json or its run directory) from the same "
+        "fabric: its all-reduce bus bandwidth becomes --link-gbps unless that is given, "
+        "so contention that lasts the whole run is measured against the link, not the run",
+    )  # fmt: skip
     add_flags(parser, Thresholds)
+
+
+def link_rate_of(bench: str) -> float:
+    """The all-reduce bus bandwidth (GB/s) of a ``syncpace bench`` result."""
+    from syncpace.bench.results import load_bench
+
+    fits = load_bench(bench).get("fits") or {}
+    fit = fits.get("all_reduce") or next(iter(fits.values()), None)
+    beta = (fit or {}).get("beta_gbps")
+    if not isinstance(beta, (int, float)) or not 0 < beta < float("inf"):
+        raise ConfigError(f"{bench}: the benchmark has no bus bandwidth fit to use as link rate")
+    return float(beta)
 
 
 def analysis_from_args(args: argparse.Namespace) -> Analysis:
     if args.warmup_steps < 0:
         raise ConfigError(f"--warmup-steps must be >= 0, got {args.warmup_steps}")
-    return analyze(args.dirs, from_flags(Thresholds, args), warmup_steps=args.warmup_steps)
+    thresholds = from_flags(Thresholds, args)
+    if args.bench and thresholds.link_gbps == 0:
+        thresholds = dataclasses.replace(thresholds, link_gbps=link_rate_of(args.bench))
+    return analyze(args.dirs, thresholds, warmup_steps=args.warmup_steps)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
