@@ -124,6 +124,23 @@ def test_a_planted_corruption_is_counted_and_fails_the_run(tmp_path):
     assert "8 wrong elements" in proc.stdout
 
 
+def test_a_gap_idles_before_each_timed_call_and_is_not_timed(tmp_path):
+    """--gap-ms 150 over 2 sizes x 4 timed calls: the run idles >= 1.2 s, and the
+    idle time stays out of every call's time."""
+    out = tmp_path / "run"
+    proc = bench(
+        "--nproc", "2", "all_reduce", "-b", "64", "-e", "128", "-n", "4", "-w", "1",
+        "--gap-ms", "150", "--no-pairs", "--out", str(out), "--timeout-s", "60",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = load_bench(out)
+    assert data["settings"]["gap_ms"] == 150.0
+    assert all(r["time_us"] < 100_000 for r in data["rows"])  # 64-128 B: well under 0.1 s
+    trace = load_trace(out)
+    sweep = trace.steps.filter(pl.col("rank") == 0).sort("step")
+    assert (sweep["end_ns"].max() - sweep["start_ns"].min()) / 1e9 >= 8 * 0.150
+
+
 def test_torchrun_runs_it_as_a_module_in_place_with_half_precision(tmp_path):
     out = tmp_path / "run"
     proc = subprocess.run(

@@ -46,7 +46,7 @@ def test_sweep_multiplies_by_the_factor():
     "bad",
     [{"min_bytes": "1M", "max_bytes": "1K"}, {"step_factor": 1}, {"iters": 0},
      {"dtype": "complex"}, {"redop": "avg"}, {"ops": "all_reduce,gather"}, {"nproc": 1},
-     {"slow_fraction": 1.5}, {"backend": "mpi"}],
+     {"slow_fraction": 1.5}, {"backend": "mpi"}, {"gap_ms": -1.0}],
 )  # fmt: skip
 def test_bad_settings_raise(bad):
     with pytest.raises(BenchError):

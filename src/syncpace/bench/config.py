@@ -70,6 +70,11 @@ class BenchConfig:
     step_factor: int = setting(2, "Multiply the size by this between steps of the sweep (-f).")
     iters: int = setting(20, "Timed iterations per size (-n).")
     warmup: int = setting(5, "Untimed iterations per size before timing (-w).")
+    gap_ms: float = setting(
+        0.0,
+        "Idle time before each timed iteration, ms, as a training step computes between "
+        "its collectives (links and shapers then start each call rested, as in the job).",
+    )
     dtype: str = setting("float", "Element type (-d): float, half, bfloat16, double, int8, ...")
     redop: str = setting("sum", "Reduction of the reducing ops (-o): sum, min, max.")
     root: int = setting(0, "Root rank of broadcast and reduce (-r).")
@@ -107,6 +112,8 @@ class BenchConfig:
             raise BenchError(f"iters must be in 1..100000, got {self.iters}")
         if not 0 <= self.warmup <= 100_000:
             raise BenchError(f"warmup must be in 0..100000, got {self.warmup}")
+        if not 0 <= self.gap_ms <= 60_000:
+            raise BenchError(f"gap_ms must be in 0..60000, got {self.gap_ms}")
         if self.dtype.lower() not in DTYPE_ALIASES:
             raise BenchError(
                 f"unknown dtype {self.dtype!r}; one of {', '.join(sorted(set(DTYPE_ALIASES)))}"

@@ -113,6 +113,9 @@ class RankBench:
         self._sync_device()
         times = []
         for _ in range(cfg.iters):
+            if cfg.gap_ms:
+                # every rank left the last call together; the same sleep keeps them so
+                time.sleep(cfg.gap_ms / 1e3)
             start = time.perf_counter_ns()
             op_table.run_op(self.dist, op, bufs, *args, cfg.redop)
             self._sync_device()

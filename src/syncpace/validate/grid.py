@@ -45,8 +45,10 @@ from syncpace.validate.model import Point, real_stats, sim_config, sim_stats
 WORKER = "syncpace.validate.worker"
 WARMUP = 5
 STARTED = "validate worker: started"
+# The job's collectives follow ~150 ms of idle compute: the benchmark idles as long
+# before each call, so its links start every call rested as the job's do.
 BENCH_ARGS = ["all_reduce", "-b", "64K", "-e", "1M", "-f", "2", "-n", "6", "-w", "2",
-              "--no-pairs", "--no-check"]  # fmt: skip
+              "--gap-ms", "150", "--no-pairs", "--no-check"]  # fmt: skip
 FLOW_PORT = 5401
 # Background flows beside the job. On the star from h1 into h0: they share h1's and
 # h0's host links with the ring (1->2 and 3->0). On the leaf-spine from leaf1 across
