@@ -107,6 +107,7 @@ def test_ab_guard_reaches_a_verdict_and_reports_it(tmp_path):
     assert info["policy"] == "early" and info["ab_state"] == state
     assert 0 < info["fraction_paced"] < 1 and info["delay_max_s"] <= info["bound_s"]
     assert info["ab_confidence"] == ab["confidence"]
+    assert info["ab_required"] == 0.9  # the default the verdict was held to
     # diagnose and report show the pacer's account
     analysis = analyze([trace])
     assert analysis.runs[0].pacing["ab_state"] == state
@@ -114,6 +115,7 @@ def test_ab_guard_reaches_a_verdict_and_reports_it(tmp_path):
     print_analysis(analysis, console)
     text = console.export_text()
     assert "pacing (early):" in text and "A/B" in text
+    assert f"confidence {ab['confidence']:.2f} of 0.90 needed" in text
     assert "pacing (early):" in render_html(analysis)
     if state == "no_help":  # pacing off after the verdict, on every rank
         assert trace.steps.filter(pl.col("step") >= 32)["pacing_delay_ns"].sum() == 0

@@ -368,8 +368,9 @@ def _print_summary(console: Console, config: DemoConfig, r: DemoResult, analysis
         state = r.pacing.get("ab_state")
         advice = {
             "helps": "pacing kept: paced steps were measurably faster",
-            "no_help": "pacing turned off by its A/B guard: it does not help this job "
-            "(a persistent straggler is not fixed by holding the others back)",
+            "no_help": "pacing turned off by its A/B guard: no benefit shown with the "
+            "confidence it needs (a persistent straggler is not fixed by holding the "
+            "others back)",
             "not_needed": "pacing never switched on: arrival skew stayed below its threshold",
         }.get(state, f"pacing A/B verdict: {state} (the run was too short to decide)")
         console.print(f"- {advice}")

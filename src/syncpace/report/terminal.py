@@ -55,7 +55,7 @@ def pacing_line(p: dict) -> str:
     """One line on what the pacer did and whether the A/B guard found it helps."""
     verdict = {
         "helps": "kept on: paced steps were faster",
-        "no_help": "turned off: no measurable benefit",
+        "no_help": "turned off: no benefit shown",
         "not_needed": "never needed (skew stayed low)",
         "probing": "still probing",
         None: "no A/B guard",
@@ -64,7 +64,9 @@ def pacing_line(p: dict) -> str:
     gain = p.get("ab_throughput_gain")
     detail = ""
     if confidence is not None and gain is not None:
-        detail = f" (throughput {gain:+.1%} paced vs unpaced, confidence {confidence:.2f})"
+        needed = p.get("ab_required")
+        of = f" of {needed:.2f} needed" if needed is not None else ""
+        detail = f" (throughput {gain:+.1%} paced vs unpaced, confidence {confidence:.2f}{of})"
     stopped = f"; stopped: {p['errors'][0]}" if p.get("errors") else ""
     return (
         f"pacing ({p.get('policy')}): {p.get('fraction_paced', 0):.0%} of steps paced, "
