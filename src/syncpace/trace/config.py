@@ -32,6 +32,9 @@ class TraceConfig:
     clock_skew_ns: int = setting(
         0, "Artificial offset added to this rank's clock (tests and fabric emulation)."
     )
+    clock_drift_ppm: float = setting(
+        0.0, "Artificial rate error of this rank's clock, ppm (tests and fabric emulation)."
+    )
 
     def __post_init__(self) -> None:
         if self.flush_interval_s <= 0:
@@ -40,6 +43,8 @@ class TraceConfig:
             raise ConfigError(f"max_buffered_events must be >= 1, got {self.max_buffered_events}")
         if not 1 <= self.clock_rounds <= 10_000:
             raise ConfigError(f"clock_rounds must be in 1..10000, got {self.clock_rounds}")
+        if abs(self.clock_drift_ppm) > 100_000:
+            raise ConfigError(f"clock_drift_ppm must be within ±100000, got {self.clock_drift_ppm}")
         if self.clock_interval_s < 0:
             raise ConfigError(f"clock_interval_s must be >= 0, got {self.clock_interval_s}")
         if self.clock_timeout_s <= 0:

@@ -26,7 +26,7 @@ from syncpace.config import from_env
 from syncpace.control.config import ControllerConfig
 from syncpace.control.policy import PacingConfig
 from syncpace.errors import ConfigError
-from syncpace.trace.clock import ClockSync, LocalClock, OffsetEstimate
+from syncpace.trace.clock import ClockSync, OffsetEstimate, local_clock
 from syncpace.trace.config import TraceConfig
 from syncpace.trace.host import device_facts, env_int, rank_facts
 from syncpace.trace.work import TimedWork
@@ -57,7 +57,7 @@ class Tracer:
         pacing_config: PacingConfig | None = None,
     ) -> None:
         self.config = config
-        self.clock = LocalClock(config.clock_skew_ns)
+        self.clock = local_clock(config.clock_skew_ns, config.clock_drift_ppm)
         self.now = self.clock.now
         self.rank = -1
         self.step = 0
