@@ -32,6 +32,7 @@ from syncpace.bench.config import BenchConfig, BenchError
 from syncpace.bench.fit import fit_rows
 from syncpace.bench.results import BenchResult, IterStats, PairMatrix, SizeRow, write_bench
 from syncpace.bench.sync import StoreSync, default_store
+from syncpace.console import make_console
 
 #: Test hook: ``RANK`` or ``OP:RANK``. On that rank, element 0 of the input of the
 #: correctness run is perturbed, so the check must count wrong elements.
@@ -279,7 +280,7 @@ def run_rank(config: BenchConfig, json_out: bool = False) -> int:
     dist.init_process_group(backend, timeout=timedelta(seconds=config.timeout_s))
     try:
         sync = StoreSync(default_store(), rank, world, config.timeout_s)
-        console = Console(stderr=json_out, highlight=False) if rank == 0 else None
+        console = make_console(stderr=json_out, highlight=False) if rank == 0 else None
         result = RankBench(config, torch, dist, device, sync, console).run()
         if result is not None:
             path = write_bench(result, run_dir)

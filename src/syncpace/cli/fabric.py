@@ -8,10 +8,10 @@ import json
 import sys
 from pathlib import Path
 
-from rich.console import Console
 from rich.table import Table
 
 from syncpace.config import parse_value
+from syncpace.console import make_console
 from syncpace.errors import ConfigError
 
 HELP_EPILOG = "Needs root. Topology, commands and files: docs/fabric.md."
@@ -169,7 +169,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(json.dumps(data, indent=2))
         return 0
     _print_fabric(state.fabric)
-    console = Console()
+    console = make_console()
     table = Table(
         "link", "direction", "rate", "bytes", "packets", "drops", "backlog", title="links"
     )
@@ -242,7 +242,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _print_fabric(fabric) -> None:  # Fabric
     from syncpace.fabric.spec import format_rate
 
-    console = Console()
+    console = make_console()
     hosts = Table("host", "namespace", "address", "switch", title=f"fabric {fabric.name}")
     for h in fabric.hosts:
         hosts.add_row(h.name, h.namespace, f"{h.address}/{fabric.prefixlen}", h.leaf)

@@ -181,9 +181,9 @@ def _study(settings: SimulateSettings, cfg, counts: list[int], pacing) -> int:  
     if settings.json:
         print(json.dumps(study.to_json(), indent=2))
         return 0
-    from rich.console import Console
+    from syncpace.console import make_console
 
-    console = Console()
+    console = make_console()
     console.print(render(study))
     if settings.plot:
         console.print(f"plot: {settings.plot}")

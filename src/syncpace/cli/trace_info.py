@@ -8,6 +8,7 @@ import json
 from rich.console import Console
 from rich.table import Table
 
+from syncpace.console import make_console
 from syncpace.trace.reader import load_trace
 from syncpace.trace.summary import TraceSummary, summarize
 
@@ -34,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def print_summary(summary: TraceSummary, console: Console | None = None) -> None:
-    console = console or Console()
+    console = console or make_console()
     hosts = ", ".join(f"{h} ({len(r)})" for h, r in summary.hosts.items())
     console.print(f"[bold]{summary.path}[/]: {summary.world_size} ranks on {hosts}")
     console.print(f"steps: {summary.steps}   events: {summary.events:,}")

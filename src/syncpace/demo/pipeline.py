@@ -23,6 +23,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from syncpace.config import setting
+from syncpace.console import make_console
 from syncpace.errors import SyncpaceError
 
 SCENARIO = Path(__file__).resolve().parent / "scaling.toml"
@@ -107,7 +108,7 @@ def can_use_fabric() -> str | None:
 def run_demo(config: DemoConfig, console: Console | None = None) -> DemoResult:
     from syncpace.demo.job import DemoFabric, FabricSettings
 
-    console = console or Console()
+    console = console or make_console()
     out = Path(config.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     why_not = can_use_fabric() if config.fabric else "--no-fabric"

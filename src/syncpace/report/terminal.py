@@ -7,12 +7,13 @@ from rich.markup import escape
 from rich.table import Table
 
 from syncpace.analysis import Analysis, Finding, Severity
+from syncpace.console import make_console
 
 _STYLE = {Severity.CRITICAL: "bold red", Severity.WARNING: "yellow", Severity.INFO: "green"}
 
 
 def print_analysis(analysis: Analysis, console: Console | None = None, actions: int = 2) -> None:
-    console = console or Console()
+    console = console or make_console()
     for run in analysis.runs:
         it = run.iteration
         console.print(
