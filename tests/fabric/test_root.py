@@ -126,6 +126,27 @@ def test_a_fixed_rate_flow_holds_its_rate_and_tcp_gets_the_rest(fabric):
     assert abs(tcp.bps - (RATE - 30e6)) / (RATE - 30e6) <= 2 * TOLERANCE
 
 
+def test_a_fixed_rate_flow_fault_takes_its_share_and_ends(fabric, tmp_path):
+    backend = SystemBackend()
+    faults = [parse_fault("flow h0->h1 30mbit at=0 for=4")]
+    ctx = Context(fabric=fabric.fabric, backend=backend, launcher_pids=list)
+    scheduler = Scheduler(faults, ctx, tmp_path / "faults.jsonl")
+    scheduler.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not (tmp_path / "faults.jsonl").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        (left,) = bulk.measure(fabric.fabric, [("h3", "h1")], seconds=2.0)
+    finally:
+        scheduler.stop()
+    print(f"TCP into h1 beside a 30 Mbit/s flow fault: {left.bps / 1e6:.2f} Mbit/s")
+    assert abs(left.bps - (RATE - 30e6)) / (RATE - 30e6) <= 2 * TOLERANCE
+    log = [json.loads(line) for line in (tmp_path / "faults.jsonl").read_text().splitlines()]
+    assert [r["phase"] for r in log] == ["start", "end"]
+    assert log[0]["detail"].startswith("flow (UDP at 30000000 bit/s) started on port")
+    assert log[1]["detail"] == "flow stopped"
+
+
 def test_a_rate_fault_changes_the_link_and_is_undone(fabric, tmp_path):
     backend = SystemBackend()
     faults = [parse_fault("rate h0-leaf0 10mbit at=0")]
