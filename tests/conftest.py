@@ -2,6 +2,8 @@ import os
 
 import pytest
 
+from syncpace.report.browser import find_chromium
+
 
 def pytest_collection_modifyitems(config, items):
     """Root-only tests skip with a clear reason elsewhere (CI runs as root)."""
@@ -11,3 +13,14 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "root" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def chromium() -> str:
+    """Headless Chromium; skipped when absent, except under CI (which installs it)."""
+    binary = find_chromium()
+    if binary is None:
+        if os.environ.get("CI"):
+            pytest.fail("CI is set but chromium is not installed (apt-get install chromium)")
+        pytest.skip("chromium is not installed (apt-get install -y chromium); CI runs this test")
+    return binary

@@ -8,6 +8,7 @@ run and in the simulation alike, the files written and no namespace left behind.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 
 import pytest
@@ -33,14 +34,21 @@ def grid(tmp_path_factory):
     return code, report, out
 
 
-def test_the_grid_writes_its_table_and_plot(grid):
+def test_the_grid_writes_its_table_and_plot(grid, chromium):
+    from syncpace.report.browser import dump_dom
+
     code, report, out = grid
     rows = {r["point"]: r for r in report["rows"]}
     assert set(rows) == {"star4", "star4-udp"}
     assert report["failed_runs"] == {}
     assert code == (0 if all(r["passed"] for r in rows.values()) else 1)
     html = (out / "validation.html").read_text()
-    assert "star4-udp" in html and "plotly" in html
+    assert "star4-udp" in html
+    dom = dump_dom(chromium, out / "validation.html")  # plotly inlined: works offline
+    assert dom.count('class="plot-container plotly"') == 1
+    # mean iteration, CV and transfer time, each drawn with the points on its axis
+    assert set(re.findall(r'class="subplot (x\d*y\d*)', dom)) == {"xy", "x2y2", "x3y3"}
+    assert dom.count("star4-udp") >= 3
 
 
 def test_a_clean_star_is_predicted_within_the_threshold(grid):
