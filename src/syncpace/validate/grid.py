@@ -58,19 +58,31 @@ INTO_H0 = (("h1", "h0"),)
 FROM_H3 = (("h3", "h0"), ("h3", "h1"))
 ACROSS = (("h2", "h0"), ("h3", "h1"))
 
+TCP_FIFO = "TCP sharing a FIFO with greedy flows: no queues, loss or congestion control"
+BUFFERING = "buffering: the job's bursts run ahead of fixed-rate traffic queued behind them"
+DELAYED_ACK = "TCP delayed ACKs stall small ring steps: the model has no transport"
+
 GRID = [
     Point(name="star2", topology="star", ranks=2),
     Point(name="star2-straggler", topology="star", ranks=2, slow_ms=60),
     Point(name="star4", topology="star", ranks=4),
     Point(name="star4-straggler", topology="star", ranks=4, slow_ms=60),
-    Point(name="star4-contended", topology="star", ranks=4, flows=INTO_H0),
+    Point(name="star4-contended", topology="star", ranks=4, flows=INTO_H0, gap=TCP_FIFO),
     Point(name="star4-udp", topology="star", ranks=4, flows=INTO_H0, flow_share=0.5),
     Point(name="ls4", topology="leafspine", ranks=4, oversub=2),
     Point(name="ls4-straggler", topology="leafspine", ranks=4, oversub=2, slow_ms=60),
     Point(name="ls4-oversub4", topology="leafspine", ranks=4, oversub=4),
-    Point(name="ls4-contended", topology="leafspine", ranks=4, oversub=2, flows=FROM_H3),
     Point(
-        name="ls4-udp", topology="leafspine", ranks=4, oversub=2, flows=ACROSS, flow_share=0.3
+        name="ls4-contended", topology="leafspine", ranks=4, oversub=2, flows=FROM_H3, gap=TCP_FIFO
+    ),  # fmt: skip
+    Point(
+        name="ls4-udp",
+        topology="leafspine",
+        ranks=4,
+        oversub=2,
+        flows=ACROSS,
+        flow_share=0.3,
+        gap=BUFFERING,
     ),  # fmt: skip
     Point(name="star8", topology="star", ranks=8, compute_ms=200, buckets=1),
     Point(
@@ -80,6 +92,7 @@ GRID = [
         compute_ms=200,
         buckets=1,
         quickack=False,
+        gap=DELAYED_ACK,
     ),  # fmt: skip
 ]
 
@@ -184,7 +197,23 @@ def bench_for(ranks: int, rate: str, out: Path, log: Any) -> Path:
     return run_dir
 
 
-def table(rows: list[Comparison], limits: Thresholds) -> Table:
+def verdict(
+    rows: list[Comparison], points: dict[str, Point], failed_runs: int
+) -> tuple[int, list[str]]:
+    """Exit code and summary lines: 0 when every point outside the known gaps meets the
+    thresholds and every run ran; known gaps that fail are named with their mechanism,
+    and one that passes is pointed out (the model, or the fabric, changed)."""
+    must = [c for c in rows if not points[c.point].gap]
+    gaps = [c for c in rows if points[c.point].gap]
+    lines = [f"{sum(c.passed for c in must)}/{len(must)} points within the thresholds"]
+    for c in gaps:
+        state = "fails, as known" if not c.passed else "passes: the known gap did not show"
+        lines.append(f"known gap, {c.point}: {state} ({points[c.point].gap})")
+    ok = all(c.passed for c in must) and failed_runs == 0
+    return (0 if ok else 1), lines
+
+
+def table(rows: list[Comparison], limits: Thresholds, gaps: frozenset[str] = frozenset()) -> Table:
     t = Table(title=f"simulator vs emulated fabric (mean ±{limits.mean_rel:.0%}, "
                     f"CV ±{limits.cv_abs:.2f})")  # fmt: skip
     for col in ("point", "iter ms real", "sim", "err", "CV real", "sim", "err",
@@ -197,7 +226,7 @@ def table(rows: list[Comparison], limits: Thresholds) -> Table:
             f"{r.cv:.3f}", f"{s.cv:.3f}", f"{c.cv_err:+.3f}",
             f"{r.p99_ms:.1f}", f"{s.p99_ms:.1f}", f"{c.p99_err:+.1%}",
             f"{r.transfer_ms:.1f}", f"{s.transfer_ms:.1f}", f"{c.transfer_err:+.1%}",
-            "[green]yes[/]" if c.passed else "[red]no[/]",
+            "[green]yes[/]" if c.passed else "no (known gap)" if c.point in gaps else "[red]no[/]",
         )  # fmt: skip
     return t
 
@@ -231,12 +260,13 @@ def select(names: str) -> list[Point]:
 
 def run_grid(args: Any, console: Console) -> int:
     """Run the grid for ``args`` (out, points, rate, steps, sim_steps, seed); 0 when
-    every point meets the thresholds."""
+    every point outside the known gaps meets the thresholds (:func:`verdict`)."""
     grid = select(args.points)
     require_root("the validation grid")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     limits = Thresholds()
+    known_gaps = frozenset(pt.name for pt in grid if pt.gap)
     rows: list[Comparison] = []
     extra: dict[str, Any] = {}
     benches: dict[int, Path] = {}
@@ -270,10 +300,10 @@ def run_grid(args: Any, console: Console) -> int:
                 "profile": profile.__dict__,
                 "sim_config": cfg.to_json(),
             }
-            progress.console.print(table([c], limits))
+            progress.console.print(table([c], limits, known_gaps))
             progress.advance(task)
     wall = time.monotonic() - began
-    console.print(table(rows, limits))
+    console.print(table(rows, limits, known_gaps))
     report = {
         "rate": args.rate, "steps": args.steps, "sim_steps": args.sim_steps, "warmup": WARMUP,
         "thresholds": limits.__dict__, "wall_s": wall,
@@ -281,9 +311,10 @@ def run_grid(args: Any, console: Console) -> int:
     }  # fmt: skip
     (out / "validation.json").write_text(json.dumps(report, indent=1, default=str))
     plot(rows, out / "validation.html")
-    passed = sum(c.passed for c in rows)
-    console.print(f"{passed}/{len(rows)} points within the thresholds; {wall:.0f} s; "
-                  f"{out / 'validation.json'}, {out / 'validation.html'}")  # fmt: skip
+    code, lines = verdict(rows, {pt.name: pt for pt in grid}, len(failures))
+    for line in lines:
+        console.print(line, markup=False)
+    console.print(f"{wall:.0f} s; {out / 'validation.json'}, {out / 'validation.html'}")
     for name, why in failures.items():
         console.print(f"[red]not run: {name}: {why}[/]")
-    return 0 if passed == len(rows) and not failures else 1
+    return code
