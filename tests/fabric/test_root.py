@@ -126,19 +126,25 @@ def test_a_fixed_rate_flow_holds_its_rate_and_tcp_gets_the_rest(fabric):
     assert abs(tcp.bps - (RATE - 30e6)) / (RATE - 30e6) <= 2 * TOLERANCE
 
 
-def test_a_fixed_rate_flow_fault_takes_its_share_and_ends(fabric, tmp_path):
-    backend = SystemBackend()
-    faults = [parse_fault("flow h0->h1 30mbit at=0 for=4")]
-    ctx = Context(fabric=fabric.fabric, backend=backend, launcher_pids=list)
-    scheduler = Scheduler(faults, ctx, tmp_path / "faults.jsonl")
+def measure_under_fault(fabric, fault: str, pair: tuple[str, str], log: Path):
+    """A 2 s greedy flow over ``pair`` once ``fault`` is in force (the scheduler logs
+    its start), then the fault undone; the flow's result."""
+    ctx = Context(fabric=fabric.fabric, backend=SystemBackend(), launcher_pids=list)
+    scheduler = Scheduler([parse_fault(fault)], ctx, log)
     scheduler.start()
     try:
         deadline = time.monotonic() + 10
-        while not (tmp_path / "faults.jsonl").exists() and time.monotonic() < deadline:
+        while not log.exists() and time.monotonic() < deadline:
             time.sleep(0.05)
-        (left,) = bulk.measure(fabric.fabric, [("h3", "h1")], seconds=2.0)
+        (result,) = bulk.measure(fabric.fabric, [pair], seconds=2.0)
     finally:
         scheduler.stop()
+    return result
+
+
+def test_a_fixed_rate_flow_fault_takes_its_share_and_ends(fabric, tmp_path):
+    fault = "flow h0->h1 30mbit at=0 for=4"
+    left = measure_under_fault(fabric, fault, ("h3", "h1"), tmp_path / "faults.jsonl")
     print(f"TCP into h1 beside a 30 Mbit/s flow fault: {left.bps / 1e6:.2f} Mbit/s")
     assert abs(left.bps - (RATE - 30e6)) / (RATE - 30e6) <= 2 * TOLERANCE
     log = [json.loads(line) for line in (tmp_path / "faults.jsonl").read_text().splitlines()]
@@ -148,18 +154,8 @@ def test_a_fixed_rate_flow_fault_takes_its_share_and_ends(fabric, tmp_path):
 
 
 def test_a_rate_fault_changes_the_link_and_is_undone(fabric, tmp_path):
-    backend = SystemBackend()
-    faults = [parse_fault("rate h0-leaf0 10mbit at=0")]
-    ctx = Context(fabric=fabric.fabric, backend=backend, launcher_pids=list)
-    scheduler = Scheduler(faults, ctx, tmp_path / "faults.jsonl")
-    scheduler.start()
-    try:
-        deadline = time.monotonic() + 10
-        while not (tmp_path / "faults.jsonl").exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        (slow,) = bulk.measure(fabric.fabric, [("h0", "h1")], seconds=2.0)
-    finally:
-        scheduler.stop()
+    fault = "rate h0-leaf0 10mbit at=0"
+    slow = measure_under_fault(fabric, fault, ("h0", "h1"), tmp_path / "faults.jsonl")
     (fast,) = bulk.measure(fabric.fabric, [("h0", "h1")], seconds=2.0)
     print(f"rate fault: {slow.bps / 1e6:.2f} Mbit/s at 10mbit, {fast.bps / 1e6:.2f} after")
     assert abs(slow.bps - 10e6) / 10e6 <= TOLERANCE
