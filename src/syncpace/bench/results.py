@@ -244,6 +244,14 @@ def load_bench(path: str | Path) -> dict[str, Any]:
     return data
 
 
+def main_fit(data: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    """The α–β fit that stands for the fabric in a loaded ``bench.json``: all-reduce's
+    when it was measured, else the first op's; ``None`` without any fit."""
+    fits = data.get("fits") or {}
+    op = "all_reduce" if "all_reduce" in fits else next(iter(fits), None)
+    return None if op is None else (op, fits[op])
+
+
 def load_pair_matrix(path: str | Path) -> PairMatrix | None:
     pairs = load_bench(path).get("pairs")
     return None if pairs is None else PairMatrix.from_json(pairs)

@@ -31,12 +31,11 @@ def add_analysis_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def link_rate_of(bench: str) -> float:
-    """The all-reduce bus bandwidth (GB/s) of a ``syncpace bench`` result."""
-    from syncpace.bench.results import load_bench
+    """The bus bandwidth (GB/s) of a ``syncpace bench`` result's main fit."""
+    from syncpace.bench.results import load_bench, main_fit
 
-    fits = load_bench(bench).get("fits") or {}
-    fit = fits.get("all_reduce") or next(iter(fits.values()), None)
-    beta = (fit or {}).get("beta_gbps")
+    _, fit = main_fit(load_bench(bench)) or ("", {})
+    beta = fit.get("beta_gbps")
     if not isinstance(beta, (int, float)) or not 0 < beta < float("inf"):
         raise ConfigError(f"{bench}: the benchmark has no bus bandwidth fit to use as link rate")
     return float(beta)

@@ -92,14 +92,13 @@ def calibrate(path: str | Path) -> Calibration:
 
 
 def from_bench(path: str | Path) -> Calibration:
-    from syncpace.bench.results import load_bench
+    from syncpace.bench.results import load_bench, main_fit
 
     data = load_bench(path)
-    fits = data.get("fits") or {}
-    op = "all_reduce" if "all_reduce" in fits else next(iter(fits), None)
-    if op is None:
+    chosen = main_fit(data)
+    if chosen is None:
         raise ConfigError(f"{path}: the benchmark has no α–β fit to calibrate from")
-    fit = fits[op]
+    op, fit = chosen
     n = int(data.get("world_size") or 2)
     steps = 2 * (n - 1) if op == "all_reduce" else max(n - 1, 1)
     hosts = len(set(data.get("hosts") or [])) or 1
