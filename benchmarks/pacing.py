@@ -29,12 +29,12 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from syncpace.cli.run import traced_env
+from syncpace.capture.config import TraceConfig
+from syncpace.capture.launch import traced_env
 from syncpace.control.config import ControllerConfig
 from syncpace.control.policy import PacingConfig
 from syncpace.ports import free_port
 from syncpace.trace import load_trace
-from syncpace.trace.config import TraceConfig
 from syncpace.trace.summary import pacing_summary
 
 WORKER = Path(__file__).with_name("_pacing_worker.py")

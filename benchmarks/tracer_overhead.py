@@ -31,10 +31,10 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from syncpace.cli.run import traced_env
+from syncpace.capture.config import TraceConfig
+from syncpace.capture.launch import traced_env
 from syncpace.ports import free_port
 from syncpace.trace import load_trace
-from syncpace.trace.config import TraceConfig
 
 WORKER = Path(__file__).with_name("_overhead_worker.py")
 

@@ -4,9 +4,9 @@ import argparse
 
 import pytest
 
+from syncpace.capture.config import TraceConfig
 from syncpace.config import add_flags, from_env, from_flags, to_env
 from syncpace.errors import ConfigError
-from syncpace.trace.config import TraceConfig
 
 
 def test_defaults_env_then_flags():

@@ -12,15 +12,15 @@ def attach(out: str | None = None, **settings: object) -> None:
     """Trace every collective of this process; call before ``init_process_group``.
 
     ``out`` is the run directory (default ``$SYNCPACE_DIR`` or ``./syncpace-run``);
-    other keyword arguments are :class:`syncpace.trace.config.TraceConfig` fields.
+    other keyword arguments are :class:`syncpace.capture.config.TraceConfig` fields.
     """
-    from syncpace.trace.tracer import attach as _attach
+    from syncpace.capture.tracer import attach as _attach
 
     _attach(out, **settings)
 
 
 def step() -> None:
     """Mark an iteration boundary by hand (replaces the optimizer-step hook)."""
-    from syncpace.trace.tracer import manual_step
+    from syncpace.capture.tracer import manual_step
 
     manual_step()

@@ -5,10 +5,10 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from syncpace.cli.run import BOOTSTRAP_DIR, traced_env
+from syncpace.capture.config import TraceConfig
+from syncpace.capture.launch import BOOTSTRAP_DIR, traced_env
 from syncpace.control.config import ControllerConfig
 from syncpace.control.policy import PacingConfig
-from syncpace.trace.config import TraceConfig
 
 
 def test_traced_env_carries_every_config(tmp_path):

@@ -14,7 +14,7 @@ def test_attach_splits_settings(tmp_path):
     proc = run(
         "import syncpace\n"
         f"syncpace.attach({str(tmp_path)!r}, pace='target', hold=2, flush_interval_s=0.5)\n"
-        "from syncpace.trace.tracer import TRACER as t\n"
+        "from syncpace.capture.tracer import TRACER as t\n"
         "print(t.controller_config.pace, t.pacing_config.hold, t.config.flush_interval_s,"
         " t.config.dir)\n"
     )

@@ -320,8 +320,8 @@ def contended_run(fabric, tmp_path_factory):
     Four UDP flows of 15 Mbit/s, two each way across the spine, leave 20 of the
     uplink's 50 Mbit/s to the job: its cross-leaf transfers slow ~2.5x, every run
     (greedy TCP flows took 1.3x to 3.3x, varying with who won the queue)."""
-    from syncpace.cli.run import traced_env
-    from syncpace.trace.config import TraceConfig
+    from syncpace.capture.config import TraceConfig
+    from syncpace.capture.launch import traced_env
 
     out = tmp_path_factory.mktemp("contended")
     env = traced_env(out, TraceConfig(dir=str(out)))

@@ -45,7 +45,7 @@ def rank_env(config: BenchConfig, rank: int, port: int) -> dict[str, str]:
 
 def launch_local(config: BenchConfig, json_out: bool = False) -> int:
     """Run the benchmark on ``config.nproc`` local ranks; returns rank 0's exit code."""
-    from syncpace.cli.run import prepare_run_dir
+    from syncpace.capture.launch import prepare_run_dir
 
     run_dir = rundir.resolve(config)
     if not os.environ.get("SYNCPACE_DIR"):

@@ -21,10 +21,10 @@ def bench_on_fabric(
     echo: IO[str] | None = None,
 ) -> dict[str, Any]:
     """Run ``syncpace bench BENCH_ARGS`` on every host of ``state``; returns ``bench.json``."""
-    from syncpace.cli.run import traced_env
+    from syncpace.capture.config import TraceConfig
+    from syncpace.capture.launch import traced_env
     from syncpace.fabric.backend import SystemBackend
     from syncpace.fabric.runner import RunOptions, run_job
-    from syncpace.trace.config import TraceConfig
 
     run_dir = Path(run_dir).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)

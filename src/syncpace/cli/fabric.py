@@ -191,7 +191,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from syncpace.cli.run import armed_env, command_of, prepare_run_dir, tracing_from_flags
+    from syncpace.capture.launch import armed_env, prepare_run_dir
+    from syncpace.cli.run import command_of, tracing_from_flags
     from syncpace.fabric import lifecycle
     from syncpace.fabric.backend import SystemBackend, require_root
     from syncpace.fabric.faults import parse_fault

@@ -209,11 +209,11 @@ def _progress(console: Console) -> Progress:
 
 
 def _train(config: DemoConfig, progress: Progress, run_dir: Path, fabric: Any, paced: bool):
-    from syncpace.cli.run import prepare_run_dir, traced_env
+    from syncpace.capture.config import TraceConfig
+    from syncpace.capture.launch import prepare_run_dir, traced_env
     from syncpace.control.config import ControllerConfig
     from syncpace.control.policy import PacingConfig
     from syncpace.demo.job import JobSpec, Monitor, run_local
-    from syncpace.trace.config import TraceConfig
 
     run_dir = prepare_run_dir(str(run_dir), overwrite=True)
     steps = config.steps

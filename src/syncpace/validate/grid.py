@@ -147,8 +147,8 @@ def complete(run_dir: Path, ranks: int, steps: int) -> bool:
 
 def run_point(point: Point, rate: str, steps: int, out: Path, log: Any, notes: list[str]) -> Path:
     """The traced job on a fresh fabric; background flows from its first step on."""
-    from syncpace.cli.run import traced_env
-    from syncpace.trace.config import TraceConfig
+    from syncpace.capture.config import TraceConfig
+    from syncpace.capture.launch import traced_env
 
     backend = SystemBackend()
     state = up(fabric_spec(point, rate), backend)

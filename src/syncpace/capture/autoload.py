@@ -2,7 +2,7 @@
 
 Used by the ``sitecustomize`` that ``syncpace run`` puts on ``PYTHONPATH``: an import
 hook waits for ``torch.distributed.distributed_c10d`` to finish loading and then
-installs :mod:`syncpace.trace.torch_hooks`, before any user code can create a group.
+installs :mod:`syncpace.capture.torch_hooks`, before any user code can create a group.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ class _Loader(importlib.abc.Loader):
     def exec_module(self, module: Any) -> None:
         self._inner.exec_module(module)
         try:
-            from syncpace.trace.tracer import attach
+            from syncpace.capture.tracer import attach
 
             attach()
         except Exception as exc:  # the job runs untraced rather than not at all
@@ -45,7 +45,7 @@ class _Finder(importlib.abc.MetaPathFinder):
 
 def install_import_hook() -> None:
     if _TARGET in sys.modules:
-        from syncpace.trace.tracer import attach
+        from syncpace.capture.tracer import attach
 
         attach()
         return

@@ -20,7 +20,7 @@ import logging
 import sys
 from typing import Any
 
-from syncpace.trace.tracer import Tracer, warn_once
+from syncpace.capture.tracer import Tracer, warn_once
 
 log = logging.getLogger("syncpace")
 
@@ -207,7 +207,7 @@ def _create(opts: Any, backend_options: Any) -> Any:
     import torch.distributed as dist
     from torch._C._distributed_c10d import ProcessGroup
 
-    from syncpace.trace.process_group import TracingProcessGroup
+    from syncpace.capture.process_group import TracingProcessGroup
 
     group_name = str(opts.group_id)
     device_map = _pending.get(group_name) or _state["default_map"] or {"cpu": "gloo"}

@@ -18,7 +18,7 @@ import torch.distributed as dist
 
 from syncpace.trace.schema import NO_PEER
 
-Recorder = Any  # syncpace.trace.tracer.Tracer; typed loosely to avoid an import cycle
+Recorder = Any  # syncpace.capture.tracer.Tracer; typed loosely to avoid an import cycle
 
 
 def _payload(x: Any) -> tuple[int, str]:

@@ -1,7 +1,7 @@
 """The per-process tracer: owns the clock, the writer and the iteration counter.
 
 One :class:`Tracer` exists per process (``TRACER``). torch integration
-(:mod:`syncpace.trace.torch_hooks`) calls :meth:`Tracer.on_default_group` when the
+(:mod:`syncpace.capture.torch_hooks`) calls :meth:`Tracer.on_default_group` when the
 default process group appears; from then on every traced process group reports
 its calls to :meth:`Tracer.completed`. Nothing here may raise into the training
 job: failures are logged once and tracing stops.
@@ -22,14 +22,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from syncpace import __version__
+from syncpace.capture.clock import ClockSync, OffsetEstimate, local_clock
+from syncpace.capture.config import TraceConfig
+from syncpace.capture.host import device_facts, env_int, rank_facts
+from syncpace.capture.work import TimedWork
 from syncpace.config import from_env
 from syncpace.control.config import ControllerConfig
 from syncpace.control.policy import PacingConfig
 from syncpace.errors import ConfigError
-from syncpace.trace.clock import ClockSync, OffsetEstimate, local_clock
-from syncpace.trace.config import TraceConfig
-from syncpace.trace.host import device_facts, env_int, rank_facts
-from syncpace.trace.work import TimedWork
 from syncpace.trace.writer import RankTraceWriter
 
 if TYPE_CHECKING:
@@ -176,7 +176,7 @@ class Tracer:
     # Hot path ----------------------------------------------------------------------
     def completed(self, work: Any, row: tuple) -> Any:
         """Wrap ``work`` so that ``row`` (an event without its exit) is recorded once
-        its completion is observed (see :mod:`syncpace.trace.work`)."""
+        its completion is observed (see :mod:`syncpace.capture.work`)."""
         if self.writer is None:
             return work
         if work is None:  # coalesced calls return no work of their own
@@ -307,7 +307,7 @@ def get_tracer(**overrides: Any) -> Tracer:
 
 def attach(out: str | None = None, **settings: Any) -> None:
     """Install the tracer in this process (see :func:`syncpace.attach`)."""
-    from syncpace.trace.torch_hooks import install
+    from syncpace.capture.torch_hooks import install
 
     if out is not None:
         settings["dir"] = str(out)

@@ -13,7 +13,7 @@ def _arm() -> None:
     if not os.environ.get("SYNCPACE_DIR"):
         return
     try:
-        from syncpace.trace.autoload import install_import_hook
+        from syncpace.capture.autoload import install_import_hook
 
         install_import_hook()
     except Exception as exc:  # never break the user's program
