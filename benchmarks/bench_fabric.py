@@ -47,9 +47,14 @@ def main() -> int:
     out = Path(args.out or tempfile.mkdtemp(prefix="syncpace-bench-fabric-"))
     name = "bf" + secrets.token_hex(3)
     spec = build_spec(
-        {"topology": "star", "hosts": args.hosts, "host_rate": args.rate, "name": name,
-         "subnet": "10.233.0.0/24"}
-    )  # fmt: skip
+        {
+            "topology": "star",
+            "hosts": args.hosts,
+            "host_rate": args.rate,
+            "name": name,
+            "subnet": "10.233.0.0/24",
+        }
+    )
     backend = SystemBackend()
     state = up(spec, backend)
     print(f"fabric {name}: star of {args.hosts} hosts, host links {args.rate}; runs in {out}")
@@ -65,10 +70,9 @@ def main() -> int:
 def _busbw(state, run_dir: Path, args) -> bool:
     bench = bench_on_fabric(
         state,
-        ["all_reduce", "-b", args.b, "-e", args.e, "-n", str(args.iters), "-w", "1",
-         "--no-pairs"],
+        ["all_reduce", "-b", args.b, "-e", args.e, "-n", str(args.iters), "-w", "1", "--no-pairs"],
         run_dir,
-    )  # fmt: skip
+    )
     rate = host_rate_gbps(state)
     rows = busbw_fractions(bench, rate, "all_reduce", parse_size(args.large))
     print(f"\nall_reduce over {bench['world_size']} hosts, link rate {rate:.6g} GB/s:")

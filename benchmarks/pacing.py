@@ -101,8 +101,9 @@ def main() -> None:
                 cvs[name].append(float(times.std() / times.mean()))
                 pacing = pacing_summary(load_trace(out))
                 if pacing:
-                    notes[name] = (f"{pacing['fraction_paced']:.0%} paced, A/B "
-                                   f"{pacing['ab_state'] or '-'}")  # fmt: skip
+                    notes[name] = (
+                        f"{pacing['fraction_paced']:.0%} paced, A/B {pacing['ab_state'] or '-'}"
+                    )
                 progress.advance(task)
     med = {k: statistics.median(v) for k, v in rates.items()}
     table = Table(title=f"pacing, {args.ranks} ranks (medians of {args.rounds} alternated rounds)")

@@ -60,8 +60,11 @@ def main() -> int:
         steps = steps // 10 if args.quick else steps
         proc = subprocess.run(
             ["taskset", "-c", "0", sys.executable, "-c", CHILD, str(nodes), str(steps), tier],
-            env=env, capture_output=True, text=True, check=False,
-        )  # fmt: skip
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         if proc.returncode != 0:
             print(f"{name}: failed\n{proc.stderr}")
             failed = True

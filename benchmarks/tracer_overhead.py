@@ -46,8 +46,15 @@ def launch(world: int, args: list[str], trace_dir: Path | None) -> Any:
         base = traced_env(trace_dir, TraceConfig(dir=str(trace_dir), clock_interval_s=0), base)
     procs = []
     for rank in range(world):
-        env = dict(base, RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
-                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")  # fmt: skip
+        env = dict(
+            base,
+            RANK=str(rank),
+            WORLD_SIZE=str(world),
+            LOCAL_RANK=str(rank),
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port),
+            OMP_NUM_THREADS="1",
+        )
         procs.append(
             subprocess.Popen(
                 [sys.executable, str(WORKER), *args],
@@ -55,7 +62,7 @@ def launch(world: int, args: list[str], trace_dir: Path | None) -> Any:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 text=True,
-            )  # fmt: skip
+            )
         )
     outputs = [p.communicate(timeout=600) for p in procs]
     for p, (_out, err) in zip(procs, outputs, strict=True):
@@ -119,9 +126,16 @@ def main() -> None:
         f"ratio {ratio:.3f}",
     )
     console.print(table)
-    print(json.dumps({"per_collective_us": round(cost, 2), "throughput_ratio": round(ratio, 4),
-                      "collectives_per_step": statistics.median(per_step),
-                      "pairs": args.pairs}))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "per_collective_us": round(cost, 2),
+                "throughput_ratio": round(ratio, 4),
+                "collectives_per_step": statistics.median(per_step),
+                "pairs": args.pairs,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

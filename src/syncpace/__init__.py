@@ -14,13 +14,13 @@ def attach(out: str | None = None, **settings: object) -> None:
     ``out`` is the run directory (default ``$SYNCPACE_DIR`` or ``./syncpace-run``);
     other keyword arguments are :class:`syncpace.capture.config.TraceConfig` fields.
     """
-    from syncpace.capture.tracer import attach as _attach
+    from syncpace.capture.tracer import attach as _attach  # lazy: the tracer pulls in torch
 
     _attach(out, **settings)
 
 
 def step() -> None:
     """Mark an iteration boundary by hand (replaces the optimizer-step hook)."""
-    from syncpace.capture.tracer import manual_step
+    from syncpace.capture.tracer import manual_step  # lazy: the tracer pulls in torch
 
     manual_step()

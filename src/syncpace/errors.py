@@ -22,3 +22,27 @@ class TraceError(SyncpaceError):
         super().__init__(f"{path}: {problem}")
         self.path = path
         self.problem = problem
+
+
+class ScenarioError(ConfigError):
+    """A scenario file or override cannot be turned into a simulation."""
+
+
+class FabricError(SyncpaceError):
+    """The emulated fabric cannot be described, built, driven or removed as asked."""
+
+
+class BenchError(SyncpaceError):
+    """The benchmark cannot run as asked (bad settings, a failed rank, a timeout)."""
+
+
+class ChannelError(SyncpaceError):
+    """The pacer's side channel failed or timed out."""
+
+
+class ReportError(SyncpaceError):
+    """A report or export cannot be written."""
+
+
+class PlotlyMissing(ReportError, ImportError):
+    """plotly (the ``[report]`` extra) is not installed; also an ``ImportError``."""

@@ -48,9 +48,21 @@ def write_trace(
         w = RankTraceWriter(root, rank, meta, flush_interval_s=3600, offset_ns=lambda: 0)
         for r, step, group, size, seq, op, nbytes, enter, exit_, *peer in events.get(rank, []):
             w.add_event(
-                (r, step, group, size, seq, op, nbytes, "float32", peer[0] if peer else -1,
-                 enter, exit_, "simulated")
-            )  # fmt: skip
+                (
+                    r,
+                    step,
+                    group,
+                    size,
+                    seq,
+                    op,
+                    nbytes,
+                    "float32",
+                    peer[0] if peer else -1,
+                    enter,
+                    exit_,
+                    "simulated",
+                )
+            )
         for r, step, start, end in steps.get(rank, []):
             w.add_step((r, step, start, end, 0))
         w.close()

@@ -108,14 +108,22 @@ CORRUPTIONS = st.sampled_from(["truncate", "garbage", "delete", "bad_json", "wor
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(kind=CORRUPTIONS, rank=st.integers(0, 7), which=st.sampled_from(["events", "steps", "meta"]),
-       cut=st.floats(0.0, 1.0), seed=st.integers(0, 2**16))  # fmt: skip
+@given(
+    kind=CORRUPTIONS,
+    rank=st.integers(0, 7),
+    which=st.sampled_from(["events", "steps", "meta"]),
+    cut=st.floats(0.0, 1.0),
+    seed=st.integers(0, 2**16),
+)
 def test_random_corruption_is_a_finding_or_a_clean_error(kind, rank, which, cut, seed) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         run = Path(tmp) / "run"
         shutil.copytree(DATA / "healthy", run)
-        suffix = {"events": schema.EVENTS_SUFFIX, "steps": schema.STEPS_SUFFIX,
-                  "meta": schema.META_SUFFIX}[which]  # fmt: skip
+        suffix = {
+            "events": schema.EVENTS_SUFFIX,
+            "steps": schema.STEPS_SUFFIX,
+            "meta": schema.META_SUFFIX,
+        }[which]
         path = run / f"{schema.rank_stem(rank)}{suffix}"
         data = path.read_bytes()
         if kind == "truncate":

@@ -32,7 +32,7 @@ def write_run(root: Path, contention: bool) -> Path:
                 "clock": {"offset_ns": 0, "uncertainty_ns": 1000},
             },
             offset_ns=lambda: 0,
-        )  # fmt: skip
+        )
         for r in range(WORLD)
     ]
     prev_exit = [0] * WORLD
@@ -48,8 +48,22 @@ def write_run(root: Path, contention: bool) -> Path:
         for r in range(WORLD):
             lag = extra if (r == 1 and contention) else 0  # its share of the link was smaller
             exit_ = last + service + lag
-            writers[r].add_event((r, k, "0", WORLD, k, "all_reduce", 64 << 20, "float32", -1,
-                                  enter[r], exit_, "simulated"))  # fmt: skip
+            writers[r].add_event(
+                (
+                    r,
+                    k,
+                    "0",
+                    WORLD,
+                    k,
+                    "all_reduce",
+                    64 << 20,
+                    "float32",
+                    -1,
+                    enter[r],
+                    exit_,
+                    "simulated",
+                )
+            )
             writers[r].add_step((r, k, prev_exit[r], exit_, 0))
             prev_exit[r] = exit_
     for w in writers:

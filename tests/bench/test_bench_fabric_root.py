@@ -33,9 +33,14 @@ def fabric(tmp_path_factory):
     os.environ[STATE_DIR_ENV] = str(state_dir)
     name = "bt" + secrets.token_hex(3)
     spec = build_spec(
-        {"topology": "star", "hosts": HOSTS, "host_rate": "100mbit", "name": name,
-         "subnet": "10.234.0.0/24"}
-    )  # fmt: skip
+        {
+            "topology": "star",
+            "hosts": HOSTS,
+            "host_rate": "100mbit",
+            "name": name,
+            "subnet": "10.234.0.0/24",
+        }
+    )
     backend = SystemBackend()
     state = up(spec, backend, state_dir)
     try:
@@ -51,9 +56,11 @@ def fabric(tmp_path_factory):
 
 def test_all_reduce_busbw_approaches_the_link_rate(fabric, tmp_path):
     bench = bench_on_fabric(
-        fabric, ["all_reduce", "-b", "1M", "-e", "2M", "-n", "3", "-w", "1", "--no-pairs"],
-        tmp_path / "run", timeout_s=120,
-    )  # fmt: skip
+        fabric,
+        ["all_reduce", "-b", "1M", "-e", "2M", "-n", "3", "-w", "1", "--no-pairs"],
+        tmp_path / "run",
+        timeout_s=120,
+    )
     fractions = [f for _, _, f in busbw_fractions(bench, host_rate_gbps(fabric))]
     print("all_reduce busbw / link rate:", [f"{f:.3f}" for f in fractions])
     assert len(fractions) == 2 and all(0.85 <= f <= 1.02 for f in fractions)
@@ -64,8 +71,10 @@ def test_a_slow_link_shows_as_the_slowest_pairs(fabric, tmp_path):
     bench = bench_on_fabric(
         fabric,
         ["--pairs-only", "--pair-bytes", "512K", "--pair-iters", "4", "--slow-fraction", "0.5"],
-        tmp_path / "run", faults=[parse_fault(f"rate h{SLOW}-sw 20mbit")], timeout_s=120,
-    )  # fmt: skip
+        tmp_path / "run",
+        faults=[parse_fault(f"rate h{SLOW}-sw 20mbit")],
+        timeout_s=120,
+    )
     m = bench["pairs"]
     entries = sorted(
         (m["bandwidth_gbps"][i][j], i, j) for i in range(HOSTS) for j in range(HOSTS) if i != j

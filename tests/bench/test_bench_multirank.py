@@ -19,8 +19,22 @@ from syncpace.trace import load_trace
 pytestmark = pytest.mark.multirank
 
 WORLD = 4
-QUICK = ["-b", "64", "-e", "4K", "-f", "4", "-n", "4", "-w", "1",
-         "--pair-bytes", "64K", "--pair-iters", "3"]  # fmt: skip
+QUICK = [
+    "-b",
+    "64",
+    "-e",
+    "4K",
+    "-f",
+    "4",
+    "-n",
+    "4",
+    "-w",
+    "1",
+    "--pair-bytes",
+    "64K",
+    "--pair-iters",
+    "3",
+]
 TIMEOUT = 120
 
 
@@ -29,8 +43,11 @@ def bench(*args: str, env: dict[str, str] | None = None) -> subprocess.Completed
     base.update(env or {})
     return subprocess.run(
         [sys.executable, "-m", "syncpace", "bench", *args],
-        capture_output=True, text=True, timeout=TIMEOUT, env=base,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        env=base,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -105,20 +122,41 @@ def test_the_run_directory_is_a_trace_whose_steps_are_the_rows(four_ranks):
 def test_a_planted_corruption_is_counted_and_fails_the_run(tmp_path):
     out = tmp_path / "run"
     proc = bench(
-        "--nproc", "3", "all_reduce", "reduce", "broadcast", "-b", "64", "-e", "256", "-f", "4",
-        "-n", "2", "-w", "1", "--no-pairs", "--out", str(out), "--timeout-s", "60",
+        "--nproc",
+        "3",
+        "all_reduce",
+        "reduce",
+        "broadcast",
+        "-b",
+        "64",
+        "-e",
+        "256",
+        "-f",
+        "4",
+        "-n",
+        "2",
+        "-w",
+        "1",
+        "--no-pairs",
+        "--out",
+        str(out),
+        "--timeout-s",
+        "60",
         env={"SYNCPACE_BENCH_CORRUPT": "1"},
-    )  # fmt: skip
+    )
     assert proc.returncode == 1, proc.stderr[-3000:]
     data = load_bench(out)
     wrong = {(r["op"], r["size_bytes"]): r["wrong"] for r in data["rows"]}
     # rank 1's input reaches every rank's all-reduce result and the root's reduce;
     # a non-root broadcast buffer is overwritten, as it must be
     assert wrong == {
-        ("all_reduce", 64): 3, ("all_reduce", 256): 3,
-        ("reduce", 64): 1, ("reduce", 256): 1,
-        ("broadcast", 64): 0, ("broadcast", 256): 0,
-    }  # fmt: skip
+        ("all_reduce", 64): 3,
+        ("all_reduce", 256): 3,
+        ("reduce", 64): 1,
+        ("reduce", 256): 1,
+        ("broadcast", 64): 0,
+        ("broadcast", 256): 0,
+    }
     assert data["wrong"] == 8
     assert "# Out of bounds values : 6 FAILED" in proc.stdout
     assert "8 wrong elements" in proc.stdout
@@ -129,9 +167,25 @@ def test_a_gap_idles_before_each_timed_call_and_is_not_timed(tmp_path):
     idle time stays out of every call's time."""
     out = tmp_path / "run"
     proc = bench(
-        "--nproc", "2", "all_reduce", "-b", "64", "-e", "128", "-n", "4", "-w", "1",
-        "--gap-ms", "150", "--no-pairs", "--out", str(out), "--timeout-s", "60",
-    )  # fmt: skip
+        "--nproc",
+        "2",
+        "all_reduce",
+        "-b",
+        "64",
+        "-e",
+        "128",
+        "-n",
+        "4",
+        "-w",
+        "1",
+        "--gap-ms",
+        "150",
+        "--no-pairs",
+        "--out",
+        str(out),
+        "--timeout-s",
+        "60",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     data = load_bench(out)
     assert data["settings"]["gap_ms"] == 150.0
@@ -144,14 +198,43 @@ def test_a_gap_idles_before_each_timed_call_and_is_not_timed(tmp_path):
 def test_torchrun_runs_it_as_a_module_in_place_with_half_precision(tmp_path):
     out = tmp_path / "run"
     proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-         "--master-port", str(free_port()), "-m", "syncpace", "bench",
-         "all_gather", "reduce_scatter", "all_reduce", "--inplace", "-d", "half",
-         "-b", "64", "-e", "1K", "-f", "4", "-n", "2", "-w", "1", "--no-pairs",
-         "--out", str(out), "--json"],
-        capture_output=True, text=True, timeout=TIMEOUT,
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node",
+            "2",
+            "--master-port",
+            str(free_port()),
+            "-m",
+            "syncpace",
+            "bench",
+            "all_gather",
+            "reduce_scatter",
+            "all_reduce",
+            "--inplace",
+            "-d",
+            "half",
+            "-b",
+            "64",
+            "-e",
+            "1K",
+            "-f",
+            "4",
+            "-n",
+            "2",
+            "-w",
+            "1",
+            "--no-pairs",
+            "--out",
+            str(out),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
         env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )  # fmt: skip
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     printed = json.loads(proc.stdout)
     assert printed == load_bench(out)
@@ -166,12 +249,38 @@ def test_torchrun_runs_it_as_a_module_in_place_with_half_precision(tmp_path):
 def test_under_syncpace_run_the_bench_lands_in_the_armed_directory(tmp_path):
     out = tmp_path / "run"
     proc = subprocess.run(
-        [sys.executable, "-m", "syncpace", "run", "--out", str(out), "--quiet", "--",
-         sys.executable, "-m", "syncpace", "bench", "--nproc", "2", "sendrecv",
-         "-b", "1K", "-e", "1K", "-n", "2", "-w", "1", "--no-pairs",
-         "--out", str(tmp_path / "ignored")],
-        capture_output=True, text=True, timeout=TIMEOUT,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "syncpace",
+            "run",
+            "--out",
+            str(out),
+            "--quiet",
+            "--",
+            sys.executable,
+            "-m",
+            "syncpace",
+            "bench",
+            "--nproc",
+            "2",
+            "sendrecv",
+            "-b",
+            "1K",
+            "-e",
+            "1K",
+            "-n",
+            "2",
+            "-w",
+            "1",
+            "--no-pairs",
+            "--out",
+            str(tmp_path / "ignored"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert not (tmp_path / "ignored").exists()
     assert [r["op"] for r in load_bench(out)["rows"]] == ["sendrecv"]

@@ -11,20 +11,28 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from syncpace.bench.config import BenchConfig, BenchError, parse_size
+from syncpace.bench.config import BenchConfig, parse_size
 from syncpace.bench.fit import fit_alpha_beta, fit_rows
 from syncpace.bench.ops import OPS, bus_factor, layout, reduced_table, resolve_ops
 from syncpace.bench.pairs import flag_slow, round_robin
 from syncpace.bench.results import BenchResult, IterStats, SizeRow
 from syncpace.bench.table import footer, header, row
-from syncpace.errors import SyncpaceError
+from syncpace.errors import BenchError, SyncpaceError
 
 
 @pytest.mark.parametrize(
     ("text", "value"),
-    [("8", 8), ("1K", 1024), ("128M", 128 << 20), ("1G", 1 << 30), ("64k", 65536),
-     ("2MiB", 2 << 20), ("4KB", 4096), (3, 3)],
-)  # fmt: skip
+    [
+        ("8", 8),
+        ("1K", 1024),
+        ("128M", 128 << 20),
+        ("1G", 1 << 30),
+        ("64k", 65536),
+        ("2MiB", 2 << 20),
+        ("4KB", 4096),
+        (3, 3),
+    ],
+)
 def test_sizes_read_like_nccl_tests(text, value):
     assert parse_size(text) == value
 
@@ -44,10 +52,19 @@ def test_sweep_multiplies_by_the_factor():
 
 @pytest.mark.parametrize(
     "bad",
-    [{"min_bytes": "1M", "max_bytes": "1K"}, {"step_factor": 1}, {"iters": 0},
-     {"dtype": "complex"}, {"redop": "avg"}, {"ops": "all_reduce,gather"}, {"nproc": 1},
-     {"slow_fraction": 1.5}, {"backend": "mpi"}, {"gap_ms": -1.0}],
-)  # fmt: skip
+    [
+        {"min_bytes": "1M", "max_bytes": "1K"},
+        {"step_factor": 1},
+        {"iters": 0},
+        {"dtype": "complex"},
+        {"redop": "avg"},
+        {"ops": "all_reduce,gather"},
+        {"nproc": 1},
+        {"slow_fraction": 1.5},
+        {"backend": "mpi"},
+        {"gap_ms": -1.0},
+    ],
+)
 def test_bad_settings_raise(bad):
     with pytest.raises(BenchError):
         BenchConfig(**bad)
@@ -133,9 +150,13 @@ def test_a_slow_uplink_flags_pairs_but_no_single_rank():
 
 @pytest.mark.parametrize(
     ("alpha_us", "beta_gbps", "factor", "noise"),
-    [(25.0, 1.2, 1.5, 0.03), (150.0, 0.0125, 1.0, 0.05), (4.0, 20.0, 0.75, 0.02),
-     (800.0, 0.1, 1.875, 0.04)],
-)  # fmt: skip
+    [
+        (25.0, 1.2, 1.5, 0.03),
+        (150.0, 0.0125, 1.0, 0.05),
+        (4.0, 20.0, 0.75, 0.02),
+        (800.0, 0.1, 1.875, 0.04),
+    ],
+)
 def test_fit_recovers_known_alpha_beta_within_5_percent(alpha_us, beta_gbps, factor, noise):
     rng = np.random.default_rng(7)
     sizes = np.array([8 * 2**k for k in range(24)], dtype=float)  # 8 B .. 64 MiB
@@ -162,10 +183,20 @@ def _row(op, size, time_us, n=4, wrong=0):
     stats = IterStats.of([time_us] * 3)
     algbw = size / time_us / 1e3
     return SizeRow(
-        op=op, size_bytes=size, count=size // 4, dtype="float", redop="sum", root=-1,
-        time_us=time_us, algbw_gbps=algbw, busbw_gbps=algbw * bus_factor(op, n), wrong=wrong,
-        stats=stats, rank_time_us=(time_us,) * n, step=0,
-    )  # fmt: skip
+        op=op,
+        size_bytes=size,
+        count=size // 4,
+        dtype="float",
+        redop="sum",
+        root=-1,
+        time_us=time_us,
+        algbw_gbps=algbw,
+        busbw_gbps=algbw * bus_factor(op, n),
+        wrong=wrong,
+        stats=stats,
+        rank_time_us=(time_us,) * n,
+        step=0,
+    )
 
 
 def test_iteration_stats():
@@ -189,9 +220,17 @@ def test_table_lines_and_footer():
 def test_result_json_and_fits_per_op():
     rows = tuple(_row("all_gather", s, 10 + s / 1e3) for s in (1024, 4096, 16384, 65536))
     result = BenchResult(
-        world_size=4, backend="gloo", device="cpu", dtype="float", inplace=False, iters=3,
-        warmup=1, hosts=("a",) * 4, rows=rows, fits=fit_rows(rows, 4),
-    )  # fmt: skip
+        world_size=4,
+        backend="gloo",
+        device="cpu",
+        dtype="float",
+        inplace=False,
+        iters=3,
+        warmup=1,
+        hosts=("a",) * 4,
+        rows=rows,
+        fits=fit_rows(rows, 4),
+    )
     data = result.to_json()
     assert data["schema"] == "syncpace.bench" and data["wrong"] == 0
     assert data["fits"]["all_gather"]["alpha_us"] == pytest.approx(10.0, rel=1e-6)
@@ -201,8 +240,11 @@ def test_result_json_and_fits_per_op():
 def _cli(*args, env=None):
     return subprocess.run(
         [sys.executable, "-m", "syncpace", "bench", *args],
-        capture_output=True, text=True, timeout=60, env=env,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
 
 
 def test_cli_bad_size_is_one_line_and_exit_2():

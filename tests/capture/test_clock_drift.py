@@ -24,11 +24,16 @@ def exit_spread_ms(tmp_path, interval_s: float) -> tuple[np.ndarray, dict]:
     """Per all-reduce of the last second: max - min exit time over the ranks, in ms
     (both ranks leave an all-reduce together, so this is the alignment error)."""
     run_ranks(
-        WORKERS / "drift.py", 2, [str(SECONDS)],
-        env={"TRACE_DIR": str(tmp_path), "SYNCPACE_CLOCK_INTERVAL_S": str(interval_s),
-             "SYNCPACE_CLOCK_ROUNDS": "16"},
+        WORKERS / "drift.py",
+        2,
+        [str(SECONDS)],
+        env={
+            "TRACE_DIR": str(tmp_path),
+            "SYNCPACE_CLOCK_INTERVAL_S": str(interval_s),
+            "SYNCPACE_CLOCK_ROUNDS": "16",
+        },
         per_rank_env={1: {"SYNCPACE_CLOCK_DRIFT_PPM": str(DRIFT_PPM)}},
-    )  # fmt: skip
+    )
     trace = load_trace(tmp_path)
     ar = trace.events.filter(pl.col("op") == "all_reduce")
     per = ar.group_by("seq").agg(
@@ -42,9 +47,11 @@ def exit_spread_ms(tmp_path, interval_s: float) -> tuple[np.ndarray, dict]:
 
 def test_periodic_re_estimation_follows_a_drifting_clock(tmp_path):
     spread, clock = exit_spread_ms(tmp_path / "on", interval_s=0.5)
-    print(f"re-estimated every 0.5 s: spread median {np.median(spread):.2f} ms, "
-          f"max {spread.max():.2f} ms over {spread.size} all-reduces; "
-          f"{len(clock['samples'])} estimates")  # fmt: skip
+    print(
+        f"re-estimated every 0.5 s: spread median {np.median(spread):.2f} ms, "
+        f"max {spread.max():.2f} ms over {spread.size} all-reduces; "
+        f"{len(clock['samples'])} estimates"
+    )
     assert len(clock["samples"]) >= 5
     # the offset is at most 0.5 s x 2 ms/s = 1 ms stale between estimates
     assert np.median(spread) < 1.5

@@ -31,12 +31,29 @@ def syncpace(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
 def ddp_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("ddp") / "run"
     proc = syncpace(
-        "run", "--out", str(out), "--flush-interval-s", "0.2", "--",
-        sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(WORLD),
-        "--master-port", str(free_port()), str(EXAMPLE),
-        "--steps", str(STEPS), "--layers", str(LAYERS), "--hidden", str(HIDDEN),
-        "--bucket-cap-mb", "0.001",
-    )  # fmt: skip
+        "run",
+        "--out",
+        str(out),
+        "--flush-interval-s",
+        "0.2",
+        "--",
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        str(WORLD),
+        "--master-port",
+        str(free_port()),
+        str(EXAMPLE),
+        "--steps",
+        str(STEPS),
+        "--layers",
+        str(LAYERS),
+        "--hidden",
+        str(HIDDEN),
+        "--bucket-cap-mb",
+        "0.001",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out, proc
 

@@ -28,10 +28,24 @@ def test_traced_env_carries_every_config(tmp_path):
 def test_fabric_run_rejects_a_bad_pacing_value_before_anything(tmp_path):
     out = tmp_path / "run"
     proc = subprocess.run(
-        [sys.executable, "-m", "syncpace", "fabric", "run", "--trace", "--pace", "fast",
-         "--out", str(out), "--", "true"],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "syncpace",
+            "fabric",
+            "run",
+            "--trace",
+            "--pace",
+            "fast",
+            "--out",
+            str(out),
+            "--",
+            "true",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         "syncpace fabric: error: pace must be off, early or target, got 'fast'"

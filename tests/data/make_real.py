@@ -23,11 +23,29 @@ OUT = HERE / "real_ddp_straggler"
 def main() -> int:
     shutil.rmtree(OUT, ignore_errors=True)
     job = [
-        sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "4",
-        "--master-port", str(free_port()), str(ROOT / "examples" / "ddp_train.py"),
-        "--steps", "30", "--compute-ms", "20", "--slow-rank", "2", "--slow-ms", "8",
-        "--layers", "8", "--hidden", "256", "--bucket-cap-mb", "0.5",
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "4",
+        "--master-port",
+        str(free_port()),
+        str(ROOT / "examples" / "ddp_train.py"),
+        "--steps",
+        "30",
+        "--compute-ms",
+        "20",
+        "--slow-rank",
+        "2",
+        "--slow-ms",
+        "8",
+        "--layers",
+        "8",
+        "--hidden",
+        "256",
+        "--bucket-cap-mb",
+        "0.5",
+    ]
     cmd = [sys.executable, "-m", "syncpace", "run", "--out", str(OUT), "--", *job]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
     if proc.returncode != 0:

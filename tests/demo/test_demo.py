@@ -32,9 +32,19 @@ def _syncpace(*args: str, timeout: float) -> subprocess.CompletedProcess:
 def demo(tmp_path_factory):
     out = tmp_path_factory.mktemp("demo")
     proc = _syncpace(
-        "demo", "--out", str(out), "--max-steps", "24", "--contention-step", "3",
-        "--sim-nodes", "8,64", "--sim-steps", "60", timeout=240,
-    )  # fmt: skip
+        "demo",
+        "--out",
+        str(out),
+        "--max-steps",
+        "24",
+        "--contention-step",
+        "3",
+        "--sim-nodes",
+        "8,64",
+        "--sim-steps",
+        "60",
+        timeout=240,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return out, proc.stdout
 
@@ -94,8 +104,9 @@ def test_pacing_ab_study_and_report(demo):
 def test_the_monitor_reads_progress_and_starts_traffic_once():
     seen: list[tuple[int, int]] = []
     starts: list[int] = []
-    monitor = Monitor(lambda done, total: seen.append((done, total)), at_step=2,
-                      on_step=lambda: starts.append(1))  # fmt: skip
+    monitor = Monitor(
+        lambda done, total: seen.append((done, total)), at_step=2, on_step=lambda: starts.append(1)
+    )
     monitor.write("[h0] digits_ddp: 4 ranks, 1437 training images, 11 steps per epoch, 3 steps\n")
     monitor.write("[h0] step 1/3 loss 2.3\n[h0] step 2/3 loss 2.1\n[h0] step 3/3 loss 1.")
     monitor.write("9\n[h0] epoch 1: held-out accuracy 41.5%\n")

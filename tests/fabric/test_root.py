@@ -218,9 +218,12 @@ def test_four_rank_gloo_job_cross_leaf_all_reduce_is_slower(state_dir, tmp_path)
     out = tmp_path / "run"
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "1"]
     proc = _traced_run(
-        state_dir, out, [*torchrun, str(HERE / "collectives.py"), str(out / "timings.json")],
-        "--timeout", "180",
-    )  # fmt: skip
+        state_dir,
+        out,
+        [*torchrun, str(HERE / "collectives.py"), str(out / "timings.json")],
+        "--timeout",
+        "180",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert leftovers("sp") == [] or all(state_dir.name not in x for x in leftovers("sp"))
 
@@ -255,8 +258,13 @@ def test_four_rank_gloo_job_cross_leaf_all_reduce_is_slower(state_dir, tmp_path)
     # link counters were sampled into the run directory
     links = pl.read_ipc_stream(out / LINKS_FILE)
     assert set(links["link"]) == {
-        "h0-leaf0", "h1-leaf0", "h2-leaf1", "h3-leaf1", "leaf0-spine", "leaf1-spine"
-    }  # fmt: skip
+        "h0-leaf0",
+        "h1-leaf0",
+        "h2-leaf1",
+        "h3-leaf1",
+        "leaf0-spine",
+        "leaf1-spine",
+    }
     assert links["time_ns"].n_unique() >= 2
     up0 = links.filter(pl.col("src") == "leaf0", pl.col("dst") == "spine")["bytes"]
     assert up0.is_sorted() and up0[-1] - up0[0] > 5 * 2**20

@@ -80,8 +80,7 @@ def test_diagnose_takes_the_link_rate_from_a_bench_result(tmp_path, capsys):
     assert "fabric_contention" not in modes()
     assert "fabric_contention" in modes("--bench", str(tmp_path / "bench"))
     # an explicit link rate wins over the bench's (1 GB/s: the run's own best is faster)
-    assert "fabric_contention" not in modes("--bench", str(tmp_path / "bench"),
-                                            "--link-gbps", "1")  # fmt: skip
+    assert "fabric_contention" not in modes("--bench", str(tmp_path / "bench"), "--link-gbps", "1")
 
 
 def test_diagnose_names_a_bench_result_without_a_fit(tmp_path, capsys):

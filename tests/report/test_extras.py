@@ -22,12 +22,26 @@ def write_links(path: Path, fraction: float) -> None:
     schema = arrow_schema()
     rows = []
     for t, moved in ((0, 0), (1, 1)):
-        for link, kind, src, dst, share in (("up0", "uplink", "leaf0", "spine", fraction),
-                                            ("h0", "host", "h0", "leaf0", 0.0)):  # fmt: skip
+        for link, kind, src, dst, share in (
+            ("up0", "uplink", "leaf0", "spine", fraction),
+            ("h0", "host", "h0", "leaf0", 0.0),
+        ):
             nbytes = int(moved * share * RATE / 8)
-            rows.append({"time_ns": t * 10**9, "link": link, "src": src, "dst": dst, "kind": kind,
-                         "rate_bps": RATE, "bytes": nbytes, "packets": 0, "drops": 0,
-                         "overlimits": 0, "backlog_bytes": 0})  # fmt: skip
+            rows.append(
+                {
+                    "time_ns": t * 10**9,
+                    "link": link,
+                    "src": src,
+                    "dst": dst,
+                    "kind": kind,
+                    "rate_bps": RATE,
+                    "bytes": nbytes,
+                    "packets": 0,
+                    "drops": 0,
+                    "overlimits": 0,
+                    "backlog_bytes": 0,
+                }
+            )
     with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
         writer.write_table(pa.Table.from_pylist(rows, schema=schema))
 
@@ -54,10 +68,29 @@ def test_damaged_counters_become_a_note(tmp_path):
 def test_bench_run_report_has_the_pair_heatmap(tmp_path):
     out = tmp_path / "bench"
     proc = subprocess.run(
-        [sys.executable, "-m", "syncpace", "bench", "--nproc", "2", "-b", "1K", "-e", "8K",
-         "--iters", "2", "--warmup", "1", "--out", str(out), "all_reduce"],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "syncpace",
+            "bench",
+            "--nproc",
+            "2",
+            "-b",
+            "1K",
+            "-e",
+            "8K",
+            "--iters",
+            "2",
+            "--warmup",
+            "1",
+            "--out",
+            str(out),
+            "all_reduce",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     figures, notes = run_extras(out)
     titles = [t for t, _ in figures]

@@ -21,10 +21,12 @@ from .conftest import config
 
 def test_from_bench_file(tmp_path: Path) -> None:
     bench = {
-        "schema": "syncpace.bench", "schema_version": 1, "world_size": 8,
-        "hosts": ["h0", "h1"], "fits": {"all_reduce": {"op": "all_reduce", "alpha_us": 140.0,
-                                                        "beta_gbps": 11.5}},
-    }  # fmt: skip
+        "schema": "syncpace.bench",
+        "schema_version": 1,
+        "world_size": 8,
+        "hosts": ["h0", "h1"],
+        "fits": {"all_reduce": {"op": "all_reduce", "alpha_us": 140.0, "beta_gbps": 11.5}},
+    }
     (tmp_path / "bench.json").write_text(json.dumps(bench))
     from syncpace.bench import results
 
@@ -38,8 +40,11 @@ def test_from_bench_file(tmp_path: Path) -> None:
 
 
 def test_from_a_trace_recovers_compute_noise_and_slow_rank(tmp_path: Path) -> None:
-    truth = config(noise={"jitter": 0.04, "slow_ranks": (6,), "slow_factor": 1.2},
-                   network={"algorithm": "ring"}, run={"steps": 80})  # fmt: skip
+    truth = config(
+        noise={"jitter": 0.04, "slow_ranks": (6,), "slow_factor": 1.2},
+        network={"algorithm": "ring"},
+        run={"steps": 80},
+    )
     cal = calibrate(write_trace(simulate(truth), tmp_path / "t"))
     wl = truth.workload
     # compute up to the last bucket's issue: forward + all of backward
@@ -91,9 +96,13 @@ def _planted(
                 exits[i, k] = np.maximum(enter[i, k], busy) + comm
         t = end[i] = exits[i, -1] + opt
     planted = dataclasses.replace(
-        result, start_s=start, end_s=end, delay_s=np.zeros_like(start),
-        enter_s=enter, exit_s=exits,
-    )  # fmt: skip
+        result,
+        start_s=start,
+        end_s=end,
+        delay_s=np.zeros_like(start),
+        enter_s=enter,
+        exit_s=exits,
+    )
     return write_trace(planted, out)
 
 
@@ -110,8 +119,7 @@ def test_a_slow_rank_gets_its_measured_factor(tmp_path: Path) -> None:
 def test_each_slow_rank_keeps_its_own_factor(tmp_path: Path) -> None:
     """A mildly slow rank beside a heavy straggler (as rank 0 beside the demo's rank 2):
     one mean factor would make rank 0 as slow as the mean of both."""
-    cal = calibrate(_planted(tmp_path / "t", sequential=True, comm_ms=8.0,
-                             slow={0: 1.35, 2: 14.0}))  # fmt: skip
+    cal = calibrate(_planted(tmp_path / "t", sequential=True, comm_ms=8.0, slow={0: 1.35, 2: 14.0}))
     assert cal.slow_ranks == (0, 2)
     assert cal.slow_factors == pytest.approx((1.35, 14.0), rel=0.03)
     noise = cal.apply(config()).noise
@@ -168,8 +176,9 @@ def test_overlapped_buckets_end_compute_at_the_last(tmp_path: Path, comm_ms: flo
 
 
 def test_round_trip_of_a_simulated_straggler(tmp_path: Path) -> None:
-    truth = config(noise={"jitter": 0.03, "slow_ranks": (5,), "slow_factor": 1.3},
-                   run={"steps": 80})  # fmt: skip
+    truth = config(
+        noise={"jitter": 0.03, "slow_ranks": (5,), "slow_factor": 1.3}, run={"steps": 80}
+    )
     run = simulate(truth)
     cal = calibrate(write_trace(run, tmp_path / "t"))
     wl = truth.workload
@@ -197,9 +206,13 @@ def test_a_negative_intercept_refits_through_the_origin() -> None:
     bus = [s * 1.5 for s in sizes]  # all_reduce over 4 ranks
     service = [b / beta * (0.5 if s < 1e6 else 1.0) for s, b in zip(sizes, bus, strict=True)]
     inst = pl.DataFrame(
-        {"op": ["all_reduce"] * 50, "n": [4] * 50, "bytes": sizes,
-         "service_ns": [int(t * 1e9) for t in service]}
-    )  # fmt: skip
+        {
+            "op": ["all_reduce"] * 50,
+            "n": [4] * 50,
+            "bytes": sizes,
+            "service_ns": [int(t * 1e9) for t in service],
+        }
+    )
     alpha, bw = _fit(inst)
     assert alpha == 0.0
     assert bw == pytest.approx(beta / 1e9, rel=0.02)

@@ -20,8 +20,18 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
 
 
 def test_single_run_writes_a_trace(tmp_path: Path, capsys) -> None:
-    code, out, _ = run(capsys, "--nodes", "2", "--gpus-per-node", "4", "--steps", "20",
-                       "--out", str(tmp_path / "t"), "--json")  # fmt: skip
+    code, out, _ = run(
+        capsys,
+        "--nodes",
+        "2",
+        "--gpus-per-node",
+        "4",
+        "--steps",
+        "20",
+        "--out",
+        str(tmp_path / "t"),
+        "--json",
+    )
     assert code == 0
     payload = json.loads(out)
     assert payload["summary"]["world_size"] == 8
@@ -29,8 +39,20 @@ def test_single_run_writes_a_trace(tmp_path: Path, capsys) -> None:
 
 
 def test_study_json_has_both_arms(capsys) -> None:
-    code, out, _ = run(capsys, "--nodes", "2,4", "--topology", "leafspine", "--oversub", "3",
-                       "--steps", "30", "--pace", "early", "--json")  # fmt: skip
+    code, out, _ = run(
+        capsys,
+        "--nodes",
+        "2,4",
+        "--topology",
+        "leafspine",
+        "--oversub",
+        "3",
+        "--steps",
+        "30",
+        "--pace",
+        "early",
+        "--json",
+    )
     assert code == 0
     rows = json.loads(out)["rows"]
     assert [(r["nodes"], r["pacing"]) for r in rows] == [
@@ -107,9 +129,24 @@ def test_example_scenarios_run(path: Path) -> None:
 
 
 def test_study_writes_one_trace_per_run(tmp_path: Path, capsys) -> None:
-    code, _, _ = run(capsys, "--nodes", "1,2", "--gpus-per-node", "2", "--steps", "12",
-                     "--pace", "early", "--out", str(tmp_path), "--json")  # fmt: skip
+    code, _, _ = run(
+        capsys,
+        "--nodes",
+        "1,2",
+        "--gpus-per-node",
+        "2",
+        "--steps",
+        "12",
+        "--pace",
+        "early",
+        "--out",
+        str(tmp_path),
+        "--json",
+    )
     assert code == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "nodes-1", "nodes-1-paced", "nodes-2", "nodes-2-paced"
-    ]  # fmt: skip
+        "nodes-1",
+        "nodes-1-paced",
+        "nodes-2",
+        "nodes-2-paced",
+    ]

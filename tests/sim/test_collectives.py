@@ -18,8 +18,9 @@ NIC = 20.0  # GB/s
 
 def flat(nodes: int) -> Topology:
     """One GPU per node on one switch: every rank has one NIC-limited link."""
-    return Topology(TopologySpec(kind="switch", nodes=nodes, gpus_per_node=1, nics_per_node=1,
-                                 nic_gbs=NIC))  # fmt: skip
+    return Topology(
+        TopologySpec(kind="switch", nodes=nodes, gpus_per_node=1, nics_per_node=1, nic_gbs=NIC)
+    )
 
 
 def both_tiers(topo: Topology, p, spec: NetworkSpec) -> tuple[float, float]:
@@ -51,8 +52,16 @@ def test_reduce_scatter_all_gather_match_formula(op: str, n: int) -> None:
 @pytest.mark.parametrize(("nodes", "gpus"), [(2, 4), (4, 8), (16, 8)])
 def test_hierarchical_matches_formula(nodes: int, gpus: int) -> None:
     nbytes, intra = 100 * MIB, 150.0
-    topo = Topology(TopologySpec(kind="switch", nodes=nodes, gpus_per_node=gpus,
-                                 nics_per_node=gpus, nic_gbs=NIC, intra_gbs=intra))  # fmt: skip
+    topo = Topology(
+        TopologySpec(
+            kind="switch",
+            nodes=nodes,
+            gpus_per_node=gpus,
+            nics_per_node=gpus,
+            nic_gbs=NIC,
+            intra_gbs=intra,
+        )
+    )
     spec = NetworkSpec(algorithm="hierarchical", alpha_us=ALPHA_US, alpha_intra_us=1.0)
     p = plan("all_reduce", "hierarchical", nbytes, np.arange(nodes * gpus), gpus)
     expected = hierarchical_time(nbytes, nodes, gpus, ALPHA_US * 1e-6, NIC * GB, 1e-6, intra * GB)

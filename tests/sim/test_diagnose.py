@@ -15,19 +15,27 @@ from .conftest import config
 PLANTED = {
     "slow_node": (
         {"noise": {"slow_nodes": (2,), "slow_factor": 1.15}},
-        "straggler", (8, 9, 10, 11), ("node2",),
+        "straggler",
+        (8, 9, 10, 11),
+        ("node2",),
     ),
     "oversubscribed_uplinks": (
         # 3:1 uplinks, nodes scattered over a 16-node cluster, other jobs' bursts on them
-        {"topology": {"oversub": 3.0, "cluster_nodes": 16, "placement": "scattered"},
-         "network": {"background_load": 0.09, "background_duty": 0.15, "background_steps": 2}},
-        "fabric_contention", (), ("node0", "node1", "node2", "node3"),
+        {
+            "topology": {"oversub": 3.0, "cluster_nodes": 16, "placement": "scattered"},
+            "network": {"background_load": 0.09, "background_duty": 0.15, "background_steps": 2},
+        },
+        "fabric_contention",
+        (),
+        ("node0", "node1", "node2", "node3"),
     ),
     "far_from_nic_gpu": (
         {"topology": {"far_gpus": (3,), "far_compute_penalty": 0.08}},
-        "locality_variance", (3, 7, 11, 15), ("node0", "node1", "node2", "node3"),
+        "locality_variance",
+        (3, 7, 11, 15),
+        ("node0", "node1", "node2", "node3"),
     ),
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("name", sorted(PLANTED))

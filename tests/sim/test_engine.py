@@ -22,9 +22,10 @@ def digest(path: Path) -> dict[str, str]:
 
 
 def test_same_seed_same_trace(tmp_path: Path) -> None:
-    cfg = config(noise={"jitter": 0.05, "os_burst_prob": 0.01, "loader_prob": 0.01,
-                        "throttle_rate": 0.01},
-                 network={"background_load": 0.1, "background_duty": 0.2})  # fmt: skip
+    cfg = config(
+        noise={"jitter": 0.05, "os_burst_prob": 0.01, "loader_prob": 0.01, "throttle_rate": 0.01},
+        network={"background_load": 0.1, "background_duty": 0.2},
+    )
     a = write_trace(simulate(cfg), tmp_path / "a")
     b = write_trace(simulate(cfg), tmp_path / "b")
     c = write_trace(simulate(cfg.replace(run=config(run={"seed": 4}).run)), tmp_path / "c")
@@ -37,8 +38,11 @@ def test_same_seed_same_trace(tmp_path: Path) -> None:
 
 
 def test_same_seed_same_flow_tier_run() -> None:
-    cfg = config(network={"tier": "flow", "background_load": 0.2}, run={"steps": 15},
-                 topology={"cluster_nodes": 8, "placement": "scattered"})  # fmt: skip
+    cfg = config(
+        network={"tier": "flow", "background_load": 0.2},
+        run={"steps": 15},
+        topology={"cluster_nodes": 8, "placement": "scattered"},
+    )
     a, b = simulate(cfg), simulate(cfg)
     assert np.array_equal(a.end_s, b.end_s) and np.array_equal(a.comm_s, b.comm_s)
 
@@ -88,10 +92,12 @@ def test_heavy_tail_has_a_heavier_tail() -> None:
 
 def paced(mode: str):
     """Persistent per-rank speed spread on 8-GPU nodes: some ranks always arrive early."""
-    cfg = config(topology={"nodes": 4, "gpus_per_node": 8, "nics_per_node": 8},
-                 noise={"rank_spread": 0.1, "jitter": 0.01},
-                 interference={"mode": mode, "slowdown": 0.6},
-                 run={"steps": 150, "warmup": 40})  # fmt: skip
+    cfg = config(
+        topology={"nodes": 4, "gpus_per_node": 8, "nics_per_node": 8},
+        noise={"rank_spread": 0.1, "jitter": 0.01},
+        interference={"mode": mode, "slowdown": 0.6},
+        run={"steps": 150, "warmup": 40},
+    )
     off = simulate(cfg).summary()
     on = simulate(cfg.replace(pacing=PacingConfig(strategy="early"))).summary()
     return off, on

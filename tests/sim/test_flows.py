@@ -67,9 +67,18 @@ def test_fluid_conserves_bytes_and_reacts_to_arrivals() -> None:
 def two_flows_one_uplink() -> tuple[Topology, Plan]:
     """Two nodes per leaf, two leaves, one spine, uplink 3x thinner than the leaf's NICs:
     node 0 -> node 2 and node 1 -> node 3 both cross leaf 0's single uplink."""
-    topo = Topology(TopologySpec(kind="leafspine", nodes=4, gpus_per_node=1, nics_per_node=1,
-                                 nic_gbs=30.0, nodes_per_leaf=2, spines=1,
-                                 oversub=3.0))  # fmt: skip
+    topo = Topology(
+        TopologySpec(
+            kind="leafspine",
+            nodes=4,
+            gpus_per_node=1,
+            nics_per_node=1,
+            nic_gbs=30.0,
+            nodes_per_leaf=2,
+            spines=1,
+            oversub=3.0,
+        )
+    )
     phase = Phase(np.array([0, 1]), np.array([2, 3]), np.full(2, 1e9), np.array([0, 1]), 0, False)
     return topo, Plan("send", "ring", 1_000_000_000, np.arange(4), (phase,))
 
@@ -94,8 +103,16 @@ def test_two_flows_on_an_oversubscribed_uplink_each_get_half() -> None:
 
 def test_ecmp_collision_and_ideal_spreading() -> None:
     """Two flows over two spines: colliding hashes share one uplink, 'ideal' spreads them."""
-    base = dict(kind="leafspine", nodes=4, gpus_per_node=1, nics_per_node=1, nic_gbs=30.0,
-                nodes_per_leaf=2, spines=2, oversub=3.0)  # fmt: skip
+    base = dict(
+        kind="leafspine",
+        nodes=4,
+        gpus_per_node=1,
+        nics_per_node=1,
+        nic_gbs=30.0,
+        nodes_per_leaf=2,
+        spines=2,
+        oversub=3.0,
+    )
     phase = Phase(np.array([0, 1]), np.array([2, 3]), np.full(2, 1e9), np.array([0, 1]), 0, False)
     p = Plan("send", "ring", 1_000_000_000, np.arange(4), (phase,))
     times = {}
@@ -115,16 +132,24 @@ def test_per_collective_ecmp_rehashes_and_fattree_uses_the_core() -> None:
     fat-tree pay the core links, and the two tiers agree on an idle fabric."""
     from syncpace.sim.collectives import plan
 
-    spec = dict(nodes=8, gpus_per_node=1, nics_per_node=1, nic_gbs=30.0, nodes_per_leaf=1,
-                spines=2, oversub=2.0)  # fmt: skip
+    spec = dict(
+        nodes=8,
+        gpus_per_node=1,
+        nics_per_node=1,
+        nic_gbs=30.0,
+        nodes_per_leaf=1,
+        spines=2,
+        oversub=2.0,
+    )
     p = plan("all_reduce", "ring", 64 << 20, np.arange(8), 1)
     busy = {**spec, "nodes_per_leaf": 2}  # several flows per uplink: collisions can vary
     topo = Topology(TopologySpec(kind="leafspine", ecmp="per_collective", **busy))
     a2a = plan("all_to_all", "ring", 64 << 20, np.arange(8), 1)
     times = AnalyticalNetwork(topo, NetworkSpec(), 20, 0).durations([a2a] * 3)
     assert np.unique(times.round(9)).size > 1
-    tree = Topology(TopologySpec(kind="fattree", leaves_per_pod=2, cores=2, core_oversub=2.0,
-                                 **spec))  # fmt: skip
+    tree = Topology(
+        TopologySpec(kind="fattree", leaves_per_pod=2, cores=2, core_oversub=2.0, **spec)
+    )
     routes = tree.route(p.phases[0].src, p.phases[0].dst, np.zeros(8, dtype=int))
     assert (routes[:, 6] >= 0).sum() == 4  # 4 pods, ring crosses each pod boundary once
     from syncpace.sim.flownet import FlowNetwork

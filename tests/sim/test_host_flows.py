@@ -21,8 +21,15 @@ from .conftest import config
 # 4 nodes x 1 GPU on one switch: the ring 0->1->2->3->0 uses every NIC link once.
 SWITCH = dict(kind="switch", nodes=4, gpus_per_node=1, nics_per_node=1)
 # 2 leaves of 2 nodes, one spine, oversub 2: a leaf's uplink carries one NIC's rate.
-LEAFSPINE = dict(kind="leafspine", nodes=4, gpus_per_node=1, nics_per_node=1, nodes_per_leaf=2,
-                 spines=1, oversub=2.0)  # fmt: skip
+LEAFSPINE = dict(
+    kind="leafspine",
+    nodes=4,
+    gpus_per_node=1,
+    nics_per_node=1,
+    nodes_per_leaf=2,
+    spines=1,
+    oversub=2.0,
+)
 # 4 nodes x 2 GPUs with 2 NICs, flat ring over the 8 ranks: the ring enters a node on
 # NIC 0 (local rank 0) and leaves it from NIC 1, so NIC 0's up link carries no ring flow.
 RAILS = dict(kind="switch", nodes=4, gpus_per_node=2, nics_per_node=2)
@@ -98,8 +105,9 @@ def test_routes_start_at_the_first_nic_and_skip_far_links() -> None:
 @pytest.mark.parametrize("tier", ["analytical", "flow"])
 def test_no_flows_change_nothing(tier: str) -> None:
     """An empty list is the default, bit for bit, with other jobs' traffic and noise on."""
-    sections = dict(network={"tier": tier, "background_load": 0.2},
-                    noise={"jitter": 0.05}, run={"steps": 12})  # fmt: skip
+    sections = dict(
+        network={"tier": tier, "background_load": 0.2}, noise={"jitter": 0.05}, run={"steps": 12}
+    )
     default = simulate(config(**sections))
     sections["network"] = {**sections["network"], "background_flows": []}
     empty = simulate(config(**sections))
@@ -115,8 +123,11 @@ def test_whole_runs_with_greedy_and_other_jobs_traffic(tier: str) -> None:
     gaps included, alongside other jobs' Poisson flows."""
     net = {"tier": tier, "background_load": 0.2, "background_duty": 1.0}
     base = simulate(config(network=net, run={"steps": 8, "warmup": 1})).comm_s
-    loaded = simulate(config(network={**net, "background_flows": ["1->0", "2->3@0.3"]},
-                             run={"steps": 8, "warmup": 1})).comm_s  # fmt: skip
+    loaded = simulate(
+        config(
+            network={**net, "background_flows": ["1->0", "2->3@0.3"]}, run={"steps": 8, "warmup": 1}
+        )
+    ).comm_s
     assert np.all(np.isfinite(loaded))
     assert loaded.mean() > 1.2 * base.mean()
 

@@ -146,8 +146,11 @@ def test_known_gaps_are_named_and_do_not_fail_the_grid():
 
     points = {p.name: p for p in GRID}
     assert {p.name for p in GRID if p.gap} == {
-        "star4-contended", "ls4-contended", "ls4-udp", "star8-delayed-ack"
-    }  # fmt: skip
+        "star4-contended",
+        "ls4-contended",
+        "ls4-udp",
+        "star8-delayed-ack",
+    }
     rows = [_row("star4", True), _row("star8-delayed-ack", False), _row("ls4-udp", True)]
     code, lines = verdict(rows, points, failed_runs=0)
     assert code == 0

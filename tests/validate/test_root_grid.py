@@ -27,8 +27,19 @@ def grid(tmp_path_factory):
 
     out = tmp_path_factory.mktemp("validate")
     before = namespaces()
-    code = main(["validate", "--points", "star4,star4-udp", "--steps", "20",
-                 "--sim-steps", "200", "--out", str(out)])  # fmt: skip
+    code = main(
+        [
+            "validate",
+            "--points",
+            "star4,star4-udp",
+            "--steps",
+            "20",
+            "--sim-steps",
+            "200",
+            "--out",
+            str(out),
+        ]
+    )
     assert namespaces() == before
     report = json.loads((out / "validation.json").read_text())
     return code, report, out

@@ -103,10 +103,17 @@ def match(events: pl.DataFrame) -> Matched:
     rs, rs_size = kernels.group_index([rank, step]) if ev.height else (raw, 0)
     first, last = kernels.minimum(inst, enter, size), kernels.maximum(inst, enter, size)
     times = EventTimes(
-        rank, step, inst, enter, exit_, rs, rs_size,
-        first_enter=first[inst], last_enter=last[inst],
+        rank,
+        step,
+        inst,
+        enter,
+        exit_,
+        rs,
+        rs_size,
+        first_enter=first[inst],
+        last_enter=last[inst],
         tail_start=kernels.maximum(rs, enter, rs_size),
-    )  # fmt: skip
+    )
     frame = _instances(ev, times, size, pair, first, last)
     return Matched(frame, times, dropped)
 
@@ -236,9 +243,15 @@ def rank_step_arrivals(m: Matched) -> pl.DataFrame:
     t = m.events
     if len(t.rs) == 0:
         return pl.DataFrame(
-            schema={"rank": pl.Int32, "step": pl.Int64, "lateness_ns": pl.Float64,
-                    "wait_ns": pl.Int64, "tail_start": pl.Int64, "collectives": pl.Int64}
-        )  # fmt: skip
+            schema={
+                "rank": pl.Int32,
+                "step": pl.Int64,
+                "lateness_ns": pl.Float64,
+                "wait_ns": pl.Int64,
+                "tail_start": pl.Int64,
+                "collectives": pl.Int64,
+            }
+        )
     size = t.rs_size
     n = kernels.count(t.rs, size)
     keep = n > 0

@@ -31,8 +31,9 @@ def rank_step_comm(m: Matched) -> pl.DataFrame:
         rs, t0 = t.rs[ok], t.last_enter[ok]
         t1 = np.maximum(t.exit[ok], t0)
     if len(rs) == 0:
-        return pl.DataFrame(schema={"rank": pl.Int32, "step": pl.Int64, "comm_ns": pl.Int64,
-                                    "exposed_ns": pl.Int64})  # fmt: skip
+        return pl.DataFrame(
+            schema={"rank": pl.Int32, "step": pl.Int64, "comm_ns": pl.Int64, "exposed_ns": pl.Int64}
+        )
     boundary = np.empty(len(rs), dtype=bool)
     boundary[0] = True
     np.not_equal(rs[1:], rs[:-1], out=boundary[1:])

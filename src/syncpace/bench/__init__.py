@@ -7,7 +7,7 @@ Run it with ``syncpace bench`` (docs/bench.md); read its results with
 
 from __future__ import annotations
 
-from syncpace.bench.config import BenchConfig, BenchError, parse_size
+from syncpace.bench.config import BenchConfig, parse_size
 from syncpace.bench.fit import fit_alpha_beta
 from syncpace.bench.pairs import flag_slow, round_robin
 from syncpace.bench.results import (
@@ -19,6 +19,7 @@ from syncpace.bench.results import (
     load_bench,
     load_pair_matrix,
 )
+from syncpace.errors import BenchError
 
 __all__ = [
     "AlphaBetaFit",

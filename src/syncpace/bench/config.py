@@ -9,26 +9,33 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from syncpace.bench.ops import resolve_ops
 from syncpace.config import setting
-from syncpace.errors import SyncpaceError
-
-
-class BenchError(SyncpaceError):
-    """The benchmark cannot run as asked (bad settings, a failed rank, a timeout)."""
-
+from syncpace.errors import BenchError
 
 _SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
 _MULTIPLE = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 #: Accepted ``--dtype`` spellings → the canonical name (nccl-tests' where it has one).
 DTYPE_ALIASES = {
-    "float": "float", "float32": "float", "fp32": "float",
-    "half": "half", "float16": "half", "fp16": "half",
-    "bfloat16": "bfloat16", "bf16": "bfloat16",
-    "double": "double", "float64": "double", "fp64": "double",
-    "int8": "int8", "char": "int8", "uint8": "uint8",
-    "int32": "int32", "int": "int32", "int64": "int64",
-}  # fmt: skip
+    "float": "float",
+    "float32": "float",
+    "fp32": "float",
+    "half": "half",
+    "float16": "half",
+    "fp16": "half",
+    "bfloat16": "bfloat16",
+    "bf16": "bfloat16",
+    "double": "double",
+    "float64": "double",
+    "fp64": "double",
+    "int8": "int8",
+    "char": "int8",
+    "uint8": "uint8",
+    "int32": "int32",
+    "int": "int32",
+    "int64": "int64",
+}
 REDOPS = ("sum", "min", "max")
 
 
@@ -100,7 +107,6 @@ class BenchConfig:
     timeout_s: float = setting(600.0, "Bound on every wait (process group, launch join).")
 
     def __post_init__(self) -> None:
-        from syncpace.bench.ops import resolve_ops
 
         resolve_ops(self.ops)
         lo, hi = self.min_bytes_n, self.max_bytes_n

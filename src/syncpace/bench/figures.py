@@ -28,11 +28,15 @@ def pair_matrix_figure(matrix: PairMatrix) -> go.Figure:
     latency = [[math.nan if v is None else v for v in row] for row in matrix.latency_us]
     fig = go.Figure()
     fig.add_heatmap(
-        z=z, x=labels, y=labels, customdata=latency, colorscale="Viridis",
-        colorbar={"title": "GB/s"}, hoverongaps=False,
-        hovertemplate="%{y} → %{x}<br>%{z:.4g} GB/s<br>latency %{customdata:.1f} µs"
-        "<extra></extra>",
-    )  # fmt: skip
+        z=z,
+        x=labels,
+        y=labels,
+        customdata=latency,
+        colorscale="Viridis",
+        colorbar={"title": "GB/s"},
+        hoverongaps=False,
+        hovertemplate="%{y} → %{x}<br>%{z:.4g} GB/s<br>latency %{customdata:.1f} µs<extra></extra>",
+    )
     if matrix.slow:
         fig.add_scatter(
             x=[labels[p.dst] for p in matrix.slow],
@@ -49,9 +53,14 @@ def pair_matrix_figure(matrix: PairMatrix) -> go.Figure:
         title += f" — every pair of {named} is slow"
     size = max(420, min(1200, 28 * n + 200))
     fig.update_layout(
-        title=title, xaxis_title="to rank", yaxis_title="from rank", template="plotly_white",
-        height=size, width=size + 120, yaxis={"autorange": "reversed"},
-    )  # fmt: skip
+        title=title,
+        xaxis_title="to rank",
+        yaxis_title="from rank",
+        template="plotly_white",
+        height=size,
+        width=size + 120,
+        yaxis={"autorange": "reversed"},
+    )
     return fig
 
 
@@ -63,26 +72,33 @@ def busbw_figure(bench: dict[str, Any]) -> go.Figure:
     for op in dict.fromkeys(r["op"] for r in bench["rows"]):
         rows = [r for r in bench["rows"] if r["op"] == op]
         sizes = [r["size_bytes"] for r in rows]
-        fig.add_scatter(x=sizes, y=[r["busbw_gbps"] for r in rows], mode="lines+markers",
-                        name=op)  # fmt: skip
+        fig.add_scatter(x=sizes, y=[r["busbw_gbps"] for r in rows], mode="lines+markers", name=op)
         if op in fits:
             data = dict(fits[op])
             beta = data["beta_gbps"]
             fit = AlphaBetaFit(
-                op=op, alpha_us=data["alpha_us"],
+                op=op,
+                alpha_us=data["alpha_us"],
                 beta_gbps=math.inf if beta is None else beta,
                 knee_bytes=math.inf if data["knee_bytes"] is None else data["knee_bytes"],
-                bus_factor=data["bus_factor"], points=data["points"],
+                bus_factor=data["bus_factor"],
+                points=data["points"],
                 max_rel_error=data["max_rel_error"],
-            )  # fmt: skip
+            )
             model = [s * fit.bus_factor / fit.predict_us(s) / 1e3 for s in sizes]
             fig.add_scatter(
-                x=sizes, y=model, mode="lines", line={"dash": "dash", "width": 1},
+                x=sizes,
+                y=model,
+                mode="lines",
+                line={"dash": "dash", "width": 1},
                 name=f"{op} fit (α {fit.alpha_us:.0f} µs, β {fit.beta_gbps:.3g} GB/s)",
-            )  # fmt: skip
+            )
     fig.update_layout(
         title=f"Bus bandwidth per op, {bench['world_size']} ranks ({bench['backend']})",
-        xaxis_title="size (B)", yaxis_title="busbw (GB/s)", template="plotly_white",
-        xaxis_type="log", height=420,
-    )  # fmt: skip
+        xaxis_title="size (B)",
+        yaxis_title="busbw (GB/s)",
+        template="plotly_white",
+        xaxis_type="log",
+        height=420,
+    )
     return fig

@@ -18,8 +18,10 @@ import time
 from pathlib import Path
 
 from syncpace.bench import rundir
-from syncpace.bench.config import BenchConfig, BenchError
+from syncpace.bench.config import BenchConfig
+from syncpace.capture.launch import prepare_run_dir
 from syncpace.config import env_name, to_env
+from syncpace.errors import BenchError
 from syncpace.ports import free_port
 
 LOG_DIR = "bench-logs"
@@ -34,10 +36,15 @@ def rank_env(config: BenchConfig, rank: int, port: int) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in own}
     env.update(to_env(config))
     env.update(
-        RANK=str(rank), WORLD_SIZE=str(config.nproc), LOCAL_RANK=str(rank),
-        LOCAL_WORLD_SIZE=str(config.nproc), GROUP_RANK="0", MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(port), PYTHONUNBUFFERED="1",
-    )  # fmt: skip
+        RANK=str(rank),
+        WORLD_SIZE=str(config.nproc),
+        LOCAL_RANK=str(rank),
+        LOCAL_WORLD_SIZE=str(config.nproc),
+        GROUP_RANK="0",
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        PYTHONUNBUFFERED="1",
+    )
     env.setdefault("OMP_NUM_THREADS", "1")  # N ranks share this machine's cores
     env["SYNCPACE_NPROC"] = "0"  # a rank never launches ranks
     return env
@@ -45,7 +52,6 @@ def rank_env(config: BenchConfig, rank: int, port: int) -> dict[str, str]:
 
 def launch_local(config: BenchConfig, json_out: bool = False) -> int:
     """Run the benchmark on ``config.nproc`` local ranks; returns rank 0's exit code."""
-    from syncpace.capture.launch import prepare_run_dir
 
     run_dir = rundir.resolve(config)
     if not os.environ.get("SYNCPACE_DIR"):
@@ -64,11 +70,13 @@ def launch_local(config: BenchConfig, json_out: bool = False) -> int:
             files.append(out)
             procs.append(
                 subprocess.Popen(
-                    argv, env=rank_env(child, rank, port), stdout=out,
+                    argv,
+                    env=rank_env(child, rank, port),
+                    stdout=out,
                     stderr=None if rank == 0 else subprocess.STDOUT,
                     stdin=subprocess.DEVNULL,
                 )
-            )  # fmt: skip
+            )
         codes = _join(procs, config.timeout_s)
     finally:
         for proc in procs:

@@ -8,8 +8,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from syncpace.bench.config import BenchError
 from syncpace.bench.results import load_bench
+from syncpace.capture.config import TraceConfig
+from syncpace.capture.launch import traced_env
+from syncpace.errors import BenchError
+from syncpace.fabric.backend import SystemBackend
+from syncpace.fabric.runner import RunOptions, run_job
+from syncpace.fabric.spec import parse_rate
 
 
 def bench_on_fabric(
@@ -21,16 +26,19 @@ def bench_on_fabric(
     echo: IO[str] | None = None,
 ) -> dict[str, Any]:
     """Run ``syncpace bench BENCH_ARGS`` on every host of ``state``; returns ``bench.json``."""
-    from syncpace.capture.config import TraceConfig
-    from syncpace.capture.launch import traced_env
-    from syncpace.fabric.backend import SystemBackend
-    from syncpace.fabric.runner import RunOptions, run_job
 
     run_dir = Path(run_dir).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
     env = traced_env(run_dir, TraceConfig(dir=str(run_dir)))
-    command = [sys.executable, "-m", "syncpace", "bench", *bench_args,
-               "--timeout-s", str(timeout_s)]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "syncpace",
+        "bench",
+        *bench_args,
+        "--timeout-s",
+        str(timeout_s),
+    ]
     options = RunOptions(timeout_s=timeout_s + 30, faults=list(faults))
     result = run_job(state, command, run_dir, SystemBackend(), options, env, echo)
     if result.returncode != 0:
@@ -43,7 +51,6 @@ def bench_on_fabric(
 
 def host_rate_gbps(state: Any) -> float:
     """The configured rate of the fabric's host links, in GB/s (10⁹ bytes/s)."""
-    from syncpace.fabric.spec import parse_rate
 
     return parse_rate(state.spec["host_rate"], "host_rate") / 8e9
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from syncpace.bench.config import BenchError
+from syncpace.errors import BenchError
 
 #: Value of output buffers before the op writes them.
 SENTINEL = 7
@@ -110,9 +110,16 @@ class Buffers:
 
 
 def make_buffers(
-    torch: Any, op: str, lay: Layout, rank: int, n: int, root: int,
-    dtype: Any, device: Any, inplace: bool,
-) -> Buffers:  # fmt: skip
+    torch: Any,
+    op: str,
+    lay: Layout,
+    rank: int,
+    n: int,
+    root: int,
+    dtype: Any,
+    device: Any,
+    inplace: bool,
+) -> Buffers:
     """Allocate and fill ``op``'s buffers on this rank.
 
     In place means what nccl-tests means: the input is the rank's slice of the output

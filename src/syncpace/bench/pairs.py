@@ -51,9 +51,15 @@ class PairProbe:
     """Measures one ordered pair with blocking send/recv (works on gloo and NCCL)."""
 
     def __init__(
-        self, dist: Any, torch: Any, device: Any, message_bytes: int, latency_bytes: int,
-        iters: int, sync_device: Callable[[], None] = lambda: None,
-    ) -> None:  # fmt: skip
+        self,
+        dist: Any,
+        torch: Any,
+        device: Any,
+        message_bytes: int,
+        latency_bytes: int,
+        iters: int,
+        sync_device: Callable[[], None] = lambda: None,
+    ) -> None:
         self.dist = dist
         self.small = torch.zeros(latency_bytes, dtype=torch.uint8, device=device)
         self.large = torch.zeros(message_bytes, dtype=torch.uint8, device=device)
@@ -140,8 +146,12 @@ def flag_slow(
     the reference (slowest first), and the ranks every one of whose pairs is slow in
     some direction (a slow link at that rank)."""
     n = len(bandwidth)
-    values = [(i, j, v) for i, row in enumerate(bandwidth) for j, v in enumerate(row)
-              if i != j and v is not None]  # fmt: skip
+    values = [
+        (i, j, v)
+        for i, row in enumerate(bandwidth)
+        for j, v in enumerate(row)
+        if i != j and v is not None
+    ]
     if not values:
         return 0.0, 0.0, (), ()
     ordered = sorted(v for _, _, v in values)

@@ -69,14 +69,24 @@ class SizeRow:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "op": self.op, "size_bytes": self.size_bytes, "count": self.count,
-            "dtype": self.dtype, "redop": self.redop, "root": self.root,
-            "time_us": self.time_us, "algbw_gbps": self.algbw_gbps,
-            "busbw_gbps": self.busbw_gbps, "wrong": self.wrong,
-            "min_us": self.stats.min_us, "p50_us": self.stats.p50_us,
-            "p99_us": self.stats.p99_us, "mean_us": self.stats.mean_us, "cv": self.stats.cv,
-            "rank_time_us": list(self.rank_time_us), "step": self.step,
-        }  # fmt: skip
+            "op": self.op,
+            "size_bytes": self.size_bytes,
+            "count": self.count,
+            "dtype": self.dtype,
+            "redop": self.redop,
+            "root": self.root,
+            "time_us": self.time_us,
+            "algbw_gbps": self.algbw_gbps,
+            "busbw_gbps": self.busbw_gbps,
+            "wrong": self.wrong,
+            "min_us": self.stats.min_us,
+            "p50_us": self.stats.p50_us,
+            "p99_us": self.stats.p99_us,
+            "mean_us": self.stats.mean_us,
+            "cv": self.stats.cv,
+            "rank_time_us": list(self.rank_time_us),
+            "step": self.step,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,12 +111,14 @@ class AlphaBetaFit:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "op": self.op, "alpha_us": self.alpha_us,
+            "op": self.op,
+            "alpha_us": self.alpha_us,
             "beta_gbps": None if math.isinf(self.beta_gbps) else self.beta_gbps,
             "knee_bytes": None if math.isinf(self.knee_bytes) else self.knee_bytes,
-            "bus_factor": self.bus_factor, "points": self.points,
+            "bus_factor": self.bus_factor,
+            "points": self.points,
             "max_rel_error": self.max_rel_error,
-        }  # fmt: skip
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,8 +129,12 @@ class SlowPair:
     ratio: float  # bandwidth / the reference (upper quartile) bandwidth of all pairs
 
     def to_json(self) -> dict[str, Any]:
-        return {"src": self.src, "dst": self.dst, "bandwidth_gbps": self.bandwidth_gbps,
-                "ratio": self.ratio}  # fmt: skip
+        return {
+            "src": self.src,
+            "dst": self.dst,
+            "bandwidth_gbps": self.bandwidth_gbps,
+            "ratio": self.ratio,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,12 +168,17 @@ class PairMatrix:
             "hosts": list(self.hosts),
             "latency_us": [list(r) for r in self.latency_us],
             "bandwidth_gbps": [list(r) for r in self.bandwidth_gbps],
-            "message_bytes": self.message_bytes, "latency_bytes": self.latency_bytes,
-            "iters": self.iters, "rounds": self.rounds, "serial": self.serial,
-            "slow_fraction": self.slow_fraction, "median_gbps": self.median_gbps,
+            "message_bytes": self.message_bytes,
+            "latency_bytes": self.latency_bytes,
+            "iters": self.iters,
+            "rounds": self.rounds,
+            "serial": self.serial,
+            "slow_fraction": self.slow_fraction,
+            "median_gbps": self.median_gbps,
             "reference_gbps": self.reference_gbps,
-            "slow": [p.to_json() for p in self.slow], "suspects": list(self.suspects),
-        }  # fmt: skip
+            "slow": [p.to_json() for p in self.slow],
+            "suspects": list(self.suspects),
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> PairMatrix:
@@ -165,13 +186,17 @@ class PairMatrix:
             hosts=tuple(data["hosts"]),
             latency_us=tuple(tuple(r) for r in data["latency_us"]),
             bandwidth_gbps=tuple(tuple(r) for r in data["bandwidth_gbps"]),
-            message_bytes=data["message_bytes"], latency_bytes=data["latency_bytes"],
-            iters=data["iters"], rounds=data["rounds"], serial=data["serial"],
-            slow_fraction=data["slow_fraction"], median_gbps=data["median_gbps"],
+            message_bytes=data["message_bytes"],
+            latency_bytes=data["latency_bytes"],
+            iters=data["iters"],
+            rounds=data["rounds"],
+            serial=data["serial"],
+            slow_fraction=data["slow_fraction"],
+            median_gbps=data["median_gbps"],
             reference_gbps=data["reference_gbps"],
             slow=tuple(SlowPair(**p) for p in data["slow"]),
             suspects=tuple(data["suspects"]),
-        )  # fmt: skip
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,16 +226,23 @@ class BenchResult:
     def to_json(self) -> dict[str, Any]:
         ops = list(dict.fromkeys(r.op for r in self.rows))
         return {
-            "schema": SCHEMA, "schema_version": SCHEMA_VERSION,
-            "world_size": self.world_size, "backend": self.backend, "device": self.device,
-            "dtype": self.dtype, "inplace": self.inplace, "iters": self.iters,
-            "warmup": self.warmup, "hosts": list(self.hosts), "wrong": self.wrong,
+            "schema": SCHEMA,
+            "schema_version": SCHEMA_VERSION,
+            "world_size": self.world_size,
+            "backend": self.backend,
+            "device": self.device,
+            "dtype": self.dtype,
+            "inplace": self.inplace,
+            "iters": self.iters,
+            "warmup": self.warmup,
+            "hosts": list(self.hosts),
+            "wrong": self.wrong,
             "avg_busbw_gbps": {op: self.avg_busbw(op) for op in ops},
             "rows": [r.to_json() for r in self.rows],
             "fits": {f.op: f.to_json() for f in self.fits},
             "pairs": None if self.pairs is None else self.pairs.to_json(),
             "settings": self.settings,
-        }  # fmt: skip
+        }
 
 
 def write_bench(result: BenchResult, run_dir: str | Path) -> Path:

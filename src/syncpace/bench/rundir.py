@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from syncpace.bench.config import BenchConfig, BenchError
+from syncpace.bench.config import BenchConfig
 from syncpace.bench.results import BENCH_FILE
+from syncpace.errors import BenchError
 
 DEFAULT_DIR = "syncpace-bench"
 

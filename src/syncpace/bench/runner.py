@@ -25,23 +25,31 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+import syncpace
 from syncpace.bench import ops as op_table
 from syncpace.bench import pairs as pair_mod
 from syncpace.bench import rundir, table
-from syncpace.bench.config import BenchConfig, BenchError
+from syncpace.bench.config import BenchConfig, parse_size
 from syncpace.bench.fit import fit_rows
 from syncpace.bench.results import BenchResult, IterStats, PairMatrix, SizeRow, write_bench
 from syncpace.bench.sync import StoreSync, default_store
 from syncpace.console import make_console
+from syncpace.errors import BenchError
 
 #: Test hook: ``RANK`` or ``OP:RANK``. On that rank, element 0 of the input of the
 #: correctness run is perturbed, so the check must count wrong elements.
 CORRUPT_ENV = "SYNCPACE_BENCH_CORRUPT"
 
 _TORCH_DTYPES = {
-    "float": "float32", "half": "float16", "bfloat16": "bfloat16", "double": "float64",
-    "int8": "int8", "uint8": "uint8", "int32": "int32", "int64": "int64",
-}  # fmt: skip
+    "float": "float32",
+    "half": "float16",
+    "bfloat16": "bfloat16",
+    "double": "float64",
+    "int8": "int8",
+    "uint8": "uint8",
+    "int32": "int32",
+    "int64": "int64",
+}
 
 
 def _env_int(name: str, default: int | None = None) -> int:
@@ -64,8 +72,15 @@ def _corrupt_target(op: str, rank: int) -> bool:
 class RankBench:
     """The benchmark as seen from one rank of an initialised process group."""
 
-    def __init__(self, config: BenchConfig, torch: Any, dist: Any, device: Any,
-                 sync: StoreSync, console: Console | None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        config: BenchConfig,
+        torch: Any,
+        dist: Any,
+        device: Any,
+        sync: StoreSync,
+        console: Console | None,
+    ) -> None:
         self.config = config
         self.torch = torch
         self.dist = dist
@@ -77,8 +92,6 @@ class RankBench:
         self.elsize = torch.empty((), dtype=self.dtype).element_size()
         self.console = console  # rank 0 only
         self.step = 0
-        import syncpace
-
         self._mark = syncpace.step
 
     # Helpers --------------------------------------------------------------------
@@ -104,9 +117,16 @@ class RankBench:
 
         def buffers() -> op_table.Buffers:
             return op_table.make_buffers(
-                torch, op, lay, self.rank, self.world, cfg.root, self.dtype, self.device,
+                torch,
+                op,
+                lay,
+                self.rank,
+                self.world,
+                cfg.root,
+                self.dtype,
+                self.device,
                 cfg.inplace,
-            )  # fmt: skip
+            )
 
         bufs = buffers()
         for _ in range(cfg.warmup):
@@ -137,8 +157,17 @@ class RankBench:
         spec = op_table.OPS[op]
         factor = op_table.bus_factor(op, self.world)
         rows: list[SizeRow] = []
-        self._print(table.header(op, self.world, self.dist.get_backend(), str(self.device),
-                                 cfg.inplace, cfg.iters, cfg.warmup))  # fmt: skip
+        self._print(
+            table.header(
+                op,
+                self.world,
+                self.dist.get_backend(),
+                str(self.device),
+                cfg.inplace,
+                cfg.iters,
+                cfg.warmup,
+            )
+        )
         for size in cfg.sizes():
             lay = op_table.layout(op, size, self.world, self.elsize)
             if lay is not None:
@@ -155,8 +184,15 @@ class RankBench:
         self._print(table.footer(rows))
         return rows
 
-    def _row(self, op: str, lay: op_table.Layout, step: int, per_rank: list[dict],
-             factor: float, spec: op_table.OpSpec) -> SizeRow:  # fmt: skip
+    def _row(
+        self,
+        op: str,
+        lay: op_table.Layout,
+        step: int,
+        per_rank: list[dict],
+        factor: float,
+        spec: op_table.OpSpec,
+    ) -> SizeRow:
         cfg = self.config
         iters = [sum(p["times_us"][i] for p in per_rank) / self.world for i in range(cfg.iters)]
         stats = IterStats.of(iters)
@@ -164,25 +200,34 @@ class RankBench:
         algbw = lay.size_bytes / seconds / 1e9
         wrongs = [p["wrong"] for p in per_rank]
         return SizeRow(
-            op=op, size_bytes=lay.size_bytes, count=lay.count, dtype=cfg.dtype_name,
+            op=op,
+            size_bytes=lay.size_bytes,
+            count=lay.count,
+            dtype=cfg.dtype_name,
             redop=cfg.redop if spec.reduces else "none",
             root=cfg.root if spec.rooted else -1,
-            time_us=stats.mean_us, algbw_gbps=algbw, busbw_gbps=algbw * factor,
+            time_us=stats.mean_us,
+            algbw_gbps=algbw,
+            busbw_gbps=algbw * factor,
             wrong=None if any(w is None for w in wrongs) else sum(wrongs),
             stats=stats,
             rank_time_us=tuple(sum(p["times_us"]) / cfg.iters for p in per_rank),
             step=step,
-        )  # fmt: skip
+        )
 
     # Pairs ---------------------------------------------------------------------
     def pair_matrix(self, hosts: list[str], progress: Progress | None, task: Any) -> PairMatrix:
-        from syncpace.bench.config import parse_size
 
         cfg = self.config
         probe = pair_mod.PairProbe(
-            self.dist, self.torch, self.device, parse_size(cfg.pair_bytes),
-            parse_size(cfg.pair_latency_bytes), cfg.pair_iters, self._sync_device,
-        )  # fmt: skip
+            self.dist,
+            self.torch,
+            self.device,
+            parse_size(cfg.pair_bytes),
+            parse_size(cfg.pair_latency_bytes),
+            cfg.pair_iters,
+            self._sync_device,
+        )
         rounds = pair_mod.round_robin(self.world)
         mine: list[pair_mod.Direction] = []
         for index, pairs in enumerate(rounds):
@@ -201,13 +246,20 @@ class RankBench:
         lat, bw = pair_mod.matrices(self.world, directions)
         median, reference, slow, suspects = pair_mod.flag_slow(bw, cfg.slow_fraction)
         return PairMatrix(
-            hosts=tuple(hosts), latency_us=tuple(map(tuple, lat)),
-            bandwidth_gbps=tuple(map(tuple, bw)), message_bytes=probe.large.numel(),
-            latency_bytes=probe.small.numel(), iters=cfg.pair_iters, rounds=len(rounds),
-            serial=cfg.pairs_serial, slow_fraction=cfg.slow_fraction, median_gbps=median,
+            hosts=tuple(hosts),
+            latency_us=tuple(map(tuple, lat)),
+            bandwidth_gbps=tuple(map(tuple, bw)),
+            message_bytes=probe.large.numel(),
+            latency_bytes=probe.small.numel(),
+            iters=cfg.pair_iters,
+            rounds=len(rounds),
+            serial=cfg.pairs_serial,
+            slow_fraction=cfg.slow_fraction,
+            median_gbps=median,
             reference_gbps=reference,
-            slow=slow, suspects=suspects,
-        )  # fmt: skip
+            slow=slow,
+            suspects=suspects,
+        )
 
     # Whole run -----------------------------------------------------------------
     def run(self) -> BenchResult | None:
@@ -216,14 +268,19 @@ class RankBench:
             raise BenchError(f"root {cfg.root} is not a rank of this {self.world}-rank job")
         hosts = self.sync.all_gather("hosts", socket.gethostname())
         ops = () if cfg.pairs_only else op_table.resolve_ops(cfg.ops)
-        total = len(ops) * len(cfg.sizes()) + (len(pair_mod.round_robin(self.world))
-                                              if cfg.pairs else 0)  # fmt: skip
+        total = len(ops) * len(cfg.sizes()) + (
+            len(pair_mod.round_robin(self.world)) if cfg.pairs else 0
+        )
         progress = None
         if self.console is not None and self.console.is_terminal:
             progress = Progress(
-                TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/"
-                "{task.total}"), TimeElapsedColumn(), console=self.console, transient=True,
-            )  # fmt: skip
+                TextColumn("{task.description}"),
+                BarColumn(),
+                TextColumn("{task.completed}/{task.total}"),
+                TimeElapsedColumn(),
+                console=self.console,
+                transient=True,
+            )
         rows: list[SizeRow] = []
         matrix = None
         with progress or _Null():
@@ -239,12 +296,19 @@ class RankBench:
         if self.rank != 0:
             return None
         return BenchResult(
-            world_size=self.world, backend=str(self.dist.get_backend()),
-            device=str(self.device), dtype=cfg.dtype_name, inplace=cfg.inplace,
-            iters=cfg.iters, warmup=cfg.warmup, hosts=tuple(hosts), rows=tuple(rows),
-            fits=fit_rows(rows, self.world), pairs=matrix,
+            world_size=self.world,
+            backend=str(self.dist.get_backend()),
+            device=str(self.device),
+            dtype=cfg.dtype_name,
+            inplace=cfg.inplace,
+            iters=cfg.iters,
+            warmup=cfg.warmup,
+            hosts=tuple(hosts),
+            rows=tuple(rows),
+            fits=fit_rows(rows, self.world),
+            pairs=matrix,
             settings={k: getattr(cfg, k) for k in cfg.__dataclass_fields__},
-        )  # fmt: skip
+        )
 
 
 class _Null:
@@ -267,8 +331,6 @@ def run_rank(config: BenchConfig, json_out: bool = False) -> int:
 
     import torch
     import torch.distributed as dist
-
-    import syncpace
 
     syncpace.attach(str(run_dir))  # a no-op when syncpace run armed it already
     backend = config.backend or ("nccl" if torch.cuda.is_available() else "gloo")

@@ -11,7 +11,7 @@ import json
 from datetime import timedelta
 from typing import Any
 
-from syncpace.bench.config import BenchError
+from syncpace.errors import BenchError
 
 
 def default_store() -> Any:

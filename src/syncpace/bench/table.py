@@ -26,8 +26,9 @@ def _bw(value: float) -> str:
     return f"{value:7.2f}" if value >= 10 else f"{value:7.4f}"
 
 
-def header(op: str, world: int, backend: str, device: str, inplace: bool, iters: int,
-           warmup: int) -> list[str]:  # fmt: skip
+def header(
+    op: str, world: int, backend: str, device: str, inplace: bool, iters: int, warmup: int
+) -> list[str]:
     place = "in-place" if inplace else "out-of-place"
     return [
         "#",
@@ -66,10 +67,14 @@ def pair_lines(m: PairMatrix, show: int = 5) -> list[str]:
         f"median {m.median_gbps:.4g} GB/s, upper quartile {m.reference_gbps:.4g} GB/s",
     ]
     ordered = sorted(
-        ((i, j, v) for i, r in enumerate(m.bandwidth_gbps) for j, v in enumerate(r)
-         if v is not None),
+        (
+            (i, j, v)
+            for i, r in enumerate(m.bandwidth_gbps)
+            for j, v in enumerate(r)
+            if v is not None
+        ),
         key=lambda t: t[2],
-    )  # fmt: skip
+    )
     for i, j, v in ordered[:show]:
         lat = m.latency_us[i][j]
         lines.append(

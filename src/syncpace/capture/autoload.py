@@ -25,6 +25,8 @@ class _Loader(importlib.abc.Loader):
     def exec_module(self, module: Any) -> None:
         self._inner.exec_module(module)
         try:
+            # Imported only now: every Python process started by ``syncpace run`` loads
+            # this module, and the tracer pulls in torch.
             from syncpace.capture.tracer import attach
 
             attach()
@@ -45,7 +47,7 @@ class _Finder(importlib.abc.MetaPathFinder):
 
 def install_import_hook() -> None:
     if _TARGET in sys.modules:
-        from syncpace.capture.tracer import attach
+        from syncpace.capture.tracer import attach  # torch is loaded already here
 
         attach()
         return

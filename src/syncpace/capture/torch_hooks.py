@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import functools
 import inspect
-import logging
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from syncpace.capture.tracer import Tracer, warn_once
+from syncpace.capture.log import warn_once
 
-log = logging.getLogger("syncpace")
+if TYPE_CHECKING:
+    from syncpace.capture.tracer import Tracer
+
 
 PLUGIN = "syncpace"
 _TRACEABLE = {"gloo", "nccl"}
@@ -207,6 +208,8 @@ def _create(opts: Any, backend_options: Any) -> Any:
     import torch.distributed as dist
     from torch._C._distributed_c10d import ProcessGroup
 
+    # Only now: at install time torch.distributed is half-initialised, and the
+    # process group subclasses its ProcessGroup.
     from syncpace.capture.process_group import TracingProcessGroup
 
     group_name = str(opts.group_id)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
-import logging
 import math
 import os
 import signal
@@ -19,34 +18,25 @@ import threading
 import time
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from syncpace import __version__
 from syncpace.capture.clock import ClockSync, OffsetEstimate, local_clock
 from syncpace.capture.config import TraceConfig
 from syncpace.capture.host import device_facts, env_int, rank_facts
+from syncpace.capture.log import warn_once
+from syncpace.capture.torch_hooks import install
 from syncpace.capture.work import TimedWork
 from syncpace.config import from_env
+from syncpace.control.channel import GatherChannel
 from syncpace.control.config import ControllerConfig
+from syncpace.control.controller import PacingController
 from syncpace.control.policy import PacingConfig
 from syncpace.errors import ConfigError
 from syncpace.trace.writer import RankTraceWriter
 
-if TYPE_CHECKING:
-    from syncpace.control.controller import PacingController
-
-log = logging.getLogger("syncpace")
-
 #: Clock estimates kept in the metadata (one every clock_interval_s).
 MAX_CLOCK_SAMPLES = 200
-
-_warned: set[str] = set()
-
-
-def warn_once(key: str, message: str, *args: Any) -> None:
-    if key not in _warned:
-        _warned.add(key)
-        log.warning("syncpace: " + message, *args)
 
 
 class Tracer:
@@ -134,9 +124,6 @@ class Tracer:
         if (config.pace == "off" and not config.log_every) or world_size < 2:
             return
         try:
-            from syncpace.control.channel import GatherChannel
-            from syncpace.control.controller import PacingController
-
             channel = GatherChannel(store, rank, world_size, 2, config.channel_timeout_s)
             self.controller = PacingController(
                 config, self.pacing_config, rank, world_size, channel
@@ -307,8 +294,6 @@ def get_tracer(**overrides: Any) -> Tracer:
 
 def attach(out: str | None = None, **settings: Any) -> None:
     """Install the tracer in this process (see :func:`syncpace.attach`)."""
-    from syncpace.capture.torch_hooks import install
-
     if out is not None:
         settings["dir"] = str(out)
     install(get_tracer(**settings))

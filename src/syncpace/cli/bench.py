@@ -5,14 +5,23 @@ from __future__ import annotations
 import argparse
 import os
 
-from syncpace.bench.config import BenchConfig, BenchError
+from syncpace.bench.config import BenchConfig
+from syncpace.bench.launch import launch_local
+from syncpace.bench.runner import run_rank
 from syncpace.config import add_flags, flag_name, from_flags
+from syncpace.errors import BenchError
 
 #: nccl-tests' short flags for the settings they share.
 SHORT = {
-    "min_bytes": "-b", "max_bytes": "-e", "step_factor": "-f", "iters": "-n",
-    "warmup": "-w", "dtype": "-d", "redop": "-o", "root": "-r",
-}  # fmt: skip
+    "min_bytes": "-b",
+    "max_bytes": "-e",
+    "step_factor": "-f",
+    "iters": "-n",
+    "warmup": "-w",
+    "dtype": "-d",
+    "redop": "-o",
+    "root": "-r",
+}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -27,17 +36,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "result is wrong. Details: docs/bench.md.",
     )
     parser.add_argument(
-        "op", nargs="*", help="ops to run (default: all): all_reduce all_gather "
+        "op",
+        nargs="*",
+        help="ops to run (default: all): all_reduce all_gather "
         "reduce_scatter broadcast reduce all_to_all sendrecv",
-    )  # fmt: skip
+    )
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     sweep = parser.add_argument_group("sweep (nccl-tests flags)")
     fields = BenchConfig.__dataclass_fields__
     for name, short in SHORT.items():
         sweep.add_argument(
-            short, flag_name(name), dest=name, default=None,
+            short,
+            flag_name(name),
+            dest=name,
+            default=None,
             help=f"{fields[name].metadata['help']} [default {fields[name].default}]",
-        )  # fmt: skip
+        )
     add_flags(parser, BenchConfig, skip=("ops", *SHORT))
     parser.set_defaults(func=run)
 
@@ -46,12 +60,8 @@ def run(args: argparse.Namespace) -> int:
     ops = ",".join(args.op) if args.op else None
     config = from_flags(BenchConfig, args, ops=ops)
     if os.environ.get("RANK", "").isdigit():
-        from syncpace.bench.runner import run_rank
-
         return run_rank(config, json_out=args.json)
     if config.nproc:
-        from syncpace.bench.launch import launch_local
-
         return launch_local(config, json_out=args.json)
     raise BenchError(
         "not inside a distributed job: use torchrun --nproc-per-node N -m syncpace bench …, "

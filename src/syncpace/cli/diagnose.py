@@ -7,32 +7,38 @@ import dataclasses
 import json
 
 from syncpace.analysis import Analysis, Thresholds, analyze
+from syncpace.bench.results import load_bench, main_fit
 from syncpace.config import add_flags, from_flags
 from syncpace.errors import ConfigError
+from syncpace.report.terminal import print_analysis
 
 
 def add_analysis_arguments(parser: argparse.ArgumentParser) -> None:
     """Run directories, warm-up and every threshold: shared by diagnose and report."""
     parser.add_argument(
-        "dirs", nargs="+", metavar="RUN_DIR",
+        "dirs",
+        nargs="+",
+        metavar="RUN_DIR",
         help="run directories; several runs of different world sizes add a scaling curve",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--warmup-steps", type=int, default=1,
+        "--warmup-steps",
+        type=int,
+        default=1,
         help="iterations left out at the start (setup, first-call costs) [default 1]",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--bench", metavar="PATH",
+        "--bench",
+        metavar="PATH",
         help="a syncpace bench result (bench.json or its run directory) from the same "
         "fabric: its all-reduce bus bandwidth becomes --link-gbps unless that is given, "
         "so contention that lasts the whole run is measured against the link, not the run",
-    )  # fmt: skip
+    )
     add_flags(parser, Thresholds)
 
 
 def link_rate_of(bench: str) -> float:
     """The bus bandwidth (GB/s) of a ``syncpace bench`` result's main fit."""
-    from syncpace.bench.results import load_bench, main_fit
 
     _, fit = main_fit(load_bench(bench)) or ("", {})
     beta = fit.get("beta_gbps")
@@ -69,7 +75,5 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(analysis.to_json(), indent=2, default=str))
     else:
-        from syncpace.report.terminal import print_analysis
-
         print_analysis(analysis)
     return 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from syncpace.errors import SyncpaceError
+from syncpace.report.perfetto import write_perfetto
 from syncpace.trace.reader import load_trace
 
 
@@ -24,7 +25,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from syncpace.report.perfetto import write_perfetto
 
     trace = load_trace(args.dir)
     try:

@@ -10,9 +10,24 @@ from pathlib import Path
 
 from rich.table import Table
 
+from syncpace.capture.launch import armed_env, prepare_run_dir
+from syncpace.cli.run import add_tracing_flags, command_of, tracing_from_flags
+from syncpace.cli.trace_info import print_summary
 from syncpace.config import parse_value
 from syncpace.console import make_console
-from syncpace.errors import ConfigError
+from syncpace.errors import ConfigError, FabricError
+from syncpace.fabric import lifecycle
+from syncpace.fabric.backend import SystemBackend, require_root
+from syncpace.fabric.counters import sample
+from syncpace.fabric.faults import fault_from_table, parse_fault
+from syncpace.fabric.lifecycle import existing_namespaces
+from syncpace.fabric.plan import up_plan
+from syncpace.fabric.runner import RunOptions, run_job
+from syncpace.fabric.spec import FabricSpec, build_spec, format_rate, load_spec_file
+from syncpace.fabric.state import list_fabrics, load_state, resolve_name
+from syncpace.fabric.topology import build_fabric
+from syncpace.trace.reader import load_trace
+from syncpace.trace.summary import summarize
 
 HELP_EPILOG = "Needs root. Topology, commands and files: docs/fabric.md."
 
@@ -73,14 +88,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument("--sample-interval", type=float, default=0.5, help="link counter period")
     run.add_argument("--master-port", type=int, default=29500, help="rendezvous port on h0")
     run.add_argument("--quiet", action="store_true", help="do not echo the hosts' output")
-    from syncpace.cli.run import add_tracing_flags
 
     add_tracing_flags(run)
     run.set_defaults(func=cmd_run)
 
 
 def _add_spec_flags(parser: argparse.ArgumentParser) -> None:
-    from syncpace.fabric.spec import FabricSpec
 
     group = parser.add_argument_group("topology (flags override the --spec file)")
     group.add_argument("--spec", help="TOML file with a [fabric] table (and [[fault]] tables)")
@@ -94,8 +107,6 @@ def _add_spec_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _spec_from_args(args: argparse.Namespace):  # -> (FabricSpec, list[Fault])
-    from syncpace.fabric.faults import fault_from_table
-    from syncpace.fabric.spec import FabricSpec, build_spec, load_spec_file
 
     file_values, fault_tables = load_spec_file(args.spec) if args.spec else ({}, [])
     flags = {}
@@ -108,18 +119,12 @@ def _spec_from_args(args: argparse.Namespace):  # -> (FabricSpec, list[Fault])
         try:
             flags[field.name] = parse_value(kind, raw, "--" + field.name.replace("_", "-"))
         except ConfigError as exc:
-            from syncpace.fabric.errors import FabricError
-
             raise FabricError(str(exc)) from exc
     faults = [fault_from_table(t, f"{args.spec}: [[fault]] {t}") for t in fault_tables]
     return build_spec(file_values, **flags), faults
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from syncpace.fabric import lifecycle
-    from syncpace.fabric.backend import SystemBackend, require_root
-    from syncpace.fabric.plan import up_plan
-    from syncpace.fabric.topology import build_fabric
 
     spec, _ = _spec_from_args(args)
     if args.dry_run:
@@ -137,9 +142,6 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def cmd_down(args: argparse.Namespace) -> int:
-    from syncpace.fabric import lifecycle
-    from syncpace.fabric.backend import SystemBackend, require_root
-    from syncpace.fabric.state import list_fabrics, load_state, resolve_name
 
     require_root("syncpace fabric down")
     names = list_fabrics() if args.all else [resolve_name(args.name)]
@@ -151,10 +153,6 @@ def cmd_down(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from syncpace.fabric.backend import SystemBackend, require_root
-    from syncpace.fabric.counters import sample
-    from syncpace.fabric.lifecycle import existing_namespaces
-    from syncpace.fabric.state import load_state, resolve_name
 
     require_root("syncpace fabric status")
     state = load_state(resolve_name(args.name))
@@ -173,14 +171,18 @@ def cmd_status(args: argparse.Namespace) -> int:
     table = Table(
         "link", "direction", "rate", "bytes", "packets", "drops", "backlog", title="links"
     )
-    from syncpace.fabric.spec import format_rate
 
     for r in rows:
         rate = "-" if r.rate_bps < 0 else format_rate(r.rate_bps)
         table.add_row(
-            r.link, f"{r.src}→{r.dst}", rate, f"{r.bytes:,}", f"{r.packets:,}", str(r.drops),
+            r.link,
+            f"{r.src}→{r.dst}",
+            rate,
+            f"{r.bytes:,}",
+            f"{r.packets:,}",
+            str(r.drops),
             str(r.backlog_bytes),
-        )  # fmt: skip
+        )
     console.print(table)
     if missing or not state.complete:
         console.print(
@@ -191,13 +193,6 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from syncpace.capture.launch import armed_env, prepare_run_dir
-    from syncpace.cli.run import command_of, tracing_from_flags
-    from syncpace.fabric import lifecycle
-    from syncpace.fabric.backend import SystemBackend, require_root
-    from syncpace.fabric.faults import parse_fault
-    from syncpace.fabric.runner import RunOptions, run_job
-    from syncpace.fabric.state import load_state
 
     command = command_of(args, "syncpace fabric run [options] -- COMMAND [ARGS…]")
     spec, faults = _spec_from_args(args)
@@ -231,17 +226,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     if args.trace and any(Path(run_dir).glob("rank-*.meta.json")):
-        from syncpace.cli.trace_info import print_summary
-        from syncpace.trace.reader import load_trace
-        from syncpace.trace.summary import summarize
-
         if not args.quiet:
             print_summary(summarize(load_trace(run_dir)))
     return result.returncode
 
 
 def _print_fabric(fabric) -> None:  # Fabric
-    from syncpace.fabric.spec import format_rate
 
     console = make_console()
     hosts = Table("host", "namespace", "address", "switch", title=f"fabric {fabric.name}")

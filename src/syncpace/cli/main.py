@@ -17,9 +17,17 @@ from syncpace.errors import SyncpaceError
 
 #: Verb modules, in the order ``syncpace --help`` lists them.
 VERBS = (
-    "demo", "run", "trace_info", "diagnose", "report", "export", "fabric", "bench", "simulate",
+    "demo",
+    "run",
+    "trace_info",
+    "diagnose",
+    "report",
+    "export",
+    "fabric",
+    "bench",
+    "simulate",
     "validate",
-)  # fmt: skip
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

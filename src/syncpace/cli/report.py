@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from syncpace.cli.diagnose import add_analysis_arguments, analysis_from_args
+from syncpace.report.html import write_html
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -21,7 +22,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from syncpace.report.html import write_html
 
     path = write_html(analysis_from_args(args), args.output)
     print(f"wrote {path}")

@@ -15,8 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from syncpace.config import add_flags, from_flags, setting
+from syncpace.console import make_console
 from syncpace.control.policy import STRATEGIES, PacingConfig
 from syncpace.errors import ConfigError
+from syncpace.sim import scenario as sc
+from syncpace.sim.calibrate import calibrate
+from syncpace.sim.engine import simulate
+from syncpace.sim.study import plot, render, run_study
+from syncpace.sim.tracewrite import write_trace
 
 
 @dataclass(kw_only=True, slots=True)
@@ -67,17 +73,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "(--out); several run a scaling study.",
     )
     parser.add_argument(
-        "--set", dest="assignments", action="append", default=[], metavar="SECTION.KEY=VALUE",
+        "--set",
+        dest="assignments",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
         help="override any scenario setting, e.g. --set noise.jitter=0.05 (repeatable)",
-    )  # fmt: skip
+    )
     add_flags(parser, SimulateSettings)
     parser.set_defaults(func=run)
 
 
 def build_config(settings: SimulateSettings, assignments: list[str]):  # noqa: ANN201
     """The scenario with every override applied, and its study node counts."""
-    from syncpace.sim import scenario as sc
-    from syncpace.sim.calibrate import calibrate
 
     scen = sc.load(settings.scenario) if settings.scenario else sc.from_dict({}, "defaults")
     cfg = scen.config
@@ -135,8 +143,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _single(settings: SimulateSettings, cfg, calibration) -> int:  # noqa: ANN001
-    from syncpace.sim.engine import simulate
-    from syncpace.sim.tracewrite import write_trace
 
     if not settings.out:
         cfg = cfg.replace(run=dataclasses.replace(cfg.run, record_events=False))
@@ -144,9 +150,12 @@ def _single(settings: SimulateSettings, cfg, calibration) -> int:  # noqa: ANN00
     out = write_trace(result, settings.out, settings.max_trace_ranks) if settings.out else None
     summary = result.summary()
     if settings.json:
-        payload = {"summary": summary, "trace": str(out) if out else None,
-                   "config": cfg.to_json(),
-                   "calibration": calibration.to_json() if calibration else None}  # fmt: skip
+        payload = {
+            "summary": summary,
+            "trace": str(out) if out else None,
+            "config": cfg.to_json(),
+            "calibration": calibration.to_json() if calibration else None,
+        }
         print(json.dumps(payload, indent=2))
         return 0
     print(
@@ -162,8 +171,6 @@ def _single(settings: SimulateSettings, cfg, calibration) -> int:  # noqa: ANN00
 
 
 def _study(settings: SimulateSettings, cfg, counts: list[int], pacing) -> int:  # noqa: ANN001
-    from syncpace.sim.study import plot, render, run_study
-    from syncpace.sim.tracewrite import write_trace
 
     if not settings.out:
         cfg = cfg.replace(run=dataclasses.replace(cfg.run, record_events=False))
@@ -181,7 +188,6 @@ def _study(settings: SimulateSettings, cfg, counts: list[int], pacing) -> int:  
     if settings.json:
         print(json.dumps(study.to_json(), indent=2))
         return 0
-    from syncpace.console import make_console
 
     console = make_console()
     console.print(render(study))

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 from syncpace.config import add_flags, from_flags, setting
 from syncpace.errors import ConfigError
+from syncpace.validate.grid import run_grid
+from syncpace.validate.reference import run_reference
 
 
 @dataclass(kw_only=True, slots=True)
@@ -53,9 +55,6 @@ def run(args: argparse.Namespace) -> int:
     settings = from_flags(ValidateSettings, args)
     console = Console(width=max(Console().width, 150))
     if settings.reference:
-        from syncpace.validate.reference import run_reference
-
         return run_reference(settings.scenario, settings.json, console)
-    from syncpace.validate.grid import run_grid
 
     return run_grid(settings, console)

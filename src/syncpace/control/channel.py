@@ -16,11 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from syncpace.errors import SyncpaceError
-
-
-class ChannelError(SyncpaceError):
-    """The side channel failed or timed out."""
+from syncpace.errors import ChannelError
 
 
 def _break_at(rank: int) -> int | None:

@@ -46,10 +46,16 @@ class PacingController:
             dataclasses.replace(policy_config, strategy=strategy), world_size
         )
         self.guard = (
-            ABGuard(config.ab_window, config.ab_min_pairs, config.ab_max_pairs,
-                    config.ab_confidence, config.ab_settle)
-            if config.ab and strategy != "off" else None
-        )  # fmt: skip
+            ABGuard(
+                config.ab_window,
+                config.ab_min_pairs,
+                config.ab_max_pairs,
+                config.ab_confidence,
+                config.ab_settle,
+            )
+            if config.ab and strategy != "off"
+            else None
+        )
         self._channel = channel
         self._delays: dict[int, tuple[float, float]] = {}  # step -> (delay, its bound)
         self.enabled = True

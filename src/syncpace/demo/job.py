@@ -19,6 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from syncpace.errors import SyncpaceError
+from syncpace.fabric import build_spec, bulk
+from syncpace.fabric.backend import SystemBackend
+from syncpace.fabric.counters import LINKS_FILE
+from syncpace.fabric.lifecycle import down, up
+from syncpace.fabric.runner import RunOptions, run_job
 from syncpace.ports import free_port
 
 RANKS = 4
@@ -42,10 +47,19 @@ class JobSpec:
 
     def args(self) -> list[str]:
         return [
-            "--epochs", str(self.epochs), "--max-steps", str(self.max_steps),
-            "--slow-rank", str(self.slow_rank), "--slow-ms", f"{self.slow_ms:g}",
-            "--log-every", "1", "--timeout-s", "60",
-        ]  # fmt: skip
+            "--epochs",
+            str(self.epochs),
+            "--max-steps",
+            str(self.max_steps),
+            "--slow-rank",
+            str(self.slow_rank),
+            "--slow-ms",
+            f"{self.slow_ms:g}",
+            "--log-every",
+            "1",
+            "--timeout-s",
+            "60",
+        ]
 
 
 @dataclass
@@ -114,13 +128,26 @@ def _failed(what: str, outcome: JobOutcome) -> SyncpaceError:
 def run_local(spec: JobSpec, env: dict[str, str], monitor: Monitor) -> JobOutcome:
     """torchrun with 4 ranks on localhost; ``env`` arms the tracer."""
     command = [
-        sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(RANKS),
-        "--master-port", str(free_port()), "-m", "syncpace.demo.digits_ddp", *spec.args(),
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        str(RANKS),
+        "--master-port",
+        str(free_port()),
+        "-m",
+        "syncpace.demo.digits_ddp",
+        *spec.args(),
+    ]
     proc = subprocess.Popen(
-        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        stdin=subprocess.DEVNULL, start_new_session=True,
-    )  # fmt: skip
+        command,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     assert proc.stdout is not None
     reader = threading.Thread(
         target=lambda: [monitor.feed(line.rstrip("\n")) for line in proc.stdout], daemon=True
@@ -166,8 +193,6 @@ class DemoFabric:
     """The demo's leaf-spine (2 leaves x 2 hosts), up for the ``with`` block only."""
 
     def __init__(self, settings: FabricSettings) -> None:
-        from syncpace.fabric import build_spec
-        from syncpace.fabric.backend import SystemBackend
 
         self.spec = build_spec(
             {
@@ -182,13 +207,11 @@ class DemoFabric:
         self.state = None
 
     def __enter__(self) -> DemoFabric:
-        from syncpace.fabric.lifecycle import up
 
         self.state = up(self.spec, self.backend)  # removes what it made if it fails
         return self
 
     def __exit__(self, *exc: object) -> None:
-        from syncpace.fabric.lifecycle import down
 
         if self.state is not None:
             down(self.state, self.backend)
@@ -205,8 +228,6 @@ class DemoFabric:
         self, spec: JobSpec, run_dir: Path, env: dict[str, str], monitor: Monitor
     ) -> JobOutcome:
         """One rank per host; greedy flows across the spine once ``monitor`` says so."""
-        from syncpace.fabric import bulk
-        from syncpace.fabric.runner import RunOptions, run_job
 
         assert self.state is not None
         flows: list[bulk.Flow] = []
@@ -239,8 +260,6 @@ class DemoFabric:
 def uplink_load(run_dir: Path, since_ns: int | None = None) -> tuple[str, float] | None:
     """The busiest uplink direction and its mean utilisation (from ``since_ns``)."""
     import polars as pl
-
-    from syncpace.fabric.counters import LINKS_FILE
 
     path = run_dir / LINKS_FILE
     if not path.exists():

@@ -22,9 +22,22 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from syncpace.analysis.api import analyze
+from syncpace.capture.config import TraceConfig
+from syncpace.capture.launch import prepare_run_dir, traced_env
 from syncpace.config import setting
 from syncpace.console import make_console
-from syncpace.errors import SyncpaceError
+from syncpace.control.config import ControllerConfig
+from syncpace.control.policy import PacingConfig
+from syncpace.demo.job import DemoFabric, FabricSettings, JobSpec, Monitor, run_local, uplink_load
+from syncpace.errors import FabricError, PlotlyMissing, SyncpaceError
+from syncpace.report.html import write_html
+from syncpace.report.terminal import pacing_line
+from syncpace.sim import scenario as sc
+from syncpace.sim.calibrate import calibrate
+from syncpace.sim.study import plot, run_study
+from syncpace.trace.reader import load_trace
+from syncpace.trace.summary import pacing_summary
 
 SCENARIO = Path(__file__).resolve().parent / "scaling.toml"
 
@@ -106,7 +119,6 @@ def can_use_fabric() -> str | None:
 
 
 def run_demo(config: DemoConfig, console: Console | None = None) -> DemoResult:
-    from syncpace.demo.job import DemoFabric, FabricSettings
 
     console = console or make_console()
     out = Path(config.out).resolve()
@@ -116,10 +128,9 @@ def run_demo(config: DemoConfig, console: Console | None = None) -> DemoResult:
         f"[bold]syncpace demo[/]: handwritten digits, DDP on 4 gloo ranks, traced → {out}"
     )
     if why_not is None:
-        from syncpace.fabric.errors import FabricError
-
-        fabric = DemoFabric(FabricSettings(host_rate=config.host_rate,
-                                           oversubscription=config.oversubscription))  # fmt: skip
+        fabric = DemoFabric(
+            FabricSettings(host_rate=config.host_rate, oversubscription=config.oversubscription)
+        )
         try:
             with console.status("bringing up the emulated fabric…"):
                 fabric.__enter__()
@@ -139,13 +150,13 @@ def run_demo(config: DemoConfig, console: Console | None = None) -> DemoResult:
 
 
 def _phases(config: DemoConfig, console: Console, out: Path, fabric: Any) -> DemoResult:
-    from syncpace.analysis.api import analyze
-    from syncpace.trace.reader import load_trace
-    from syncpace.trace.summary import pacing_summary
 
     on_fabric = fabric is not None
-    where = f"host h{config.slow_rank}, rank {config.slow_rank}" if on_fabric else (
-        f"rank {config.slow_rank}")  # fmt: skip
+    where = (
+        f"host h{config.slow_rank}, rank {config.slow_rank}"
+        if on_fabric
+        else (f"rank {config.slow_rank}")
+    )
     planted = f"straggler {where} (+{config.slow_ms:g} ms every step)"
     if on_fabric:
         planted += f"; greedy flows across the spine from step {config.contention_step}"
@@ -175,8 +186,10 @@ def _phases(config: DemoConfig, console: Console, out: Path, fabric: Any) -> Dem
         console.print("[dim]  [3/5] pacing A/B skipped (--no-pace)[/]")
     with console.status("[4/5] simulating the same job at scale…"):
         study, calibration = _simulate(config, trace_dir, out)
-    console.print(f"[green]✓[/] [4/5] simulated at 4, {', '.join(map(str, config.nodes))} nodes "
-                  f"(calibrated from the trace: {calibration})")  # fmt: skip
+    console.print(
+        f"[green]✓[/] [4/5] simulated at 4, {', '.join(map(str, config.nodes))} nodes "
+        f"(calibrated from the trace: {calibration})"
+    )
     _print_study(console, study)
     with console.status("[5/5] writing the HTML report…"):
         report = _report(analyze, [trace_dir, paced_dir], out, notes)
@@ -203,17 +216,17 @@ def _phases(config: DemoConfig, console: Console, out: Path, fabric: Any) -> Dem
 
 def _progress(console: Console) -> Progress:
     return Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-        TextColumn("{task.fields[info]}"), TimeElapsedColumn(), console=console, transient=True,
-    )  # fmt: skip
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[info]}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    )
 
 
 def _train(config: DemoConfig, progress: Progress, run_dir: Path, fabric: Any, paced: bool):
-    from syncpace.capture.config import TraceConfig
-    from syncpace.capture.launch import prepare_run_dir, traced_env
-    from syncpace.control.config import ControllerConfig
-    from syncpace.control.policy import PacingConfig
-    from syncpace.demo.job import JobSpec, Monitor, run_local
 
     run_dir = prepare_run_dir(str(run_dir), overwrite=True)
     steps = config.steps
@@ -224,7 +237,7 @@ def _train(config: DemoConfig, progress: Progress, run_dir: Path, fabric: Any, p
         extra = [
             ControllerConfig(
                 pace="early", ab_window=window, ab_min_pairs=2, ab_max_pairs=3, ab_settle=1
-            ),  # fmt: skip
+            ),
             PacingConfig(strategy="early", on_skew=0.05, off_skew=0.02, hold=2, window=window),
         ]
     env = traced_env(run_dir, TraceConfig(dir=str(run_dir)), None, *extra)
@@ -238,8 +251,13 @@ def _train(config: DemoConfig, progress: Progress, run_dir: Path, fabric: Any, p
             info = "flows across the spine"
         progress.update(task, completed=done, total=total or steps, info=info)
 
-    spec = JobSpec(epochs=config.epochs, max_steps=config.max_steps, slow_rank=config.slow_rank,
-                   slow_ms=config.slow_ms, timeout_s=config.timeout_s)  # fmt: skip
+    spec = JobSpec(
+        epochs=config.epochs,
+        max_steps=config.max_steps,
+        slow_rank=config.slow_rank,
+        slow_ms=config.slow_ms,
+        timeout_s=config.timeout_s,
+    )
     if fabric is None:
         monitor = Monitor(update)
         outcome = run_local(spec, env, monitor)
@@ -250,7 +268,6 @@ def _train(config: DemoConfig, progress: Progress, run_dir: Path, fabric: Any, p
 
 
 def _uplink(trace_dir: Path, since_ns: int | None) -> str | None:
-    from syncpace.demo.job import uplink_load
 
     load = uplink_load(trace_dir, since_ns)
     if load is None:
@@ -277,15 +294,11 @@ def _print_findings(console: Console, analysis: Any) -> None:
 def _pacing_text(p: dict[str, Any] | None) -> str:
     if p is None:
         return "the paced run recorded no pacing"
-    from syncpace.report.terminal import pacing_line
 
     return pacing_line(p)
 
 
 def _simulate(config: DemoConfig, trace_dir: Path, out: Path) -> tuple[list[dict], str]:
-    from syncpace.sim import scenario as sc
-    from syncpace.sim.calibrate import calibrate
-    from syncpace.sim.study import plot, run_study
 
     scen = sc.load(SCENARIO)
     cfg = scen.config
@@ -297,9 +310,14 @@ def _simulate(config: DemoConfig, trace_dir: Path, out: Path) -> tuple[list[dict
     if cal.slow_ranks:
         cal = dataclasses.replace(cal, rank_spread=0.0)
     cfg = cal.apply(cfg)  # with the slow ranks' measured factor
-    cfg = cfg.replace(run=dataclasses.replace(cfg.run, steps=config.sim_steps,
-                                              warmup=max(1, config.sim_steps // 20),
-                                              record_events=False))  # fmt: skip
+    cfg = cfg.replace(
+        run=dataclasses.replace(
+            cfg.run,
+            steps=config.sim_steps,
+            warmup=max(1, config.sim_steps // 20),
+            record_events=False,
+        )
+    )
     # 4 nodes is the traced job itself: the study's first row checks the model against it.
     study = run_study(cfg, [4, *config.nodes], cfg.pacing)
     try:
@@ -320,25 +338,31 @@ def _simulate(config: DemoConfig, trace_dir: Path, out: Path) -> tuple[list[dict
 def _print_study(console: Console, rows: list[dict[str, Any]]) -> None:
     from rich.table import Table
 
-    table = Table("nodes", "iteration ms", "samples/s", "efficiency", "CV", "pacing gain",
-                  box=None, padding=(0, 2))  # fmt: skip
+    table = Table(
+        "nodes",
+        "iteration ms",
+        "samples/s",
+        "efficiency",
+        "CV",
+        "pacing gain",
+        box=None,
+        padding=(0, 2),
+    )
     paced = {r["nodes"]: r for r in rows if r["pacing"]}
     for r in (r for r in rows if not r["pacing"]):
         p = paced.get(r["nodes"])
         table.add_row(
-            str(r["nodes"]), f"{r['iteration_ms']:.0f}", f"{r['throughput']:,.0f}",
-            f"{r['efficiency']:.0%}", f"{r['cv']:.3f}",
+            str(r["nodes"]),
+            f"{r['iteration_ms']:.0f}",
+            f"{r['throughput']:,.0f}",
+            f"{r['efficiency']:.0%}",
+            f"{r['cv']:.3f}",
             f"{p['pacing_gain']:+.1%}" if p is not None else "-",
-        )  # fmt: skip
+        )
     console.print(table)
 
 
 def _report(analyze: Any, dirs: list[Path | None], out: Path, notes: list[str]) -> Path | None:
-    try:
-        from syncpace.report.html import PlotlyMissing, write_html
-    except ImportError:
-        notes.append("report skipped: install the [report] extra for plotly")
-        return None
     try:
         return write_html(analyze([d for d in dirs if d is not None]), out / "report.html")
     except PlotlyMissing:
@@ -352,8 +376,10 @@ def _print_summary(console: Console, config: DemoConfig, r: DemoResult, analysis
         hit = config.slow_rank in r.straggler_ranks
         mark = "[green]✓[/]" if hit else "[red]✗[/]"
         nodes = f" on host {', '.join(r.straggler_nodes)}" if r.straggler_nodes else ""
-        console.print(f"{mark} straggler found: rank {', '.join(map(str, r.straggler_ranks))}"
-                      f"{escape(nodes)} (planted: rank {config.slow_rank})")  # fmt: skip
+        console.print(
+            f"{mark} straggler found: rank {', '.join(map(str, r.straggler_ranks))}"
+            f"{escape(nodes)} (planted: rank {config.slow_rank})"
+        )
     else:
         console.print(f"[red]✗[/] the planted straggler (rank {config.slow_rank}) was not found")
     if r.on_fabric:
@@ -361,8 +387,9 @@ def _print_summary(console: Console, config: DemoConfig, r: DemoResult, analysis
         verb = "found" if r.contention_found else "not found"
         console.print(f"{mark} fabric contention {verb} (planted: flows across the spine)")
     else:
-        console.print("[dim]- contention not planted: the emulated fabric needs root "
-                      "(sudo syncpace demo)[/]")  # fmt: skip
+        console.print(
+            "[dim]- contention not planted: the emulated fabric needs root (sudo syncpace demo)[/]"
+        )
     for note in r.notes:
         console.print(f"  {escape(note)}")
     if r.pacing is not None:
@@ -377,14 +404,18 @@ def _print_summary(console: Console, config: DemoConfig, r: DemoResult, analysis
         console.print(f"- {advice}")
     base = [s for s in r.study if not s["pacing"]]
     if base and r.iteration_ms:
-        console.print(f"- simulator check at 4 nodes: {base[0]['iteration_ms']:.0f} ms per "
-                      f"iteration simulated, {r.iteration_ms:.0f} ms measured")  # fmt: skip
+        console.print(
+            f"- simulator check at 4 nodes: {base[0]['iteration_ms']:.0f} ms per "
+            f"iteration simulated, {r.iteration_ms:.0f} ms measured"
+        )
     if base:
         last = base[-1]
         paced = next((s for s in r.study if s["pacing"] and s["nodes"] == last["nodes"]), None)
         gain = f", pacing {paced['pacing_gain']:+.1%}" if paced else ""
-        console.print(f"- simulated at {last['nodes']} nodes: efficiency {last['efficiency']:.0%}"
-                      f" of {base[0]['nodes']} nodes, CV {last['cv']:.3f}{gain}")  # fmt: skip
+        console.print(
+            f"- simulated at {last['nodes']} nodes: efficiency {last['efficiency']:.0%}"
+            f" of {base[0]['nodes']} nodes, CV {last['cv']:.3f}{gain}"
+        )
     if r.report is not None:
         console.print(f"report: [bold]{r.report}[/]")
     if (r.out / "scaling.html").exists():

@@ -8,7 +8,7 @@ into the run directory. Needs root; plans can be built and checked anywhere.
 
 from __future__ import annotations
 
-from syncpace.fabric.errors import FabricError
+from syncpace.errors import FabricError
 from syncpace.fabric.spec import FabricSpec, build_spec, parse_rate
 from syncpace.fabric.topology import Fabric, Host, Link, build_fabric
 

@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from syncpace.fabric.errors import FabricError
+from syncpace.errors import FabricError
 
 COMMAND_TIMEOUT_S = 30.0
 

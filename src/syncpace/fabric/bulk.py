@@ -21,7 +21,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from syncpace.fabric.errors import FabricError
+from syncpace.errors import FabricError
 from syncpace.fabric.topology import Fabric, Host
 
 BASE_PORT = 5201

@@ -11,7 +11,7 @@ import os
 import time
 from pathlib import Path
 
-from syncpace.fabric.errors import FabricError
+from syncpace.errors import FabricError
 
 ROOT = Path("/sys/fs/cgroup")
 PERIOD_US = 100_000

@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from syncpace.errors import FabricError
 from syncpace.fabric import bulk, cgroup, procs
 from syncpace.fabric.backend import Backend
-from syncpace.fabric.errors import FabricError
 from syncpace.fabric.plan import link_state_plan, set_rate_plan
 from syncpace.fabric.spec import parse_rate
 from syncpace.fabric.topology import Fabric

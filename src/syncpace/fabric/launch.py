@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from syncpace.errors import FabricError
 from syncpace.fabric import procs
-from syncpace.fabric.errors import FabricError
 from syncpace.fabric.topology import Fabric, Host
 
 DEFAULT_MASTER_PORT = 29500
@@ -92,11 +92,20 @@ def substitute(command: list[str], fabric: Fabric, host: Host, master_port: int)
 
 def launcher_argv(host: Host, command: list[str], cgroup_procs: str = "") -> list[str]:
     argv = [
-        "ip", "netns", "exec", host.namespace,
-        "unshare", "--uts", "--",
-        "sh", "-c", _NAME_HOST, "syncpace-fabric", host.name,
+        "ip",
+        "netns",
+        "exec",
+        host.namespace,
+        "unshare",
+        "--uts",
+        "--",
+        "sh",
+        "-c",
+        _NAME_HOST,
+        "syncpace-fabric",
+        host.name,
         *command,
-    ]  # fmt: skip
+    ]
     if cgroup_procs:
         argv = ["sh", "-c", _JOIN_CGROUP, "syncpace-fabric", cgroup_procs, *argv]
     return argv

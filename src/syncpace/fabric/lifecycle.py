@@ -5,9 +5,9 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from syncpace.errors import FabricError
 from syncpace.fabric import cgroup
 from syncpace.fabric.backend import Backend
-from syncpace.fabric.errors import FabricError
 from syncpace.fabric.plan import down_plan, up_plan
 from syncpace.fabric.spec import FabricSpec
 from syncpace.fabric.state import FabricState, state_dir

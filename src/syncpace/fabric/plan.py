@@ -104,8 +104,22 @@ def _quickack_route(namespace: str, address: str, prefixlen: int, dev: str) -> C
     """The host's subnet route, rewritten with ``quickack``: its TCP connections then
     acknowledge every segment at once (no delayed-ACK stalls)."""
     subnet = ipaddress.ip_interface(f"{address}/{prefixlen}").network
-    return _ip(namespace, "route", "replace", str(subnet), "dev", dev, "proto", "kernel",
-               "scope", "link", "src", address, "quickack", "1")  # fmt: skip
+    return _ip(
+        namespace,
+        "route",
+        "replace",
+        str(subnet),
+        "dev",
+        dev,
+        "proto",
+        "kernel",
+        "scope",
+        "link",
+        "src",
+        address,
+        "quickack",
+        "1",
+    )
 
 
 def _attach(end: End, bridge: str) -> Command:

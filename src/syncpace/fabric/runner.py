@@ -17,10 +17,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO
 
+from syncpace.errors import FabricError
 from syncpace.fabric import cgroup
 from syncpace.fabric.backend import Backend
 from syncpace.fabric.counters import Sampler
-from syncpace.fabric.errors import FabricError
 from syncpace.fabric.faults import Context, Fault, Scheduler, check_against
 from syncpace.fabric.launch import (
     DEFAULT_MASTER_PORT,

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from syncpace.config import setting
-from syncpace.fabric.errors import FabricError
+from syncpace.errors import FabricError
 
 TOPOLOGIES = ("star", "leaf-spine")
 

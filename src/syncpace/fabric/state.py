@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from syncpace.fabric.errors import FabricError
+from syncpace.errors import FabricError
 from syncpace.fabric.topology import Fabric
 
 STATE_DIR_ENV = "SYNCPACE_FABRIC_STATE_DIR"

@@ -41,9 +41,10 @@ def dump_dom(binary: str, page: Path, timeout: float = 120) -> str:
 
 def screenshot(binary: str, page: Path, png: Path, size: str = "1400,3000") -> Path:
     result = _run(
-        binary, [f"--screenshot={png.resolve()}", f"--window-size={size}", page.resolve().as_uri()],
+        binary,
+        [f"--screenshot={png.resolve()}", f"--window-size={size}", page.resolve().as_uri()],
         timeout=120,
-    )  # fmt: skip
+    )
     if result.returncode != 0 or not png.exists():
         raise RuntimeError(f"chromium screenshot failed: {result.stderr[-2000:]}")
     return png

@@ -16,6 +16,8 @@ from pathlib import Path
 import plotly.graph_objects as go
 import polars as pl
 
+from syncpace.bench.figures import busbw_figure, pair_matrix_figure
+from syncpace.bench.results import load_bench, load_pair_matrix
 from syncpace.errors import SyncpaceError
 
 LINKS_FILE = "fabric-links.arrow"
@@ -73,9 +75,6 @@ def run_extras(run_dir: str | Path) -> tuple[list[tuple[str, go.Figure]], list[s
     notes: list[str] = []
     if (root / "bench.json").exists():
         try:
-            from syncpace.bench.figures import busbw_figure, pair_matrix_figure
-            from syncpace.bench.results import load_bench, load_pair_matrix
-
             matrix = load_pair_matrix(root)
             if matrix is not None:
                 figures.append((f"Pairwise bandwidth — {root}", pair_matrix_figure(matrix)))

@@ -39,13 +39,19 @@ def iteration_timeline(analysis: Analysis) -> go.Figure:
             .sort("step")
         )
         fig.add_scatter(
-            x=per["step"], y=per["hi"] / 1e6, mode="lines", line={"width": 0.5, "dash": "dot"},
+            x=per["step"],
+            y=per["hi"] / 1e6,
+            mode="lines",
+            line={"width": 0.5, "dash": "dot"},
             name=f"slowest rank {_name(run)}",
-        )  # fmt: skip
+        )
         fig.add_scatter(
-            x=per["step"], y=per["lo"] / 1e6, mode="lines", line={"width": 0.5, "dash": "dot"},
+            x=per["step"],
+            y=per["lo"] / 1e6,
+            mode="lines",
+            line={"width": 0.5, "dash": "dot"},
             name=f"fastest rank {_name(run)}",
-        )  # fmt: skip
+        )
     return _layout(fig, "Iteration time", "step", "ms")
 
 
@@ -70,9 +76,12 @@ def lateness_heatmap(run: RunMetrics) -> go.Figure:
             z=z, x=[int(c) for c in cols], y=labels, colorscale="Reds", colorbar={"title": "ms"}
         )
     return _layout(
-        fig, f"Lateness per rank and iteration — {_name(run)}", "step", "rank",
+        fig,
+        f"Lateness per rank and iteration — {_name(run)}",
+        "step",
+        "rank",
         height=max(420, min(1200, 14 * len(run.ranks) + 160)),
-    )  # fmt: skip
+    )
 
 
 def _rank_labels(run: RunMetrics, ranks: list[int]) -> list[str]:
@@ -82,10 +91,16 @@ def _rank_labels(run: RunMetrics, ranks: list[int]) -> list[str]:
 
 def wait_and_skew(run: RunMetrics) -> go.Figure:
     fig = go.Figure()
-    pr = run.rank_step.group_by("rank").agg(
-        p50=pl.col("wait_ns").median(), p90=pl.col("wait_ns").quantile(0.9, "linear"),
-        late50=pl.col("lateness_ns").median(), late90=pl.col("lateness_ns").quantile(0.9, "linear"),
-    ).sort("rank")  # fmt: skip
+    pr = (
+        run.rank_step.group_by("rank")
+        .agg(
+            p50=pl.col("wait_ns").median(),
+            p90=pl.col("wait_ns").quantile(0.9, "linear"),
+            late50=pl.col("lateness_ns").median(),
+            late90=pl.col("lateness_ns").quantile(0.9, "linear"),
+        )
+        .sort("rank")
+    )
     labels = _rank_labels(run, pr["rank"].to_list())
     fig.add_bar(x=labels, y=pr["p50"] / 1e6, name="wait p50 (ms)")
     fig.add_bar(x=labels, y=pr["p90"] / 1e6, name="wait p90 (ms)")
@@ -93,15 +108,21 @@ def wait_and_skew(run: RunMetrics) -> go.Figure:
     fig.add_bar(x=labels, y=pr["late90"] / 1e6, name="lateness p90 (ms)")
     if run.instances.height:
         skew = _sample(run.instances["skew_ns"].drop_nulls().to_numpy()) / 1e6
-        fig.add_histogram(x=skew, name="arrival skew per collective (ms)", xaxis="x2", yaxis="y2",
-                          opacity=0.7)  # fmt: skip
+        fig.add_histogram(
+            x=skew, name="arrival skew per collective (ms)", xaxis="x2", yaxis="y2", opacity=0.7
+        )
     return _layout(
-        fig, f"Per-rank wait and lateness; arrival skew distribution — {_name(run)}", "rank", "ms",
-        barmode="group", height=560,
-        xaxis={"domain": [0, 1], "anchor": "y"}, yaxis={"domain": [0.45, 1]},
+        fig,
+        f"Per-rank wait and lateness; arrival skew distribution — {_name(run)}",
+        "rank",
+        "ms",
+        barmode="group",
+        height=560,
+        xaxis={"domain": [0, 1], "anchor": "y"},
+        yaxis={"domain": [0.45, 1]},
         xaxis2={"domain": [0, 1], "anchor": "y2", "title": "arrival skew (ms)"},
         yaxis2={"domain": [0, 0.32], "title": "collectives"},
-    )  # fmt: skip
+    )
 
 
 def step_cdf(analysis: Analysis) -> go.Figure:
@@ -121,14 +142,19 @@ def busbw_vs_size(analysis: Analysis) -> go.Figure:
             part = inst.filter(pl.col("op") == op)
             keep = _sample_index(part.height)
             fig.add_scatter(
-                x=part["bytes"].to_numpy()[keep], y=part["busbw_gbps"].to_numpy()[keep],
-                mode="markers", marker={"size": 4, "opacity": 0.5},
+                x=part["bytes"].to_numpy()[keep],
+                y=part["busbw_gbps"].to_numpy()[keep],
+                mode="markers",
+                marker={"size": 4, "opacity": 0.5},
                 name=html.escape(f"{op} — {run.run}"),
-            )  # fmt: skip
+            )
     return _layout(
-        fig, "Bus bandwidth vs message size (busbw assumes a flat topology)", "bytes",
-        "busbw (GB/s)", xaxis_type="log",
-    )  # fmt: skip
+        fig,
+        "Bus bandwidth vs message size (busbw assumes a flat topology)",
+        "bytes",
+        "busbw (GB/s)",
+        xaxis_type="log",
+    )
 
 
 def scaling(analysis: Analysis) -> go.Figure:
@@ -142,13 +168,19 @@ def scaling(analysis: Analysis) -> go.Figure:
     fig.add_scatter(x=n, y=[p.weak_speedup for p in pts], mode="lines+markers", name="weak speedup")
     fig.add_scatter(x=n, y=[x / n0 for x in n], mode="lines", line={"dash": "dash"}, name="ideal")
     fig.add_scatter(
-        x=n, y=[p.weak_efficiency for p in pts], mode="lines+markers", name="weak efficiency",
+        x=n,
+        y=[p.weak_efficiency for p in pts],
+        mode="lines+markers",
+        name="weak efficiency",
         yaxis="y2",
-    )  # fmt: skip
+    )
     return _layout(
-        fig, "Scaling across runs", "world size", "speedup vs smallest run",
+        fig,
+        "Scaling across runs",
+        "world size",
+        "speedup vs smallest run",
         yaxis2={"overlaying": "y", "side": "right", "title": "efficiency", "range": [0, 1.1]},
-    )  # fmt: skip
+    )
 
 
 def _sample_index(n: int) -> np.ndarray:

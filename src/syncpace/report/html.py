@@ -16,17 +16,8 @@ from typing import Any
 
 from syncpace import __version__
 from syncpace.analysis import Analysis, Finding
-from syncpace.errors import SyncpaceError
+from syncpace.errors import PlotlyMissing, ReportError
 from syncpace.report.terminal import pacing_line
-
-
-class ReportError(SyncpaceError):
-    """The HTML report cannot be written."""
-
-
-class PlotlyMissing(ReportError, ImportError):
-    """plotly (the ``[report]`` extra) is not installed; also an ``ImportError``."""
-
 
 _CSS = """
 body{font-family:system-ui,sans-serif;margin:24px;max-width:1400px;color:#222}
@@ -72,6 +63,7 @@ def _finding_html(f: Finding, index: int) -> str:
 
 def render_html(analysis: Analysis) -> str:
     try:
+        # plotly is the optional [report] extra: the figures import it at their top.
         from plotly.offline import get_plotlyjs
 
         from syncpace.report.figures import all_figures

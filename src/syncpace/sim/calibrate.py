@@ -29,9 +29,12 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from syncpace.analysis.metrics import compute_metrics
+from syncpace.bench.results import load_bench, main_fit
 from syncpace.errors import ConfigError
 from syncpace.sim.collectives import BUSBW
 from syncpace.sim.engine import SimConfig
+from syncpace.trace.reader import load_trace
 
 
 @dataclass(frozen=True)
@@ -92,7 +95,6 @@ def calibrate(path: str | Path) -> Calibration:
 
 
 def from_bench(path: str | Path) -> Calibration:
-    from syncpace.bench.results import load_bench, main_fit
 
     data = load_bench(path)
     chosen = main_fit(data)
@@ -114,8 +116,6 @@ def from_bench(path: str | Path) -> Calibration:
 
 
 def from_trace(path: str | Path) -> Calibration:
-    from syncpace.analysis.metrics import compute_metrics
-    from syncpace.trace.reader import load_trace
 
     trace = load_trace(path)
     notes: list[str] = []

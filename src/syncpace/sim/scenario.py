@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from syncpace.control.policy import PacingConfig
-from syncpace.errors import ConfigError
+from syncpace.errors import ConfigError, ScenarioError
 from syncpace.sim.engine import RunSpec, SimConfig
 from syncpace.sim.interference import InterferenceSpec
 from syncpace.sim.network import NetworkSpec
@@ -34,10 +34,6 @@ SECTIONS: dict[str, type] = {
     "pacing": PacingConfig,
     "run": RunSpec,
 }
-
-
-class ScenarioError(ConfigError):
-    """A scenario file or override cannot be turned into a simulation."""
 
 
 @dataclass(frozen=True)

@@ -192,8 +192,20 @@ def _simulate(sc: Scenario) -> _Timeline:
             free[name] = begin + dur
             exits = begin + dur + rng.uniform(0, 2_000, len(ranks))
             for r, e_in, e_out in zip(ranks, enter, exits, strict=True):
-                row = (int(r), step, name, len(ranks), seq[name], "all_reduce", nbytes,
-                       "float32", -1, int(e_in), int(e_out), "simulated")  # fmt: skip
+                row = (
+                    int(r),
+                    step,
+                    name,
+                    len(ranks),
+                    seq[name],
+                    "all_reduce",
+                    nbytes,
+                    "float32",
+                    -1,
+                    int(e_in),
+                    int(e_out),
+                    "simulated",
+                )
                 tl.events[r].append(row)
             comm_end[ranks] = np.maximum(comm_end[ranks], exits)
             seq[name] += 1

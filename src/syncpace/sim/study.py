@@ -102,8 +102,10 @@ def render(study: StudyResult) -> Any:
     if any("pacing_gain" in r for r in study.rows):
         table.add_column("pacing gain", justify="right")
     for r in study.rows:
-        cells = [fmt.format(r[key]) if key != "pacing" else ("on" if r[key] else "off")
-                 for key, _, fmt in COLUMNS]  # fmt: skip
+        cells = [
+            fmt.format(r[key]) if key != "pacing" else ("on" if r[key] else "off")
+            for key, _, fmt in COLUMNS
+        ]
         if "pacing_gain" in r:
             cells.append(f"{r['pacing_gain']:+.1%}" if r["pacing"] else "")
         table.add_row(*cells)

@@ -74,8 +74,15 @@ class TopologySpec:
             raise ConfigError(
                 f"placement must be one of {', '.join(PLACEMENTS)}, got {self.placement!r}"
             )
-        for name in ("nodes", "gpus_per_node", "nics_per_node", "nodes_per_leaf", "spines",
-                     "leaves_per_pod", "cores"):  # fmt: skip
+        for name in (
+            "nodes",
+            "gpus_per_node",
+            "nics_per_node",
+            "nodes_per_leaf",
+            "spines",
+            "leaves_per_pod",
+            "cores",
+        ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.nics_per_node > self.gpus_per_node:
@@ -244,9 +251,11 @@ class Topology:
 
     def flow_hash(self, src: np.ndarray, dst: np.ndarray, salt: int = 0) -> np.ndarray:
         """A deterministic ECMP hash of (src, dst, salt): collisions are part of the model."""
-        x = (np.asarray(src, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
-             ^ np.asarray(dst, dtype=np.uint64) * np.uint64(0xC2B2AE3D27D4EB4F)
-             ^ np.uint64((salt * 0x165667B19E3779F9 + self.seed) & 0xFFFFFFFFFFFFFFFF))  # fmt: skip
+        x = (
+            np.asarray(src, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+            ^ np.asarray(dst, dtype=np.uint64) * np.uint64(0xC2B2AE3D27D4EB4F)
+            ^ np.uint64((salt * 0x165667B19E3779F9 + self.seed) & 0xFFFFFFFFFFFFFFFF)
+        )
         x ^= x >> np.uint64(29)
         x *= np.uint64(0xBF58476D1CE4E5B9)
         x ^= x >> np.uint64(32)

@@ -30,6 +30,8 @@ from rich.progress import Progress
 from rich.table import Table
 
 from syncpace.bench.on_fabric import bench_on_fabric
+from syncpace.capture.config import TraceConfig
+from syncpace.capture.launch import traced_env
 from syncpace.errors import ConfigError
 from syncpace.fabric import build_spec, bulk
 from syncpace.fabric.backend import SystemBackend, require_root
@@ -39,6 +41,7 @@ from syncpace.fabric.spec import parse_rate
 from syncpace.ports import free_port
 from syncpace.sim.calibrate import from_bench
 from syncpace.sim.engine import simulate
+from syncpace.trace.reader import load_trace
 from syncpace.validate.compare import Comparison, Thresholds, compare
 from syncpace.validate.model import Point, real_stats, sim_config, sim_stats
 
@@ -47,8 +50,23 @@ WARMUP = 5
 STARTED = "validate worker: started"
 # The job's collectives follow ~150 ms of idle compute: the benchmark idles as long
 # before each call, so its links start every call rested as the job's do.
-BENCH_ARGS = ["all_reduce", "-b", "64K", "-e", "1M", "-f", "2", "-n", "6", "-w", "2",
-              "--gap-ms", "150", "--no-pairs", "--no-check"]  # fmt: skip
+BENCH_ARGS = [
+    "all_reduce",
+    "-b",
+    "64K",
+    "-e",
+    "1M",
+    "-f",
+    "2",
+    "-n",
+    "6",
+    "-w",
+    "2",
+    "--gap-ms",
+    "150",
+    "--no-pairs",
+    "--no-check",
+]
 FLOW_PORT = 5401
 # Background flows beside the job. On the star from h1 into h0: they share h1's and
 # h0's host links with the ring (1->2 and 3->0). On the leaf-spine from leaf1 across
@@ -74,7 +92,7 @@ GRID = [
     Point(name="ls4-oversub4", topology="leafspine", ranks=4, oversub=4),
     Point(
         name="ls4-contended", topology="leafspine", ranks=4, oversub=2, flows=FROM_H3, gap=TCP_FIFO
-    ),  # fmt: skip
+    ),
     Point(
         name="ls4-udp",
         topology="leafspine",
@@ -83,7 +101,7 @@ GRID = [
         flows=ACROSS,
         flow_share=0.3,
         gap=BUFFERING,
-    ),  # fmt: skip
+    ),
     Point(name="star8", topology="star", ranks=8, compute_ms=200, buckets=1),
     Point(
         name="star8-delayed-ack",
@@ -93,7 +111,7 @@ GRID = [
         buckets=1,
         quickack=False,
         gap=DELAYED_ACK,
-    ),  # fmt: skip
+    ),
 ]
 
 
@@ -102,18 +120,36 @@ def fabric_spec(point: Point, rate: str) -> Any:
     if point.topology == "star":
         values = {"topology": "star", "hosts": point.ranks, "host_rate": rate}
     else:
-        values = {"topology": "leaf-spine", "leaves": 2, "hosts": point.ranks // 2,
-                  "host_rate": rate, "oversubscription": point.oversub}  # fmt: skip
+        values = {
+            "topology": "leaf-spine",
+            "leaves": 2,
+            "hosts": point.ranks // 2,
+            "host_rate": rate,
+            "oversubscription": point.oversub,
+        }
     return build_spec({**values, "name": name, "quickack": point.quickack})
 
 
 def worker_args(point: Point, steps: int) -> list[str]:
     return [
-        sys.executable, "-m", WORKER, "--steps", str(steps),
-        "--compute-ms", f"{point.compute_ms:g}", "--jitter", f"{point.jitter:g}",
-        "--slow-rank", str(point.slow_rank), "--slow-ms", f"{point.slow_ms:g}",
-        "--buckets", str(point.buckets), "--bucket-bytes", str(point.bucket_bytes),
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        WORKER,
+        "--steps",
+        str(steps),
+        "--compute-ms",
+        f"{point.compute_ms:g}",
+        "--jitter",
+        f"{point.jitter:g}",
+        "--slow-rank",
+        str(point.slow_rank),
+        "--slow-ms",
+        f"{point.slow_ms:g}",
+        "--buckets",
+        str(point.buckets),
+        "--bucket-bytes",
+        str(point.bucket_bytes),
+    ]
 
 
 class Sink:
@@ -136,7 +172,6 @@ class Sink:
 
 def complete(run_dir: Path, ranks: int, steps: int) -> bool:
     """Every rank traced every step (an abort at teardown leaves the data whole)."""
-    from syncpace.trace.reader import load_trace
 
     try:
         done = load_trace(run_dir).steps.group_by("rank").len()
@@ -147,8 +182,6 @@ def complete(run_dir: Path, ranks: int, steps: int) -> bool:
 
 def run_point(point: Point, rate: str, steps: int, out: Path, log: Any, notes: list[str]) -> Path:
     """The traced job on a fresh fabric; background flows from its first step on."""
-    from syncpace.capture.config import TraceConfig
-    from syncpace.capture.launch import traced_env
 
     backend = SystemBackend()
     state = up(fabric_spec(point, rate), backend)
@@ -214,36 +247,81 @@ def verdict(
 
 
 def table(rows: list[Comparison], limits: Thresholds, gaps: frozenset[str] = frozenset()) -> Table:
-    t = Table(title=f"simulator vs emulated fabric (mean ±{limits.mean_rel:.0%}, "
-                    f"CV ±{limits.cv_abs:.2f})")  # fmt: skip
-    for col in ("point", "iter ms real", "sim", "err", "CV real", "sim", "err",
-                "p99 ms real", "sim", "err", "xfer ms real", "sim", "err", "pass"):  # fmt: skip
+    t = Table(
+        title=f"simulator vs emulated fabric (mean ±{limits.mean_rel:.0%}, CV ±{limits.cv_abs:.2f})"
+    )
+    for col in (
+        "point",
+        "iter ms real",
+        "sim",
+        "err",
+        "CV real",
+        "sim",
+        "err",
+        "p99 ms real",
+        "sim",
+        "err",
+        "xfer ms real",
+        "sim",
+        "err",
+        "pass",
+    ):
         t.add_column(col, justify="right")
     for c in rows:
         r, s = c.real, c.sim
         t.add_row(
-            c.point, f"{r.iteration_ms:.1f}", f"{s.iteration_ms:.1f}", f"{c.mean_err:+.1%}",
-            f"{r.cv:.3f}", f"{s.cv:.3f}", f"{c.cv_err:+.3f}",
-            f"{r.p99_ms:.1f}", f"{s.p99_ms:.1f}", f"{c.p99_err:+.1%}",
-            f"{r.transfer_ms:.1f}", f"{s.transfer_ms:.1f}", f"{c.transfer_err:+.1%}",
+            c.point,
+            f"{r.iteration_ms:.1f}",
+            f"{s.iteration_ms:.1f}",
+            f"{c.mean_err:+.1%}",
+            f"{r.cv:.3f}",
+            f"{s.cv:.3f}",
+            f"{c.cv_err:+.3f}",
+            f"{r.p99_ms:.1f}",
+            f"{s.p99_ms:.1f}",
+            f"{c.p99_err:+.1%}",
+            f"{r.transfer_ms:.1f}",
+            f"{s.transfer_ms:.1f}",
+            f"{c.transfer_err:+.1%}",
             "[green]yes[/]" if c.passed else "gap" if c.point in gaps else "[red]no[/]",
-        )  # fmt: skip
+        )
     return t
 
 
 def plot(rows: list[Comparison], path: Path) -> None:
     from plotly.subplots import make_subplots
 
-    fig = make_subplots(rows=1, cols=3, subplot_titles=("mean iteration ms", "CV",
-                                                        "median transfer ms"))  # fmt: skip
+    fig = make_subplots(
+        rows=1, cols=3, subplot_titles=("mean iteration ms", "CV", "median transfer ms")
+    )
     names = [c.point for c in rows]
     for label, pick in (("real", lambda c: c.real), ("simulated", lambda c: c.sim)):
-        fig.add_bar(x=names, y=[pick(c).iteration_ms for c in rows], name=f"{label}",
-                    row=1, col=1, legendgroup=label)  # fmt: skip
-        fig.add_bar(x=names, y=[pick(c).cv for c in rows], name=label, row=1, col=2,
-                    legendgroup=label, showlegend=False)  # fmt: skip
-        fig.add_bar(x=names, y=[pick(c).transfer_ms for c in rows], name=label, row=1, col=3,
-                    legendgroup=label, showlegend=False)  # fmt: skip
+        fig.add_bar(
+            x=names,
+            y=[pick(c).iteration_ms for c in rows],
+            name=f"{label}",
+            row=1,
+            col=1,
+            legendgroup=label,
+        )
+        fig.add_bar(
+            x=names,
+            y=[pick(c).cv for c in rows],
+            name=label,
+            row=1,
+            col=2,
+            legendgroup=label,
+            showlegend=False,
+        )
+        fig.add_bar(
+            x=names,
+            y=[pick(c).transfer_ms for c in rows],
+            name=label,
+            row=1,
+            col=3,
+            legendgroup=label,
+            showlegend=False,
+        )
     fig.update_layout(title="syncpace validation: emulated fabric vs simulator", barmode="group")
     fig.write_html(path, include_plotlyjs=True, full_html=True)
 
@@ -305,10 +383,15 @@ def run_grid(args: Any, console: Console) -> int:
     wall = time.monotonic() - began
     console.print(table(rows, limits, known_gaps))
     report = {
-        "rate": args.rate, "steps": args.steps, "sim_steps": args.sim_steps, "warmup": WARMUP,
-        "thresholds": limits.__dict__, "wall_s": wall,
-        "rows": [{**c.to_json(), "setup": extra[c.point]} for c in rows], "failed_runs": failures,
-    }  # fmt: skip
+        "rate": args.rate,
+        "steps": args.steps,
+        "sim_steps": args.sim_steps,
+        "warmup": WARMUP,
+        "thresholds": limits.__dict__,
+        "wall_s": wall,
+        "rows": [{**c.to_json(), "setup": extra[c.point]} for c in rows],
+        "failed_runs": failures,
+    }
     (out / "validation.json").write_text(json.dumps(report, indent=1, default=str))
     plot(rows, out / "validation.html")
     code, lines = verdict(rows, {pt.name: pt for pt in grid}, len(failures))

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from syncpace.analysis.metrics import compute_metrics
 from syncpace.errors import ConfigError
 from syncpace.sim.calibrate import Calibration, ComputeProfile, compute_profile, compute_table
 from syncpace.sim.engine import RunSpec, SimConfig, SimResult
@@ -30,6 +31,7 @@ from syncpace.sim.network import NetworkSpec
 from syncpace.sim.noise import NoiseSpec
 from syncpace.sim.topology import TopologySpec
 from syncpace.sim.workload import MIB, WorkloadSpec
+from syncpace.trace.reader import load_trace
 from syncpace.validate.compare import Stats, stats_of
 
 
@@ -79,8 +81,6 @@ class Point:
 
 def real_stats(run_dir: str | Path, warmup: int) -> tuple[Stats, ComputeProfile]:
     """The compared statistics and the compute profile of a traced real run."""
-    from syncpace.analysis.metrics import compute_metrics
-    from syncpace.trace.reader import load_trace
 
     trace = load_trace(run_dir)
     steps = trace.steps

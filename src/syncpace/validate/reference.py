@@ -29,7 +29,7 @@ VARIANTS = {
         "noise.loader_prob=0",
         "noise.os_burst_prob=0",
         "noise.throttle_rate=0",
-    ],  # fmt: skip
+    ],
     "waiting is free": ['interference.mode="none"'],
 }
 STRATEGIES = ("early", "target")
@@ -53,25 +53,56 @@ def run_reference(scenario: str | None, json_path: str | Path | None, console: C
             plain = {r["nodes"]: r for r in study.arm(False)}
             for r in study.arm(True):
                 off = plain[r["nodes"]]
-                rows.append({
-                    "variant": variant, "strategy": strategy, "nodes": r["nodes"],
-                    "cv_off": off["cv"], "cv_on": r["cv"],
-                    "samples_off": off["throughput"], "samples_on": r["throughput"],
-                    "efficiency_off": off["efficiency"], "gain": r["pacing_gain"],
-                })  # fmt: skip
+                rows.append(
+                    {
+                        "variant": variant,
+                        "strategy": strategy,
+                        "nodes": r["nodes"],
+                        "cv_off": off["cv"],
+                        "cv_on": r["cv"],
+                        "samples_off": off["throughput"],
+                        "samples_on": r["throughput"],
+                        "efficiency_off": off["efficiency"],
+                        "gain": r["pacing_gain"],
+                    }
+                )
     table = Table(title=f"reference study ({Path(path).name}) vs the reference")
-    for col in ("model", "pacing", "nodes", "CV off", "CV on", "samples/s off",
-                "samples/s on", "efficiency off", "pacing gain"):  # fmt: skip
+    for col in (
+        "model",
+        "pacing",
+        "nodes",
+        "CV off",
+        "CV on",
+        "samples/s off",
+        "samples/s on",
+        "efficiency off",
+        "pacing gain",
+    ):
         table.add_column(col, justify="right")
     for r in rows:
         table.add_row(
-            r["variant"], r["strategy"], str(r["nodes"]), f"{r['cv_off']:.3f}",
-            f"{r['cv_on']:.3f}", f"{r['samples_off']:,.0f}", f"{r['samples_on']:,.0f}",
-            f"{r['efficiency_off']:.0%}", f"{r['gain']:+.1%}",
-        )  # fmt: skip
-    table.add_row("reference", "early", str(REFERENCE["nodes"]), f"{REFERENCE['cv_off']:.2f}",
-                  f"{REFERENCE['cv_on']:.2f}", "", "", "", f"{REFERENCE['gain']:+.0%}",
-                  style="bold")  # fmt: skip
+            r["variant"],
+            r["strategy"],
+            str(r["nodes"]),
+            f"{r['cv_off']:.3f}",
+            f"{r['cv_on']:.3f}",
+            f"{r['samples_off']:,.0f}",
+            f"{r['samples_on']:,.0f}",
+            f"{r['efficiency_off']:.0%}",
+            f"{r['gain']:+.1%}",
+        )
+    table.add_row(
+        "reference",
+        "early",
+        str(REFERENCE["nodes"]),
+        f"{REFERENCE['cv_off']:.2f}",
+        f"{REFERENCE['cv_on']:.2f}",
+        "",
+        "",
+        "",
+        f"{REFERENCE['gain']:+.0%}",
+        style="bold",
+    )
     console.print(table)
     wall = time.monotonic() - began
     console.print(f"{len(rows)} rows in {wall:.0f} s")
