@@ -65,6 +65,9 @@ def generate(out: Path, ranks: int, steps: int, per_step: int, seed: int = 0) ->
             "enter_ns": pa.array(enter[r]),
             "exit_ns": pa.array(exit_),
             "timing": _strings("simulated", n_inst),
+            "status": _strings("completed", n_inst),
+            "error": pa.nulls(n_inst, pa.string()),
+            "wait_ns": pa.array(np.full(n_inst, -1, np.int64)),
         }
         _write(out / f"{schema.rank_stem(r)}{schema.EVENTS_SUFFIX}", schema.EVENTS, columns)
         starts = np.arange(steps, dtype=np.int64) * STEP_NS

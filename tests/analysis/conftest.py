@@ -61,6 +61,9 @@ def write_trace(
                     enter,
                     exit_,
                     "simulated",
+                    "completed",
+                    None,
+                    -1,
                 )
             )
         for r, step, start, end in steps.get(rank, []):

@@ -24,7 +24,7 @@ def _rewrite_events(path: Path, change) -> None:
     # read into memory: rewriting a file that is still memory-mapped raises SIGBUS
     table = pa.ipc.open_stream(pa.py_buffer(path.read_bytes())).read_all()
     table = change(table)
-    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, schema.EVENTS) as w:
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as w:
         w.write_table(table)
 
 

@@ -62,6 +62,9 @@ def write_run(root: Path, contention: bool) -> Path:
                     enter[r],
                     exit_,
                     "simulated",
+                    "completed",
+                    None,
+                    -1,
                 )
             )
             writers[r].add_step((r, k, prev_exit[r], exit_, 0))

@@ -40,12 +40,33 @@ def write_trace(root: Path, world: int = WORLD, offset: int = 0) -> Path:
                     1000 * i,
                     1000 * i + 500,
                     "future",
+                    "completed",
+                    None,
+                    -1,
                 )
             )
             if i % 4 == 3:
                 w.add_step((rank, i // 4, 1000 * (i - 3), 1000 * i + 600, 0))
         w.flush()  # two batches per stream, so truncation can keep a prefix
-        w.add_event((rank, 10, "0", world, 99, "barrier", 0, "", -1, 10**6, -1, "future"))
+        w.add_event(
+            (
+                rank,
+                10,
+                "0",
+                world,
+                99,
+                "barrier",
+                0,
+                "",
+                -1,
+                10**6,
+                -1,
+                "wait",
+                "timed_out",
+                "DistBackendError: Wait timeout after 1000 ms",
+                10**6 + 5,
+            )
+        )
         w.close()
     return root
 
@@ -77,7 +98,9 @@ def test_bounded_buffer_counts_drops(tmp_path):
         tmp_path, 0, {"world_size": 1, "host": "h"}, max_buffered=5, flush_interval_s=60
     )
     for i in range(12):
-        w.add_event((0, 0, "0", 1, i, "all_reduce", 4, "float32", -1, i, i, "future"))
+        w.add_event(
+            (0, 0, "0", 1, i, "all_reduce", 4, "float32", -1, i, i, "future", "completed", None, -1)
+        )
     w.close()
     trace = load_trace(tmp_path)
     assert trace.events.height == 5
@@ -114,7 +137,7 @@ def test_truncated_stream_keeps_complete_batches(tmp_path):
         ("garbage", "rank-00002.steps.arrow", "not an Arrow IPC stream"),
         ("empty", "rank-00001.meta.json", "empty metadata file"),
         ("garbage", "rank-00001.meta.json", "not valid JSON"),
-        ("version", "rank-00000.meta.json", f"reads version {SCHEMA_VERSION}"),
+        ("version", "rank-00000.meta.json", "reads versions 1, 2"),
         ("delete", "rank-00001.events.arrow", "missing"),
         ("rank", "rank-00002.meta.json", "named for rank 2 but says rank 0"),
     ],
@@ -209,3 +232,40 @@ def test_cli_prints_one_line_and_exits_2(tmp_path, good):
     assert len(lines) == 1
     assert "rank-00001.meta.json" in lines[0] and "not valid JSON" in lines[0]
     assert "Traceback" not in proc.stderr
+
+
+def test_status_error_and_wait_survive_the_round_trip(good):
+    events = load_trace(good).events
+    last = events.filter(events["op"] == "barrier")
+    assert last["status"].to_list() == ["timed_out"] * WORLD
+    assert last["error"].to_list() == ["DistBackendError: Wait timeout after 1000 ms"] * WORLD
+    assert last["wait_ns"].to_list() == [10**6 + 5] * WORLD
+    assert events.filter(events["op"] == "all_reduce")["status"].unique().to_list() == ["completed"]
+
+
+def test_version_1_traces_are_read_with_status_derived():
+    v1 = Path(__file__).resolve().parents[1] / "data" / "real_ddp_straggler"
+    trace = load_trace(v1)
+    assert {m["schema_version"] for m in trace.meta.values()} == {1}
+    events = trace.events
+    observed = events.filter(events["exit_ns"] >= 0)
+    assert observed.height > 0
+    assert observed["status"].unique().to_list() == ["completed"]
+    assert events.filter(events["exit_ns"] < 0)["status"].unique().to_list() in ([], ["unobserved"])
+    assert events["error"].null_count() == events.height
+    assert events["wait_ns"].unique().to_list() == [-1]
+
+
+def test_a_newer_schema_version_is_refused_in_one_line(good, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(good, run)
+    meta_path = run / "rank-00001.meta.json"
+    meta = json.loads(meta_path.read_text())
+    meta["schema_version"] = SCHEMA_VERSION + 1
+    meta_path.write_text(json.dumps(meta))
+    with pytest.raises(
+        TraceError,
+        match=r"rank-00001.meta.json: trace schema version 3 is not "
+        r"supported \(this syncpace reads versions 1, 2\)",
+    ):
+        load_trace(run)

@@ -88,6 +88,9 @@ def match(events: pl.DataFrame) -> Matched:
     step = ev["step"].to_numpy()
     enter = ev["enter_ns"].to_numpy()
     exit_ = ev["exit_ns"].to_numpy()
+    failed = (ev["status"] != "completed").to_numpy()
+    if failed.any():  # a call that failed, timed out or never completed has no exit time
+        exit_ = np.where(failed, -1, exit_)
     parts = [_group_codes(ev["group"])]
     pair = _pair(ev)
     if pair is not None:

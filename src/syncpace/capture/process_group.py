@@ -138,22 +138,24 @@ class TracingProcessGroup(dist.ProcessGroup):
         recorder = self._recorder
         # The first call of a step is its sync point: arrival noted, pacing applied.
         enter = recorder.now() if recorder.arrival_step == recorder.step else recorder.arrive()
-        work = getattr(self._inner, method)(*args, **kwargs)
-        return recorder.completed(
-            work,
-            (
-                recorder.rank,
-                recorder.step,
-                self._group,
-                self._n,
-                seq,
-                op,
-                nbytes,
-                dtype,
-                peer,
-                enter,
-            ),
+        row = (
+            recorder.rank,
+            recorder.step,
+            self._group,
+            self._n,
+            seq,
+            op,
+            nbytes,
+            dtype,
+            peer,
+            enter,
         )
+        try:
+            work = getattr(self._inner, method)(*args, **kwargs)
+        except BaseException as exc:
+            recorder.raised(row, exc)
+            raise
+        return recorder.completed(work, row)
 
     def _collective(
         self, method: str, op: str, arg: int, times_size: bool, args: tuple, kwargs: dict

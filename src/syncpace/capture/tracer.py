@@ -26,7 +26,7 @@ from syncpace.capture.config import TraceConfig
 from syncpace.capture.host import device_facts, env_int, rank_facts
 from syncpace.capture.log import warn_once
 from syncpace.capture.torch_hooks import install
-from syncpace.capture.work import TimedWork
+from syncpace.capture.work import TimedWork, classify
 from syncpace.config import from_env
 from syncpace.control.channel import GatherChannel
 from syncpace.control.config import ControllerConfig
@@ -167,14 +167,21 @@ class Tracer:
         if self.writer is None:
             return work
         if work is None:  # coalesced calls return no work of their own
-            self._record(row, "call")
+            self._record(row, "call", "completed", None, -1)
             return work
-        return TimedWork(work, row, self._record)
+        return TimedWork(work, row, self._record, self.now)
 
-    def _record(self, row: tuple, how: str) -> None:
+    def raised(self, row: tuple, exc: BaseException) -> None:
+        """The call itself raised: record it as failed (the caller re-raises)."""
+        if self.writer is not None:
+            status, error = classify(exc)
+            self._record(row, "call", status, error, -1)
+
+    def _record(self, row: tuple, how: str, status: str, error: str | None, wait_ns: int) -> None:
         writer = self.writer
         if writer is not None:
-            writer.add_event(row + ((-1 if how == "unobserved" else self.now()), how))
+            exit_ns = -1 if status == "unobserved" else self.now()
+            writer.add_event(row + (exit_ns, how, status, error, wait_ns))
 
     # Iterations --------------------------------------------------------------------
     def on_step(self, manual: bool = False) -> None:

@@ -10,7 +10,12 @@ the event's exit the first time the completion is *observed*:
   costs a thread hand-off and is late by however long that thread waits for the GIL;
 * ``is_completed()`` first answered true (polling users): an upper bound.
 
-A work dropped unobserved is recorded with ``exit_ns = -1`` so counts stay exact.
+When the caller started to wait is kept too (``wait_ns``): a work waited on long after
+it was issued may have finished before the wait began, so its exit is only an upper
+bound there. A wait or a future that raises is recorded with the status the error
+means (``failed``, ``timed_out``, ``aborted``) and the error itself, and re-raised
+unchanged. A work dropped unobserved is recorded with ``exit_ns = -1`` so counts stay
+exact.
 """
 
 from __future__ import annotations
@@ -20,24 +25,48 @@ from typing import Any
 
 from torch._C._distributed_c10d import Work
 
-Record = Callable[[tuple, str], None]
+#: record(row, timing, status, error, wait_ns)
+Record = Callable[[tuple, str, str, "str | None", int], None]
+
+
+def classify(exc: BaseException) -> tuple[str, str]:
+    """The trace status an exception of a collective means, and its one-line text."""
+    text = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+    lowered = str(exc).lower()
+    if "timed out" in lowered or "timeout" in lowered or isinstance(exc, TimeoutError):
+        return "timed_out", text[:500]
+    if "abort" in lowered or "shut down" in lowered or "shutdown" in lowered:
+        return "aborted", text[:500]
+    return "failed", text[:500]
 
 
 class TimedWork(Work):
-    def __init__(self, inner: Any, row: tuple, record: Record) -> None:
+    def __init__(self, inner: Any, row: tuple, record: Record, now: Callable[[], int]) -> None:
         super().__init__()
         self._inner = inner
         self._row: tuple | None = row
         self._record = record
+        self._now = now
 
-    def _observed(self, how: str) -> None:
+    def _observed(self, how: str, wait_ns: int = -1) -> None:
         row, self._row = self._row, None
         if row is not None:
-            self._record(row, how)
+            self._record(row, how, "completed", None, wait_ns)
+
+    def _raised(self, exc: BaseException, wait_ns: int) -> None:
+        row, self._row = self._row, None
+        if row is not None:
+            status, error = classify(exc)
+            self._record(row, "wait", status, error, wait_ns)
 
     def wait(self, timeout: Any = None) -> bool:
-        result = self._inner.wait() if timeout is None else self._inner.wait(timeout)
-        self._observed("wait")
+        waited = self._now()
+        try:
+            result = self._inner.wait() if timeout is None else self._inner.wait(timeout)
+        except BaseException as exc:
+            self._raised(exc, waited)
+            raise
+        self._observed("wait", waited)
         return result
 
     def get_future(self) -> Any:
@@ -46,7 +75,17 @@ class TimedWork(Work):
         if row is not None:
             # From here the future's callback alone records this event.
             record = self._record
-            future.add_done_callback(lambda _f: record(row, "future"))
+
+            def done(fut: Any) -> None:
+                try:
+                    fut.value()
+                except BaseException as exc:
+                    status, error = classify(exc)
+                    record(row, "future", status, error, -1)
+                    return
+                record(row, "future", "completed", None, -1)
+
+            future.add_done_callback(done)
         return future
 
     def is_completed(self) -> bool:
@@ -79,4 +118,4 @@ class TimedWork(Work):
     def __del__(self) -> None:
         row, self._row = getattr(self, "_row", None), None
         if row is not None:
-            self._record(row, "unobserved")
+            self._record(row, "unobserved", "unobserved", None, -1)

@@ -205,6 +205,9 @@ def _simulate(sc: Scenario) -> _Timeline:
                     int(e_in),
                     int(e_out),
                     "simulated",
+                    "completed",
+                    None,
+                    -1,
                 )
                 tl.events[r].append(row)
             comm_end[ranks] = np.maximum(comm_end[ranks], exits)

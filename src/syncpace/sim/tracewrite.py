@@ -1,4 +1,4 @@
-"""Write a simulated run as a trace directory in schema v1.
+"""Write a simulated run as a trace directory in the current trace schema.
 
 Arrow IPC streams are written directly (one record batch per file), with the same
 schemas and file names as :class:`~syncpace.trace.writer.RankTraceWriter`, because a
@@ -70,6 +70,9 @@ def write_trace(result: SimResult, out_dir: str | os.PathLike[str], max_ranks: i
                 pa.array(enter[:, :, rank].reshape(-1)),
                 pa.array(exits[:, :, rank].reshape(-1)),
                 pa.array(["simulated"] * n, type=pa.string()),
+                pa.array(["completed"] * n, type=pa.string()),
+                pa.nulls(n, pa.string()),
+                pa.array(np.full(n, -1, dtype=np.int64)),
             ],
             schema=schema.EVENTS,
         )

@@ -66,11 +66,12 @@ def _read_meta(path: Path) -> dict[str, Any]:
     if meta.get("schema") != schema.SCHEMA_NAME:
         raise TraceError(path, f"not a syncpace trace (schema is {meta.get('schema')!r})")
     version = meta.get("schema_version")
-    if version != schema.SCHEMA_VERSION:
+    if version not in schema.READABLE_VERSIONS or isinstance(version, bool):
+        readable = ", ".join(str(v) for v in schema.READABLE_VERSIONS)
         raise TraceError(
             path,
             f"trace schema version {version!r} is not supported "
-            f"(this syncpace reads version {schema.SCHEMA_VERSION})",
+            f"(this syncpace reads versions {readable})",
         )
     for key in schema.REQUIRED_META_KEYS:
         if key not in meta:
@@ -172,9 +173,12 @@ def load_trace(path: str | Path, *, allow_missing_ranks: bool = True) -> Trace:
     event_tables, step_tables = [], []
     for rank, meta in sorted(metas.items()):
         stem = root / schema.rank_stem(rank)
-        event_tables.append(
-            _read_stream(Path(f"{stem}{schema.EVENTS_SUFFIX}"), schema.EVENTS, warnings)
-        )
+        events_path = Path(f"{stem}{schema.EVENTS_SUFFIX}")
+        if meta["schema_version"] == 1:
+            v1 = _read_stream(events_path, schema.EVENTS_V1, warnings)
+            event_tables.append(schema.upgrade_events(v1))
+        else:
+            event_tables.append(_read_stream(events_path, schema.EVENTS, warnings))
         step_tables.append(
             _read_stream(Path(f"{stem}{schema.STEPS_SUFFIX}"), schema.STEPS, warnings)
         )

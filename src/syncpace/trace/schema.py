@@ -1,4 +1,4 @@
-"""Trace schema v1: file names, columns and the per-rank metadata keys.
+"""Trace schema v2: file names, columns and the per-rank metadata keys.
 
 A run directory holds, for every rank ``R`` (zero-padded to five digits):
 
@@ -7,14 +7,20 @@ A run directory holds, for every rank ``R`` (zero-padded to five digits):
 * ``rank-R.steps.arrow``  iteration boundaries (Arrow IPC stream).
 
 Timestamps are nanoseconds on rank 0's clock (see ``docs/trace-format.md``).
+Version 1 traces (no ``status``, ``error`` or ``wait_ns`` column) are still read: the
+reader derives the missing columns (:func:`upgrade_events`).
 """
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 SCHEMA_NAME = "syncpace.trace"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+#: Versions this syncpace reads.
+READABLE_VERSIONS = (1, 2)
 
 META_SUFFIX = ".meta.json"
 EVENTS_SUFFIX = ".events.arrow"
@@ -34,9 +40,16 @@ EVENTS = pa.schema(
         ("enter_ns", pa.int64()),
         ("exit_ns", pa.int64()),
         ("timing", pa.string()),
+        ("status", pa.string()),
+        ("error", pa.string()),
+        ("wait_ns", pa.int64()),
     ],
     metadata={"schema": SCHEMA_NAME, "schema_version": str(SCHEMA_VERSION), "table": "events"},
 )
+
+#: Columns version 1 lacked, appended at the end by version 2.
+EVENTS_V2_COLUMNS = ("status", "error", "wait_ns")
+EVENTS_V1 = pa.schema([f for f in EVENTS if f.name not in EVENTS_V2_COLUMNS])
 
 STEPS = pa.schema(
     [
@@ -77,6 +90,17 @@ TIMING_SOURCES = (
     "simulated",  # written by the simulator
 )
 
+#: What became of a call (``status``). Every status but ``completed`` describes a call
+#: whose ``exit_ns`` is not a completion time: when it failed, or ``-1``.
+STATUSES = (
+    "completed",  # the work finished and its completion was observed
+    "failed",  # the call or its wait raised; ``error`` holds "Type: message"
+    "timed_out",  # the wait raised a timeout (the backend's or the caller's)
+    "aborted",  # the process group was aborted or shut down with the work in flight
+    "unobserved",  # the work was dropped without its completion being observed
+    "pending",  # entered, and the trace ended (crash, hang, kill) before it completed
+)
+
 #: Keys every ``rank-R.meta.json`` must carry.
 REQUIRED_META_KEYS = ("schema", "schema_version", "rank", "world_size", "host")
 
@@ -85,3 +109,14 @@ NO_PEER = -1
 
 def rank_stem(rank: int) -> str:
     return f"rank-{rank:05d}"
+
+
+def upgrade_events(table: pa.Table) -> pa.Table:
+    """A version-1 events table with the version-2 columns derived: ``status`` is
+    ``unobserved`` where ``exit_ns`` is -1 and ``completed`` elsewhere, no ``error``,
+    and ``wait_ns`` -1 (not recorded)."""
+    n = table.num_rows
+    status = pc.if_else(pc.less(table.column("exit_ns"), 0), "unobserved", "completed")
+    table = table.append_column("status", status.cast(pa.string()))
+    table = table.append_column("error", pa.nulls(n, pa.string()))
+    return table.append_column("wait_ns", pa.array(np.full(n, -1, dtype=np.int64)))

@@ -90,7 +90,9 @@ class RankTraceWriter:
         self.meta.setdefault("finished", False)
         self.meta.setdefault("dropped_events", 0)
         self._events = _Stream(
-            self.dir / f"{stem}{schema.EVENTS_SUFFIX}", schema.EVENTS, ("enter_ns", "exit_ns")
+            self.dir / f"{stem}{schema.EVENTS_SUFFIX}",
+            schema.EVENTS,
+            ("enter_ns", "exit_ns", "wait_ns"),
         )
         self._steps = _Stream(
             self.dir / f"{stem}{schema.STEPS_SUFFIX}", schema.STEPS, ("start_ns", "end_ns")
