@@ -35,6 +35,7 @@ def prepare_run_dir(out: str | None, overwrite: bool) -> Path:
     if run_dir.exists() and not run_dir.is_dir():
         raise ConfigError(f"{run_dir}: exists and is not a directory")
     existing = sorted(run_dir.glob("rank-*")) if run_dir.exists() else []
+    hosts = sorted(run_dir.glob("host-*")) if run_dir.exists() else []
     if existing and not overwrite:
         raise ConfigError(
             f"{run_dir}: already holds a trace ({len(existing)} rank files); "
@@ -42,6 +43,9 @@ def prepare_run_dir(out: str | None, overwrite: bool) -> Path:
         )
     for path in existing:
         if path.name.startswith("rank-") and path.suffix in (".json", ".arrow", ".tmp"):
+            path.unlink()
+    for path in hosts:  # the host sampler's files of the run being replaced
+        if path.suffix in (".json", ".arrow", ".tmp", ".lock"):
             path.unlink()
     run_dir.mkdir(parents=True, exist_ok=True)
     return run_dir

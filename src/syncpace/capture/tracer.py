@@ -25,6 +25,7 @@ from syncpace.capture.clock import ClockSync, OffsetEstimate, local_clock
 from syncpace.capture.config import TraceConfig
 from syncpace.capture.host import device_facts, env_int, rank_facts
 from syncpace.capture.log import warn_once
+from syncpace.capture.sampler import SamplerHandle, start_host_sampler
 from syncpace.capture.torch_hooks import install
 from syncpace.capture.work import TimedWork, classify
 from syncpace.config import from_env
@@ -69,6 +70,7 @@ class Tracer:
         self.controller: PacingController | None = None
         self.arrival_step = -1
         self._arrival_ns = 0
+        self._host_sampler: SamplerHandle | None = None
 
     # Process groups --------------------------------------------------------------
     def on_group(self, name: str, ranks: list[int], backend: str) -> None:
@@ -113,6 +115,9 @@ class Tracer:
         self._last_boundary = self.now()
         self.writer.update_meta(started_ns=self._last_boundary + self._offset_ns)
         self._clock_sync.start_periodic()
+        self._host_sampler = start_host_sampler(
+            out, rank, self.config, self.clock, self.writer.meta_path, lambda: self._offset_ns
+        )
         self._start_controller(store, rank, world_size)
         atexit.register(self.close)
         _install_sigterm(self)
@@ -208,6 +213,9 @@ class Tracer:
     def close(self) -> None:
         if self._clock_sync is not None:
             self._clock_sync.stop()
+        sampler, self._host_sampler = self._host_sampler, None
+        if sampler is not None:
+            sampler.stop()
         writer, self.writer = self.writer, None
         if writer is not None:
             final = {}
