@@ -5,9 +5,8 @@ host bridges of one NUMA node; SYS across NUMA nodes; NV# bonded NVLinks)."""
 
 from __future__ import annotations
 
-from sysfs import switch_host, two_socket_host
-
 from syncpace.capture import pcie
+from sysfs_trees import switch_host, two_socket_host
 
 TWO_SOCKET = """
       GPU0 GPU1 GPU2 GPU3 GPU4 GPU5 GPU6 GPU7 NIC0 NIC1 NIC2 NIC3

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from sysfs import switch_host, two_socket_host, write_netdev, write_netstat, write_snmp
 
 from syncpace.analysis.hostcounters import host_metrics
 from syncpace.capture import netstats
@@ -24,6 +23,7 @@ from syncpace.capture.config import TraceConfig
 from syncpace.capture.sampler import HostSampler, start_host_sampler
 from syncpace.trace import schema
 from syncpace.trace.reader import load_host_files
+from sysfs_trees import switch_host, two_socket_host, write_netdev, write_netstat, write_snmp
 
 
 class FakeQdiscs:

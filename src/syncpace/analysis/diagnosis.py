@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from syncpace.analysis.detectors import DETECTORS, Context, Detector
+from syncpace.analysis.detectors.hosts import attach_host_evidence
 from syncpace.analysis.findings import Finding, Severity, rank_findings
 from syncpace.analysis.metrics import RunMetrics
 from syncpace.analysis.scaling import ScalingPoint
@@ -24,6 +25,7 @@ def diagnose_run(
 ) -> list[Finding]:
     ctx = Context(metrics, thresholds)
     findings = [f for detector in detectors for f in detector(ctx)]
+    findings = attach_host_evidence(findings, metrics, thresholds)
     if any(f.mode == "clock_uncertainty" for f in findings):
         findings = [
             replace(f, confidence=f.confidence / 2) if f.mode in _SKEW_BASED else f

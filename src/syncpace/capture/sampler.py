@@ -162,6 +162,7 @@ class HostSampler:
         )
         self._cpu0 = time.clock_gettime_ns(self._clock_id)
         self.errors: dict[str, str] = {}
+        Path(run_dir).mkdir(parents=True, exist_ok=True)
         self.meta_path, counters_path = host_paths(run_dir, host)
         self.meta: dict[str, Any] = {
             "host": host,
