@@ -78,7 +78,7 @@ def test_ticks_are_written_where_values_change(tmp_path, host):
         eth0 = {"tx_bytes": tx, "tx_packets": tx // 1000}
         write_netdev(host, {"eth0": eth0, "eth1": {}, "eth2": {}})
         write_snmp(host, {"OutSegs": 100 + tick * 10, "RetransSegs": 3 if tick >= 7 else 0})
-        sampler.step(slow=tick in (0, 9))
+        sampler.step(slow=True)
         clock.t += 10_000_000
     sampler.close()
     counters, hosts = load_host_files(tmp_path / "run", [])
@@ -241,7 +241,9 @@ def test_loopback_traffic_shows_in_the_real_counters(tmp_path):
     """20 MB sent over loopback through the real kernel: the sampler sees at least that
     many bytes on ``lo`` and the TCP segments that carried them."""
     stop = threading.Event()
-    sampler = HostSampler(tmp_path, "here", nics="lo", interval_s=0.005, use_nvml=False)
+    sampler = HostSampler(
+        tmp_path, "here", nics="lo", interval_s=0.005, slow_interval_s=0.005, use_nvml=False
+    )
     thread = threading.Thread(target=sampler.run, args=(stop,))
     thread.start()
     _wait_for(lambda: sampler.ticks >= 2)  # samples before the traffic

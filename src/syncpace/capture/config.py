@@ -41,10 +41,10 @@ class TraceConfig:
         "the host's first rank), 'thread' (a thread inside that rank) or 'off'.",
     )
     counters_interval_s: float = setting(
-        0.01, "Seconds between samples of NIC, qdisc and TCP counters (0.001 sees bursts)."
+        0.01, "Seconds between samples of NIC and qdisc counters (0.001 sees shorter bursts)."
     )
     counters_slow_interval_s: float = setting(
-        0.1, "Seconds between samples of the costlier sources: InfiniBand, NVML, netstat."
+        0.1, "Seconds between samples of TCP/UDP, InfiniBand and NVML counters."
     )
     counters_nics: str = setting(
         "",

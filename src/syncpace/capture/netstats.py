@@ -441,9 +441,10 @@ class NetlinkQdiscs:
                     if kind == _NLMSG_ERROR:
                         code = struct.unpack_from("=i", data, offset + 16)[0]
                         raise OSError(-code, os.strerror(-code))
-                    ifindex, parent, stats = parse_qdisc_message(data, offset, length)
+                    # only root qdiscs are parsed (mq's and htb's children are not)
+                    _f, ifindex, _h, parent, _i = _TCMSG.unpack_from(data, offset + 16)
                     if parent == _TC_H_ROOT:
-                        roots[ifindex] = stats
+                        roots[ifindex] = parse_qdisc_message(data, offset, length)[2]
                 offset += (length + 3) & ~3
 
     def close(self) -> None:

@@ -10,12 +10,12 @@ when the parent dies (end of file, or the parent's pid gone), or on SIGTERM; the
 parent waits a bounded time for it at close, then kills it.
 
 Each tick reads the fast sources (``/proc/net/dev``, the root qdiscs over netlink,
-``/proc/net/snmp``, the link rates) and, every ``counters_slow_interval_s``, the slow
-ones (``/proc/net/netstat``, interface attributes, InfiniBand, NVML, the sampler's own
-cost). A series is written only where its value changes, with both ends of every span
-in which it stays the same (see ``trace/schema.py``), so idle counters cost nothing and
-intervals are exact. Every failure is recorded in the host's facts and never raised:
-a source that fails is left out, a sampler that fails stops.
+the link rates: what bursts show in) and, every ``counters_slow_interval_s``, the slow
+ones (``/proc/net/snmp`` and ``/proc/net/netstat``, interface attributes, InfiniBand,
+NVML, the sampler's own cost). A series is written only where its value changes, with
+both ends of every span in which it stays the same (see ``trace/schema.py``), so idle
+counters cost nothing and intervals are exact. Every failure is recorded in the host's
+facts and never raised: a source that fails is left out, a sampler that fails stops.
 """
 
 from __future__ import annotations
@@ -212,9 +212,9 @@ class HostSampler:
         attrs = netstats.NicAttrs(root, names)
         add(fast, "netdev", lambda: netstats.NetDev(root, names))
         qdisc = add(fast, "qdisc", lambda: netstats.Qdisc(nics, qdisc_dumper)) if nics else None
-        add(fast, "snmp", lambda: netstats.snmp(root))
         rate = netstats.LinkRate(names, rates, qdisc, attrs)
         slow.append(attrs)
+        add(slow, "snmp", lambda: netstats.snmp(root))
         add(slow, "netstat", lambda: netstats.netstat(root))
         ib = add(slow, "infiniband", lambda: netstats.Infiniband(root))
         gpus = None
@@ -288,7 +288,7 @@ class HostSampler:
                 if next_tick <= end:  # overran, or descheduled: skip, never burst
                     self.late_ticks += 1
                     next_tick += ((end - next_tick) // interval + 1) * interval
-                if stop.wait((next_tick - end) / 1e9):
+                if _sleep(stop, (next_tick - end) / 1e9):
                     break
         except Exception as exc:  # the sampler stops; the job never notices
             self.errors.setdefault("sampler", f"{type(exc).__name__}: {exc}")
@@ -331,6 +331,18 @@ class HostSampler:
             write_host_meta(self.meta_path, self.meta)
         except OSError as exc:
             warn_once("host_meta", "cannot write %s: %s", self.meta_path, exc)
+
+
+def _sleep(stop: threading.Event, seconds: float) -> bool:
+    """Sleep ``seconds``; True when ``stop`` is set. Short sleeps use ``time.sleep``
+    (an Event wait allocates and takes locks at every tick); ``stop`` is then seen
+    within one tick."""
+    if stop.is_set():
+        return True
+    if seconds < 0.05:
+        time.sleep(max(seconds, 0.0))
+        return stop.is_set()
+    return stop.wait(seconds)
 
 
 # Starting it from a rank ------------------------------------------------------------------
