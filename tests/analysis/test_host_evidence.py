@@ -126,3 +126,20 @@ def test_without_host_files_findings_are_unchanged(fixture_copy):
     run = fixture_copy("fabric_contention")
     (finding,) = [f for f in analyze(run).findings if f.mode == "fabric_contention"]
     assert "host_counters" not in finding.evidence and "host " not in finding.summary
+
+
+def test_a_healthy_verdict_still_says_a_host_lost_packets(fixture_copy, tmp_path):
+    run = fixture_copy("healthy")
+    tree = switch_host(tmp_path / "node1")
+    write_netstat(tree, {})
+
+    def script(tick: int) -> None:
+        eth0 = {"rx_packets": tick * 10_000, "rx_dropped": tick * 20}
+        write_netdev(tree, {"eth0": eth0, "eth1": {}, "eth2": {}})
+        write_snmp(tree, {})
+
+    _sample(run, "node1", tree, 6, script, use_nvml=False)
+    (finding,) = analyze(run).findings
+    assert finding.mode == "healthy"
+    assert "host node1 eth0 dropped 0.20% of receive packets" in finding.summary
+    assert finding.evidence["host_counters"]["node1"]["nics"]["eth0"]["rx_drops"] == 100

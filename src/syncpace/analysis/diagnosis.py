@@ -25,7 +25,6 @@ def diagnose_run(
 ) -> list[Finding]:
     ctx = Context(metrics, thresholds)
     findings = [f for detector in detectors for f in detector(ctx)]
-    findings = attach_host_evidence(findings, metrics, thresholds)
     if any(f.mode == "clock_uncertainty" for f in findings):
         findings = [
             replace(f, confidence=f.confidence / 2) if f.mode in _SKEW_BASED else f
@@ -33,6 +32,7 @@ def diagnose_run(
         ]
     if not any(f.severity >= Severity.WARNING for f in findings):
         findings.append(_healthy(ctx))
+    findings = attach_host_evidence(findings, metrics, thresholds)
     return order(findings)
 
 

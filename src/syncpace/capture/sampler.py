@@ -437,9 +437,11 @@ def start_host_sampler(
         }
         if config.host_sampler == "thread":
             stop = threading.Event()
-            sampler = _from_spec(spec, offset_ns, thread_cpu=True)
             thread = threading.Thread(
-                target=sampler.run, args=(stop,), name="syncpace-host-sampler", daemon=True
+                target=_run_in_thread,
+                args=(spec, offset_ns, stop),
+                name="syncpace-host-sampler",
+                daemon=True,
             )
             thread.start()
             return SamplerHandle(lock, thread=thread, stop_event=stop)
@@ -456,6 +458,19 @@ def start_host_sampler(
     except Exception as exc:  # the job runs without host counters
         warn_once("host_sampler", "host counters disabled: %s", exc)
         return None
+
+
+def _run_in_thread(
+    spec: dict[str, Any], offset_ns: Callable[[], int], stop: threading.Event
+) -> None:
+    """The thread's body: even building the sources (NVML's start-up can take a while)
+    stays off the training thread."""
+    try:
+        sampler = _from_spec(spec, offset_ns, thread_cpu=True)
+    except Exception as exc:
+        warn_once("host_sampler", "host counters disabled: %s", exc)
+        return
+    sampler.run(stop)
 
 
 def _from_spec(

@@ -1,6 +1,7 @@
 """What the hosts saw, attached to the findings that timing alone produced.
 
 Runs after the detectors: network findings get the counters of the hosts involved
+(and a ``healthy`` verdict gets them too when some host lost packets or saturated)
 (TCP retransmissions, NIC and qdisc drops, utilisation peaks, InfiniBand transmit
 waits and errors); locality findings get each late rank's GPU–NIC PCIe class and NUMA
 placement; straggler findings get the late ranks' GPU clocks, power and throttling
@@ -47,6 +48,8 @@ def attach_host_evidence(
     for f in findings:
         if f.mode in NETWORK_MODES:
             f = _network(f, hosts, thresholds)
+        elif f.mode == "healthy":
+            f = _network(f, hosts, thresholds, only_if_named=True)
         elif f.mode == "locality_variance":
             f = _placement(f, hosts)
         elif f.mode == "straggler":
@@ -153,7 +156,11 @@ def _rate(bps: float) -> str:
     return f"{bps:g} bit/s"
 
 
-def _network(f: Finding, hosts: HostMetrics, th: Thresholds) -> Finding:
+def _network(
+    f: Finding, hosts: HostMetrics, th: Thresholds, only_if_named: bool = False
+) -> Finding:
+    """``only_if_named``: attach nothing unless some host passes a threshold (a run
+    whose timing looks healthy still says when a host lost packets)."""
     names = list(f.nodes) or sorted(hosts.hosts)
     evidence = host_counter_evidence(hosts, names)
     if not evidence:
@@ -167,6 +174,8 @@ def _network(f: Finding, hosts: HostMetrics, th: Thresholds) -> Finding:
     ranked = sorted(evidence, key=lambda h: -loss(h))
     evidence = {h: evidence[h] for h in ranked[:MAX_HOSTS]}
     notes = [n for _w, n in _host_notes(evidence, th)]
+    if only_if_named and not notes:
+        return f
     return _with(f, "host_counters", evidence, notes)
 
 
