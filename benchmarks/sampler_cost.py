@@ -8,7 +8,12 @@ and while a loopback TCP flow makes every NIC and TCP counter change at every ti
 is left out) and, for comparison, the child's total from ``wait4`` (start-up included).
 Each point is repeated ``--repeats`` times; medians are printed.
 
+With ``--job PAIRS``, it also measures what a node's sampler costs a job: the 4-rank
+DDP job of ``tracer_overhead.py``, traced with the sampler off and on (at the first
+cadence), alternated ``PAIRS`` times; the ratio of median step rates.
+
     python benchmarks/sampler_cost.py [--seconds 10] [--repeats 3] [--cadences 0.01,0.001]
+                                      [--job 5]
 """
 
 from __future__ import annotations
@@ -30,6 +35,9 @@ from rich.console import Console
 from rich.table import Table
 
 from syncpace.capture.clock import LocalClock
+from syncpace.capture.config import TraceConfig
+from syncpace.capture.launch import traced_env
+from syncpace.ports import free_port
 from syncpace.trace.reader import load_host_files
 
 
@@ -111,12 +119,52 @@ def run_once(interval_s: float, seconds: float, nics: str) -> dict[str, float]:
         }
 
 
+WORKER = Path(__file__).with_name("_overhead_worker.py")
+
+
+def ddp_rate(sampler: str, interval_s: float, ranks: int = 4) -> float:
+    """Median steps/s of the DDP job, traced, with the host sampler ``sampler``."""
+    with tempfile.TemporaryDirectory() as tmp:
+        config = TraceConfig(
+            dir=tmp, clock_interval_s=0, host_sampler=sampler, counters_interval_s=interval_s
+        )
+        base = traced_env(Path(tmp), config, dict(os.environ))
+        port = free_port()
+        procs = []
+        for rank in range(ranks):
+            env = dict(
+                base,
+                RANK=str(rank),
+                WORLD_SIZE=str(ranks),
+                LOCAL_RANK=str(rank),
+                MASTER_ADDR="127.0.0.1",
+                MASTER_PORT=str(port),
+                OMP_NUM_THREADS="1",
+            )
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, str(WORKER), "ddp", "30", "96", "64"],
+                    env=env,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                )
+            )
+        outputs = [p.communicate(timeout=600) for p in procs]
+        for p, (_out, err) in zip(procs, outputs, strict=True):
+            if p.returncode not in (0, -6):  # -6: gloo's rare abort after teardown
+                raise SystemExit(f"benchmark rank failed ({p.returncode}):\n{err[-2000:]}")
+        times = json.loads(outputs[0][0].strip().splitlines()[-1])
+        return 1 / statistics.median(times)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--cadences", default="0.01,0.001", help="seconds, comma-separated")
     parser.add_argument("--nics", default="", help="interfaces (default: the sampler's choice)")
+    parser.add_argument("--job", type=int, default=0, help="off/on pairs of the DDP job")
     args = parser.parse_args()
     console = Console()
     table = Table(title="host sampler cost (medians)")
@@ -146,7 +194,20 @@ def main() -> None:
                 f"{med['kb_per_s']:.1f}",
             )
     console.print(table)
-    print(json.dumps(results))
+    job = {}
+    if args.job:
+        cadence = float(args.cadences.split(",")[0])
+        rates: dict[str, list[float]] = {"off": [], "process": []}
+        for _ in range(args.job):
+            for mode in rates:
+                rates[mode].append(ddp_rate(mode, cadence))
+        ratio = statistics.median(rates["process"]) / statistics.median(rates["off"])
+        job = {"cadence_s": cadence, "pairs": args.job, "ratio": ratio, "rates": rates}
+        console.print(
+            f"DDP job, 4 ranks, steps/s with the sampler at {cadence * 1e3:g} ms over without: "
+            f"ratio {ratio:.3f} (medians of {args.job} alternated pairs)"
+        )
+    print(json.dumps({"sampler": results, "job": job}))
 
 
 if __name__ == "__main__":
