@@ -23,7 +23,7 @@ from syncpace.analysis.metrics import RunMetrics
 from syncpace.analysis.thresholds import Thresholds
 
 #: Findings about the network that the hosts' counters bear on.
-NETWORK_MODES = ("fabric_contention", "bandwidth_bound", "slow_link")
+NETWORK_MODES = ("fabric_contention", "bandwidth_bound", "comm_dominated", "slow_link")
 #: At most this many hosts (the worst first) in a finding's evidence.
 MAX_HOSTS = 8
 #: At most this many notes appended to a summary.
