@@ -18,6 +18,8 @@ from syncpace.report.extras import run_extras
 
 _MAX_HEATMAP_STEPS = 400  # columns; longer runs are binned so the page stays light
 _MAX_POINTS = 20_000  # scatter points; more are sampled (seeded)
+#: The section title of the iteration-time figure (the report places it by the runs).
+ITERATION_TIME = "Iteration time"
 #: One colour per run, the same in every figure of a report.
 RUN_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2")
 
@@ -236,7 +238,7 @@ def all_figures(analysis: Analysis) -> tuple[list[tuple[str, go.Figure]], list[s
     could not be shown. Runs side by side share a figure where they share an axis; the
     scaling curve is drawn only for a scaling study (runs of different world sizes)."""
     figs = [
-        ("Iteration time", iteration_timeline(analysis)),
+        (ITERATION_TIME, iteration_timeline(analysis)),
         ("Iteration time CDF", step_cdf(analysis)),
     ]
     for run in analysis.runs:

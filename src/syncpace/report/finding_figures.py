@@ -26,7 +26,7 @@ from plotly.subplots import make_subplots
 
 from syncpace.analysis import Analysis, RunMetrics
 from syncpace.report import format as fmt
-from syncpace.report.figures import _name, run_colour
+from syncpace.report.figures import _name, _sample_index, run_colour
 from syncpace.report.links import busiest_links, run_window, window_series
 from syncpace.report.merge import MergedFinding
 from syncpace.report.timeline import iteration_figure
@@ -118,10 +118,11 @@ def _inflation(run: RunMetrics, knee: int) -> pl.DataFrame:
         return pl.DataFrame(schema={"t_s": pl.Float64, "inflation": pl.Float64})
     size_class = pl.col("bytes").log(2).floor()
     best = pl.col("service_ns").quantile(0.05, "lower").over("op", "n", size_class)
-    return inst.select(
+    out = inst.select(
         t_s=(pl.col("last_enter") - window[0]) / 1e9,
         inflation=pl.col("service_ns") / best,
-    ).sort("t_s")
+    )
+    return out[_sample_index(out.height)].sort("t_s")
 
 
 def fabric_contention(analysis: Analysis, m: MergedFinding) -> Figures:
@@ -194,6 +195,7 @@ def latency_bound(analysis: Analysis, m: MergedFinding) -> Figures:
     knee = analysis.thresholds.latency_knee_bytes
     for run in _runs(analysis, m):
         inst = run.instances.filter(pl.col("service_ns") > 0)
+        inst = inst[_sample_index(inst.height)]
         fig.add_scatter(
             x=inst["bytes"],
             y=inst["service_ns"] / 1e3,
@@ -281,8 +283,9 @@ def overlap(analysis: Analysis, m: MergedFinding) -> Figures:
         step = pick.get("typical", pick.get("slowest"))
         if step is not None:
             t = f"One typical iteration (step {step}): compute, waits and transfers"
+            named = list(m.ranks)
             fig2 = iteration_figure(
-                sample, step, fmt.Places.of(run.placement), title=t, height=HEIGHT + 40
+                sample, step, fmt.Places.of(run.placement), title=t, named=named, max_lanes=8
             )
             figs.append((t, fig2))
     return figs

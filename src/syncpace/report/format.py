@@ -86,6 +86,9 @@ LABELS = {
     "threshold": "threshold",
 }
 
+#: Keys whose unit their name does not carry.
+KINDS = {"threshold": "percent"}
+
 _TIME_UNITS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
 _SHARE_TOKENS = {"share", "fraction", "ratio"}
 _RANK_KEYS = {"ranks", "rank", "late_ranks", "missing_ranks"}
@@ -313,6 +316,8 @@ def run_names(runs: Sequence[str]) -> dict[str, str]:
 
 
 def _kind(key: str) -> str:
+    if key in KINDS:
+        return KINDS[key]
     tokens = key.lower().split("_")
     if key in _RANK_KEYS or tokens[-1] == "ranks" and "ever" not in tokens:
         return "ranks"

@@ -62,9 +62,15 @@ table.t td.num{text-align:right;white-space:nowrap}
 .finding.info{border-color:#2e7d32}
 .finding .sev{font-size:12px;font-weight:400;color:#666;margin-left:6px}
 .card{display:grid;grid-template-columns:minmax(420px,1fr) minmax(480px,1.2fr);gap:16px}
+.card>div,.runs-grid>div{overflow-x:auto}
+.many .card,.many .runs-grid{grid-template-columns:1fr}
+.many .plots{display:grid;grid-template-columns:1fr 1fr}
 .plots{display:flex;flex-direction:column;gap:6px}
 .plot{min-height:420px}.plot.small{min-height:300px}
 .grid2{display:grid;grid-template-columns:1fr 1fr;gap:12px}
+.runs-grid{display:grid;grid-template-columns:minmax(480px,1fr) minmax(480px,1fr);gap:16px;
+ align-items:start}
+table.runs td{max-width:330px}
 .hint{font-size:13px;color:#444;background:#f5f5f5;padding:6px 10px;font-family:monospace}
 """
 
@@ -165,7 +171,7 @@ def verdict_html(v: Verdict) -> str:
 # --------------------------------------------------------------------------- runs
 
 
-def runs_html(analysis: Analysis) -> str:
+def runs_html(analysis: Analysis, figures: _Figures, iteration_plot: Any = None) -> str:
     names = fmt.run_names([r.run for r in analysis.runs])
     changes = {c.run: c for c in analysis.comparison}
     rows: list[tuple[str, list[str]]] = []
@@ -207,10 +213,14 @@ def runs_html(analysis: Analysis) -> str:
         "scaling": f"{len(runs)} runs of {len({r.world_size for r in runs})} world sizes: "
         "a scaling study (see the scaling plot).",
     }[analysis.study]
+    table = (
+        f'<table class="t runs"><thead><tr><th></th>{head}</tr></thead><tbody>{body}</tbody>'
+        "</table>"
+    )
+    plot = figures.place(iteration_plot) if iteration_plot is not None else ""
     return (
         f'<section id="runs"><h2>Runs side by side</h2><p class="meta">{e(kind)}</p>'
-        f'<table class="t runs"><thead><tr><th></th>{head}</tr></thead><tbody>{body}</tbody>'
-        "</table></section>"
+        f'<div class="runs-grid"><div>{table}</div><div>{plot}</div></div></section>'
     )
 
 
@@ -340,19 +350,23 @@ def render_html(analysis: Analysis, *, plotly_js: str | None = None) -> str:
         # plotly is the optional [report] extra: the figure modules import it at their top.
         from plotly.offline import get_plotlyjs
 
-        from syncpace.report.figures import all_figures
+        from syncpace.report.figures import ITERATION_TIME, all_figures
         from syncpace.report.finding_figures import finding_figures
     except ImportError as exc:  # pragma: no cover - plotly is the [report] extra
         raise PlotlyMissing("the HTML report needs plotly: pip install 'syncpace[report]'") from exc
     merged = merge_findings(analysis)
     verdict = build_verdict(analysis, merged)
     figures = _Figures()
+    overview, notes = all_figures(analysis)
+    # the runs' iteration times, overlaid, stand beside the runs table
+    iteration_plot = next((f for t, f in overview if t == ITERATION_TIME), None)
+    overview = [(t, f) for t, f in overview if t != ITERATION_TIME]
+    runs = runs_html(analysis, figures, iteration_plot)
     cards = "".join(
         _finding_card(analysis, m, i, figures, finding_figures) for i, m in enumerate(merged, 1)
     )
     named = sorted({r for m in merged if m.is_cause for r in m.ranks})
     timeline = timeline_html(analysis, figures, named)
-    overview, notes = all_figures(analysis)
     # two columns: runs side by side (all_figures puts each run's figure of a kind together)
     blocks = "".join(f"<div><h3>{e(t)}</h3>{figures.place(f)}</div>" for t, f in overview)
     run_list = ", ".join(
@@ -369,11 +383,12 @@ def render_html(analysis: Analysis, *, plotly_js: str | None = None) -> str:
                 if plotly_js is None
                 else f'<script src="{e(plotly_js)}"></script>'
             ),
-            "</head><body>",
+            # more than two runs: tables get the page's width, plots go below them
+            "</head><body class='many'>" if len(analysis.runs) > 2 else "</head><body>",
             f"<h1>syncpace report</h1><p class='meta'>{e(run_list)} · syncpace "
             f"{e(__version__)}</p>",
             verdict_html(verdict),
-            runs_html(analysis),
+            runs,
             '<section id="findings"><h2>Findings</h2>',
             cards,
             "</section>",

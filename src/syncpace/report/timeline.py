@@ -43,18 +43,21 @@ WAIT = "#e57373"
 PACING = "#f2c14e"
 
 
-def lanes(sample: IterationSample, step: int, named: Sequence[int] = ()) -> list[int]:
-    """The ranks to draw for ``step``, in rank order."""
+def lanes(
+    sample: IterationSample, step: int, named: Sequence[int] = (), max_lanes: int = MAX_LANES
+) -> list[int]:
+    """The ranks to draw for ``step``, in rank order: all, or at most ``max_lanes`` —
+    the named ones, the first and the last to arrive, an even sample of the rest."""
     ranks = sorted(sample.steps.filter(pl.col("step") == step)["rank"].unique().to_list())
-    if len(ranks) <= MAX_LANES:
+    if len(ranks) <= max_lanes:
         return ranks
     calls = sample.events.filter(pl.col("step") == step)
-    keep = [r for r in named if r in ranks][: MAX_LANES // 2]
+    keep = [r for r in named if r in ranks][: max_lanes // 2]
     if calls.height:
         first = calls.group_by("rank").agg(pl.col("enter_ns").min()).sort("enter_ns", "rank")
         keep += [int(first["rank"][0]), int(first["rank"][-1])]
     rest = [r for r in ranks if r not in keep]
-    room = MAX_LANES - len(set(keep))
+    room = max_lanes - len(set(keep))
     if room > 0 and rest:
         stride = len(rest) / room
         keep += [rest[int(i * stride)] for i in range(room)]
@@ -89,9 +92,10 @@ def iteration_figure(
     title: str,
     named: Sequence[int] = (),
     height: int | None = None,
+    max_lanes: int = MAX_LANES,
 ) -> go.Figure:
     steps = sample.steps.filter(pl.col("step") == step)
-    shown = lanes(sample, step, named)
+    shown = lanes(sample, step, named, max_lanes)
     steps = steps.filter(pl.col("rank").is_in(shown))
     fig = go.Figure()
     if steps.height == 0:
@@ -196,7 +200,7 @@ def iteration_figure(
         title=html.escape(title),
         barmode="overlay",
         template="plotly_white",
-        height=height or max(260, 34 * len(shown) + 140),
+        height=height or max(280, 30 * len(shown) + 150),
         xaxis_title=f"time from the iteration's start ({unit})",
         yaxis={
             "tickvals": list(y.values()),

@@ -116,15 +116,28 @@ def _cause(m: MergedFinding, runs: dict[str, RunMetrics], names: dict[str, str])
 
 
 def _costs(m: MergedFinding, names: dict[str, str]) -> str:
-    """'51% of each iteration', or per run: '51% (trace), 50% (trace-paced) of each
-    iteration'."""
+    """'51% of each iteration'; over runs '51% (trace), 50% (trace-paced) of each
+    iteration', naming only the runs that show it when it is missing from some, and a
+    range when more than three show it."""
     if len(m.per_run) == 1:
         return f"{fmt.percent(m.first.cost)} of each iteration"
-    parts = [
-        f"{fmt.percent(f.cost) if f is not None else 'not found'} ({names.get(run, run)})"
-        for run, f in m.per_run
-    ]
-    return ", ".join(parts) + " of each iteration"
+    found = [(run, f) for run, f in m.per_run if f is not None]
+    missing = len(m.per_run) - len(found)
+    if len(found) <= 3:
+        text = ", ".join(f"{fmt.percent(f.cost)} ({names.get(run, run)})" for run, f in found)
+        text += " of each iteration"
+    else:
+        lo, hi = min(f.cost for _, f in found), max(f.cost for _, f in found)
+        span = (
+            fmt.percent(lo)
+            if fmt.percent(lo) == fmt.percent(hi)
+            else (f"{fmt.percent(lo)}–{fmt.percent(hi)}")
+        )
+        text = f"{span} of each iteration in {len(found)} of {len(m.per_run)} runs"
+        missing = 0
+    if missing:
+        text += f"; not found in the {'other run' if missing == 1 else f'{missing} other runs'}"
+    return text
 
 
 def where(m: MergedFinding, places: fmt.Places, links: tuple[LinkLoad, ...] = ()) -> str:
