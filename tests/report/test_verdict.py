@@ -60,6 +60,17 @@ def test_verdict_of_one_run_names_the_rank_and_its_host():
     assert v.headline == "One cause costs most"
 
 
+def test_a_run_without_a_cause_but_with_lost_ranks_is_not_called_healthy(tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(DATA / "healthy", run)
+    for path in run.glob("rank-00006.*"):
+        path.unlink()
+    v = build_verdict(analyze(run))
+    assert v.healthy  # no cause ...
+    assert v.headline.startswith("No cause found in what was traced")  # ... but not healthy
+    assert any("ranks have no trace" in q for q in v.quality)
+
+
 def test_healthy_run_has_no_cause():
     v = build_verdict(analyze(DATA / "healthy"))
     assert v.healthy and v.headline == "No scaling problem found"
@@ -76,6 +87,7 @@ def test_data_quality_warnings_come_with_the_verdict(tmp_path):
     (run / "rank-00003.meta.json").write_text(json.dumps(meta))
     v = build_verdict(analyze(run))
     text = " | ".join(v.quality)
+    assert v.headline != "No scaling problem found"
     assert "1 of 8 ranks have no trace" in text
     assert "rank 3 dropped 120 events" in text
     assert v.trust.startswith("7 of 8 ranks traced")

@@ -125,6 +125,10 @@ def percent(fraction: float) -> str:
     p = fraction * 100
     if p == 0:
         return "0%"
+    if not math.isfinite(p):
+        return "—"
+    if abs(p) >= 1e6:
+        return f"{p:.3g}%"
     if abs(p) >= 10:
         return f"{p:.0f}%"
     if abs(p) >= 1:
@@ -373,7 +377,7 @@ def value(key: str, v: Any, places: Places | None = None) -> str | None:
     if isinstance(v, str):
         return v if v.strip() else None
     if isinstance(v, (int, float)):
-        if kind == "ranks":
+        if kind == "ranks" and _is_int(v):
             return places.rank(int(v))
         return _scalar(kind, v)
     return str(v)
@@ -399,6 +403,7 @@ def _mapping(key: str, kind: str, v: Mapping[Any, Any], places: Places) -> str:
 
 
 def _is_int(x: Any) -> bool:
+    """An integer, or a string of one (JSON turns rank keys into strings)."""
     if isinstance(x, bool):
         return False
     if isinstance(x, int):
@@ -422,7 +427,7 @@ def _scalar(kind: str, x: float) -> str:
     if kind == "correlation":
         return f"{x:+.2f}"
     if kind == "cv":
-        return f"{x:.3f}"
+        return number(x)
     if isinstance(x, int) or float(x).is_integer():
         return count(x)
     return number(x)

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from syncpace import __version__
-from syncpace.analysis import Analysis, Finding
+from syncpace.analysis import Analysis, Finding, RunComparison, RunMetrics
 from syncpace.errors import PlotlyMissing, ReportError
 from syncpace.report import format as fmt
 from syncpace.report.merge import MergedFinding, merge_findings
@@ -187,7 +187,7 @@ def runs_html(analysis: Analysis, figures: _Figures, iteration_plot: Any = None)
     row("iteration time, mean", [fmt.duration_ns(r.iteration_ns) for r in runs])
     row("iteration time, median", [fmt.duration_ns(r.iteration.get("p50", 0)) for r in runs])
     row("iteration time, p99", [fmt.duration_ns(r.iteration.get("p99", 0)) for r in runs])
-    row("iteration-time CV", [f"{r.iteration.get('cv', 0):.3f}" for r in runs])
+    row("iteration-time CV", [fmt.number(r.iteration.get("cv", 0)) for r in runs])
     row(
         "throughput",
         [
@@ -224,13 +224,13 @@ def runs_html(analysis: Analysis, figures: _Figures, iteration_plot: Any = None)
     )
 
 
-def _ranks_hosts(run: Any) -> str:
+def _ranks_hosts(run: RunMetrics) -> str:
     hosts = run.placement["node"].unique().sort().to_list()
     missing = f", {len(run.missing_ranks)} without a trace" if run.missing_ranks else ""
     return f"{run.world_size} on {len(hosts)} hosts ({fmt.names(hosts)}){missing}"
 
 
-def _change(c: Any, names: dict[str, str]) -> str:
+def _change(c: RunComparison | None, names: dict[str, str]) -> str:
     if c is None or c.iteration_change is None or c.baseline is None:
         return "baseline"
     faster = "faster" if c.iteration_change < 0 else "slower"

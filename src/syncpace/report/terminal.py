@@ -13,7 +13,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from syncpace.analysis import Analysis, Severity
+from syncpace.analysis import Analysis, RunComparison, Severity
 from syncpace.console import make_console
 from syncpace.report import format as fmt
 from syncpace.report.format import pacing_line
@@ -68,7 +68,7 @@ def print_runs(analysis: Analysis, console: Console) -> None:
         console.print(
             f"[bold]{escape(run.run)}[/]: {run.world_size} ranks ({escape(run.source)}), "
             f"iteration {fmt.duration_ns(run.iteration_ns)} (p99 "
-            f"{fmt.duration_ns(it.get('p99', 0))}, CV {it.get('cv', 0):.3f}), network busy "
+            f"{fmt.duration_ns(it.get('p99', 0))}, CV {fmt.number(it.get('cv', 0))}), network busy "
             f"{fmt.percent(run.comm.get('network_share', 0))}, exposed "
             f"{fmt.percent(run.comm.get('exposed_share', 0))}"
         )
@@ -81,7 +81,7 @@ def print_runs(analysis: Analysis, console: Console) -> None:
         ("ranks", [f"{r.world_size} ({r.source})" for r in analysis.runs]),
         ("iteration, mean", [fmt.duration_ns(r.iteration_ns) for r in analysis.runs]),
         ("iteration, p99", [fmt.duration_ns(r.iteration.get("p99", 0)) for r in analysis.runs]),
-        ("iteration CV", [f"{r.iteration.get('cv', 0):.3f}" for r in analysis.runs]),
+        ("iteration CV", [fmt.number(r.iteration.get("cv", 0)) for r in analysis.runs]),
         ("against baseline", [_change(changes.get(r.run), names) for r in analysis.runs]),
         ("network busy", [fmt.percent(r.comm.get("network_share", 0)) for r in analysis.runs]),
         ("exposed", [fmt.percent(r.comm.get("exposed_share", 0)) for r in analysis.runs]),
@@ -108,7 +108,7 @@ def print_runs(analysis: Analysis, console: Console) -> None:
         console.print(f"scaling efficiency by world size: {points}")
 
 
-def _change(c, names: dict[str, str]) -> str:  # noqa: ANN001 - a RunComparison or None
+def _change(c: RunComparison | None, names: dict[str, str]) -> str:
     if c is None or c.iteration_change is None or c.baseline is None:
         return "baseline"
     return f"{fmt.signed_percent(c.iteration_change)} vs {names[c.baseline]}"

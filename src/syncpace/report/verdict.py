@@ -61,20 +61,26 @@ def build_verdict(analysis: Analysis, merged: list[MergedFinding] | None = None)
     )
     stated = [_cause(m, runs, names) for m in causes]
     top, also = stated[:HEADLINE_CAUSES], stated[HEADLINE_CAUSES:]
+    quality = quality_warnings(analysis, merged, names)
     return Verdict(
-        headline=_headline(top),
+        headline=_headline(top, bool(quality)),
         timing=tuple(timing(analysis, names)),
         causes=tuple(top),
         also=tuple(also),
-        quality=tuple(quality_warnings(analysis, merged, names)),
+        quality=tuple(quality),
         trust=_trust(analysis),
         first_action=top[0].action if top else "Nothing to fix; re-check at larger scale.",
     )
 
 
-def _headline(top: list[Cause]) -> str:
+def _headline(top: list[Cause], doubtful: bool) -> str:
     if not top:
-        return "No scaling problem found"
+        # an incomplete or untrustworthy trace is never called healthy
+        return (
+            "No cause found in what was traced — see the data quality"
+            if doubtful
+            else ("No scaling problem found")
+        )
     return "One cause costs most" if len(top) == 1 else f"{len(top)} causes cost most"
 
 
@@ -86,7 +92,7 @@ def timing(analysis: Analysis, names: dict[str, str]) -> list[str]:
         it = r.iteration
         text = (
             f"{fmt.duration_ns(r.iteration_ns)} per iteration (p99 "
-            f"{fmt.duration_ns(it.get('p99', 0))}, CV {it.get('cv', 0):.3f})"
+            f"{fmt.duration_ns(it.get('p99', 0))}, CV {fmt.number(it.get('cv', 0))})"
         )
         c = changes.get(r.run)
         if c is not None and c.iteration_change is not None and c.baseline is not None:
