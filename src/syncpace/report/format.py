@@ -281,6 +281,15 @@ class Places:
         return sorted(r for r, h in self.host.items() if h == host)
 
 
+def where(ranks: Sequence[int], nodes: Sequence[str], places: Places) -> str:
+    """Who a finding names: its ranks (with host and local rank), else its hosts."""
+    if ranks:
+        return places.ranks(ranks)
+    if nodes:
+        return ("host " if len(nodes) == 1 else "hosts ") + names(list(nodes))
+    return "all ranks"
+
+
 def rank_ranges(ranks: Iterable[int]) -> str:
     """[0, 1, 2, 5] -> '0–2, 5'."""
     values = sorted(set(ranks))

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from syncpace import __version__
-from syncpace.analysis import Analysis, Finding, RunComparison, RunMetrics
+from syncpace.analysis import Analysis, RunComparison, RunMetrics
 from syncpace.errors import PlotlyMissing, ReportError
 from syncpace.report import format as fmt
 from syncpace.report.merge import MergedFinding, merge_findings
@@ -264,7 +264,7 @@ def _finding_card(
         ("cost", per_run(lambda f, _: f"{fmt.percent(f.cost)} of each iteration")),
         ("severity", per_run(lambda f, _: str(f.severity))),
         ("how sure", per_run(lambda f, _: fmt.confidence(f.confidence))),
-        ("where", per_run(lambda f, p: _where(f, p))),
+        ("where", per_run(lambda f, p: fmt.where(f.ranks, f.nodes, p or fmt.Places({}, {})))),
     ]
     keys: list[str] = []
     for f in m.found:
@@ -294,15 +294,6 @@ def _finding_card(
         f'<b>What to do</b><ul class="actions">{actions}</ul></div>'
         f'<div class="plots">{plots}</div></div></div>'
     )
-
-
-def _where(f: Finding, places: fmt.Places | None) -> str:
-    places = places or fmt.Places({}, {})
-    if f.ranks:
-        return places.ranks(f.ranks)
-    if f.nodes:
-        return ("host " if len(f.nodes) == 1 else "hosts ") + fmt.names(list(f.nodes))
-    return "all ranks"
 
 
 # --------------------------------------------------------------------------- timeline

@@ -126,7 +126,7 @@ def print_findings(analysis: Analysis, merged: list[MergedFinding], console: Con
     for i, m in enumerate(merged, 1):
         costs = " / ".join(fmt.percent(f.cost) if f is not None else "—" for _, f in m.per_run)
         first = m.first
-        where_ = _where(m, places.get(first.run, fmt.Places({}, {})))
+        where_ = fmt.where(m.ranks, m.nodes, places.get(first.run, fmt.Places({}, {})))
         table.add_row(
             str(i),
             f"[{_STYLE[m.severity]}]{m.severity}[/]",
@@ -142,14 +142,6 @@ def print_findings(analysis: Analysis, merged: list[MergedFinding], console: Con
 def _cost_caption(analysis: Analysis, names: dict[str, str]) -> str:
     runs = " / ".join(names[r.run] for r in analysis.runs)
     return escape(f"cost: share of each iteration, per run ({runs})")
-
-
-def _where(m: MergedFinding, places: fmt.Places) -> str:
-    if m.ranks:
-        return places.ranks(m.ranks)
-    if m.nodes:
-        return fmt.names(list(m.nodes), limit=4)
-    return "-"
 
 
 def print_actions(merged: list[MergedFinding], console: Console, actions: int) -> None:

@@ -148,14 +148,8 @@ def _costs(m: MergedFinding, names: dict[str, str]) -> str:
 
 def where(m: MergedFinding, places: fmt.Places, links: tuple[LinkLoad, ...] = ()) -> str:
     """Who the cause is: ranks with host and local rank, hosts, links."""
-    parts = []
-    if m.ranks:
-        parts.append(places.ranks(m.ranks))
-    elif m.nodes:
-        parts.append(("host " if len(m.nodes) == 1 else "hosts ") + fmt.names(list(m.nodes)))
-    if links:
-        parts.append("busiest links: " + link_text(links))
-    return "; ".join(parts) or "all ranks"
+    text = fmt.where(m.ranks, m.nodes, places)
+    return f"{text}; busiest links: {link_text(links)}" if links else text
 
 
 def link_text(links: tuple[LinkLoad, ...] | list[LinkLoad]) -> str:
