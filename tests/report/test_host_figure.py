@@ -57,7 +57,7 @@ def run(tmp_path):
 
 def test_the_figure_draws_utilisation_loss_and_iterations(run):
     analysis = analyze(run)
-    fig = host_nic_counters(analysis.runs[0])
+    fig = host_nic_counters(analysis, analysis.runs[0])
     names = [t.name for t in fig.data]
     assert "node1 eth0 tx" in names and "iteration time (ms)" in names
     tx = next(t for t in fig.data if t.name == "node1 eth0 tx")
@@ -72,4 +72,4 @@ def test_the_figure_draws_utilisation_loss_and_iterations(run):
 
 def test_no_host_files_no_figure():
     analysis = analyze(DATA / "fabric_contention")
-    assert host_nic_counters(analysis.runs[0]) is None
+    assert host_nic_counters(analysis, analysis.runs[0]) is None
