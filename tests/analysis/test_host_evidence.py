@@ -59,11 +59,14 @@ def test_locality_finding_carries_the_gpu_nic_path_and_numa(fixture_copy, tmp_pa
         _edit_meta(run, rank, pci_bus_id=gpus[local], topology=topology)
     (finding,) = [f for f in analyze(run).findings if f.mode == "locality_variance"]
     print(finding.summary)
-    placement = finding.evidence["placement"]
-    assert placement["2"]["gpu"] == "GPU4" and placement["2"]["gpu_nic_class"] == "SYS"
-    assert placement["2"]["nic"] == "NIC0 (mlx5_0)"
-    assert placement["2"]["numa"] == "remote" and placement["2"]["gpu_numa_node"] == 1
-    assert placement["other_ranks_gpu_nic_classes"] == ["NODE", "PIX"]
+    e = finding.evidence
+    assert e["gpu_by_rank"] == {2: "GPU4", 6: "GPU4"}
+    assert e["gpu_nic_class_by_rank"] == {2: "SYS", 6: "SYS"}
+    assert e["nic_by_rank"][2] == "NIC0 (mlx5_0)"
+    assert e["nearest_nic_by_rank"][2] == "NIC2 (mlx5_2)"  # on the GPU's own switch
+    assert e["numa_placement_by_rank"] == {2: "remote", 6: "remote"}
+    assert e["gpu_numa_node_by_rank"][2] == 1 and e["cpu_numa_nodes_by_rank"][2] == [0]
+    assert e["other_ranks_gpu_nic_classes"] == ["NODE", "PIX"]
     assert "ranks 2, 6 reach NIC0 (mlx5_0) across the CPU sockets (SYS)" in finding.summary
     assert "run on CPUs of NUMA node 0, the GPU is on node 1" in finding.summary
 
@@ -84,10 +87,10 @@ def test_straggler_finding_carries_its_gpu_throttling(fixture_copy, tmp_path):
         _edit_meta(run, rank, pci_bus_id=buses[rank % 4])
     (finding,) = [f for f in analyze(run).findings if f.mode == "straggler"]
     print(finding.summary)
-    state = finding.evidence["gpu_state"]
-    assert state["5"]["power_capped_share"] == 1.0
-    assert state["5"]["sm_clock_mhz_p50"] == 1200
-    assert state["other_gpus_sm_clock_mhz_p50"] == 1980
+    e = finding.evidence
+    assert e["gpu_power_capped_share_by_rank"] == {5: 1.0}
+    assert e["gpu_sm_clock_mhz_p50_by_rank"] == {5: 1200}
+    assert e["other_gpus_sm_clock_mhz_p50"] == 1980
     assert "rank 5's GPU was power-capped 100% of the time" in finding.summary
     assert "SM clock 1200 MHz against 1980 MHz on the others" in finding.summary
 
@@ -111,10 +114,12 @@ def test_contention_finding_names_the_lossy_host(fixture_copy, tmp_path):
     analysis = analyze(run)
     (finding,) = [f for f in analysis.findings if f.mode == "fabric_contention"]
     print(finding.summary)
-    hosts = finding.evidence["host_counters"]
-    assert list(hosts) == ["node1", "node0"]  # the lossy host first
-    assert hosts["node1"]["tcp_retrans_ratio"] == pytest.approx(0.005)
-    assert hosts["node1"]["nics"]["eth0"]["tx_util_peak"] == pytest.approx(0.99, abs=0.005)
+    e = finding.evidence
+    assert list(e["tcp_retrans_ratio_by_host"]) == ["node1", "node0"]  # the lossy one first
+    assert e["tcp_retrans_ratio_by_host"]["node1"] == pytest.approx(0.005)
+    assert e["tcp_retransmitted_segments_by_host"] == {"node1": 550}
+    peak = next(iter(e["nic_peak_utilisation_share"].items()))
+    assert peak[0] == "node1 eth0 transmit" and peak[1] == pytest.approx(0.99, abs=0.005)
     assert "host node1: TCP retransmitted 0.50% of segments (550, 0 timeouts)" in finding.summary
     assert "host node1 eth0 transmit peaked at 99% of 100 Gbit/s" in finding.summary
     assert "node0" not in finding.summary
@@ -125,7 +130,8 @@ def test_contention_finding_names_the_lossy_host(fixture_copy, tmp_path):
 def test_without_host_files_findings_are_unchanged(fixture_copy):
     run = fixture_copy("fabric_contention")
     (finding,) = [f for f in analyze(run).findings if f.mode == "fabric_contention"]
-    assert "host_counters" not in finding.evidence and "host " not in finding.summary
+    assert "tcp_retrans_ratio_by_host" not in finding.evidence
+    assert "host " not in finding.summary
 
 
 def test_a_healthy_verdict_still_says_a_host_lost_packets(fixture_copy, tmp_path):
@@ -142,4 +148,7 @@ def test_a_healthy_verdict_still_says_a_host_lost_packets(fixture_copy, tmp_path
     (finding,) = analyze(run).findings
     assert finding.mode == "healthy"
     assert "host node1 eth0 dropped 0.20% of receive packets" in finding.summary
-    assert finding.evidence["host_counters"]["node1"]["nics"]["eth0"]["rx_drops"] == 100
+    # 100 dropped of the 50,100 packets that reached the NIC
+    assert finding.evidence["nic_dropped_ratio"] == {
+        "node1 eth0 receive": pytest.approx(100 / 50_100, abs=1e-6)
+    }

@@ -198,7 +198,7 @@ def test_the_finding_names_the_host(shaped_run):
     assert network, [f.summary for f in analysis.findings]
     for finding in network:
         print(f"{finding.mode}: {finding.summary}")
-        hosts = finding.evidence["host_counters"]
-        assert hosts["h1"]["tcp_retrans_segs"] > 0
-        assert hosts["h0"]["nics"]["eth0"]["rx_util_peak"] >= 0.9
+        e = finding.evidence
+        assert e["tcp_retransmitted_segments_by_host"]["h1"] > 0
+        assert e["nic_peak_utilisation_share"]["h0 eth0 receive"] >= 0.9
         assert "host h1: TCP retransmitted" in finding.summary

@@ -1,13 +1,15 @@
 """What the hosts saw, attached to the findings that timing alone produced.
 
 Runs after the detectors: network findings get the counters of the hosts involved
-(and a ``healthy`` verdict gets them too when some host lost packets or saturated)
 (TCP retransmissions, NIC and qdisc drops, utilisation peaks, InfiniBand transmit
-waits and errors); locality findings get each late rank's GPU–NIC PCIe class and NUMA
-placement; straggler findings get the late ranks' GPU clocks, power and throttling
-when NVML was sampled. A host, NIC or GPU is *named* in the summary when its numbers
-pass the thresholds (``host_loss_ratio``, ``link_peak_utilisation``,
-``gpu_throttle_share``); every involved host's numbers are in the evidence.
+waits and errors), and a ``healthy`` verdict gets them too when some host lost packets
+or saturated a link; locality findings get each late rank's GPU–NIC PCIe class and
+NUMA placement; straggler findings get the late ranks' GPU clocks, power and
+throttling when NVML was sampled. A host, NIC or GPU is *named* in the summary when
+its numbers pass the thresholds (``host_loss_ratio``, ``link_peak_utilisation``,
+``gpu_throttle_share``); the involved hosts' numbers are in the evidence, as flat maps
+(host, NIC direction or rank -> number) the report prints in units. Every host's full
+numbers are in the run's metrics (``hosts``).
 """
 
 from __future__ import annotations
@@ -58,11 +60,13 @@ def attach_host_evidence(
     return out
 
 
-def _with(f: Finding, key: str, value: Any, notes: list[str]) -> Finding:
+def _with(f: Finding, evidence: dict[str, Any], notes: list[str]) -> Finding:
+    """``f`` with more evidence (flat maps of plain numbers and names, the way the
+    report reads them) and its notes appended to the summary."""
     summary = f.summary
     if notes:
         summary += "; " + "; ".join(notes[:MAX_NOTES])
-    return replace(f, evidence={**f.evidence, key: value}, summary=summary)
+    return replace(f, evidence={**f.evidence, **evidence}, summary=summary)
 
 
 # Network ---------------------------------------------------------------------------------
@@ -176,7 +180,53 @@ def _network(
     notes = [n for _w, n in _host_notes(evidence, th)]
     if only_if_named and not notes:
         return f
-    return _with(f, "host_counters", evidence, notes)
+    return _with(f, network_evidence(evidence), notes)
+
+
+_WORDS = {"rx": "receive", "tx": "transmit"}
+#: At most this many NIC directions per evidence map (the highest first).
+MAX_NICS = 6
+
+
+def network_evidence(per_host: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The per-host numbers as flat maps, worst first: every host's TCP retransmission
+    ratio, and the NICs' peak utilisation, drops and errors where there are any."""
+    out: dict[str, Any] = {
+        "tcp_retrans_ratio_by_host": {
+            h: e["tcp_retrans_ratio"] for h, e in per_host.items() if e["tcp_out_segs"]
+        },
+        "tcp_retransmitted_segments_by_host": {
+            h: e["tcp_retrans_segs"] for h, e in per_host.items() if e["tcp_retrans_segs"]
+        },
+        "tcp_timeouts_by_host": {
+            h: e["tcp_timeouts"] for h, e in per_host.items() if e["tcp_timeouts"]
+        },
+    }
+    peaks, drops, errors = {}, {}, {}
+    for host, e in per_host.items():
+        for dev, nic in e["nics"].items():
+            for d, word in _WORDS.items():
+                name = f"{host} {dev} {word}"
+                if nic.get(f"{d}_util_peak") is not None:
+                    peaks[name] = nic[f"{d}_util_peak"]
+                if nic.get(f"{d}_drops"):
+                    drops[name] = nic[f"{d}_drop_ratio"]
+                if nic.get(f"{d}_errors"):
+                    errors[name] = nic[f"{d}_errors"]
+    top = sorted(peaks, key=lambda k: -peaks[k])[:MAX_NICS]
+    out["nic_peak_utilisation_share"] = {k: peaks[k] for k in top}
+    out["nic_dropped_ratio"] = dict(sorted(drops.items(), key=lambda kv: -kv[1])[:MAX_NICS])
+    out["nic_errors"] = dict(sorted(errors.items(), key=lambda kv: -kv[1])[:MAX_NICS])
+    ib = {
+        f"{host} {p['device']}/{p['port']}": {
+            k: v for k, v in p.items() if k not in ("device", "port")
+        }
+        for host, e in per_host.items()
+        for p in e.get("ib", [])
+    }
+    if ib:
+        out["ib_port_counters"] = ib
+    return {k: v for k, v in out.items() if v}
 
 
 # Placement --------------------------------------------------------------------------------
@@ -185,7 +235,7 @@ def _network(
 def _placement(f: Finding, hosts: HostMetrics) -> Finding:
     late = {r: hosts.ranks[r] for r in f.ranks if r in hosts.ranks}
     if not late or not any(len(v) > 2 for v in late.values()):
-        return f
+        return f  # only the host and CPU nodes are known: nothing to say
     others = [v for r, v in hosts.ranks.items() if r not in f.ranks]
     other_classes = sorted({v["gpu_nic_class"] for v in others if v.get("gpu_nic_class")})
     notes = []
@@ -207,12 +257,23 @@ def _placement(f: Finding, hosts: HostMetrics) -> Finding:
             f"rank{'s' if len(remote) > 1 else ''} {', '.join(map(str, remote))} run on CPUs "
             f"of NUMA node {cpus}, the {anchor} is on node {node}"
         )
-    evidence = {
-        str(r): {k: val for k, val in v.items() if k != "gpu_state"} for r, v in late.items()
-    }
+    evidence: dict[str, Any] = {}
+    for key, name in (
+        ("gpu", "gpu_by_rank"),
+        ("nic", "nic_by_rank"),
+        ("gpu_nic_class", "gpu_nic_class_by_rank"),
+        ("nearest_nic", "nearest_nic_by_rank"),
+        ("numa", "numa_placement_by_rank"),
+        ("cpu_numa_nodes", "cpu_numa_nodes_by_rank"),
+        ("gpu_numa_node", "gpu_numa_node_by_rank"),
+        ("nic_numa_node", "nic_numa_node_by_rank"),
+    ):
+        values = {r: v[key] for r, v in late.items() if v.get(key) is not None}
+        if values:
+            evidence[name] = values
     if other_classes:
-        evidence["other_ranks_gpu_nic_classes"] = other_classes  # type: ignore[assignment]
-    return _with(f, "placement", evidence, notes)
+        evidence["other_ranks_gpu_nic_classes"] = other_classes
+    return _with(f, evidence, notes)
 
 
 # GPU state --------------------------------------------------------------------------------
@@ -246,7 +307,18 @@ def _gpu_state(f: Finding, hosts: HostMetrics, th: Thresholds) -> Finding:
             parts.append(f"SM clock {clock:.0f} MHz against {typical:.0f} MHz on the others")
         if parts:
             notes.append(f"rank {r}'s GPU was " + ", ".join(parts))
-    evidence: dict[str, Any] = {str(r): s for r, s in late.items()}
+    evidence: dict[str, Any] = {}
+    for key in (
+        "power_capped_share",
+        "thermal_share",
+        "hw_slowdown_share",
+        "sm_clock_mhz_p50",
+        "power_mw_p50",
+        "temperature_c_max",
+    ):
+        values = {r: state[key] for r, state in late.items() if state.get(key) is not None}
+        if values:
+            evidence[f"gpu_{key}_by_rank"] = values
     if typical is not None:
         evidence["other_gpus_sm_clock_mhz_p50"] = typical
-    return _with(f, "gpu_state", evidence, notes)
+    return _with(f, evidence, notes)
