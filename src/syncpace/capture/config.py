@@ -36,9 +36,10 @@ class TraceConfig:
         0.0, "Artificial rate error of this rank's clock, ppm (tests and fabric emulation)."
     )
     host_sampler: str = setting(
-        "process",
-        "Host counters and topology, one sampler per host: 'process' (a child process of "
-        "the host's first rank), 'thread' (a thread inside that rank) or 'off'.",
+        "thread",
+        "Host counters and topology, one sampler per host: 'thread' (a thread of the "
+        "host's first rank), 'process' (a child process of it: no GIL, a start-up cost) "
+        "or 'off'.",
     )
     counters_interval_s: float = setting(
         0.01, "Seconds between samples of NIC and qdisc counters (0.001 sees shorter bursts)."
