@@ -284,7 +284,10 @@ _RANK = textwrap.dedent(
     run = Path(sys.argv[1])
     meta = run / "rank-00000.meta.json"
     meta.write_text(json.dumps({"clock": {"offset_ns": 5_000_000_000}}))
-    config = TraceConfig(dir=str(run), counters_interval_s=0.01, counters_slow_interval_s=0.05)
+    config = TraceConfig(
+        dir=str(run), host_sampler="process", counters_interval_s=0.01,
+        counters_slow_interval_s=0.05,
+    )
     handle = start_host_sampler(run, 0, config, LocalClock(), meta, lambda: 0)
     print(handle.proc.pid, time.time_ns(), flush=True)
     deadline = time.monotonic() + 30
