@@ -221,9 +221,10 @@ def load_trace(path: str | Path, *, allow_missing_ranks: bool = True) -> Trace:
         if not meta.get("finished", False):
             warnings.append(f"{stem}{schema.META_SUFFIX}: rank {rank} did not finish cleanly")
         if meta.get("dropped_events"):
+            why = "after it stopped writing" if meta.get("write_error") else "(buffer full)"
             warnings.append(
                 f"{stem}{schema.META_SUFFIX}: rank {rank} dropped {meta['dropped_events']} "
-                "events (buffer full)"
+                f"events {why}"
             )
     events = pl.from_arrow(pa.concat_tables(event_tables))
     steps = pl.from_arrow(pa.concat_tables(step_tables))
