@@ -29,6 +29,7 @@ MODES = (
     "poor_overlap",
     "comm_dominated",
     "incomplete_trace",
+    "insufficient_data",
     "clock_uncertainty",
     "healthy",
 )

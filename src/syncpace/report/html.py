@@ -27,6 +27,8 @@ h1{font-size:22px} h2{font-size:18px;margin-top:32px}
 table.ev{border-collapse:collapse;font-size:13px;margin:6px 0}
 table.ev td{border:1px solid #ddd;padding:2px 8px;vertical-align:top}
 .meta{color:#666;font-size:13px}.plot{min-height:420px}
+.completeness{font-size:13px;padding:4px 12px;margin:6px 0;border-left:6px solid #2e7d32}
+.completeness.lossy{border-color:#f9a825;background:#fffbe6}.completeness .warn{color:#8a6d00}
 """
 
 _ERROR_HOOK = """
@@ -58,6 +60,28 @@ def _finding_html(f: Finding, index: int) -> str:
         f"{' — ' + '; '.join(where) if where else ''}"
         f'<div>{e(f.summary)}</div><div class="meta">run: {e(f.run)}</div>'
         f'<table class="ev">{rows}</table><ul>{actions}</ul></div>'
+    )
+
+
+#: Reader warnings listed per run in the page; the rest are counted.
+MAX_WARNINGS = 50
+
+
+def _completeness_html(run: Any) -> str:
+    """Declared vs found per rank, and the reader's warnings: loss is never only in JSON."""
+    e = html.escape
+    q = run.quality
+    lines = q.get("completeness_lines") or []
+    warnings = q.get("warnings") or []
+    lossy = len(lines) > 1 or bool(warnings)
+    items = "".join(f"<li>{e(line.strip())}</li>" for line in lines)
+    items += "".join(f"<li class='warn'>warning: {e(w)}</li>" for w in warnings[:MAX_WARNINGS])
+    if len(warnings) > MAX_WARNINGS:
+        items += f"<li class='warn'>… and {len(warnings) - MAX_WARNINGS} more warnings</li>"
+    state = "lossy" if lossy else "complete"
+    return (
+        f"<div class='completeness {state}' data-lossy='{int(lossy)}'>"
+        f"<b>Data completeness — {e(run.run)}</b><ul>{items}</ul></div>"
     )
 
 
@@ -101,6 +125,7 @@ def render_html(analysis: Analysis) -> str:
             f"<script>{get_plotlyjs()}</script></head><body>",
             f"<h1>syncpace report</h1><p class='meta'>syncpace {e(__version__)}</p>",
             f"<ul>{runs}</ul>",
+            *(_completeness_html(r) for r in analysis.runs),
             "<h2>Findings</h2>",
             findings,
             "<p class='meta'>busbw uses the nccl-tests factors (all-reduce 2(n-1)/n; "

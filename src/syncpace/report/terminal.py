@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from syncpace.analysis import Analysis, Finding, Severity
-from syncpace.console import make_console
+from syncpace.console import make_console, safe
 
 _STYLE = {Severity.CRITICAL: "bold red", Severity.WARNING: "yellow", Severity.INFO: "green"}
 
@@ -17,13 +16,14 @@ def print_analysis(analysis: Analysis, console: Console | None = None, actions: 
     for run in analysis.runs:
         it = run.iteration
         console.print(
-            f"[bold]{escape(run.run)}[/]: {run.world_size} ranks ({escape(run.source)}), "
+            f"[bold]{safe(run.run)}[/]: {run.world_size} ranks ({safe(run.source)}), "
             f"iteration {it.get('mean', 0) / 1e6:.2f} ms (p99 {it.get('p99', 0) / 1e6:.2f}, "
             f"CV {it.get('cv', 0):.3f}), network share {run.comm.get('network_share', 0):.0%}, "
             f"exposed {run.comm.get('exposed_share', 0):.1%}"
         )
         if run.pacing is not None:
-            console.print("  " + escape(pacing_line(run.pacing)))
+            console.print("  " + safe(pacing_line(run.pacing)))
+        print_loss(run.quality, console)
     if len(analysis.scaling) > 1:
         points = ", ".join(
             f"{p.world_size}: strong {p.strong_efficiency:.0%} / weak {p.weak_efficiency:.0%}"
@@ -39,8 +39,8 @@ def print_analysis(analysis: Analysis, console: Console | None = None, actions: 
             f.mode,
             f"{f.cost:.1%}",
             f"{f.confidence:.2f}",
-            escape(_where(f) + (f" @ {f.run}" if multi else "")),
-            escape(f.summary),
+            safe(_where(f) + (f" @ {f.run}" if multi else "")),
+            safe(f.summary),
         )
     console.print(table)
     for f in analysis.findings[:actions]:
@@ -48,8 +48,26 @@ def print_analysis(analysis: Analysis, console: Console | None = None, actions: 
             continue
         console.print(f"[bold]{f.mode}[/] - what to do:")
         for action in f.actions:
-            console.print(f"  - {escape(action)}")
+            console.print(f"  - {safe(action)}")
     console.print("[dim]busbw uses the nccl-tests factors, which assume a flat topology.[/]")
+
+
+#: Reader warnings printed per run; the rest are counted (all are in --json).
+MAX_WARNINGS = 5
+
+
+def print_loss(quality: dict, console: Console) -> None:
+    """What the trace declared against what it held, per rank, and the reader's
+    warnings: loss is printed by every verb, never only in --json."""
+    lines = quality.get("completeness_lines") or []
+    warnings = quality.get("warnings") or []
+    lossy = len(lines) > 1 or bool(warnings)
+    for line in lines:
+        console.print(f"  [{'yellow' if lossy else 'dim'}]{safe(line)}[/]")
+    for warning in warnings[:MAX_WARNINGS]:
+        console.print(f"  [yellow]warning:[/] {safe(warning)}")
+    if len(warnings) > MAX_WARNINGS:
+        console.print(f"  [yellow]warning:[/] … and {len(warnings) - MAX_WARNINGS} more (--json)")
 
 
 def pacing_line(p: dict) -> str:
