@@ -146,13 +146,31 @@ def _check_rank(
     return ev_kept, st_kept, completeness
 
 
-def load_trace(path: str | Path, *, allow_missing_ranks: bool = True) -> Trace:
-    """Load the run directory ``path``.
+@dataclass(frozen=True)
+class TraceMeta:
+    """A run directory's validated metadata, without its data: what streaming readers
+    (the Perfetto export) start from."""
 
-    Ranks absent from the directory are reported in ``Trace.warnings`` (or raise when
-    ``allow_missing_ranks`` is false); analysis then works on the ranks present. Rows
-    that break the format are left out and counted (``Trace.completeness``).
-    """
+    path: Path
+    world_size: int
+    meta: dict[int, dict[str, Any]]
+    warnings: tuple[str, ...]
+
+    @property
+    def ranks(self) -> list[int]:
+        return sorted(self.meta)
+
+    @property
+    def missing_ranks(self) -> list[int]:
+        return sorted(set(range(self.world_size)) - set(self.meta))
+
+    def stream_paths(self, rank: int) -> tuple[Path, Path]:
+        stem = self.path / schema.rank_stem(rank)
+        return Path(f"{stem}{schema.EVENTS_SUFFIX}"), Path(f"{stem}{schema.STEPS_SUFFIX}")
+
+
+def read_metadata(path: str | Path, *, allow_missing_ranks: bool = True) -> TraceMeta:
+    """Validate the directory ``path`` and every rank's metadata (not the data)."""
     root = Path(path)
     if not root.exists():
         raise TraceError(root, "no such directory")
@@ -202,6 +220,19 @@ def load_trace(path: str | Path, *, allow_missing_ranks: bool = True) -> Trace:
                 f"{root / name}: data of rank {int(data.group(1))} without its "
                 "metadata file; left out"
             )
+    return TraceMeta(root, world_size, metas, tuple(warnings))
+
+
+def load_trace(path: str | Path, *, allow_missing_ranks: bool = True) -> Trace:
+    """Load the run directory ``path``.
+
+    Ranks absent from the directory are reported in ``Trace.warnings`` (or raise when
+    ``allow_missing_ranks`` is false); analysis then works on the ranks present. Rows
+    that break the format are left out and counted (``Trace.completeness``).
+    """
+    index = read_metadata(path, allow_missing_ranks=allow_missing_ranks)
+    root, world_size, metas = index.path, index.world_size, index.meta
+    warnings = list(index.warnings)
     event_tables, step_tables = [], []
     completeness: dict[int, validate.RankCompleteness] = {}
     for rank, meta in sorted(metas.items()):

@@ -24,6 +24,7 @@ declared, found, quarantined, dropped (buffer full), cut.
 
 from __future__ import annotations
 
+import io
 import mmap
 import os
 import stat
@@ -242,51 +243,69 @@ class Stream:
     After iteration, :attr:`rows` counts the rows of the complete batches read and
     :attr:`cut` says why the stream ended early (``None`` when it ended cleanly)."""
 
-    def __init__(self, path: Path, expected: pa.Schema) -> None:
+    def __init__(self, path: Path, expected: pa.Schema, *, mapped: bool = True) -> None:
+        """``mapped``: memory-map the file (zero-copy tables, for loading it whole);
+        otherwise read it message by message (bounded memory, for streaming)."""
         self.path = path
         self.expected = expected
         self.rows = 0
         self.cut: str | None = None
+        self._file: io.FileIO | None = None
         fd, size = open_regular(path, MAX_STREAM_BYTES, "data file")
         try:
             if size == 0:
                 raise TraceError(path, "empty file: no Arrow stream header was written")
-            try:
-                self._map = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
-            except (OSError, ValueError) as exc:
-                raise TraceError(path, f"cannot map the data file: {exc}") from exc
+            #: Whether the file ends with the end-of-stream marker a closing writer writes.
+            self.has_eos = size >= len(_EOS) and os.pread(fd, len(_EOS), size - len(_EOS)) == _EOS
+            if mapped:
+                try:
+                    source: Any = pa.py_buffer(mmap.mmap(fd, size, access=mmap.ACCESS_READ))
+                except (OSError, ValueError) as exc:
+                    raise TraceError(path, f"cannot map the data file: {exc}") from exc
+            else:
+                self._file = io.FileIO(os.dup(fd), "rb", closefd=True)
+                source = pa.PythonFile(self._file, mode="r")
         finally:
             os.close(fd)
-        #: Whether the file ends with the end-of-stream marker a closing writer writes.
-        self.has_eos = size >= len(_EOS) and self._map[size - len(_EOS) :] == _EOS
         try:
-            self._reader = pa.ipc.open_stream(pa.py_buffer(self._map))
+            self._reader = pa.ipc.open_stream(source)
             got = self._reader.schema
             got.names  # noqa: B018 - decoding the names is what fails on damaged ones
+            check_schema(path, got, expected)
         except DAMAGE as exc:
+            self.close()
             raise TraceError(path, f"not an Arrow IPC stream ({first_line(exc)})") from exc
-        check_schema(path, got, expected)
-        self._schema = got
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
 
     def batches(self) -> Iterator[pa.RecordBatch]:
         """Every complete batch, in the expected column order and types, in slices of
         at most :data:`SLICE_ROWS` rows. A damaged batch ends the stream (:attr:`cut`)."""
         names = self.expected.names
-        while True:
-            try:
-                batch = self._reader.read_next_batch()
-                # Decoding trusts the buffers' offsets; full validation turns a damaged
-                # batch into an exception here instead of a crash later.
-                batch.validate(full=True)
-                batch = batch.select(names).cast(self.expected)
-            except StopIteration:
-                return
-            except DAMAGE as exc:
-                self.cut = f"cut short after {self.rows:,} rows ({first_line(exc)})"
-                return
-            self.rows += batch.num_rows
-            for start in range(0, batch.num_rows, SLICE_ROWS):
-                yield batch.slice(start, SLICE_ROWS)
+        try:
+            while True:
+                try:
+                    batch = self._reader.read_next_batch()
+                    # Decoding trusts the buffers' offsets; full validation turns a damaged
+                    # batch into an exception here instead of a crash later.
+                    batch.validate(full=True)
+                    batch = batch.select(names).cast(self.expected)
+                except StopIteration:
+                    return
+                except DAMAGE as exc:
+                    self.cut = f"cut short after {self.rows:,} rows ({first_line(exc)})"
+                    return
+                self.rows += batch.num_rows
+                for start in range(0, batch.num_rows, SLICE_ROWS):
+                    yield batch.slice(start, SLICE_ROWS)
+        finally:
+            self.close()
 
     def read_all(self) -> pa.Table:
         batches = list(self.batches())
