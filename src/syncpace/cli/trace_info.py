@@ -79,9 +79,9 @@ def print_completeness(lines: list[str], warnings: list[str], console: Console) 
     lossy = len(lines) > 1 or bool(warnings)
     for i, line in enumerate(lines):
         style = "yellow" if lossy and i else ("yellow" if lossy else "green")
-        console.print(f"[{style}]{safe(line)}[/]")
+        console.print(f"[{style}]{safe(line)}[/]", soft_wrap=True)
     for warning in warnings[:MAX_WARNINGS]:
-        console.print(f"[yellow]warning:[/] {safe(warning)}")
+        console.print(f"[yellow]warning:[/] {safe(warning)}", soft_wrap=True)
     if len(warnings) > MAX_WARNINGS:
         console.print(f"[yellow]warning:[/] … and {len(warnings) - MAX_WARNINGS} more (see --json)")
 

@@ -63,9 +63,9 @@ def print_loss(quality: dict, console: Console) -> None:
     warnings = quality.get("warnings") or []
     lossy = len(lines) > 1 or bool(warnings)
     for line in lines:
-        console.print(f"  [{'yellow' if lossy else 'dim'}]{safe(line)}[/]")
+        console.print(f"  [{'yellow' if lossy else 'dim'}]{safe(line)}[/]", soft_wrap=True)
     for warning in warnings[:MAX_WARNINGS]:
-        console.print(f"  [yellow]warning:[/] {safe(warning)}")
+        console.print(f"  [yellow]warning:[/] {safe(warning)}", soft_wrap=True)
     if len(warnings) > MAX_WARNINGS:
         console.print(f"  [yellow]warning:[/] … and {len(warnings) - MAX_WARNINGS} more (--json)")
 

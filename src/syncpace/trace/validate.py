@@ -250,7 +250,7 @@ class Stream:
         self.expected = expected
         self.rows = 0
         self.cut: str | None = None
-        self._file: io.FileIO | None = None
+        self._file: _Capped | None = None
         fd, size = open_regular(path, MAX_STREAM_BYTES, "data file")
         try:
             if size == 0:
@@ -263,7 +263,7 @@ class Stream:
                 except (OSError, ValueError) as exc:
                     raise TraceError(path, f"cannot map the data file: {exc}") from exc
             else:
-                self._file = io.FileIO(os.dup(fd), "rb", closefd=True)
+                self._file = _Capped(os.dup(fd), size)
                 source = pa.PythonFile(self._file, mode="r")
         finally:
             os.close(fd)
@@ -312,6 +312,36 @@ class Stream:
         if not batches:
             return self.expected.empty_table()
         return pa.Table.from_batches(batches, schema=self.expected)
+
+
+class _Capped(io.RawIOBase):
+    """A file that never reads past the size it had when opened: a damaged length in a
+    message asks for more than is there, and gets a short read (an Arrow error), not a
+    buffer of that size (a MemoryError)."""
+
+    def __init__(self, fd: int, size: int) -> None:
+        self._f = io.FileIO(fd, "rb", closefd=True)
+        self._size = size
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def read(self, n: int | None = -1) -> bytes:
+        left = max(self._size - self._f.tell(), 0)
+        return self._f.read(left if n is None or n < 0 or n > left else n)
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return self._f.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self._f.tell()
+
+    def close(self) -> None:
+        self._f.close()
+        super().close()
 
 
 def check_schema(path: Path, got: pa.Schema, expected: pa.Schema) -> None:
