@@ -28,6 +28,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, Phase, given, seed, settings
 
 TESTS = Path(__file__).resolve().parents[1] / "tests"
+sys.path.insert(0, str(TESTS))  # multirank, for the real run the bases include
 
 
 def _harness():
@@ -53,10 +54,10 @@ def _cell(outcome: h.Outcome) -> str:
     )
 
 
-def worker(args: tuple[str, int, int, int]) -> tuple[dict, list]:
-    kind, examples, seed_value, html_every = args
+def worker(args: tuple[str, int, int, int, str]) -> tuple[dict, list]:
+    kind, examples, seed_value, html_every, made = args
     work = Path(tempfile.mkdtemp(prefix="syncpace-fuzz-"))
-    bases = h.base_traces(work / "bases")
+    bases = {p.name: p for p in Path(made).iterdir()}  # made once, by the parent
     snapshots = {name: h._snapshot(root) for name, root in bases.items()}
     counts: collections.Counter = collections.Counter()
     bad: list = []
@@ -131,8 +132,12 @@ def main() -> None:
             if count > 0:
                 plan.append((kind, (kind, count, args.seed * 1000 + j, args.html_every)))
     start = time.monotonic()
+    made = Path(tempfile.mkdtemp(prefix="syncpace-fuzz-bases-"))
+    h.base_traces(made)
+    plan = [(kind, (*params, str(made))) for kind, params in plan]
     with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
         results = pool.map(worker, [p[1] for p in plan])
+    h._rmtree(made)
     table: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     problems: list = []
     for (kind, _), (counts, bad) in zip(plan, results, strict=True):

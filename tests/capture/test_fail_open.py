@@ -74,6 +74,11 @@ def test_a_rank_that_never_comes_costs_half_the_clock_timeout_once():
     assert served.served == (1, 2) and served.absent == (3,) and served.left == (4,)
     assert 0.9 <= served.waited_s <= elapsed < 1.9  # timeout / 2 once, not per rank
     assert sorted(estimates) == [1, 2]
+    # rank 3 coming late is told at once that nobody waits for it
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match="rank 0 stopped waiting for rank 3"):
+        client_round(store, clock, 3, 0, 8, timeout_s=2.0)
+    assert time.monotonic() - start < 0.5
     # the next round waits for nobody: the absent and the leaving rank are dropped
     again = serve_round(store, clock, list(served.served), 1, 0, timeout_s=2.0)
     assert again.absent == (1, 2) and again.waited_s < 1.1

@@ -35,11 +35,13 @@ from typing import Any
 import pyarrow as pa
 from hypothesis import strategies as st
 
+from multirank import run_ranks
 from syncpace.cli.main import main
 from syncpace.errors import SyncpaceError
 from syncpace.trace import RankTraceWriter, load_trace
 
 DATA = Path(__file__).resolve().parents[1] / "data"
+WORKER = Path(__file__).resolve().parents[1] / "capture" / "workers" / "steps_job.py"
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "scenarios"
 WORLD = 3
 STEPS = 6
@@ -99,12 +101,21 @@ def writer_trace(root: Path) -> Path:
     return root
 
 
+def real_run(root: Path) -> Path:
+    """A version-2 trace of a real tiny traced job: 2 gloo ranks, 8 steps, flushed every
+    0.2 s (several batches per stream)."""
+    run_ranks(WORKER, 2, ["8", "60"], timeout=120, env={"TRACE_DIR": str(root)})
+    return root
+
+
 def base_traces(root: Path) -> dict[str, Path]:
-    """The undamaged traces every case starts from, made once."""
-    bases = {"writer": writer_trace(root / "writer")}
-    real = root / "real"
-    shutil.copytree(DATA / "real_ddp_straggler", real)
-    bases["real"] = real
+    """The undamaged traces every case starts from, made once: the real writer's, a real
+    tiny run's, and a version-1 trace of a real DDP run (the fixture). Version 1 carries
+    no checksums, so a flipped byte is not drawn for it: there it is undetectable."""
+    bases = {"writer": writer_trace(root / "writer"), "run": real_run(root / "run")}
+    v1 = root / "v1"
+    shutil.copytree(DATA / "real_ddp_straggler", v1)
+    bases["v1"] = v1
     return bases
 
 
@@ -257,11 +268,14 @@ def damages(bases: dict[str, Path]) -> st.SearchStrategy[Damage]:
         steps = [f for f in files if f.endswith(".steps.arrow")]
         metas = [f for f in files if f.endswith(".meta.json")]
         b = st.just(name)
+        if name != "v1":  # no checksums in version 1: a flipped value is undetectable
+            per_base.append(
+                st.builds(Damage, b, st.just("flip"), st.sampled_from(files),
+                          st.tuples(st.integers(0, 1 << 20), st.integers(1, 255)))
+            )  # fmt: skip
         per_base += [
             st.builds(Damage, b, st.just("truncate"), st.sampled_from(files),
                       st.tuples(st.floats(0, 1))),
-            st.builds(Damage, b, st.just("flip"), st.sampled_from(files),
-                      st.tuples(st.integers(0, 1 << 20), st.integers(1, 255))),
             st.builds(Damage, b, st.just("append"), st.sampled_from(files),
                       st.tuples(st.binary(min_size=1, max_size=64))),
             st.builds(Damage, b, st.just("batch_cut"), st.sampled_from(streams),

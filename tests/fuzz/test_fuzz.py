@@ -18,7 +18,7 @@ from fuzz import harness as h
 from syncpace.cli.main import main
 
 CI = settings(
-    max_examples=int(os.environ.get("SYNCPACE_FUZZ_EXAMPLES", "45")),
+    max_examples=int(os.environ.get("SYNCPACE_FUZZ_EXAMPLES", "35")),
     deadline=None,
     database=None,
     phases=[Phase.explicit, Phase.generate, Phase.shrink],
@@ -76,8 +76,10 @@ KNOWN = [
     h.Damage("writer", "hostile", "rank-00001.meta.json", ("group", "[link=x]y[/link]"), True),
     h.Damage("writer", "empty_trace", "", ("both",)),
     h.Damage("writer", "empty_trace", "", ("no_steps",)),
-    h.Damage("real", "empty_trace", "", ("one_step",)),
-    h.Damage("real", "batch_cut", "rank-00003.events.arrow", (0, False)),
+    h.Damage("run", "empty_trace", "", ("one_step",)),
+    h.Damage("v1", "batch_cut", "rank-00003.events.arrow", (0, False)),
+    h.Damage("run", "flip", "rank-00001.events.arrow", (1500, 4)),
+    h.Damage("writer", "flip", "rank-00001.meta.json", (92, 68)),
 ]
 
 

@@ -129,6 +129,8 @@ def client_round(
         _wait(store, _key(round_id, rank, i, "a"), timeout_s * (2 if i == 0 else 1))
         t_srv = int(store.get(_key(round_id, rank, i, "a")))
         t1 = clock.now()
+        if t_srv < 0:  # rank 0 gave up waiting for this rank's hello: fail now
+            raise RuntimeError(f"rank 0 stopped waiting for rank {rank} in round {round_id}")
         samples.append((t0, t_srv, t1))
         store.delete_key(_key(round_id, rank, i, "a"))
     return best_estimate(samples)
@@ -175,6 +177,8 @@ def serve_round(
     for rank, hello in zip(ranks, hellos, strict=True):
         if not store.check([hello]):
             absent.append(rank)
+            # A rank that comes late reads this instead of waiting for an answer.
+            store.set(_key(round_id, rank, 0, "a"), b"-1")
             continue
         if store.get(hello) == b"0":
             left.append(rank)

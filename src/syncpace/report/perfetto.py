@@ -343,6 +343,12 @@ def _stream_export(index: TraceMeta, f: IO[str], chunk_events: int) -> ExportRes
         cut = []
         for what, stream in account.streams.items():
             bad = account.events if what == "events" else account.steps
+            if stream.corrupt_rows:
+                bad.reasons["in batches failing their checksum"] = stream.corrupt_rows
+                warnings.append(
+                    f"{stream.path}: {stream.corrupt_rows:,} {what} in batches failing their "
+                    "checksum left out"
+                )
             if stream.cut:
                 cut.append(what)
                 warnings.append(f"{stream.path}: {stream.cut}")

@@ -90,12 +90,21 @@ def _check_rank(
     against what the streams hold, and account for the rank."""
     (ev, ev_stream), (st, st_stream) = events, steps
     ev_kept, ev_bad = validate.check_events(ev, rank, world_size)
+    if ev_stream.corrupt_rows:
+        ev_bad.reasons["in batches failing their checksum"] = ev_stream.corrupt_rows
     ev_kept, duplicates = validate.check_event_duplicates(ev_kept)
     ev_bad.add(duplicates)
     st_kept, st_bad = validate.check_steps(st, rank)
+    if st_stream.corrupt_rows:
+        st_bad.reasons["in batches failing their checksum"] = st_stream.corrupt_rows
     st_kept, order = validate.check_step_order(st_kept)
     st_bad.add(order)
     for bad, stream, what in ((ev_bad, ev_stream, "events"), (st_bad, st_stream, "steps")):
+        if stream.corrupt_batches:
+            warnings.append(
+                f"{stream.path}: batch(es) {', '.join(map(str, stream.corrupt_batches[:5]))} "
+                f"fail their checksum: {stream.corrupt_rows:,} {what} left out"
+            )
         if bad.rows:
             warnings.append(
                 f"{stream.path}: {bad.rows:,} of {stream.rows:,} {what} left out as invalid "
@@ -196,6 +205,9 @@ def read_metadata(path: str | Path, *, allow_missing_ranks: bool = True) -> Trac
             )
         meta_paths[file_rank] = meta_path
         meta = _read_meta(meta_path)
+        edited = validate.checksum_warning(meta_path, meta)
+        if edited:
+            warnings.append(edited)
         if meta["rank"] != file_rank:
             raise TraceError(
                 meta_path, f"file is named for rank {file_rank} but says rank {meta['rank']}"

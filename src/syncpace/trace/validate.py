@@ -169,6 +169,17 @@ def read_meta(path: Path) -> dict[str, Any]:
     return meta
 
 
+def checksum_warning(path: Path, meta: dict[str, Any]) -> str | None:
+    """A warning when the metadata's checksum (written by the writer) does not match
+    its content: edited by hand or damaged. ``None`` when it matches or is absent."""
+    written = meta.get(schema.CHECKSUM_KEY)
+    if written is None:
+        return None
+    if not isinstance(written, str) or schema.meta_checksum(meta) != written:
+        return f"{path}: its checksum does not match its content (edited by hand, or damaged)"
+    return None
+
+
 def _msgspec_reason(exc: Exception) -> str:
     text = str(exc).strip().splitlines()
     return text[0][:300] if text else type(exc).__name__
@@ -250,6 +261,9 @@ class Stream:
         self.expected = expected
         self.rows = 0
         self.cut: str | None = None
+        #: Rows of complete batches whose checksum did not match (left out), and where.
+        self.corrupt_rows = 0
+        self.corrupt_batches: list[int] = []
         self._file: _Capped | None = None
         fd, size = open_regular(path, MAX_STREAM_BYTES, "data file")
         try:
@@ -288,13 +302,17 @@ class Stream:
         """Every complete batch, in the expected column order and types, in slices of
         at most :data:`SLICE_ROWS` rows. A damaged batch ends the stream (:attr:`cut`)."""
         names = self.expected.names
+        index = -1
         try:
             while True:
+                index += 1
                 try:
-                    batch = self._reader.read_next_batch()
+                    batch, custom = self._reader.read_next_batch_with_custom_metadata()
                     # Decoding trusts the buffers' offsets; full validation turns a damaged
                     # batch into an exception here instead of a crash later.
                     batch.validate(full=True)
+                    written = (custom or {}).get(schema.CHECKSUM_KEY.encode())
+                    intact = written is None or written.decode() == schema.batch_checksum(batch)
                     batch = batch.select(names).cast(self.expected)
                 except StopIteration:
                     return
@@ -302,6 +320,10 @@ class Stream:
                     self.cut = f"cut short after {self.rows:,} rows ({first_line(exc)})"
                     return
                 self.rows += batch.num_rows
+                if not intact:
+                    self.corrupt_rows += batch.num_rows
+                    self.corrupt_batches.append(index)
+                    continue
                 for start in range(0, batch.num_rows, SLICE_ROWS):
                     yield batch.slice(start, SLICE_ROWS)
         finally:

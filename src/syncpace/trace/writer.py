@@ -40,8 +40,12 @@ META_RESERVE = 1024
 
 
 def _encode_meta(meta: dict[str, Any]) -> bytes:
-    """Strict JSON (non-finite floats become null, unknown objects their str)."""
-    return msgspec.json.format(msgspec.json.encode(meta, enc_hook=str, order="sorted"), indent=1)
+    """Strict JSON (non-finite floats become null, unknown objects their str), with the
+    checksum of its content (:func:`meta_checksum`) under ``crc32``."""
+    content = {k: v for k, v in meta.items() if k != schema.CHECKSUM_KEY}
+    plain = msgspec.json.decode(msgspec.json.encode(content, enc_hook=str))
+    plain[schema.CHECKSUM_KEY] = schema.meta_checksum(plain)
+    return msgspec.json.format(msgspec.json.encode(plain, order="sorted"), indent=1)
 
 
 def _reason(exc: OSError) -> str:
@@ -82,7 +86,10 @@ class _Stream:
                 arrays.append(pa.array(values, type=field.type))
             else:
                 arrays.append(pa.array(columns[i], type=field.type))
-        self._writer.write_batch(pa.RecordBatch.from_arrays(arrays, schema=self.schema))
+        batch = pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+        self._writer.write_batch(
+            batch, custom_metadata={schema.CHECKSUM_KEY: schema.batch_checksum(batch)}
+        )
         self.written += n
 
     def close(self) -> None:
