@@ -139,10 +139,10 @@ def read_meta(path: Path) -> dict[str, Any]:
         raise TraceError(path, "empty metadata file")
     try:
         meta = _DECODER.decode(data)
-    except msgspec.DecodeError as exc:
-        raise TraceError(path, f"not valid JSON ({_msgspec_reason(exc)})") from exc
     except msgspec.ValidationError as exc:  # a number no 64-bit type holds
         raise TraceError(path, f"not usable JSON ({_msgspec_reason(exc)})") from exc
+    except msgspec.DecodeError as exc:
+        raise TraceError(path, f"not valid JSON ({_msgspec_reason(exc)})") from exc
     except RecursionError as exc:
         raise TraceError(path, "not usable JSON (nested too deeply)") from exc
     if not isinstance(meta, dict):
