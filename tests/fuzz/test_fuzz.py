@@ -152,6 +152,11 @@ def test_loss_reaches_every_verb(bases, tmp_path, capsys):
     assert run["quality"]["completeness"]["2"]["events_missing"] == 20
     modes = {f["mode"] for f in json.loads(_json(["diagnose", str(root), "--json"]))["findings"]}
     assert "incomplete_trace" in modes and "healthy" not in modes
+    assert main(["report", str(root), "-o", str(tmp_path / "r.html")]) == 0
+    page = (tmp_path / "r.html").read_text()
+    assert "<div class='completeness lossy' data-lossy='1'>" in page
+    assert "<li>rank 2: events 4 found of 24 declared; cut: events</li>" in page
+    assert "rank-00002.events.arrow: ends without its end-of-stream marker" in page
     capsys.readouterr()
 
 

@@ -114,8 +114,10 @@ def pacing_summary(trace: Trace) -> dict[str, Any] | None:
         "fraction_paced": paced / steps.height if steps.height else 0.0,
         "delay_sum_s": float(steps["pacing_delay_ns"].sum() or 0) / 1e9 if steps.height else 0.0,
         "delay_max_s": max(float(p.get("delay_max_s") or 0) for p in per_rank),
-        "bound_s": max(float(p.get("policy_config", {}).get("max_delay_s") or 0) for p in per_rank),
-        "bound_fraction": first.get("policy_config", {}).get("max_delay_fraction"),
+        "bound_s": max(
+            float((p.get("policy_config") or {}).get("max_delay_s") or 0) for p in per_rank
+        ),
+        "bound_fraction": (first.get("policy_config") or {}).get("max_delay_fraction"),
         "ab_state": first.get("ab_state"),
         "ab_confidence": ab.get("confidence"),
         "ab_required": (first.get("controller_config") or {}).get("ab_confidence"),

@@ -580,7 +580,10 @@ def completeness_lines(
     completeness: dict[int, RankCompleteness], missing_ranks: list[int], world_size: int
 ) -> list[str]:
     """One line for the whole trace and one per rank that lost something: what every
-    verb prints about loss."""
+    verb prints about loss. Nothing for a trace that carries no account (one built in
+    memory rather than read from files)."""
+    if not completeness:
+        return []
     ranks = list(completeness.values())
     declared = [c.events_declared for c in ranks]
     found = sum(c.events_found for c in ranks)
