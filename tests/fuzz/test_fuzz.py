@@ -102,7 +102,7 @@ def test_damaged_traces(bases, snapshots, work):
     strict=False,
 )
 def test_damaged_scenario_files(work):
-    @CI
+    @settings(CI, phases=[Phase.generate])  # expected to fail for now: no shrinking
     @given(h.scenario_damages())
     def case(damage):
         _assert_clean(h.run_scenario_case(damage, work), damage)
