@@ -18,6 +18,7 @@ import logging
 import os
 import re
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
@@ -167,9 +168,13 @@ class RankTraceWriter:
 
     # Background ---------------------------------------------------------------
     def _run(self) -> None:
+        # Flushes start on a fixed schedule (not an interval after the previous one
+        # ended), so a row waits at most one interval plus the time to write its batch.
+        deadline = time.monotonic() + self._interval
         while not self._closed:
-            self._wake.wait(self._interval)
+            self._wake.wait(max(deadline - time.monotonic(), 0.0))
             self._wake.clear()
+            deadline = max(deadline + self._interval, time.monotonic())
             try:
                 self.flush()
             except Exception as exc:  # the job must not notice: log once, stop writing
