@@ -52,7 +52,8 @@ def test_half_the_ranks_cannot_write_their_trace(tmp_path):
 
 
 def test_a_rank_that_never_comes_costs_half_the_clock_timeout_once():
-    """On a real TCPStore: ranks 1 and 2 take part, rank 3 never comes, rank 4 leaves."""
+    """On a real TCPStore: ranks 1 and 2 take part, ranks 3 and 5 never come, rank 4
+    leaves. Waiting in turn would cost timeout / 2 per absent rank (2 s here)."""
     port = free_port()
     store = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
     clock = LocalClock()
@@ -67,11 +68,11 @@ def test_a_rank_that_never_comes_costs_half_the_clock_timeout_once():
         t.start()
     leave(store, 4)
     start = time.monotonic()
-    served = serve_round(store, clock, [1, 2, 3, 4], 0, 8, timeout_s=2.0)
+    served = serve_round(store, clock, [1, 2, 3, 4, 5], 0, 8, timeout_s=2.0)
     elapsed = time.monotonic() - start
     for t in threads:
         t.join(timeout=10)
-    assert served.served == (1, 2) and served.absent == (3,) and served.left == (4,)
+    assert served.served == (1, 2) and served.absent == (3, 5) and served.left == (4,)
     assert 0.9 <= served.waited_s <= elapsed < 1.9  # timeout / 2 once, not per rank
     assert sorted(estimates) == [1, 2]
     # rank 3 coming late is told at once that nobody waits for it
@@ -81,4 +82,4 @@ def test_a_rank_that_never_comes_costs_half_the_clock_timeout_once():
     assert time.monotonic() - start < 0.5
     # the next round waits for nobody: the absent and the leaving rank are dropped
     again = serve_round(store, clock, list(served.served), 1, 0, timeout_s=2.0)
-    assert again.absent == (1, 2) and again.waited_s < 1.1
+    assert again.absent == (1, 2) and again.waited_s < 1.5
