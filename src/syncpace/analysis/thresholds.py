@@ -72,6 +72,9 @@ class Thresholds:
     clock_trust_factor: float = setting(
         1.0, "Skews below this times the clock uncertainty are not trustworthy."
     )
+    min_steps: int = setting(
+        3, "Fewer iterations than this (after warm-up) are too few to judge a run healthy."
+    )
     host_loss_ratio: float = setting(
         1e-4, "Share of packets dropped or TCP segments retransmitted on a host that is named."
     )
