@@ -23,9 +23,10 @@ from syncpace.analysis.diagnosis import diagnose_run, order, scaling_evidence
 from syncpace.analysis.findings import Finding
 from syncpace.analysis.metrics import RunMetrics, compute_metrics
 from syncpace.analysis.scaling import ScalingPoint, scaling_curve
+from syncpace.analysis.streaming import stream_metrics
 from syncpace.analysis.thresholds import Thresholds
 from syncpace.analysis.timeline import IterationSample, sample_iterations
-from syncpace.trace.reader import Trace, load_trace
+from syncpace.trace.reader import Trace
 
 Study = Literal["single", "comparison", "scaling"]
 
@@ -79,11 +80,13 @@ def analyze(
     thresholds = thresholds or Thresholds()
     runs, samples = [], []
     for item in traces:
-        trace = item if isinstance(item, Trace) else load_trace(item)
-        run = compute_metrics(trace, warmup_steps=warmup_steps)
+        if isinstance(item, Trace):
+            run = compute_metrics(item, warmup_steps=warmup_steps)
+            sample = sample_iterations(item, run)
+        else:  # a run directory: read a window of steps at a time, memory stays bounded
+            run, sample = stream_metrics(item, warmup_steps=warmup_steps)
         runs.append(run)
-        samples.append(sample_iterations(trace, run))
-        del trace  # one loaded trace at a time
+        samples.append(sample)
     curve = scaling_curve(
         [(r.run, r.world_size, r.iteration_ns / 1e9, r.iteration.get("cv", 0.0)) for r in runs]
     )

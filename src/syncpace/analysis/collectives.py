@@ -73,8 +73,11 @@ class Matched:
     dropped: int  # events without a usable rank, step, sequence number or enter time
 
 
-def match(events: pl.DataFrame) -> Matched:
-    """Match ``events`` (schema ``EVENTS``) into collective instances."""
+def match(events: pl.DataFrame, *, previous_exit: np.ndarray | None = None) -> Matched:
+    """Match ``events`` (schema ``EVENTS``) into collective instances.
+
+    ``previous_exit`` (indexed by rank, -1 for none): the exit of each rank's call just
+    before the first of ``events``, when they are a window of a longer trace."""
     usable = (
         (pl.col("rank") >= 0)
         & (pl.col("step") >= 0)
@@ -117,7 +120,7 @@ def match(events: pl.DataFrame) -> Matched:
         last_enter=last[inst],
         tail_start=kernels.maximum(rs, enter, rs_size),
     )
-    frame = _instances(ev, times, size, pair, first, last)
+    frame = _instances(ev, times, size, pair, first, last, previous_exit)
     return Matched(frame, times, dropped)
 
 
@@ -146,6 +149,7 @@ def _instances(
     pair: np.ndarray | None,
     first_enter: np.ndarray,
     last_enter: np.ndarray,
+    previous_exit: np.ndarray | None = None,
 ) -> pl.DataFrame:
     idx = t.instance
     first_row = np.full(size, len(idx), dtype=np.int64)  # a representative event each
@@ -158,7 +162,7 @@ def _instances(
     # How much of the last arriver's lateness it spent on its own since its previous
     # call completed (compute, data loading) rather than inherited from a collective
     # that ended late for it: its own gap beyond the first arriver's.
-    gap = _own_gap(t)
+    gap = _own_gap(t, previous_exit)
     first = t.enter == t.first_enter
     gap_first = np.full(size, -1, dtype=np.int64)
     gap_first[idx[first]] = gap[first]
@@ -190,11 +194,18 @@ def _instances(
     return _derive(frame)
 
 
-def _own_gap(t: EventTimes) -> np.ndarray:
-    """Per event: time since the same rank's previous call completed (-1 when unknown)."""
+def _own_gap(t: EventTimes, previous_exit: np.ndarray | None = None) -> np.ndarray:
+    """Per event: time since the same rank's previous call completed (-1 when unknown).
+    ``previous_exit``: per rank, the exit of the call before the first one here."""
     gap = np.full(len(t.enter), -1, dtype=np.int64)
-    if len(t.enter) < 2:
-        return gap
+    if len(t.enter) >= 2:
+        _gaps(t, gap)
+    if previous_exit is not None and len(t.enter):
+        _first_gaps(t, previous_exit, gap)
+    return gap
+
+
+def _gaps(t: EventTimes, gap: np.ndarray) -> None:
     d_rank, d_enter = np.diff(t.rank), np.diff(t.enter)
     # Traces come rank by rank in completion order, which is nearly always enter order:
     # checking that costs one pass, sorting 10M events several.
@@ -207,7 +218,29 @@ def _own_gap(t: EventTimes) -> np.ndarray:
     ok = (rank[1:] == rank[:-1]) & (prev_exit >= 0)
     own = np.where(ok, np.maximum(enter[1:] - prev_exit, 0), -1)
     gap[where] = own
-    return gap
+
+
+def _first_gaps(t: EventTimes, previous_exit: np.ndarray, gap: np.ndarray) -> None:
+    """The gap of each rank's first call (by enter) since its call before the window."""
+    order = np.lexsort((t.enter, t.rank))
+    rank = t.rank[order]
+    head = order[np.r_[True, rank[1:] != rank[:-1]]]
+    prev = previous_exit[t.rank[head]]
+    ok = prev >= 0
+    gap[head[ok]] = np.maximum(t.enter[head[ok]] - prev[ok], 0)
+
+
+#: The columns of an instance that :func:`derive` computes the others from.
+BASE_COLUMNS = (
+    "group", "seq", "pair", "op", "step", "group_size", "bytes", "bytes_min", "n",
+    "first_enter", "last_enter", "last_rank", "late_own_ns", "exit",
+)  # fmt: skip
+
+
+def derive(instances: pl.DataFrame) -> pl.DataFrame:
+    """The derived columns of instances from :data:`BASE_COLUMNS` (windows of a run
+    concatenated: queueing looks back across them)."""
+    return _derive(instances.select(BASE_COLUMNS))
 
 
 def _derive(inst: pl.DataFrame) -> pl.DataFrame:

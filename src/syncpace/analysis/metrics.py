@@ -85,13 +85,40 @@ def compute_metrics(trace: Trace, *, warmup_steps: int = 1) -> RunMetrics:
         steps = steps.filter(pl.col("step") >= warmup_steps)
         events = events.filter(pl.col("step") >= warmup_steps)
     rank_steps = iterations.rank_steps(steps)
-    global_steps = iterations.global_steps(rank_steps)
     matched = collectives.match(events)
-    inst, dropped = matched.instances, matched.dropped
     rank_step = collectives.rank_step_arrivals(matched)
-    last = collectives.last_arrivers(rank_step)
-    ovl = overlap.with_step_time(overlap.rank_step_comm(matched), rank_steps)
+    comm = overlap.rank_step_comm(matched)
+    inst, dropped = matched.instances, matched.dropped
     del matched, events, steps  # the per-event arrays are the largest objects: free them
+    return from_parts(
+        trace,
+        rank_steps=rank_steps,
+        instances=inst,
+        dropped=dropped,
+        rank_step=rank_step,
+        comm=comm,
+        events=trace.events.height,
+    )
+
+
+def from_parts(
+    trace: Trace,
+    *,
+    rank_steps: pl.DataFrame,
+    instances: pl.DataFrame,
+    dropped: int,
+    rank_step: pl.DataFrame,
+    comm: pl.DataFrame,
+    events: int,
+) -> RunMetrics:
+    """The run's metrics from its per-event results (instances, per (rank, step)
+    arrivals and communication) — computed on the whole trace at once, or window by
+    window and concatenated (:mod:`syncpace.analysis.streaming`). ``trace`` supplies
+    metadata, steps, warnings and host files; ``events``: how many it holds."""
+    inst = instances
+    global_steps = iterations.global_steps(rank_steps)
+    last = collectives.last_arrivers(rank_step)
+    ovl = overlap.with_step_time(comm, rank_steps)
     per_rank = iterations.per_rank_summary(rank_steps, rank_step, last)
     place = locality.placement(trace.meta)
     uncertainty = _clock_uncertainty(trace)
@@ -115,7 +142,7 @@ def compute_metrics(trace: Trace, *, warmup_steps: int = 1) -> RunMetrics:
         by_local_rank=locality.by_local_rank(per_rank, place),
         iteration=iterations.distribution(global_steps["time_ns"]),
         comm=overlap.summary(ovl),
-        quality=_quality(trace, inst, uncertainty, dropped, global_steps.height),
+        quality=_quality(trace, inst, uncertainty, dropped, global_steps.height, events),
         group_nodes=_group_nodes(trace.meta, place),
         pacing=pacing_summary(trace),
         hosts=hostcounters.host_metrics(trace.counters, trace.hosts, trace.meta),
@@ -146,7 +173,12 @@ def _clock_uncertainty(trace: Trace) -> int | None:
 
 
 def _quality(
-    trace: Trace, inst: pl.DataFrame, uncertainty: int | None, dropped: int, steps: int
+    trace: Trace,
+    inst: pl.DataFrame,
+    uncertainty: int | None,
+    dropped: int,
+    steps: int,
+    events: int,
 ) -> dict[str, Any]:
     incomplete = inst.filter(~pl.col("complete")) if inst.height else inst
     mismatched = inst.filter(pl.col("bytes") != pl.col("bytes_min")) if inst.height else inst
@@ -159,7 +191,7 @@ def _quality(
         "clock_uncertainty_ns": uncertainty,
         "median_skew_ns": float(inst["skew_ns"].median() or 0.0) if inst.height else 0.0,
         "warnings": list(trace.warnings),
-        "events": trace.events.height,
+        "events": events,
         "steps": trace.steps.height,
         "steps_analyzed": steps,
         "completeness": {str(r): c.to_json() for r, c in sorted(trace.completeness.items())},

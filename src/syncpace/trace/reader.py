@@ -104,6 +104,21 @@ def _check_rank(
         st_bad.reasons["in batches failing their checksum"] = st_stream.corrupt_rows
     st_kept, order = validate.check_step_order(st_kept)
     st_bad.add(order)
+    account = account_rank(rank, meta, stem, (ev_stream, ev_bad), (st_stream, st_bad), warnings)
+    return ev_kept, st_kept, account
+
+
+def account_rank(
+    rank: int,
+    meta: dict[str, Any],
+    stem: Path,
+    events: tuple[validate.Stream, validate.Quarantine],
+    steps: tuple[validate.Stream, validate.Quarantine],
+    warnings: list[str],
+) -> validate.RankCompleteness:
+    """Check what the metadata declares against what the streams held (read to their
+    end) and what was quarantined; warn of every gap, and account for the rank."""
+    (ev_stream, ev_bad), (st_stream, st_bad) = events, steps
     for bad, stream, what in ((ev_bad, ev_stream, "events"), (st_bad, st_stream, "steps")):
         if stream.corrupt_batches:
             warnings.append(
@@ -140,7 +155,7 @@ def _check_rank(
             f"{stem}{schema.META_SUFFIX}: rank {rank} stopped writing its trace "
             f"({write_error}); what came after is not in the trace"
         )
-    completeness = validate.RankCompleteness(
+    return validate.RankCompleteness(
         rank=rank,
         finished=finished,
         events_declared=declared["events"] if finished else None,
@@ -157,7 +172,6 @@ def _check_rank(
             **{f"steps: {k}": v for k, v in st_bad.reasons.items()},
         },
     )
-    return ev_kept, st_kept, completeness
 
 
 @dataclass(frozen=True)
@@ -266,14 +280,7 @@ def load_trace(path: str | Path, *, allow_missing_ranks: bool = True) -> Trace:
         )
         event_tables.append(events_table)
         step_tables.append(steps_table)
-        if not meta.get("finished", False):
-            warnings.append(f"{stem}{schema.META_SUFFIX}: rank {rank} did not finish cleanly")
-        if meta.get("dropped_events"):
-            why = "after it stopped writing" if meta.get("write_error") else "(buffer full)"
-            warnings.append(
-                f"{stem}{schema.META_SUFFIX}: rank {rank} dropped {meta['dropped_events']} "
-                f"events {why}"
-            )
+        warnings.extend(rank_warnings(rank, meta, stem))
     events = pl.from_arrow(pa.concat_tables(event_tables))
     steps = pl.from_arrow(pa.concat_tables(step_tables))
     assert isinstance(events, pl.DataFrame) and isinstance(steps, pl.DataFrame)
@@ -281,6 +288,19 @@ def load_trace(path: str | Path, *, allow_missing_ranks: bool = True) -> Trace:
     return Trace(
         root, world_size, metas, events, steps, tuple(warnings), completeness, counters, hosts
     )
+
+
+def rank_warnings(rank: int, meta: dict[str, Any], stem: Path) -> list[str]:
+    """What a rank's metadata says went wrong: it did not finish, it dropped events."""
+    out = []
+    if not meta.get("finished", False):
+        out.append(f"{stem}{schema.META_SUFFIX}: rank {rank} did not finish cleanly")
+    if meta.get("dropped_events"):
+        why = "after it stopped writing" if meta.get("write_error") else "(buffer full)"
+        out.append(
+            f"{stem}{schema.META_SUFFIX}: rank {rank} dropped {meta['dropped_events']} events {why}"
+        )
+    return out
 
 
 def _empty_counters() -> pl.DataFrame:

@@ -264,6 +264,8 @@ class Stream:
         #: Rows of complete batches whose checksum did not match (left out), and where.
         self.corrupt_rows = 0
         self.corrupt_batches: list[int] = []
+        #: The record batch the last slice came from (its number in the stream, from 0).
+        self.batch = -1
         self._file: _Capped | None = None
         fd, size = open_regular(path, MAX_STREAM_BYTES, "data file")
         try:
@@ -324,6 +326,7 @@ class Stream:
                     self.corrupt_rows += batch.num_rows
                     self.corrupt_batches.append(index)
                     continue
+                self.batch = index
                 for start in range(0, batch.num_rows, SLICE_ROWS):
                     yield batch.slice(start, SLICE_ROWS)
         finally:

@@ -1,0 +1,284 @@
+"""Metrics of a run of any length: the trace read a window of steps at a time.
+
+The per-event computations of the metrics are local to an iteration (a collective
+instance belongs to one step; arrivals, lateness, waits and the transfer union are per
+rank and step), so a run is measured in three stages that never hold all its events:
+
+1. **scan** every rank (:func:`syncpace.trace.chunks.scan_rank`): validate its files to
+   their end, keep its steps, its account and the index of its events;
+2. **windows** of steps (:func:`window_partial`): read every rank's events of those
+   steps (:func:`~syncpace.trace.chunks.read_window`), match them into instances and
+   reduce them per (rank, step) — the same functions :func:`compute_metrics` runs;
+   what a window looks back at (each rank's call before its first, for the own-gap
+   share of lateness) comes from the scan;
+3. **finish** (:func:`finish`): concatenate the small per-instance and per-(rank, step)
+   results (ordered as the in-memory path orders them), derive what looks across
+   windows (queueing behind the previous collective of a group), and compute the
+   run-level aggregates with :func:`syncpace.analysis.metrics.from_parts`.
+
+The stages are plain functions over picklable values: :func:`stream_metrics` runs
+them in this process, :mod:`syncpace.analysis.distributed` on a Dask cluster. Memory is
+bounded by one window (about :data:`WINDOW_EVENTS` events) plus one record batch per
+rank plus the results, which grow with ranks x steps and instances, not with events.
+The result equals :func:`~syncpace.analysis.metrics.compute_metrics` on the loaded
+trace (tests compare them exactly); see docs/streaming.md for the two assumptions
+that makes on the input (a call's instance lies within one step; a rank's calls of
+later steps do not enter before its calls of earlier ones).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+
+from syncpace.analysis import collectives, iterations, overlap
+from syncpace.analysis.metrics import RunMetrics, from_parts
+from syncpace.analysis.timeline import IterationSample, pick_iterations, sample_iterations
+from syncpace.trace import schema
+from syncpace.trace.chunks import BatchCache, RankScan, carry, read_window, scan_rank
+from syncpace.trace.reader import Trace, TraceMeta, load_host_files, read_metadata
+
+#: Events read and matched together (a window of steps of every rank; at least one step).
+WINDOW_EVENTS = 1_000_000
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The scanned run and its windows of steps ``[lo, hi)``."""
+
+    index: TraceMeta
+    scans: tuple[RankScan, ...]
+    first: int  # the first step analysed (after the warm-up)
+    windows: tuple[tuple[int, int], ...]
+
+    @property
+    def events(self) -> int:
+        return sum(s.events for s in self.scans)
+
+    def light(self) -> tuple[RankScan, ...]:
+        """The scans without their steps: all a window needs, cheap to ship."""
+        empty = schema.STEPS.empty_table()
+        return tuple(dataclasses.replace(s, steps=empty) for s in self.scans)
+
+
+@dataclass(frozen=True)
+class Partial:
+    """One window's results: instances (:data:`~syncpace.analysis.collectives.BASE_COLUMNS`),
+    per (rank, step) arrivals and communication, events left out, events read."""
+
+    instances: pl.DataFrame
+    rank_step: pl.DataFrame
+    comm: pl.DataFrame
+    dropped: int
+    events: int
+
+
+def scan(
+    path: str | Path,
+    *,
+    allow_missing_ranks: bool = True,
+    mapper: Callable[..., Iterable[RankScan]] = map,
+) -> tuple[TraceMeta, list[RankScan]]:
+    """Validate the run directory and every rank's files (``mapper`` over ranks)."""
+    index = read_metadata(path, allow_missing_ranks=allow_missing_ranks)
+    ranks = index.ranks
+    return index, list(mapper(scan_rank, [index] * len(ranks), ranks))
+
+
+def plan(
+    index: TraceMeta,
+    scans: list[RankScan],
+    *,
+    warmup_steps: int = 1,
+    window_events: int = WINDOW_EVENTS,
+) -> Plan:
+    """The windows of steps over ``scans``: about ``window_events`` events each,
+    aligned to multiples of their length, after the warm-up (as
+    :func:`~syncpace.analysis.metrics.compute_metrics` leaves it out)."""
+    steps = [s.steps.column("step") for s in scans if s.steps.num_rows]
+    max_step = max((int(pa.compute.max(c).as_py()) for c in steps), default=0)
+    cut = warmup_steps if warmup_steps and max_step >= warmup_steps else None
+    los = [int(f.lo.min()) for s in scans for f in s.files if len(f.lo)]
+    his = [int(f.hi.max()) for s in scans for f in s.files if len(f.hi)]
+    if not los:
+        return Plan(index, tuple(scans), cut or 0, ())
+    first = max(min(los), cut) if cut is not None else min(los)
+    end = max(his) + 1
+    total = sum(s.events for s in scans)
+    span = max(end - min(los), 1)
+    width = max(1, int(window_events * span / max(total, 1)))
+    bounds = [first, *range((first // width + 1) * width, end, width), end]
+    windows = tuple((a, b) for a, b in zip(bounds[:-1], bounds[1:], strict=True) if b > a)
+    return Plan(index, tuple(scans), first if cut is not None else 0, windows)
+
+
+def window_partial(
+    scans: tuple[RankScan, ...],
+    world_size: int,
+    first: int,
+    window: tuple[int, int],
+    cache: BatchCache | None = None,
+) -> Partial:
+    """Match and reduce the events of steps ``window`` of every rank."""
+    lo, hi = window
+    table = read_window(scans, lo, hi, cache=cache)
+    events = pl.from_arrow(table)
+    assert isinstance(events, pl.DataFrame)
+    del table
+    previous = carry(list(scans), world_size, first, lo)
+    m = collectives.match(events, previous_exit=previous)
+    n = events.height
+    del events
+    return Partial(
+        m.instances.select(collectives.BASE_COLUMNS),
+        collectives.rank_step_arrivals(m),
+        overlap.rank_step_comm(m),
+        m.dropped,
+        n,
+    )
+
+
+def windows(p: Plan) -> Iterator[Partial]:
+    """Every window of ``p`` in order, in this process (each batch decoded once)."""
+    cache = BatchCache()
+    for window in p.windows:
+        yield window_partial(p.scans, p.index.world_size, p.first, window, cache)
+
+
+def base_trace(p: Plan, events: pl.DataFrame | None = None) -> Trace:
+    """A :class:`Trace` of the scanned run with all its steps but only ``events``
+    (none, or a few sampled iterations): what the aggregates and reports read."""
+    index = p.index
+    warnings = list(index.warnings)
+    for s in p.scans:
+        warnings.extend(s.warnings)
+    root = index.path
+    counters, hosts = load_host_files(root, warnings)
+    tables = [s.steps for s in p.scans]
+    steps = pl.from_arrow(pa.concat_tables(tables) if tables else schema.STEPS.empty_table())
+    if events is None:
+        events = pl.from_arrow(schema.EVENTS.empty_table())  # type: ignore[assignment]
+    assert isinstance(steps, pl.DataFrame) and isinstance(events, pl.DataFrame)
+    completeness = {s.rank: s.completeness for s in p.scans}
+    return Trace(
+        root,
+        index.world_size,
+        index.meta,
+        events,
+        steps,
+        tuple(warnings),
+        completeness,
+        counters,
+        hosts,
+    )
+
+
+def finish(p: Plan, partials: Iterable[Partial], trace: Trace | None = None) -> RunMetrics:
+    """The run's metrics from its windows' results."""
+    trace = trace or base_trace(p)
+    parts = list(partials)
+    steps = trace.steps
+    if p.first and steps.height and int(steps["step"].max()) >= p.first:  # type: ignore[arg-type]
+        steps = steps.filter(pl.col("step") >= p.first)
+    rank_steps = iterations.rank_steps(steps)
+    if parts:
+        inst = collectives.derive(_ordered([q.instances for q in parts], "group", "pair", "seq"))
+        rank_step = _ordered([q.rank_step for q in parts], "rank", "step")
+        comm = _ordered([q.comm for q in parts], "rank", "step")
+    else:
+        empty = collectives.match(pl.from_arrow(schema.EVENTS.empty_table()))  # type: ignore[arg-type]
+        inst, rank_step = empty.instances, collectives.rank_step_arrivals(empty)
+        comm = overlap.rank_step_comm(empty)
+    return from_parts(
+        trace,
+        rank_steps=rank_steps,
+        instances=inst,
+        dropped=sum(q.dropped for q in parts),
+        rank_step=rank_step,
+        comm=comm,
+        events=p.events,
+    )
+
+
+def _ordered(frames: list[pl.DataFrame], *keys: str) -> pl.DataFrame:
+    """``frames`` concatenated in the order of ``keys``, as the in-memory path orders its
+    rows. A gather, not a sort: a sorted flag on the keys would switch later group-bys
+    to another summation order, and their float means would differ in the last digit."""
+    frame = pl.concat(frames, rechunk=True)
+    columns = [frame[k] for k in reversed(keys)]
+    codes = [c.rank("dense").to_numpy() if c.dtype == pl.String else c.to_numpy() for c in columns]
+    return frame[np.lexsort(codes)]
+
+
+def sample(p: Plan, metrics: RunMetrics, trace: Trace | None = None) -> IterationSample:
+    """The report's iterations in full (:func:`pick_iterations`), reading only them."""
+    picks = pick_iterations(metrics.steps)
+    tables = [read_window(p.scans, step, step + 1, columns=_ALL) for _, step in picks]
+    events = pl.from_arrow(pa.concat_tables(tables)) if tables else None
+    if isinstance(events, pl.DataFrame):  # rank by rank, as the files are read
+        events = events[np.argsort(events["rank"].to_numpy(), kind="stable")]
+    base = trace or base_trace(p)
+    sampled = dataclasses.replace(base, events=events) if events is not None else base
+    return sample_iterations(sampled, metrics, picks)  # type: ignore[arg-type]
+
+
+_ALL = tuple(schema.EVENTS.names)
+
+
+def stream_metrics(
+    path: str | Path,
+    *,
+    warmup_steps: int = 1,
+    window_events: int = WINDOW_EVENTS,
+    progress: Callable[[int, int], Any] | None = None,
+) -> tuple[RunMetrics, IterationSample]:
+    """Measure the run directory ``path`` window by window in this process; also the
+    sampled iterations for the report. ``progress(done, total)`` after each window."""
+    index, scans = scan(path)
+    p = plan(index, scans, warmup_steps=warmup_steps, window_events=window_events)
+    trace = base_trace(p)
+
+    def counted() -> Iterator[Partial]:
+        for i, part in enumerate(windows(p)):
+            if progress is not None:
+                progress(i + 1, len(p.windows))
+            yield part
+
+    run = finish(p, counted(), trace)
+    return run, sample(p, run, trace)
+
+
+def same_metrics(a: RunMetrics, b: RunMetrics) -> list[str]:
+    """Where two measurements of one run differ (empty when identical): every frame
+    (instances compared in one order) and every summary number."""
+    out = []
+    for f in dataclasses.fields(RunMetrics):
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        if isinstance(x, pl.DataFrame):
+            if f.name == "instances":
+                x, y = x.sort(["group", "pair", "seq"]), y.sort(["group", "pair", "seq"])
+            if not x.equals(y, null_equal=True) or x.schema != y.schema:
+                out.append(f.name)
+        elif f.name == "hosts":
+            if (x.to_json() if x else None) != (y.to_json() if y else None):
+                out.append(f.name)
+        elif _normal(x) != _normal(y):
+            out.append(f.name)
+    return out
+
+
+def _normal(value: Any) -> Any:
+    if isinstance(value, float) and np.isnan(value):
+        return "nan"
+    if isinstance(value, dict):
+        return {k: _normal(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_normal(v) for v in value]
+    return value
