@@ -42,7 +42,7 @@ from syncpace.analysis import collectives, iterations, overlap
 from syncpace.analysis.metrics import RunMetrics, from_parts
 from syncpace.analysis.timeline import IterationSample, pick_iterations, sample_iterations
 from syncpace.trace import schema
-from syncpace.trace.chunks import BatchCache, RankScan, carry, read_window, scan_rank
+from syncpace.trace.chunks import BatchCache, RankScan, carry, read_window, scan_rank, segments
 from syncpace.trace.reader import Trace, TraceMeta, load_host_files, read_metadata
 
 #: Events read and matched together (a window of steps of every rank; at least one step).
@@ -89,7 +89,8 @@ def scan(
     """Validate the run directory and every rank's files (``mapper`` over ranks)."""
     index = read_metadata(path, allow_missing_ranks=allow_missing_ranks)
     ranks = index.ranks
-    return index, list(mapper(scan_rank, [index] * len(ranks), ranks))
+    rotated = segments(index)
+    return index, list(mapper(scan_rank, [index] * len(ranks), ranks, [rotated] * len(ranks)))
 
 
 def plan(

@@ -58,21 +58,29 @@ ANALYSIS_COLUMNS = (
 )
 
 
-def rank_files(index: TraceMeta, rank: int) -> tuple[list[Path], Path]:
-    """A rank's event files, in order, and its steps file. One events file per rank
-    today (``rank-R.events.arrow``); rotated segments
-    (``rank-R.segNNNNNN.events.arrow``) follow it in segment order."""
+_SEGMENT_RE = re.compile(r"^rank-(\d{5,})\.seg(\d{6,})" + re.escape(schema.EVENTS_SUFFIX) + "$")
+
+
+def segments(index: TraceMeta) -> dict[int, list[Path]]:
+    """Rotated event segments (``rank-R.segNNNNNN.events.arrow``) per rank, in segment
+    order: one listing of the directory for all ranks."""
+    found: dict[int, list[tuple[int, Path]]] = {}
+    for path in index.path.iterdir():
+        m = _SEGMENT_RE.match(path.name)
+        if m:
+            found.setdefault(int(m.group(1)), []).append((int(m.group(2)), path))
+    return {rank: [p for _, p in sorted(items)] for rank, items in found.items()}
+
+
+def rank_files(
+    index: TraceMeta, rank: int, rotated: dict[int, list[Path]] | None = None
+) -> tuple[list[Path], Path]:
+    """A rank's event files, in order, and its steps file: ``rank-R.events.arrow``,
+    then its rotated segments (``rotated``: :func:`segments`, listed when not given)."""
     events, steps = index.stream_paths(rank)
-    segment = re.compile(
-        re.escape(schema.rank_stem(rank)) + r"\.seg(\d{6,})" + re.escape(schema.EVENTS_SUFFIX) + "$"
-    )
-    found = sorted(
-        (int(m.group(1)), p)
-        for p in index.path.glob(f"{schema.rank_stem(rank)}.seg*{schema.EVENTS_SUFFIX}")
-        if (m := segment.match(p.name))
-    )
-    files = [events] if events.exists() or events.is_symlink() or not found else []
-    return files + [p for _, p in found], steps
+    later = (segments(index) if rotated is None else rotated).get(rank, [])
+    files = [events] if events.exists() or events.is_symlink() or not later else []
+    return files + later, steps
 
 
 @dataclass(frozen=True)
@@ -218,12 +226,14 @@ class _Seen:
         self._lo[key], self._hi[key] = new_lo.astype(np.int64), new_hi.astype(np.int64)
 
 
-def scan_rank(index: TraceMeta, rank: int) -> RankScan:
+def scan_rank(
+    index: TraceMeta, rank: int, rotated: dict[int, list[Path]] | None = None
+) -> RankScan:
     """Read and validate rank ``rank``'s files to their end (see the module docstring).
     Raises :class:`~syncpace.errors.TraceError` where :func:`load_trace` would."""
     meta = index.meta[rank]
     stem = index.path / schema.rank_stem(rank)
-    event_paths, steps_path = rank_files(index, rank)
+    event_paths, steps_path = rank_files(index, rank, rotated)
     if not event_paths:
         event_paths = [index.stream_paths(rank)[0]]
     v1 = meta["schema_version"] == 1
