@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
+import json
 import math
 import os
 import signal
@@ -25,6 +26,8 @@ from syncpace.capture.clock import ClockSync, OffsetEstimate, local_clock
 from syncpace.capture.config import TraceConfig
 from syncpace.capture.host import device_facts, env_int, rank_facts
 from syncpace.capture.log import warn_once
+from syncpace.capture.metrics import PrometheusMetrics
+from syncpace.capture.monitor import LiveMonitor
 from syncpace.capture.torch_hooks import install
 from syncpace.capture.work import TimedWork, classify
 from syncpace.config import from_env
@@ -33,6 +36,8 @@ from syncpace.control.config import ControllerConfig
 from syncpace.control.controller import PacingController
 from syncpace.control.policy import PacingConfig
 from syncpace.errors import ConfigError
+from syncpace.monitor import MonitorConfig
+from syncpace.trace.schema import MONITOR_SUFFIX, rank_stem
 from syncpace.trace.writer import RankTraceWriter
 
 #: Clock estimates kept in the metadata (one every clock_interval_s).
@@ -45,6 +50,7 @@ class Tracer:
         config: TraceConfig,
         controller_config: ControllerConfig | None = None,
         pacing_config: PacingConfig | None = None,
+        monitor_config: MonitorConfig | None = None,
     ) -> None:
         self.config = config
         self.clock = local_clock(config.clock_skew_ns, config.clock_drift_ppm)
@@ -69,6 +75,9 @@ class Tracer:
         self.controller: PacingController | None = None
         self.arrival_step = -1
         self._arrival_ns = 0
+        self.monitor_config = monitor_config or MonitorConfig()
+        self.monitor: LiveMonitor | None = None
+        self.metrics: PrometheusMetrics | None = None
 
     # Process groups --------------------------------------------------------------
     def on_group(self, name: str, ranks: list[int], backend: str) -> None:
@@ -114,6 +123,7 @@ class Tracer:
         self.writer.update_meta(started_ns=self._last_boundary + self._offset_ns)
         self._clock_sync.start_periodic()
         self._start_controller(store, rank, world_size)
+        self._start_monitor(store, rank, world_size, meta)
         atexit.register(self.close)
         _install_sigterm(self)
         if self.config.step_hook:
@@ -130,6 +140,38 @@ class Tracer:
             )
         except Exception as exc:  # the job runs unpaced
             warn_once("controller", "pacing disabled: cannot open its channel: %s", exc)
+
+    def _start_monitor(self, store: Any, rank: int, world_size: int, meta: dict) -> None:
+        config = self.monitor_config
+        host, local_rank = str(meta.get("host")), meta.get("local_rank")
+        if config.metrics_port:
+            try:
+                port = config.metrics_port + int(local_rank or 0)
+                self.metrics = PrometheusMetrics(
+                    port, config.metrics_addr, rank=rank, host=host, local_rank=local_rank or 0
+                )
+                self.writer.update_meta(metrics_url=self.metrics.url or None)
+            except Exception as exc:  # the job runs without an endpoint
+                warn_once("metrics", "no Prometheus endpoint: %s", exc)
+        if not config.monitor_every or world_size < 2:
+            return
+        try:
+            where = Placement(store, rank, host, local_rank, config.monitor_timeout_s)
+            width = 2 * config.monitor_every
+            channel = GatherChannel(
+                store, rank, world_size, width, config.monitor_timeout_s, name="monitor"
+            )
+            self.monitor = LiveMonitor(
+                config,
+                rank,
+                world_size,
+                channel,
+                record_path=self.writer.dir / f"{rank_stem(rank)}{MONITOR_SUFFIX}",
+                where=where.lookup,
+                metrics=self.metrics,
+            )
+        except Exception as exc:  # the job runs unmonitored
+            warn_once("monitor", "live monitor disabled: %s", exc)
 
     # Sync points -------------------------------------------------------------------
     def arrive(self) -> int:
@@ -182,6 +224,9 @@ class Tracer:
         if writer is not None:
             exit_ns = -1 if status == "unobserved" else self.now()
             writer.add_event(row + (exit_ns, how, status, error, wait_ns))
+            metrics = self.metrics
+            if metrics is not None and exit_ns >= 0:
+                metrics.on_collective(row[2], row[5], row[6], (exit_ns - row[9]) / 1e9)
 
     # Iterations --------------------------------------------------------------------
     def on_step(self, manual: bool = False) -> None:
@@ -199,11 +244,16 @@ class Tracer:
             self.pacing_delay_ns = 0
             self.step += 1
             self._last_boundary = end
-        controller = self.controller
-        if controller is not None:
+        controller, monitor = self.controller, self.monitor
+        if controller is not None or monitor is not None:
             arrived = self.arrival_step == step
             arrival_s = (self._arrival_ns + self._offset_ns) / 1e9 if arrived else math.nan
-            controller.on_step_end(step, arrival_s, (end - start) / 1e9)
+            if controller is not None:
+                controller.on_step_end(step, arrival_s, (end - start) / 1e9)
+            if monitor is not None:
+                monitor.on_step_end(step, arrival_s, (end - start) / 1e9)
+        elif self.metrics is not None:
+            self.metrics.on_step(step, (end - start) / 1e9)
 
     def close(self) -> None:
         if self._clock_sync is not None:
@@ -213,10 +263,43 @@ class Tracer:
             final = {}
             if self.controller is not None:
                 final["pacing"] = self.controller.summary()
+            if self.monitor is not None:
+                final["monitor"] = self.monitor.summary()
             try:
                 writer.close(**final)
             except Exception as exc:
                 warn_once("close", "closing the trace failed: %s", exc)
+
+
+class Placement:
+    """Where each rank runs, published once in the job's store so that a detection can
+    name the straggler's node and local rank. Published and read on a dedicated client
+    connection; a rank that never published is skipped without waiting."""
+
+    def __init__(
+        self, store: Any, rank: int, host: str, local_rank: int | None, timeout_s: float
+    ) -> None:
+        attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+        self._key = f"where/{attempt}/"
+        factory = _clock_store_factory(store, timeout_s)
+        self._client: Any = factory() if factory is not None else None
+        if self._client is not None:
+            self._client.set(f"{self._key}{rank}", json.dumps([host, local_rank]))
+        self._known: dict[int, tuple[str, int | None]] = {rank: (host, local_rank)}
+
+    def lookup(self, rank: int) -> tuple[str, int | None] | None:
+        if rank in self._known:
+            return self._known[rank]
+        key = f"{self._key}{rank}"
+        try:
+            if self._client is None or not self._client.check([key]):
+                return None
+            host, local = json.loads(self._client.get(key))
+        except Exception as exc:
+            warn_once("placement", "cannot look up where rank %d runs: %s", rank, exc)
+            return None
+        self._known[rank] = (str(host), local if isinstance(local, int) else None)
+        return self._known[rank]
 
 
 def _clock_store_factory(store: Any, timeout_s: float) -> Any:
@@ -283,8 +366,8 @@ def get_tracer(**overrides: Any) -> Tracer:
     or PacingConfig (e.g. ``pace="early"``), on top of ``SYNCPACE_*`` variables."""
     global TRACER
     if TRACER is None:
-        parts: list[dict[str, Any]] = [{}, {}, {}]
-        classes = (TraceConfig, ControllerConfig, PacingConfig)
+        parts: list[dict[str, Any]] = [{}, {}, {}, {}]
+        classes = (TraceConfig, ControllerConfig, PacingConfig, MonitorConfig)
         for name, value in overrides.items():
             for part, cls in zip(parts, classes, strict=True):
                 if name in cls.__dataclass_fields__:

@@ -25,6 +25,8 @@ READABLE_VERSIONS = (1, 2)
 META_SUFFIX = ".meta.json"
 EVENTS_SUFFIX = ".events.arrow"
 STEPS_SUFFIX = ".steps.arrow"
+#: Live detections (one JSON object a line), written by the in-job monitor.
+MONITOR_SUFFIX = ".monitor.jsonl"
 
 EVENTS = pa.schema(
     [
