@@ -16,12 +16,12 @@ import socket
 from pathlib import Path
 
 import pytest
+from tests.monitor.prometheus_server import find_prometheus, prometheus, query_range
+from tests.multirank import run_ranks
 
 from syncpace.capture.monitor import LAG_STEPS
 from syncpace.monitor import OnlineDetector
 from syncpace.trace import load_trace
-from tests.monitor.prometheus_server import find_prometheus, prometheus, query_range
-from tests.multirank import run_ranks
 
 WORKER = Path(__file__).resolve().parent / "workers" / "straggle.py"
 WORLD, STEPS, SLOW_FROM, SLOW_TO, EVERY = 4, 130, 40, 85, 5
