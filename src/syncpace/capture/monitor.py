@@ -78,6 +78,15 @@ class LiveMonitor:
         self.error: str | None = None
         self.detections: list[Detection] = []
         self.windows = 0
+        # Thresholds from the control file: proposed by this rank, applied once the
+        # gathered window shows every rank proposing the same version.
+        self._proposed: tuple[int, dict[str, float]] | None = None
+        self.applied_version = 0
+        self.applied_at_step: int | None = None
+
+    def propose(self, version: int, thresholds: dict[str, float]) -> None:
+        """New detector thresholds (from any thread); they apply on agreement."""
+        self._proposed = (version, dict(thresholds))
 
     # Step boundary (training thread) ---------------------------------------------------
     def on_step_end(self, step: int, arrival_s: float, duration_s: float) -> None:
@@ -91,7 +100,9 @@ class LiveMonitor:
         try:
             if slot == self.every - 1:
                 first = step - self.every + 1
-                values = np.concatenate([self._arrivals, self._durations]).tolist()
+                proposed = self._proposed
+                version = float(proposed[0]) if proposed is not None else 0.0
+                values = [*self._arrivals.tolist(), *self._durations.tolist(), version]
                 self._channel.submit(first, values)
                 self._submitted[step + LAG_STEPS] = first
                 self._arrivals[:] = np.nan
@@ -103,8 +114,9 @@ class LiveMonitor:
             self.fail(str(exc))
 
     def _process(self, first: int, data: np.ndarray) -> None:
-        window = Window(first, data[:, : self.every], data[:, self.every :])
+        window = Window(first, data[:, : self.every], data[:, self.every : 2 * self.every])
         self.windows += 1
+        self._agree(first + self.every - 1, data[:, -1])
         for detection in self.detector.observe(window):
             self.detections.append(detection)
             self._write(detection)
@@ -118,6 +130,25 @@ class LiveMonitor:
                 span = first + self.every - since
                 cost = self.detector.score(self.rank, recent=max(1, span)).cost
             self._metrics.on_window(score.lateness_s, score.wait_fraction, cost)
+
+    def _agree(self, step: int, versions: np.ndarray) -> None:
+        proposed = self._proposed
+        if proposed is None or proposed[0] == self.applied_version:
+            return
+        if not (versions == float(proposed[0])).all():
+            return  # some rank has not read the same file yet
+        version, thresholds = proposed
+        d = self.detector
+        d.h = thresholds.get("monitor_sensitivity", d.h)
+        d.min_gap = thresholds.get("monitor_min_gap", d.min_gap)
+        d.jump = thresholds.get("monitor_jump", d.jump)
+        self.applied_version, self.applied_at_step = version, step
+        if self.rank == 0:
+            log.warning(
+                "syncpace step %d: live detector thresholds changed (control file): %s",
+                step,
+                ", ".join(f"{k} {v:g}" for k, v in sorted(thresholds.items())),
+            )
 
     # Output ------------------------------------------------------------------------------
     def describe(self, d: Detection) -> str:
@@ -167,6 +198,13 @@ class LiveMonitor:
             "windows": self.windows,
             "detections": len(self.detections),
             "active_stragglers": sorted(self.detector.active),
+            "thresholds": {
+                "monitor_sensitivity": self.detector.h,
+                "monitor_min_gap": self.detector.min_gap,
+                "monitor_jump": self.detector.jump,
+            },
+            "control_version": self.applied_version or None,
+            "control_applied_at_step": self.applied_at_step,
             "enabled": self.enabled,
             "error": self.error,
         }

@@ -25,9 +25,10 @@ from syncpace import __version__
 from syncpace.capture.clock import ClockSync, OffsetEstimate, local_clock
 from syncpace.capture.config import TraceConfig
 from syncpace.capture.host import device_facts, env_int, rank_facts
-from syncpace.capture.log import warn_once
+from syncpace.capture.log import log, warn_once
 from syncpace.capture.metrics import PrometheusMetrics
 from syncpace.capture.monitor import LiveMonitor
+from syncpace.capture.runtime_control import Control, ControlWatcher, describe
 from syncpace.capture.torch_hooks import install
 from syncpace.capture.work import TimedWork, classify
 from syncpace.config import from_env
@@ -78,6 +79,11 @@ class Tracer:
         self.monitor_config = monitor_config or MonitorConfig()
         self.monitor: LiveMonitor | None = None
         self.metrics: PrometheusMetrics | None = None
+        self.paused = False  # tracing switched off through the control file
+        self.paused_events = 0
+        self._paused_steps: list[list[int]] = []
+        self._control: ControlWatcher | None = None
+        self._control_meta: dict[str, Any] = {}
 
     # Process groups --------------------------------------------------------------
     def on_group(self, name: str, ranks: list[int], backend: str) -> None:
@@ -124,6 +130,11 @@ class Tracer:
         self._clock_sync.start_periodic()
         self._start_controller(store, rank, world_size)
         self._start_monitor(store, rank, world_size, meta)
+        if self.monitor_config.control_poll_s:
+            self._control = ControlWatcher(
+                self.writer.dir, self.monitor_config.control_poll_s, self._on_control
+            )
+            self._control.start()
         atexit.register(self.close)
         _install_sigterm(self)
         if self.config.step_hook:
@@ -157,7 +168,7 @@ class Tracer:
             return
         try:
             where = Placement(store, rank, host, local_rank, config.monitor_timeout_s)
-            width = 2 * config.monitor_every
+            width = 2 * config.monitor_every + 1  # arrivals, step times, control version
             channel = GatherChannel(
                 store, rank, world_size, width, config.monitor_timeout_s, name="monitor"
             )
@@ -172,6 +183,34 @@ class Tracer:
             )
         except Exception as exc:  # the job runs unmonitored
             warn_once("monitor", "live monitor disabled: %s", exc)
+
+    def _on_control(self, control: Control) -> None:
+        """A new control file (the watcher's thread): local changes now, shared ones
+        through the monitor once every rank holds the same version."""
+        if control.tracing is not None and control.tracing == self.paused:
+            self.paused = not control.tracing
+            if self.paused:
+                self._paused_steps.append([self.step, -1])
+            elif self._paused_steps:
+                self._paused_steps[-1][1] = self.step
+            log.warning(
+                "syncpace: tracing %s at step %d (control file)",
+                "paused" if self.paused else "resumed",
+                self.step,
+            )
+        if control.monitor and self.monitor is not None:
+            self.monitor.propose(control.version, control.monitor)
+        self._control_meta = describe(control)
+        writer = self.writer
+        if writer is not None:
+            writer.update_meta(control=self._control_state())
+
+    def _control_state(self) -> dict[str, Any]:
+        return {
+            **self._control_meta,
+            "paused_steps": self._paused_steps,
+            "paused_events": self.paused_events,
+        }
 
     # Sync points -------------------------------------------------------------------
     def arrive(self) -> int:
@@ -265,6 +304,9 @@ class Tracer:
                 final["pacing"] = self.controller.summary()
             if self.monitor is not None:
                 final["monitor"] = self.monitor.summary()
+            if self._control is not None:
+                self._control.stop()
+                final["control"] = self._control_state()
             try:
                 writer.close(**final)
             except Exception as exc:
