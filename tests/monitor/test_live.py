@@ -24,6 +24,7 @@ from syncpace.monitor import OnlineDetector
 from syncpace.trace import load_trace
 
 WORKER = Path(__file__).resolve().parent / "workers" / "straggle.py"
+DASHBOARD = Path(__file__).resolve().parents[2] / "examples" / "grafana" / "syncpace-dashboard.json"
 WORLD, STEPS, SLOW_FROM, SLOW_TO, EVERY = 4, 130, 40, 85, 5
 SCRAPE_S = 0.25
 
@@ -92,7 +93,15 @@ def live_run(tmp_path_factory):
         steps_seen = query_range(
             url, "syncpace_step", min(times.values()), max(times.values()) + 1, SCRAPE_S
         )
-    return results, times, series, steps_seen, work / "trace"
+        dashboard = {}
+        for panel in json.loads(DASHBOARD.read_text())["panels"]:
+            for target in panel["targets"]:
+                expr = target["expr"].replace("$job", ".*").replace("$host", ".*")
+                expr = expr.replace("[2m]", "[2s]")  # the run lasts seconds, not hours
+                dashboard[(panel["title"], target["refId"])] = query_range(
+                    url, expr, min(times.values()), max(times.values()) + 1, SCRAPE_S
+                )
+    return results, times, series, steps_seen, work / "trace", dashboard
 
 
 def step_at(times: dict[int, float], t: float) -> int:
@@ -121,7 +130,7 @@ def test_the_live_line_names_the_straggler_within_the_delay(live_run):
 
 
 def test_every_rank_records_the_same_detections(live_run):
-    *_, trace_dir = live_run
+    *_, trace_dir, _ = live_run
     records = [
         [
             json.loads(line)
@@ -138,7 +147,7 @@ def test_every_rank_records_the_same_detections(live_run):
 
 
 def test_prometheus_scraped_the_gauge_rise_and_clear(live_run):
-    _, times, series, steps_seen, _ = live_run
+    _, times, series, steps_seen, _, _ = live_run
     by_rank = {s["metric"]["rank"]: [(float(t), float(v)) for t, v in s["values"]] for s in series}
     assert set(by_rank) == {str(r) for r in range(WORLD)}
     for rank in ("0", "2", "3"):
@@ -155,3 +164,10 @@ def test_prometheus_scraped_the_gauge_rise_and_clear(live_run):
     assert labels["host"] == socket.gethostname() and labels["local_rank"] == "1"
     final = {s["metric"]["rank"]: max(float(v) for _, v in s["values"]) for s in steps_seen}
     assert all(v >= STEPS - 10 for v in final.values()), final
+
+
+def test_every_query_of_the_example_dashboard_runs_and_finds_series(live_run):
+    *_, dashboard = live_run
+    assert len(dashboard) >= 8
+    empty = [key for key, result in dashboard.items() if not result]
+    assert empty == [], f"dashboard queries with no series on a live job: {empty}"
