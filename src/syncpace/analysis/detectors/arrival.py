@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from syncpace.analysis.detectors.context import Context, ms
+from syncpace.analysis.detectors.context import Context, confidence_of, ms
 from syncpace.analysis.findings import Finding
 
 
@@ -80,7 +80,8 @@ def _straggler_finding(ctx: Context, late: list[int]) -> Finding:
     whole = [
         n for n in nodes if set(place.filter(pl.col("node") == n)["rank"].to_list()) <= set(late)
     ]
-    where = f"node {', '.join(whole)}" if whole else f"rank{'s' if len(late) > 1 else ''} {late}"
+    ranks = ", ".join(map(str, late))
+    where = f"node {', '.join(whole)}" if whole else f"rank{'s' if len(late) > 1 else ''} {ranks}"
     return ctx.finding(
         "straggler",
         cost,
@@ -117,8 +118,9 @@ def _locality_finding(ctx: Context, local_rank: int, ranks: list[int]) -> Findin
         "locality_variance",
         cost,
         _last_share(ctx, ranks),
-        f"local rank {local_rank} is late on {len(nodes)} nodes (ranks {ranks}): a placement "
-        f"pattern, not a bad node; the others idle {cost:.1%} of each iteration",
+        f"local rank {local_rank} is late on {len(nodes)} nodes (ranks "
+        f"{', '.join(map(str, ranks))}): a placement pattern, not a bad node; the others "
+        f"idle {cost:.1%} of each iteration",
         ranks=tuple(ranks),
         nodes=nodes,
         evidence={
@@ -156,7 +158,7 @@ def sync_amplification(ctx: Context) -> list[Finding]:
         ctx.finding(
             "sync_amplification",
             cost,
-            min(1.0, spread * cost / (2 * th.sync_wait_share)),
+            confidence_of(spread * cost, th.sync_wait_share),
             f"transient jitter: {last_ranks} of {len(m.ranks)} ranks take turns arriving "
             f"last; ranks idle {cost:.1%} of each iteration waiting (iteration CV {cv:.3f})",
             evidence={
