@@ -45,6 +45,7 @@ ALLOWED: dict[str, set[str]] = {
         "report",
         "validate",
         "demo",
+        "monitor",
     },
 }
 
