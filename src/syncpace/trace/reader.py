@@ -18,6 +18,7 @@ import pyarrow as pa
 
 from syncpace.errors import TraceError
 from syncpace.trace import schema
+from syncpace.trace.stall import StallRecord, load_stalls
 
 #: What a damaged Arrow file can raise while being decoded.
 _DAMAGE = (pa.ArrowException, UnicodeDecodeError, ValueError, OSError, KeyError, IndexError)
@@ -38,6 +39,8 @@ class Trace:
     events: pl.DataFrame
     steps: pl.DataFrame
     warnings: tuple[str, ...] = field(default=())
+    #: Stall records by rank (``rank-R.stall.json``, see :mod:`syncpace.trace.stall`).
+    stalls: dict[int, StallRecord] = field(default_factory=dict)
 
     @property
     def ranks(self) -> list[int]:
@@ -189,7 +192,9 @@ def load_trace(path: str | Path, *, allow_missing_ranks: bool = True) -> Trace:
     events = pl.from_arrow(pa.concat_tables(event_tables))
     steps = pl.from_arrow(pa.concat_tables(step_tables))
     assert isinstance(events, pl.DataFrame) and isinstance(steps, pl.DataFrame)
-    return Trace(root, world_size, metas, events, steps, tuple(warnings))
+    stalls, stall_warnings = load_stalls(root)
+    warnings.extend(stall_warnings)
+    return Trace(root, world_size, metas, events, steps, tuple(warnings), stalls)
 
 
 def _ranges(values: list[int]) -> str:
