@@ -35,6 +35,16 @@ class TraceConfig:
     clock_drift_ppm: float = setting(
         0.0, "Artificial rate error of this rank's clock, ppm (tests and fabric emulation)."
     )
+    # Stall watchdog (capture/watchdog.py) -------------------------------------------
+    stall_after_s: float = setting(
+        60.0,
+        "A call in flight, or no progress at all, for this long is a stall: the rank "
+        "writes rank-R.stall.json with its calls in flight and every thread's stack "
+        "(0 disables the watchdog).",
+    )
+    stall_repeat_s: float = setting(
+        30.0, "While a stall lasts, its record is rewritten this often with fresh stacks."
+    )
 
     def __post_init__(self) -> None:
         if self.flush_interval_s <= 0:
@@ -49,3 +59,7 @@ class TraceConfig:
             raise ConfigError(f"clock_interval_s must be >= 0, got {self.clock_interval_s}")
         if self.clock_timeout_s <= 0:
             raise ConfigError(f"clock_timeout_s must be > 0, got {self.clock_timeout_s}")
+        if self.stall_after_s < 0:
+            raise ConfigError(f"stall_after_s must be >= 0 (0 disables), got {self.stall_after_s}")
+        if self.stall_repeat_s <= 0:
+            raise ConfigError(f"stall_repeat_s must be > 0, got {self.stall_repeat_s}")
