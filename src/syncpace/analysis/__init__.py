@@ -3,7 +3,7 @@
 ``analyze(run_dirs)`` is the one entry point most callers need.
 """
 
-from syncpace.analysis.api import Analysis, analyze
+from syncpace.analysis.api import Analysis, analyze, find_hang
 from syncpace.analysis.findings import MODES, Finding, Severity
 from syncpace.analysis.metrics import RunMetrics, compute_metrics
 from syncpace.analysis.thresholds import Thresholds
@@ -16,5 +16,6 @@ __all__ = [
     "Severity",
     "Thresholds",
     "analyze",
+    "find_hang",
     "compute_metrics",
 ]

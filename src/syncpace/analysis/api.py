@@ -7,11 +7,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from syncpace.analysis.detectors.hang import finding_of
 from syncpace.analysis.diagnosis import diagnose_run, order, scaling_evidence
 from syncpace.analysis.findings import Finding
+from syncpace.analysis.hang import HangAnalysis, analyze_hang, hang_input
 from syncpace.analysis.metrics import RunMetrics, compute_metrics
 from syncpace.analysis.scaling import ScalingPoint, scaling_curve
 from syncpace.analysis.thresholds import Thresholds
+from syncpace.trace.merge import join_parts
 from syncpace.trace.reader import Trace, load_trace
 
 
@@ -49,7 +52,8 @@ def analyze(
     if isinstance(traces, (Trace, str, os.PathLike)):
         traces = [traces]
     thresholds = thresholds or Thresholds()
-    loaded = [t if isinstance(t, Trace) else load_trace(t) for t in traces]
+    # Per-node directories of one job (disjoint ranks, one world size) are one run.
+    loaded = join_parts([t if isinstance(t, Trace) else load_trace(t) for t in traces])
     runs = [compute_metrics(t, warmup_steps=warmup_steps) for t in loaded]
     curve = scaling_curve(
         [(r.run, r.world_size, r.iteration_ns / 1e9, r.iteration.get("cv", 0.0)) for r in runs]
@@ -60,3 +64,13 @@ def analyze(
     if len(runs) > 1:
         findings = order(scaling_evidence(findings, curve))
     return Analysis(tuple(runs), tuple(findings), tuple(curve), thresholds)
+
+
+def find_hang(
+    trace: Trace, thresholds: Thresholds | None = None
+) -> tuple[HangAnalysis, Finding | None]:
+    """The fast path for a job that may still be hung: only the hang measurement (no
+    other metric) and its finding, if the job stopped or its calls disagree."""
+    thresholds = thresholds or Thresholds()
+    analysis = analyze_hang(hang_input(trace))
+    return analysis, finding_of(analysis, thresholds.hang_wait_s, str(trace.path))

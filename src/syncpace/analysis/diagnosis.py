@@ -15,6 +15,8 @@ from syncpace.analysis.thresholds import Thresholds
 _SKEW_BASED = ("straggler", "locality_variance", "sync_amplification")
 #: A summary symptom: ranks after a specific cause of the same severity.
 _SYMPTOMS = ("comm_dominated",)
+#: A job that stopped: nothing else matters until it runs again, so these come first.
+_STOPPED = ("hang", "desync")
 
 
 def diagnose_run(
@@ -35,11 +37,17 @@ def diagnose_run(
 
 
 def order(findings: list[Finding]) -> list[Finding]:
-    """Severity first; ``healthy`` heads a list of notes; symptoms after causes."""
+    """A hang or desync first; then severity; ``healthy`` heads a list of notes;
+    symptoms after causes."""
     ranked = rank_findings(findings)
     return sorted(
         ranked,
-        key=lambda f: (-int(f.severity), f.mode != "healthy", f.mode in _SYMPTOMS),
+        key=lambda f: (
+            f.mode not in _STOPPED,
+            -int(f.severity),
+            f.mode != "healthy",
+            f.mode in _SYMPTOMS,
+        ),
     )
 
 

@@ -20,6 +20,8 @@ class Severity(enum.IntEnum):
 
 #: Failure modes, plus the data-quality modes that say a trace cannot be fully trusted.
 MODES = (
+    "hang",
+    "desync",
     "straggler",
     "sync_amplification",
     "fabric_contention",

@@ -8,6 +8,7 @@ from typing import Any
 import polars as pl
 
 from syncpace.analysis import collectives, iterations, locality, overlap
+from syncpace.analysis.hang import HangAnalysis, analyze_hang, hang_input
 from syncpace.trace.reader import Trace
 from syncpace.trace.summary import pacing_summary
 
@@ -45,6 +46,7 @@ class RunMetrics:
     quality: dict[str, Any]
     group_nodes: dict[str, int]
     pacing: dict[str, Any] | None = None  # the pacer's account, when the run was paced
+    hang: HangAnalysis | None = None  # where each group stopped (whole run, no warm-up cut)
 
     @property
     def iteration_ns(self) -> float:
@@ -76,6 +78,7 @@ class RunMetrics:
 def compute_metrics(trace: Trace, *, warmup_steps: int = 1) -> RunMetrics:
     """Measure ``trace``. The first ``warmup_steps`` iterations (setup, first-call costs)
     are left out, unless nothing would be left."""
+    hang = analyze_hang(hang_input(trace))
     steps, events = trace.steps, trace.events
     max_step = int(steps["step"].max()) if steps.height else 0  # type: ignore[arg-type]
     if warmup_steps and max_step >= warmup_steps:
@@ -115,6 +118,7 @@ def compute_metrics(trace: Trace, *, warmup_steps: int = 1) -> RunMetrics:
         quality=_quality(trace, inst, uncertainty, dropped),
         group_nodes=_group_nodes(trace.meta, place),
         pacing=pacing_summary(trace),
+        hang=hang,
     )
 
 

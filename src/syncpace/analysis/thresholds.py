@@ -72,6 +72,11 @@ class Thresholds:
     clock_trust_factor: float = setting(
         1.0, "Skews below this times the clock uncertainty are not trustworthy."
     )
+    hang_wait_s: float = setting(
+        60.0,
+        "Ranks waiting in a call this long are hung, even where no stall record or "
+        "failure says so (a trace that ended with calls pending).",
+    )
 
     def __post_init__(self) -> None:
         for f in fields(self):
