@@ -21,6 +21,7 @@ VERBS = (
     "run",
     "trace_info",
     "diagnose",
+    "hang",
     "report",
     "export",
     "fabric",

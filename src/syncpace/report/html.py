@@ -17,6 +17,7 @@ from typing import Any
 from syncpace import __version__
 from syncpace.analysis import Analysis, Finding
 from syncpace.errors import PlotlyMissing, ReportError
+from syncpace.report.hang import hang_html, stopped
 from syncpace.report.terminal import pacing_line
 
 _CSS = """
@@ -27,6 +28,8 @@ h1{font-size:22px} h2{font-size:18px;margin-top:32px}
 table.ev{border-collapse:collapse;font-size:13px;margin:6px 0}
 table.ev td{border:1px solid #ddd;padding:2px 8px;vertical-align:top}
 .meta{color:#666;font-size:13px}.plot{min-height:420px}
+.hang{border:3px solid #c62828;padding:4px 16px;background:#fff5f5}
+pre.stack{font-size:12px;background:#f4f4f4;padding:6px;overflow-x:auto}
 """
 
 _ERROR_HOOK = """
@@ -86,6 +89,7 @@ def render_html(analysis: Analysis) -> str:
         for r in analysis.runs
     )
     findings = "".join(_finding_html(f, i) for i, f in enumerate(analysis.findings, 1))
+    hang = stopped(analysis.findings)
     draw = (
         f"var n={len(figures)},done=0;for(let i=0;i<n;i++){{"
         "const spec=JSON.parse(document.getElementById('fig-'+i).textContent);"
@@ -100,6 +104,7 @@ def render_html(analysis: Analysis) -> str:
             f"<style>{_CSS}</style><script>{_ERROR_HOOK}</script>",
             f"<script>{get_plotlyjs()}</script></head><body>",
             f"<h1>syncpace report</h1><p class='meta'>syncpace {e(__version__)}</p>",
+            hang_html(hang) if hang is not None else "",
             f"<ul>{runs}</ul>",
             "<h2>Findings</h2>",
             findings,

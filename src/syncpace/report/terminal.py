@@ -8,12 +8,16 @@ from rich.table import Table
 
 from syncpace.analysis import Analysis, Finding, Severity
 from syncpace.console import make_console
+from syncpace.report.hang import print_hang, stopped
 
 _STYLE = {Severity.CRITICAL: "bold red", Severity.WARNING: "yellow", Severity.INFO: "green"}
 
 
 def print_analysis(analysis: Analysis, console: Console | None = None, actions: int = 2) -> None:
     console = console or make_console()
+    hang = stopped(analysis.findings)
+    if hang is not None:  # a job that stopped: say so before anything else
+        print_hang(hang, console)
     for run in analysis.runs:
         it = run.iteration
         console.print(
