@@ -7,7 +7,7 @@ The driver polls the run directory every 5 ms and notes when each record appears
 stall began at the record's own ``since_ns`` (the entry into the call; the ranks and the
 driver share one host clock). Reported per threshold, over ``--runs`` jobs: the time
 from the stall to the record on disk, and that time beyond the threshold (the
-watchdog's poll interval, min(1 s, threshold / 4), plus the flush and the write).
+watchdog wakes when the oldest call crosses it, so this is the flush and the write).
 
     python benchmarks/stall_latency.py [--runs 5] [--thresholds 2,8]
 """
@@ -48,14 +48,16 @@ def one_run(out: Path, after: float) -> dict[int, float]:
             MASTER_PORT=str(port),
             OMP_NUM_THREADS="1",
         )
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, str(WORKER), str(out), str(after)],
-                env=env,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
+        out.mkdir(parents=True, exist_ok=True)
+        with (out / f"rank{rank}.log").open("w") as log:
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, str(WORKER), str(out), str(after)],
+                    env=env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
             )
-        )
     seen: dict[int, int] = {}
     deadline = time.monotonic() + BOUND_S
     try:
@@ -64,7 +66,8 @@ def one_run(out: Path, after: float) -> dict[int, float]:
                 if rank not in seen and stall_path(out, rank).exists():
                     seen[rank] = time.time_ns()
             if any(p.poll() is not None for p in procs):
-                raise SystemExit(f"a rank ended before its stall record: {out}")
+                logs = "".join((out / f"rank{r}.log").read_text()[-1500:] for r in range(2))
+                raise SystemExit(f"a rank ended before its stall record: {out}\n{logs}")
             time.sleep(0.005)
     finally:
         for p in procs:

@@ -1,7 +1,9 @@
 """The stall watchdog: a rank that stops making progress writes down why, in seconds.
 
-A daemon thread wakes every ``poll_s`` and looks at the rank's in-flight registry
-(:mod:`syncpace.capture.inflight`) and its step counter. The rank is *stalled* when
+A daemon thread looks at the rank's in-flight registry
+(:mod:`syncpace.capture.inflight`) and its step counter every ``poll_s``, and at the
+moment the oldest call in flight (or the last progress) crosses the threshold, so a
+stall is on disk milliseconds after it becomes one. The rank is *stalled* when
 
 * a call has been in flight longer than ``stall_after_s`` (kind ``in_collective``) —
   a work whose completion the caller has not observed yet but the backend reports
@@ -29,6 +31,7 @@ error logs once and the watchdog stops.
 from __future__ import annotations
 
 import faulthandler
+import heapq
 import os
 import sys
 import threading
@@ -49,6 +52,16 @@ MAX_FRAMES = 48
 MAX_FAILURES = 16
 #: Calls older than the threshold whose work is polled for completion, per check.
 MAX_POLLED = 256
+#: Calls in flight looked at per check, oldest first (a job holding more un-waited
+#: works than this is judged by its oldest ones).
+MAX_SCAN = 4096
+
+
+def _oldest(calls: dict[int, tuple]) -> list[tuple]:
+    """The calls in flight, oldest first, at most MAX_SCAN of them."""
+    if len(calls) <= MAX_SCAN:
+        return sorted(calls.values(), key=lambda r: r[f.ENTER])
+    return heapq.nsmallest(MAX_SCAN, calls.values(), key=lambda r: r[f.ENTER])
 
 
 def thread_stacks(skip: int | None = None) -> tuple[ThreadStack, ...]:
@@ -167,17 +180,32 @@ class StallWatchdog:
             warn_once("watchdog-stop", "stall watchdog: final record failed: %s", exc)
 
     def _run(self) -> None:
+        delay = self.poll_s
         while not self._stop:
-            self._wake.wait(self.poll_s)
+            self._wake.wait(delay)
             self._wake.clear()
             if self._stop:
                 return
             try:
                 self._write_failure()
                 self.check()
+                delay = self._next_look(self._now())
             except Exception as exc:  # the job must not notice: log once, stop watching
                 warn_once("watchdog", "stall watchdog stopped: %s", exc)
                 return
+
+    def _next_look(self, now: int) -> float:
+        """Seconds to the next look: the moment the oldest call in flight (or the last
+        progress) crosses the threshold, if that comes before the next poll, so a
+        stall is written down when it becomes one rather than up to a poll later."""
+        calls, _works, last = self.registry.snapshot()
+        if calls:
+            start = _oldest(calls)[0][f.ENTER]
+        else:
+            _step, boundary = self._progress()
+            start = max([boundary] + [e[f.EXIT] for e in last.values() if e[f.EXIT] >= 0])
+        due = (start + self.after_ns - now) / 1e9 + 0.001
+        return self.poll_s if due <= 0 else min(self.poll_s, due)
 
     # In the failing thread -----------------------------------------------------------
     def on_failure(self, event: tuple) -> None:
@@ -197,7 +225,7 @@ class StallWatchdog:
     def _assess(self, now: int) -> tuple[str, int, list[tuple]] | None:
         """``(kind, since local ns, live calls oldest first)`` if stalled, else ``None``."""
         calls, works, last = self.registry.snapshot()
-        live = sorted(calls.values(), key=lambda r: r[f.ENTER])
+        live = _oldest(calls)
         old = [r for r in live if now - r[f.ENTER] > self.after_ns]
         if old:
             finished = set()
@@ -268,7 +296,7 @@ class StallWatchdog:
             except Exception as exc:
                 warn_once("watchdog-flush", "stall watchdog: flushing the trace failed: %s", exc)
             calls, _works, _last = self.registry.snapshot()
-            live = sorted(calls.values(), key=lambda r: r[f.ENTER])
+            live = _oldest(calls)
             record = self._record(
                 ("failed", call.enter_ns - self._offset(), live),
                 when,
