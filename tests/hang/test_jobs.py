@@ -32,8 +32,10 @@ OTHERS = tuple(r for r in range(WORLD) if r != CULPRIT)
 PEER_GONE = ("Connection closed by peer", "Connection reset by peer")
 
 SPECS = {
-    "sleep": {"fr": True, "pg_timeout": 4.0},
-    "op": {"fr": True, "pg_timeout": 4.0},
+    # each rank dumps Flight Recorder once its own stall record is out (~1 s): the
+    # collective timeout leaves room for that on a loaded machine
+    "sleep": {"fr": True, "pg_timeout": 6.0},
+    "op": {"fr": True, "pg_timeout": 6.0},
     "skip": {},
     "size": {},
     # the driver kills the culprit: the others must still be waiting then, not timed out

@@ -514,10 +514,6 @@ def skip_of(calls: pl.DataFrame, group: str, upto: int) -> Skip | None:
     return Skip(seq, majority_step, ranks, {}, 0)
 
 
-def _peer_gone(errors: list[str | None]) -> bool:
-    return any(e and _PEER_GONE.search(e) for e in errors)
-
-
 def _frames_of(rec: StallRecord | None, group: str, seq: int | None) -> tuple[Frame, ...]:
     """The issuing stack of a call a stall record lists (Flight Recorder keeps one per
     call): the call at (group, seq), or with ``seq`` None the rank's latest call."""
