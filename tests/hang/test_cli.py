@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from builders import LOADER, USER, WORLD, healthy_prefix, inflight, meta, stall
+
 from syncpace.cli.main import main
 from syncpace.trace.stall import stall_path, write_stall
 from syncpace.trace.writer import RankTraceWriter

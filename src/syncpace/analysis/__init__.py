@@ -4,18 +4,23 @@
 """
 
 from syncpace.analysis.api import Analysis, analyze, find_hang
-from syncpace.analysis.findings import MODES, Finding, Severity
+from syncpace.analysis.comparison import RunComparison
+from syncpace.analysis.findings import MODES, QUALITY_MODES, STOPPED, SYMPTOMS, Finding, Severity
 from syncpace.analysis.metrics import RunMetrics, compute_metrics
 from syncpace.analysis.thresholds import Thresholds
 
 __all__ = [
     "MODES",
+    "QUALITY_MODES",
+    "STOPPED",
+    "SYMPTOMS",
     "Analysis",
     "Finding",
+    "RunComparison",
     "RunMetrics",
     "Severity",
     "Thresholds",
     "analyze",
-    "find_hang",
     "compute_metrics",
+    "find_hang",
 ]

@@ -6,17 +6,13 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from syncpace.analysis.detectors import DETECTORS, Context, Detector
-from syncpace.analysis.findings import Finding, Severity, rank_findings
+from syncpace.analysis.findings import STOPPED, SYMPTOMS, Finding, Severity, rank_findings
 from syncpace.analysis.metrics import RunMetrics
 from syncpace.analysis.scaling import ScalingPoint
 from syncpace.analysis.thresholds import Thresholds
 
 #: Findings that rest on arrival skews; an untrustworthy clock halves their confidence.
 _SKEW_BASED = ("straggler", "locality_variance", "sync_amplification")
-#: A summary symptom: ranks after a specific cause of the same severity.
-_SYMPTOMS = ("comm_dominated",)
-#: A job that stopped: nothing else matters until it runs again, so these come first.
-_STOPPED = ("hang", "desync")
 
 
 def diagnose_run(
@@ -43,10 +39,10 @@ def order(findings: list[Finding]) -> list[Finding]:
     return sorted(
         ranked,
         key=lambda f: (
-            f.mode not in _STOPPED,
+            f.mode not in STOPPED,
             -int(f.severity),
             f.mode != "healthy",
-            f.mode in _SYMPTOMS,
+            f.mode in SYMPTOMS,
         ),
     )
 
