@@ -30,6 +30,7 @@ PLANTED_SEQ = SETUP + C["STEP"] * C["CALLS"] + 1
 LAST_SEQ = SETUP + C["STEPS"] * C["CALLS"] - 1  # the skipping rank's barrier meets this one
 OTHERS = tuple(r for r in range(WORLD) if r != CULPRIT)
 PEER_GONE = ("Connection closed by peer", "Connection reset by peer")
+TIMED_OUT = "Timed out waiting"
 
 SPECS = {
     # each rank dumps Flight Recorder once its own stall record is out (~1 s): the
@@ -95,7 +96,7 @@ def test_rank_sleeping_before_a_collective(jobs):
         if r.rank == CULPRIT:
             assert r.returncode == -9
         else:
-            assert r.returncode == 1 and "Timed out waiting" in r.error, r.stderr[-500:]
+            assert r.returncode == 1 and TIMED_OUT in r.error, r.stderr[-500:]
 
 
 def test_rank_skipping_one_collective(jobs):
@@ -114,7 +115,7 @@ def test_rank_skipping_one_collective(jobs):
     assert skip["step"] == C["STEP"] and skip["ranks"] == [CULPRIT]
     assert skip["counts"] == {str(CULPRIT): C["CALLS"] - 1} and skip["expected"] == C["CALLS"]
     assert shows(stack_lines(finding, CULPRIT), "final-barrier")
-    assert all(r.returncode == 1 and "Timed out waiting" in r.error for r in job.ranks)
+    assert all(r.returncode == 1 and TIMED_OUT in r.error for r in job.ranks)
 
 
 def test_op_mismatch(jobs):
@@ -147,9 +148,9 @@ def test_size_mismatch(jobs):
     assert "Fatal Python error: Aborted" in died[aborted[0]]["doing"]
     assert shows(stack_lines(finding, CULPRIT), "planted-size")
     assert shows(stack_lines(finding, aborted[0]), "loop-all-reduce")
-    for r in job.ranks:
+    for r in job.ranks:  # their connection to it closed, or what they waited for never came
         if r.rank not in aborted:
-            assert r.returncode == 1 and any(s in r.error for s in PEER_GONE), r.error
+            assert r.returncode == 1 and any(s in r.error for s in (*PEER_GONE, TIMED_OUT))
 
 
 def test_rank_killed_mid_run(jobs):
