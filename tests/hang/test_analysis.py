@@ -13,7 +13,7 @@ from syncpace.analysis import Thresholds, analyze, find_hang
 from syncpace.analysis.detectors.hang import rank_list, short_error
 from syncpace.analysis.hang import where_of
 from syncpace.trace.merge import join_parts, merge_traces
-from syncpace.trace.stall import Frame, parse_fatal
+from syncpace.trace.stall import Call, Frame, parse_fatal
 
 # Rules --------------------------------------------------------------------------------
 
@@ -235,3 +235,21 @@ def test_faulthandler_reports_parse_into_stacks():
     assert error == "Fatal Python error: Aborted" and len(threads) == 2
     main = [t for t in threads if t.main]
     assert len(main) == 1 and [f.function for f in main[0].frames] == ["<module>", "inner"]
+
+
+def test_a_pipeline_recv_whose_sender_is_elsewhere():
+    recv = Call("0", 4, "recv", 4096, "float32", peer=0, enter_ns=T0 + 5 * S)
+    stalls = {
+        1: stall(1, in_flight=[recv]),
+        0: stall(0, kind="no_progress", frames=(USER, LOADER)),
+    }
+    _, f = find_hang(trace(healthy_prefix(), stalls))
+    assert f.mode == "hang" and f.ranks == (0,)
+    assert (f.evidence["op"], f.evidence["seq"], f.evidence["waiting"]) == ("recv", 4, [1])
+    assert f.summary.startswith("rank 1 (node h0) waits in recv from rank 0 (seq 4 of that pair")
+    assert "rank 0 (node h0) does not send it: it is in __next__" in f.summary
+    # both sides in the transfer: no culprit to name on that pair
+    send = Call("0", 4, "send", 4096, "float32", peer=1, enter_ns=T0 + 5 * S)
+    stalls[0] = stall(0, in_flight=[send])
+    analysis, _ = find_hang(trace(healthy_prefix(), stalls, finished=range(WORLD)))
+    assert not [p for p in analysis.points if p.op in ("send", "recv")]

@@ -58,6 +58,8 @@ _SCHEMA = {
     "error": pl.Utf8,
     "stalled": pl.Boolean,
 }
+#: Point-to-point ops: their sequence numbers count per (group, peer pair).
+P2P_OPS = ("send", "recv")
 #: Statuses of a call that was entered and did not complete.
 OPEN = ("in_flight", "pending", "failed", "timed_out", "aborted")
 FAILED = ("failed", "timed_out", "aborted")
@@ -639,6 +641,55 @@ def _point(inp: HangInput, group: str, seq: int, observed_until: int) -> HangPoi
     )
 
 
+def p2p_points(inp: HangInput, observed_until: int) -> list[HangPoint]:
+    """Point-to-point waits a stall record shows (a pipeline stage's ``recv`` from a peer
+    that never sends): one point per waiting call whose peer has no matching call in
+    flight, the peer placed like a rank that never entered a collective."""
+    points = []
+    for rank, rec in sorted(inp.stalls.items()):
+        if rec.state == "resolved":
+            continue
+        for call in rec.in_flight:
+            if call.peer < 0 or call.op not in P2P_OPS:
+                continue
+            other = inp.stalls.get(call.peer)
+            counterpart = P2P_OPS[1 - P2P_OPS.index(call.op)]
+            matched = other is not None and any(
+                c.peer == rank and c.op == counterpart and c.group == call.group
+                for c in other.in_flight
+            )
+            if matched:
+                continue  # both sides are in it: the transfer itself is stuck
+            stack, source = _stack(rec, call.group, call.seq)
+            waiting = RankAt(
+                rank,
+                inp.host(rank),
+                "waiting",
+                call=call,
+                where=where_of(stack),
+                stack=stack,
+                stack_source=source,
+                seen_ns=rec.written_ns,
+            )
+            gone = call.exit_ns if call.error and _PEER_GONE.search(call.error) else -1
+            peer = _place(inp, call.peer, call.group, -1, None, gone)
+            points.append(
+                HangPoint(
+                    group=call.group,
+                    seq=call.seq,
+                    op=call.op,
+                    bytes=call.bytes,
+                    dtype=call.dtype,
+                    members=tuple(sorted((rank, call.peer))),
+                    ranks=(waiting, peer) if rank < call.peer else (peer, waiting),
+                    since_ns=call.enter_ns,
+                    observed_until_ns=observed_until,
+                    stalled=True,
+                )
+            )
+    return points
+
+
 def analyze_hang(inp: HangInput) -> HangAnalysis:
     """Every group's hang point (the root first: the one whose wait began first)."""
     calls = inp.calls
@@ -659,6 +710,7 @@ def analyze_hang(inp: HangInput) -> HangAnalysis:
             mismatch = next((m for g, m in found if g == group and m.seq <= seq), None)
             point = _with(point, mismatch, skip_of(calls, str(group), int(seq)))
             points.append(point)
+    points.extend(p2p_points(inp, observed_until))
     points.sort(key=lambda p: (not p.stalled, p.since_ns if p.since_ns >= 0 else 1 << 62))
     used = {(p.group, p.mismatch.seq) for p in points if p.mismatch}
     notes = []

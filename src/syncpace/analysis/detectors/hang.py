@@ -122,6 +122,15 @@ def _waiting_text(point: HangPoint, others: bool) -> str:
 def _summary(point: HangPoint, mode: str) -> str:
     call = f"{point.op} seq {point.seq} of group {point.group}"
     missing, waiting = point.missing, point.waiting
+    if point.op in ("send", "recv") and waiting and missing:
+        w, m = waiting[0], missing[0]
+        want = "send" if point.op == "recv" else "receive"
+        return (
+            f"{_who(w)} waits in {point.op} {'from' if point.op == 'recv' else 'to'} rank "
+            f"{m.rank} (seq {point.seq} of that pair in group {point.group}) since "
+            f"{clock(point.since_ns)} ({point.waited_ns / 1e9:.1f} s); {_who(m)} does not "
+            f"{want} it: {_doing(m)}"
+        )
     parts = []
     if mode == "desync" and point.mismatch is not None:
         m = point.mismatch
