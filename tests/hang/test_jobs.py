@@ -51,7 +51,7 @@ UNTRACED = ("size",)
 def jobs(tmp_path_factory) -> dict[str, Job]:
     todo = [Job(mode, tmp_path_factory.mktemp(mode), **spec) for mode, spec in SPECS.items()]
     todo += [Job(m, tmp_path_factory.mktemp(f"{m}-plain"), traced=False) for m in UNTRACED]
-    with ThreadPoolExecutor(max_workers=2) as pool:
+    with ThreadPoolExecutor(max_workers=3) as pool:
         done = list(pool.map(Job.run, todo))
     return {(j.mode if j.traced else f"{j.mode}-plain"): j for j in done}
 
