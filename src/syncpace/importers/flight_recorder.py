@@ -404,7 +404,7 @@ def to_trace(
     if missing:
         warnings.append(f"{len(missing)} of {world} ranks have no Flight Recorder dump: {missing}")
     where = Path(path) if path else dumps[0].path.parent
-    return Trace(where, world, meta, events, steps, tuple(warnings), stalls)
+    return Trace(where, world, meta, events, steps, tuple(warnings), stalls=stalls)
 
 
 def _event(rank: int, c: Call, world: int, groups: dict[str, list[int]]) -> tuple:

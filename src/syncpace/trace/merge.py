@@ -39,9 +39,11 @@ def merge_traces(parts: Sequence[Trace]) -> Trace:
     warnings = [w for p in parts for w in p.warnings if "ranks have no trace files" not in w]
     if missing:
         warnings.append(f"{len(missing)} of {world} ranks have no trace files: {missing[:20]}")
-    stalls = {}
+    stalls, completeness, hosts = {}, {}, {}
     for p in parts:
         stalls.update(p.stalls)
+        completeness.update(p.completeness)
+        hosts.update(p.hosts)
     return Trace(
         path=Path(" + ".join(str(p.path) for p in parts)),
         world_size=world,
@@ -49,6 +51,9 @@ def merge_traces(parts: Sequence[Trace]) -> Trace:
         events=pl.concat([p.events for p in parts], how="vertical"),
         steps=pl.concat([p.steps for p in parts], how="vertical"),
         warnings=tuple(warnings),
+        completeness=completeness,
+        counters=pl.concat([p.counters for p in parts], how="vertical"),
+        hosts=hosts,
         stalls=stalls,
     )
 
