@@ -24,7 +24,7 @@ pytestmark = pytest.mark.multirank
 
 
 def paced_env(out: Path, **settings: str) -> dict[str, str]:
-    env = {"TRACE_DIR": str(out), "SYNCPACE_PACE": "early", "SYNCPACE_HOLD": "3"}
+    env = {"TRACE_DIR": str(out), "SYNCPACE_STRATEGY": "early", "SYNCPACE_HOLD": "3"}
     env.update({f"SYNCPACE_{k.upper()}": v for k, v in settings.items()})
     return env
 
