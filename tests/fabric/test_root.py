@@ -288,12 +288,15 @@ def test_a_link_flap_during_a_job_is_survived_or_reported(fabric, tmp_path):
     result = _run(fabric, tmp_path, command, ["flap h1-leaf0 at=5 for=2"], timeout=60)
     assert time.monotonic() - start < 60 + 15
     print(f"flap: {result.reason} after {result.elapsed_s:.1f} s {result.returncodes}")
-    assert result.reason == "completed" or result.reason.startswith("failed on")
+    # TCP rides out a 2 s outage well inside gloo's 30 s timeout: the job completes
+    assert result.reason == "completed", result.reason
+    assert result.returncodes == {f"h{i}": 0 for i in range(4)}
     log = [json.loads(x) for x in (tmp_path / "fabric-faults.jsonl").read_text().splitlines()]
     assert [(r["phase"], r["detail"]) for r in log] == [("start", "link down"), ("end", "link up")]
-    if result.reason == "completed":
-        steps = json.loads((tmp_path / "steps.json").read_text())
-        assert max(steps) >= 1.0  # the outage is visible as one long step
+    steps = json.loads((tmp_path / "steps.json").read_text())
+    assert len(steps) == 30
+    # the outage is one long step: at least most of the 2 s the link was down
+    assert max(steps) >= 1.5, max(steps)
 
 
 def test_killing_a_rank_ends_the_job_within_the_grace(fabric, tmp_path):
