@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from planted import SCENARIOS, generate
 from syncpace.analysis import analyze
-from syncpace.sim import SCENARIOS, generate
 
 
 def test_runs_of_growing_size_give_a_scaling_curve(tmp_path: Path) -> None:

@@ -12,9 +12,10 @@ import polars as pl
 import pytest
 
 from multirank import free_port
-from syncpace.bench.ops import OPS, bus_factor
+from syncpace.bench.ops import OPS
 from syncpace.bench.results import load_bench, load_pair_matrix
 from syncpace.trace import load_trace
+from syncpace.trace.busbw import bus_factor
 
 pytestmark = pytest.mark.multirank
 

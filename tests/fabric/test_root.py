@@ -22,11 +22,12 @@ import pytest
 
 from syncpace.fabric import build_spec, bulk
 from syncpace.fabric.backend import SystemBackend
-from syncpace.fabric.counters import LINKS_FILE, sample
+from syncpace.fabric.counters import sample
 from syncpace.fabric.faults import Context, Scheduler, parse_fault
 from syncpace.fabric.lifecycle import down, existing_namespaces, up
 from syncpace.fabric.runner import RunOptions, run_job
 from syncpace.fabric.state import STATE_DIR_ENV, load_state
+from syncpace.trace.schema import LINKS_FILE
 
 pytestmark = pytest.mark.root
 

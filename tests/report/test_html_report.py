@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from planted import SCENARIOS, generate
 from syncpace.analysis import analyze
 from syncpace.report.browser import dump_dom
 from syncpace.report.html import render_html, write_html
-from syncpace.sim import SCENARIOS, generate
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 HOSTILE = '<script>alert("x")</script>'

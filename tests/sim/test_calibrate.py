@@ -33,9 +33,9 @@ def test_from_bench_file(tmp_path: Path) -> None:
     assert (results.SCHEMA, results.SCHEMA_VERSION) == ("syncpace.bench", 1)
     cal = calibrate(tmp_path)
     assert cal.alpha_us == pytest.approx(10.0)  # 140 us over 2(n-1) = 14 ring steps
-    assert cal.bandwidth_gbs == pytest.approx(11.5) and cal.across_nodes
+    assert cal.bandwidth_gbps == pytest.approx(11.5) and cal.across_nodes
     cfg = cal.apply(config())
-    assert cfg.network.alpha_us == pytest.approx(10.0) and cfg.topology.nic_gbs == 11.5
+    assert cfg.network.alpha_us == pytest.approx(10.0) and cfg.topology.nic_gbps == 11.5
 
 
 def test_from_a_trace_recovers_compute_noise_and_slow_rank(tmp_path: Path) -> None:
@@ -50,7 +50,7 @@ def test_from_a_trace_recovers_compute_noise_and_slow_rank(tmp_path: Path) -> No
     assert cal.compute_ms == pytest.approx(wl.fwd_ms + wl.bwd_ms, rel=0.03)
     assert cal.jitter == pytest.approx(0.04, rel=0.25)
     assert cal.slow_ranks == (6,)
-    assert cal.bandwidth_gbs is not None and cal.bandwidth_gbs > 0
+    assert cal.bandwidth_gbps is not None and cal.bandwidth_gbps > 0
     again = cal.apply(truth)
     assert again.noise.slow_ranks == (6,)
 

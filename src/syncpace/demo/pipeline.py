@@ -342,8 +342,8 @@ def _simulate(config: DemoConfig, trace_dir: Path, out: Path) -> tuple[list[dict
     parts = []
     if cal.compute_ms:
         parts.append(f"compute {cal.compute_ms:.1f} ms")
-    if cal.bandwidth_gbs:
-        parts.append(f"bandwidth {cal.bandwidth_gbs * 8e3:.0f} Mbit/s")
+    if cal.bandwidth_gbps:
+        parts.append(f"bandwidth {cal.bandwidth_gbps * 8e3:.0f} Mbit/s")
     if cal.slow_ranks:
         each = zip(cal.slow_ranks, cal.slow_factors, strict=False)
         parts.append("slow rank " + ", ".join(f"{r} x{f:.1f}" for r, f in each))

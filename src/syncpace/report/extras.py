@@ -19,8 +19,7 @@ import polars as pl
 from syncpace.bench.figures import busbw_figure, pair_matrix_figure
 from syncpace.bench.results import load_bench, load_pair_matrix
 from syncpace.errors import SyncpaceError
-
-LINKS_FILE = "fabric-links.arrow"
+from syncpace.trace.schema import LINKS_FILE
 
 
 def link_utilisation_figure(path: Path) -> go.Figure | None:

@@ -149,7 +149,7 @@ def host_traffic(topo: Topology, spec: NetworkSpec) -> HostTraffic:
     dst = np.array([f.dst for f in flows], dtype=np.int64) * g
     routes = topo.route(src, dst, topo.flow_hash(src, dst, 0))
     routes[:, 2:4] = -1  # far_up / far_dn: a GPU's own detour to its NIC
-    nic = topo.spec.nic_gbs * GB
+    nic = topo.spec.nic_gbps * GB
     fixed = np.zeros(topo.n_links)
     greedy = []
     for f, r in zip(flows, routes, strict=True):

@@ -46,9 +46,9 @@ class TopologySpec:
     nodes: int = setting(8, "Nodes of the job.")
     gpus_per_node: int = setting(8, "GPUs (ranks) per node.")
     nics_per_node: int = setting(8, "NICs per node; GPU g uses NIC g*nics//G.")
-    nic_gbs: float = setting(25.0, "NIC rate in GB/s (bytes, not bits) per direction.")
+    nic_gbps: float = setting(25.0, "NIC rate in GB/s (bytes, not bits) per direction.")
     intra: str = setting("nvlink", "Intra-node fabric: nvlink (per-GPU ports) or pcie (shared).")
-    intra_gbs: float = setting(150.0, "nvlink: per-GPU port rate; pcie: the node's shared rate.")
+    intra_gbps: float = setting(150.0, "nvlink: per-GPU port rate; pcie: the node's shared rate.")
     nodes_per_leaf: int = setting(8, "Nodes under one leaf (edge) switch.")
     spines: int = setting(4, "leafspine: spines; fattree: aggregation switches per pod.")
     oversub: float = setting(1.0, "Leaf downlink : uplink capacity ratio (1 = non-blocking).")
@@ -73,8 +73,8 @@ class TopologySpec:
             nodes=f"[1, {self.MAX_NODES}]",
             gpus_per_node="[1, 1024]",
             nics_per_node="[1, 1024]",
-            nic_gbs="(0, 1e6]",
-            intra_gbs="(0, 1e6]",
+            nic_gbps="(0, 1e6]",
+            intra_gbps="(0, 1e6]",
             nodes_per_leaf=f"[1, {self.MAX_NODES}]",
             spines="[1, 10000]",
             oversub="[1, 1000]",
@@ -129,17 +129,17 @@ class Topology:
         self.pods = -(-self.leaves // s.leaves_per_pod)
         self.far = np.zeros(s.gpus_per_node, dtype=bool)
         self.far[list(s.far_gpus)] = True
-        nic = s.nic_gbs * GB
+        nic = s.nic_gbps * GB
         leaf_nics = s.nodes_per_leaf * s.nics_per_node * nic
         self._add("nic_up", s.nodes * s.nics_per_node, nic)
         self._add("nic_dn", s.nodes * s.nics_per_node, nic)
         self._add("far_up", s.nodes * s.gpus_per_node, s.far_bw_factor * nic)
         self._add("far_dn", s.nodes * s.gpus_per_node, s.far_bw_factor * nic)
         if s.intra == "nvlink":
-            self._add("gpu_up", s.nodes * s.gpus_per_node, s.intra_gbs * GB)
-            self._add("gpu_dn", s.nodes * s.gpus_per_node, s.intra_gbs * GB)
+            self._add("gpu_up", s.nodes * s.gpus_per_node, s.intra_gbps * GB)
+            self._add("gpu_dn", s.nodes * s.gpus_per_node, s.intra_gbps * GB)
         else:
-            self._add("pcie", s.nodes, s.intra_gbs * GB)
+            self._add("pcie", s.nodes, s.intra_gbps * GB)
         # Uplinks exist for the whole cluster: background traffic of other jobs uses them.
         up = leaf_nics / (s.oversub * s.spines)
         self._add("leaf_up", self.leaves * s.spines, up)
@@ -265,9 +265,9 @@ class Topology:
             "nodes": s.nodes,
             "gpus_per_node": s.gpus_per_node,
             "nics_per_node": s.nics_per_node,
-            "nic_gbs": s.nic_gbs,
+            "nic_gbps": s.nic_gbps,
             "intra": s.intra,
-            "intra_gbs": s.intra_gbs,
+            "intra_gbps": s.intra_gbps,
             "oversub": s.oversub,
             "nodes_per_leaf": s.nodes_per_leaf,
             "spines": s.spines,

@@ -292,33 +292,22 @@ def plot(rows: list[Comparison], path: Path) -> None:
         rows=1, cols=3, subplot_titles=("mean iteration ms", "CV", "median transfer ms")
     )
     names = [c.point for c in rows]
+    columns = (
+        lambda stats: stats.iteration_ms,
+        lambda stats: stats.cv,
+        lambda stats: stats.transfer_ms,
+    )
     for label, pick in (("real", lambda c: c.real), ("simulated", lambda c: c.sim)):
-        fig.add_bar(
-            x=names,
-            y=[pick(c).iteration_ms for c in rows],
-            name=f"{label}",
-            row=1,
-            col=1,
-            legendgroup=label,
-        )
-        fig.add_bar(
-            x=names,
-            y=[pick(c).cv for c in rows],
-            name=label,
-            row=1,
-            col=2,
-            legendgroup=label,
-            showlegend=False,
-        )
-        fig.add_bar(
-            x=names,
-            y=[pick(c).transfer_ms for c in rows],
-            name=label,
-            row=1,
-            col=3,
-            legendgroup=label,
-            showlegend=False,
-        )
+        for col, value in enumerate(columns, start=1):
+            fig.add_bar(
+                x=names,
+                y=[value(pick(c)) for c in rows],
+                name=label,
+                row=1,
+                col=col,
+                legendgroup=label,
+                showlegend=col == 1,
+            )
     fig.update_layout(title="syncpace validation: emulated fabric vs simulator", barmode="group")
     fig.write_html(path, include_plotlyjs=True, full_html=True)
 
