@@ -33,6 +33,8 @@ VARIANTS = {
         "noise.throttle_rate=0",
     ],
     "waiting is free": ['interference.mode="none"'],
+    # a longer run: the A/B guard's verdict falls at step 399 (10 window pairs)
+    "1,000 iterations": ["run.steps=1000"],
 }
 STRATEGIES = ("early", "target")
 
