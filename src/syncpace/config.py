@@ -281,11 +281,14 @@ def add_flags(parser: argparse.ArgumentParser, cls: type, skip: tuple[str, ...] 
     prefix = env_prefix(cls)
     title = cls.__name__ + (f" (also {prefix}* variables)" if prefix else "")
     group = parser.add_argument_group(title)
+    intervals = declared_intervals(cls)
     for field in dataclasses.fields(cls):
         if field.name in skip:
             continue
         kind = _field_type(cls, field)
         origin = f"default {field.default}"
+        if field.name in intervals:
+            origin += f", in {intervals[field.name].text}"
         if prefix:
             origin = f"env {env_name(cls, field.name)}; {origin}"
         help_text = f"{field.metadata.get('help', '')} [{origin}]"
