@@ -35,14 +35,14 @@ class PacingController:
     def __init__(
         self,
         config: ControllerConfig,
-        policy_config: PacingConfig,
+        pacing_config: PacingConfig,
         rank: int,
         world_size: int,
         channel: Channel,
     ) -> None:
         self.config = config
         self.rank = rank
-        self.pacer = Pacer(policy_config, world_size)
+        self.pacer = Pacer(pacing_config, world_size)
         self._channel = channel
         self.enabled = True
         self.error: str | None = None
