@@ -72,6 +72,18 @@ class Thresholds:
     clock_trust_factor: float = setting(
         1.0, "Skews below this times the clock uncertainty are not trustworthy."
     )
+    min_steps: int = setting(
+        3, "Fewer iterations than this (after warm-up) are too few to judge a run healthy."
+    )
+    host_loss_ratio: float = setting(
+        1e-4, "Share of packets dropped or TCP segments retransmitted on a host that is named."
+    )
+    link_peak_utilisation: float = setting(
+        0.95, "NIC utilisation (in 100 ms windows) at or above which a link is saturated."
+    )
+    gpu_throttle_share: float = setting(
+        0.1, "Share of the run a GPU spent power- or thermally throttled that is named."
+    )
 
     def __post_init__(self) -> None:
         check_numbers(
@@ -95,6 +107,10 @@ class Thresholds:
             comm_share="[0, 1]",
             link_gbps="[0, 1000000]",
             clock_trust_factor="[0, 1000]",
+            min_steps="[0, 1000000000]",
+            host_loss_ratio="[0, 1]",
+            link_peak_utilisation="[0, 1]",
+            gpu_throttle_share="[0, 1]",
         )
         if self.warning_cost > self.critical_cost:
             raise ConfigError(
