@@ -108,7 +108,7 @@ def trace(events, stalls=None, ranks=range(WORLD), finished=(), path="run") -> T
         frame(events),
         steps,
         (),
-        dict(stalls or {}),
+        stalls=dict(stalls or {}),
     )
 
 

@@ -8,14 +8,17 @@ hung, or Flight Recorder dumps. Exit code 1 when the job hangs or its ranks disa
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 
 from syncpace.analysis import Thresholds, find_hang
-from syncpace.config import from_env
+from syncpace.config import add_flags, from_flags
 from syncpace.console import make_console
 from syncpace.errors import ConfigError
 from syncpace.importers.flight_recorder import load_run
 from syncpace.report.hang import hang_json, print_hang
+
+_NOT_HANG = tuple(f.name for f in dataclasses.fields(Thresholds) if f.name != "hang_wait_s")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -38,22 +41,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         help="world size of a job known only from Flight Recorder dumps (default: from them)",
     )
-    parser.add_argument(
-        "--hang-wait-s",
-        type=float,
-        default=None,
-        help="ranks waiting this long count as hung without a stall record "
-        "[env SYNCPACE_HANG_WAIT_S; default 60]",
-    )
+    # Of the diagnosis thresholds only the hang's own applies here.
+    add_flags(parser, Thresholds, skip=_NOT_HANG)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     if args.world_size is not None and args.world_size < 1:
         raise ConfigError(f"--world-size must be >= 1, got {args.world_size}")
-    if args.hang_wait_s is not None and args.hang_wait_s < 0:
-        raise ConfigError(f"--hang-wait-s must be >= 0, got {args.hang_wait_s}")
-    thresholds = from_env(Thresholds, hang_wait_s=args.hang_wait_s)
+    thresholds = from_flags(Thresholds, args)
     trace = load_run(args.dirs, args.world_size)
     analysis, finding = find_hang(trace, thresholds)
     if args.json:
