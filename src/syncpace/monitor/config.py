@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
-from syncpace.config import setting
-from syncpace.errors import ConfigError
+from syncpace.config import check_numbers, setting
 
 
 @dataclass(kw_only=True, slots=True)
 class MonitorConfig:
+    ENV_PREFIX: ClassVar[str] = "SYNCPACE_"
+
     monitor_every: int = setting(
         0,
         "Combine every rank's per-step summaries every N steps and run the live detector "
@@ -42,17 +44,13 @@ class MonitorConfig:
     )
 
     def __post_init__(self) -> None:
-        if self.monitor_every < 0 or self.monitor_every > 100_000:
-            raise ConfigError(f"monitor_every must be in 0..100000, got {self.monitor_every}")
-        for name in ("monitor_timeout_s", "monitor_sensitivity"):
-            value = getattr(self, name)
-            if not 0 < value < 1e6:  # also refuses NaN
-                raise ConfigError(f"{name} must be a positive number, got {value}")
-        for name in ("monitor_min_gap", "monitor_jump"):
-            value = getattr(self, name)
-            if not 0 <= value <= 10:
-                raise ConfigError(f"{name} must be in 0..10, got {value}")
-        if not 0 <= self.metrics_port <= 65535:
-            raise ConfigError(f"metrics_port must be in 0..65535, got {self.metrics_port}")
-        if not 0 <= self.control_poll_s <= 3600:
-            raise ConfigError(f"control_poll_s must be in 0..3600, got {self.control_poll_s}")
+        check_numbers(
+            self,
+            monitor_every="[0, 100000]",
+            monitor_timeout_s="(0, 3600]",
+            monitor_sensitivity="(0, 1000000)",
+            monitor_min_gap="[0, 10]",
+            monitor_jump="[0, 10]",
+            metrics_port="[0, 65535]",
+            control_poll_s="[0, 3600]",
+        )
