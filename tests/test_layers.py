@@ -23,10 +23,11 @@ FOUNDATION = {"errors", "_version", "config", "console", "ports", "syncpace"}
 ALLOWED: dict[str, set[str]] = {
     "trace": set(),
     "control": set(),
-    "fabric": set(),
+    "fabric": {"trace"},  # the run directory's file names (link counters)
+    "monitor": set(),
     "analysis": {"trace"},
     "importers": {"trace"},
-    "capture": {"trace", "control"},
+    "capture": {"trace", "control", "monitor"},
     "bench": {"trace", "capture", "fabric"},
     "sim": {"trace", "control", "analysis", "bench"},
     "report": {"trace", "analysis", "bench"},
@@ -44,6 +45,7 @@ ALLOWED: dict[str, set[str]] = {
         "report",
         "validate",
         "demo",
+        "monitor",
     },
 }
 

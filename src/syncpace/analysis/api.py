@@ -14,19 +14,22 @@ single world size is a misreading, not a measurement.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from syncpace.analysis.comparison import RunComparison, compare_runs
+from syncpace.analysis.detectors.hang import finding_of
 from syncpace.analysis.diagnosis import diagnose_run, order, scaling_evidence
 from syncpace.analysis.findings import Finding
+from syncpace.analysis.hang import HangAnalysis, analyze_hang, hang_input
 from syncpace.analysis.metrics import RunMetrics, compute_metrics
 from syncpace.analysis.scaling import ScalingPoint, scaling_curve
 from syncpace.analysis.streaming import stream_metrics
 from syncpace.analysis.thresholds import Thresholds
 from syncpace.analysis.timeline import IterationSample, sample_iterations
-from syncpace.trace.reader import Trace
+from syncpace.trace.merge import join_parts
+from syncpace.trace.reader import Trace, load_trace, read_metadata
 
 Study = Literal["single", "comparison", "scaling"]
 
@@ -79,11 +82,11 @@ def analyze(
         traces = [traces]
     thresholds = thresholds or Thresholds()
     runs, samples = [], []
-    for item in traces:
+    for item in _loaded(traces):
         if isinstance(item, Trace):
             run = compute_metrics(item, warmup_steps=warmup_steps)
             sample = sample_iterations(item, run)
-        else:  # a run directory: read a window of steps at a time, memory stays bounded
+        else:  # a whole run directory: a window of steps at a time, memory stays bounded
             run, sample = stream_metrics(item, warmup_steps=warmup_steps)
         runs.append(run)
         samples.append(sample)
@@ -103,3 +106,34 @@ def analyze(
         comparison=tuple(compare_runs(runs)),
         samples=tuple(samples),
     )
+
+
+def _loaded(
+    traces: Sequence[Trace | str | os.PathLike[str]],
+) -> Iterator[Trace | str | os.PathLike[str]]:
+    """The runs, one at a time: loaded traces as they are, run directories as paths (to
+    be streamed); directories that each hold part of one job's ranks (one per node: the
+    same world size, disjoint ranks) are loaded and joined into one."""
+    parts = []
+    for item in traces:
+        if not isinstance(item, Trace) and (
+            len(traces) == 1 or not read_metadata(item).missing_ranks
+        ):
+            yield item
+            continue
+        trace = item if isinstance(item, Trace) else load_trace(item)
+        if trace.missing_ranks and len(traces) > 1:
+            parts.append(trace)
+        else:
+            yield trace
+    yield from join_parts(parts)
+
+
+def find_hang(
+    trace: Trace, thresholds: Thresholds | None = None
+) -> tuple[HangAnalysis, Finding | None]:
+    """The fast path for a job that may still be hung: only the hang measurement (no
+    other metric) and its finding, if the job stopped or its calls disagree."""
+    thresholds = thresholds or Thresholds()
+    analysis = analyze_hang(hang_input(trace))
+    return analysis, finding_of(analysis, thresholds.hang_wait_s, str(trace.path))

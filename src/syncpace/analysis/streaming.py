@@ -39,11 +39,13 @@ import polars as pl
 import pyarrow as pa
 
 from syncpace.analysis import collectives, iterations, overlap
+from syncpace.analysis.hang import analyze_hang, hang_input
 from syncpace.analysis.metrics import RunMetrics, from_parts
 from syncpace.analysis.timeline import IterationSample, pick_iterations, sample_iterations
 from syncpace.trace import schema
 from syncpace.trace.chunks import BatchCache, RankScan, carry, read_window, scan_rank, segments
 from syncpace.trace.reader import Trace, TraceMeta, load_host_files, read_metadata
+from syncpace.trace.stall import load_stalls
 
 #: Events read and matched together (a window of steps of every rank; at least one step).
 WINDOW_EVENTS = 1_000_000
@@ -162,6 +164,8 @@ def base_trace(p: Plan, events: pl.DataFrame | None = None) -> Trace:
         warnings.extend(s.warnings)
     root = index.path
     counters, hosts = load_host_files(root, warnings)
+    stalls, stall_warnings = load_stalls(root)
+    warnings.extend(stall_warnings)
     tables = [s.steps for s in p.scans]
     steps = pl.from_arrow(pa.concat_tables(tables) if tables else schema.STEPS.empty_table())
     if events is None:
@@ -178,6 +182,7 @@ def base_trace(p: Plan, events: pl.DataFrame | None = None) -> Trace:
         completeness,
         counters,
         hosts,
+        stalls,
     )
 
 
@@ -197,8 +202,15 @@ def finish(p: Plan, partials: Iterable[Partial], trace: Trace | None = None) -> 
         empty = collectives.match(pl.from_arrow(schema.EVENTS.empty_table()))  # type: ignore[arg-type]
         inst, rank_step = empty.instances, collectives.rank_step_arrivals(empty)
         comm = overlap.rank_step_comm(empty)
+    last = p.windows[-1] if p.windows else None  # where every group's last calls are
+    tail = read_window(p.scans, last[0], last[1], columns=_ALL) if last else None
+    tail_events = pl.from_arrow(tail) if tail is not None else None
+    hang_trace = (
+        dataclasses.replace(trace, events=tail_events) if tail_events is not None else trace
+    )
     return from_parts(
         trace,
+        hang=analyze_hang(hang_input(hang_trace)),  # type: ignore[arg-type]
         rank_steps=rank_steps,
         instances=inst,
         dropped=sum(q.dropped for q in parts),
