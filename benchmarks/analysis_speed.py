@@ -48,7 +48,13 @@ def _strings(value: str, n: int) -> pa.Array:
 
 
 def generate(
-    out: Path, ranks: int, steps: int, per_step: int, seed: int = 0, batch_rows: int = 8192
+    out: Path,
+    ranks: int,
+    steps: int,
+    per_step: int,
+    seed: int = 0,
+    batch_rows: int = 1000,
+    compression: str | None = "lz4",
 ) -> int:
     """Write a DDP-like trace: ``per_step`` bucket all-reduces per iteration, rank 7 slow.
 
@@ -90,7 +96,7 @@ def generate(
             "exit_ns": pa.array(done + rng.integers(0, 2_000, n_inst)),
         }
         path = out / f"{schema.rank_stem(r)}{schema.EVENTS_SUFFIX}"
-        _write(path, schema.EVENTS, columns, batch_rows)
+        _write(path, schema.EVENTS, columns, batch_rows, compression)
         _write(
             out / f"{schema.rank_stem(r)}{schema.STEPS_SUFFIX}",
             schema.STEPS,
@@ -102,6 +108,7 @@ def generate(
                 "pacing_delay_ns": pa.array(np.zeros(steps, np.int64)),
             },
             batch_rows,
+            compression,
         )
         meta = {
             "schema": schema.SCHEMA_NAME,
@@ -120,15 +127,26 @@ def generate(
 
 
 def _write(
-    path: Path, arrow_schema: pa.Schema, columns: dict[str, pa.Array], batch_rows: int
+    path: Path,
+    arrow_schema: pa.Schema,
+    columns: dict[str, pa.Array],
+    batch_rows: int,
+    compression: str | None,
 ) -> None:
+    """As the tracer's writer writes a stream: record batches with their CRC-32."""
     table = pa.table({name: columns[name] for name in arrow_schema.names}, schema=arrow_schema)
-    options = pa.ipc.IpcWriteOptions(compression="zstd")
+    options = pa.ipc.IpcWriteOptions(compression=compression)
     with (
         pa.OSFile(str(path), "wb") as sink,
         pa.ipc.new_stream(sink, arrow_schema, options=options) as writer,
     ):
-        writer.write_table(table, max_chunksize=batch_rows)
+        for piece in table.to_batches(max_chunksize=batch_rows):
+            # A slice shares its parent's buffers; the checksum covers the buffers a
+            # reader gets back (the batch's own rows), so round-trip it first.
+            batch = pa.ipc.read_record_batch(piece.serialize(), arrow_schema)
+            writer.write_batch(
+                batch, custom_metadata={schema.CHECKSUM_KEY: schema.batch_checksum(batch)}
+            )
 
 
 def measure(run_dir: Path, in_memory: bool = False) -> dict[str, float]:
@@ -137,6 +155,9 @@ def measure(run_dir: Path, in_memory: bool = False) -> dict[str, float]:
 
     from syncpace.analysis import analyze
     from syncpace.trace import load_trace
+    from syncpace.trace.chunks import prefer_jemalloc
+
+    prefer_jemalloc()  # as the command line does
 
     c0, t0 = time.process_time(), time.perf_counter()
     analysis = analyze(load_trace(run_dir) if in_memory else run_dir)
@@ -161,6 +182,12 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--collectives", type=int, default=20, help="per step and rank")
     parser.add_argument("--batch-rows", type=int, default=1000, help="rows per record batch")
+    parser.add_argument(
+        "--compression",
+        choices=("lz4", "zstd", "none"),
+        default="lz4",
+        help="codec of the generated streams (the tracer writes none; see the docstring)",
+    )
     parser.add_argument("--dir", type=Path, default=None, help="trace directory (kept)")
     parser.add_argument("--delete", action="store_true", help="remove the trace afterwards")
     parser.add_argument("--in-memory", action="store_true", help="load the whole trace")
@@ -178,7 +205,12 @@ def main() -> int:
         if not (run_dir / f"{schema.rank_stem(args.ranks - 1)}{schema.META_SUFFIX}").exists():
             t = time.perf_counter()
             n = generate(
-                run_dir, args.ranks, args.steps, args.collectives, batch_rows=args.batch_rows
+                run_dir,
+                args.ranks,
+                args.steps,
+                args.collectives,
+                batch_rows=args.batch_rows,
+                compression=None if args.compression == "none" else args.compression,
             )
             size = sum(p.stat().st_size for p in run_dir.iterdir()) / 1e9
             print(

@@ -204,9 +204,13 @@ def _gaps(t: EventTimes, gap: np.ndarray) -> None:
 
 def _first_gaps(t: EventTimes, previous_exit: np.ndarray, gap: np.ndarray) -> None:
     """The gap of each rank's first call (by enter) since its call before the window."""
-    order = np.lexsort((t.enter, t.rank))
-    rank = t.rank[order]
-    head = order[np.r_[True, rank[1:] != rank[:-1]]]
+    # The first row of each rank among those with its smallest enter (a stable sort's
+    # first), by two scatters instead of a sort of the whole window.
+    size = len(previous_exit)
+    low = kernels.minimum(t.rank, t.enter, size)
+    cand = np.flatnonzero(t.enter == low[t.rank])
+    row = kernels.minimum(t.rank[cand], cand, size)
+    head = row[row < len(t.enter)]
     prev = previous_exit[t.rank[head]]
     ok = prev >= 0
     gap[head[ok]] = np.maximum(t.enter[head[ok]] - prev[ok], 0)

@@ -43,7 +43,17 @@ from syncpace.analysis.hang import analyze_hang, hang_input
 from syncpace.analysis.metrics import RunMetrics, from_parts
 from syncpace.analysis.timeline import IterationSample, pick_iterations, sample_iterations
 from syncpace.trace import schema
-from syncpace.trace.chunks import BatchCache, RankScan, carry, read_window, scan_rank, segments
+from syncpace.trace.chunks import (
+    ANALYSIS_COLUMNS,
+    BatchCache,
+    CannotSweep,
+    RankScan,
+    Sweep,
+    carry,
+    read_window,
+    scan_rank,
+    segments,
+)
 from syncpace.trace.reader import Trace, TraceMeta, load_host_files, read_metadata
 from syncpace.trace.stall import load_stalls
 
@@ -132,10 +142,14 @@ def window_partial(
     """Match and reduce the events of steps ``window`` of every rank."""
     lo, hi = window
     table = read_window(scans, lo, hi, cache=cache)
-    events = pl.from_arrow(table)
+    return partial(table, carry(list(scans), world_size, first, lo))
+
+
+def partial(table: pa.Table, previous: np.ndarray) -> Partial:
+    """One window's results from its events (``previous``: each rank's call before)."""
+    events = pl.from_arrow(table.select(list(ANALYSIS_COLUMNS)))
     assert isinstance(events, pl.DataFrame)
     del table
-    previous = carry(list(scans), world_size, first, lo)
     m = collectives.match(events, previous_exit=previous)
     n = events.height
     del events
@@ -186,8 +200,14 @@ def base_trace(p: Plan, events: pl.DataFrame | None = None) -> Trace:
     )
 
 
-def finish(p: Plan, partials: Iterable[Partial], trace: Trace | None = None) -> RunMetrics:
-    """The run's metrics from its windows' results."""
+def finish(
+    p: Plan,
+    partials: Iterable[Partial],
+    trace: Trace | None = None,
+    tail: pa.Table | None = None,
+) -> RunMetrics:
+    """The run's metrics from its windows' results (``tail``: the last window's events,
+    every column, when the caller holds them; read again otherwise)."""
     trace = trace or base_trace(p)
     parts = list(partials)
     steps = trace.steps
@@ -203,7 +223,8 @@ def finish(p: Plan, partials: Iterable[Partial], trace: Trace | None = None) -> 
         inst, rank_step = empty.instances, collectives.rank_step_arrivals(empty)
         comm = overlap.rank_step_comm(empty)
     last = p.windows[-1] if p.windows else None  # where every group's last calls are
-    tail = read_window(p.scans, last[0], last[1], columns=_ALL) if last else None
+    if tail is None and last:
+        tail = read_window(p.scans, last[0], last[1], columns=_ALL)
     tail_events = pl.from_arrow(tail) if tail is not None else None
     hang_trace = (
         dataclasses.replace(trace, events=tail_events) if tail_events is not None else trace
@@ -227,7 +248,7 @@ def _ordered(frames: list[pl.DataFrame], *keys: str) -> pl.DataFrame:
     frame = pl.concat(frames, rechunk=True)
     columns = [frame[k] for k in reversed(keys)]
     codes = [c.rank("dense").to_numpy() if c.dtype == pl.String else c.to_numpy() for c in columns]
-    return frame[np.lexsort(codes)]
+    return frame[pl.Series(np.lexsort(codes))]  # (a numpy index takes a slow path)
 
 
 def sample(p: Plan, metrics: RunMetrics, trace: Trace | None = None) -> IterationSample:
@@ -253,7 +274,44 @@ def stream_metrics(
     progress: Callable[[int, int], Any] | None = None,
 ) -> tuple[RunMetrics, IterationSample]:
     """Measure the run directory ``path`` window by window in this process; also the
-    sampled iterations for the report. ``progress(done, total)`` after each window."""
+    sampled iterations for the report. ``progress(done, total)`` after each window.
+
+    One pass (:class:`~syncpace.trace.chunks.Sweep`); a run whose files hold steps out
+    of order (or with more ranks than files may be open) is read in two (:func:`scan`,
+    then the windows from its index)."""
+    index = read_metadata(path)
+    try:
+        return _swept(index, warmup_steps, window_events, progress)
+    except CannotSweep:
+        pass
+    return _two_pass(path, warmup_steps, window_events, progress)
+
+
+def _swept(
+    index: TraceMeta,
+    warmup_steps: int,
+    window_events: int,
+    progress: Callable[[int, int], Any] | None,
+) -> tuple[RunMetrics, IterationSample]:
+    sweep = Sweep(index, warmup_steps=warmup_steps, window_events=window_events)
+    parts = []
+    for i, (_, table, previous) in enumerate(sweep):
+        parts.append(partial(table, previous))
+        del table
+        if progress is not None:
+            progress(i + 1, max(sweep.estimate, i + 1))
+    p = Plan(index, tuple(sweep.scans()), sweep.plan_first, tuple(sweep.windows))
+    trace = base_trace(p)
+    run = finish(p, parts, trace)
+    return run, sample(p, run, trace)
+
+
+def _two_pass(
+    path: str | Path,
+    warmup_steps: int,
+    window_events: int,
+    progress: Callable[[int, int], Any] | None,
+) -> tuple[RunMetrics, IterationSample]:
     index, scans = scan(path)
     p = plan(index, scans, warmup_steps=warmup_steps, window_events=window_events)
     trace = base_trace(p)

@@ -23,6 +23,8 @@ window's events plus one batch per rank, never by the length of the trace.
 from __future__ import annotations
 
 import re
+import resource
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,6 +44,8 @@ from syncpace.trace.reader import (
 
 #: Rows validated together (the rules cost per call, not per row: batch them up).
 CHECK_ROWS = 1 << 16
+#: Rows of many ranks validated together by a :class:`Sweep`.
+GROUP_ROWS = 1 << 18
 #: The columns the analysis reads from events (the others stay undecoded in memory).
 ANALYSIS_COLUMNS = (
     "rank",
@@ -202,6 +206,20 @@ class _Seen:
                 ok &= ~((at >= 0) & (s <= hi[np.maximum(at, 0)]))
         self._remember(key, np.unique(s[ok]) if not increasing else s[ok])
         return ok
+
+    def extend(self, key: tuple[Any, ...], first: int, last: int) -> bool:
+        """Remember the numbers ``first..last`` (all new) of ``key`` if they go on where
+        the key's numbers stopped (or it has none): what :meth:`first` would do for them.
+        False, changing nothing, when they do not (then call :meth:`first`)."""
+        hi = self._hi.get(key)
+        if hi is None:
+            self._lo[key] = np.array([first], dtype=np.int64)
+            self._hi[key] = np.array([last], dtype=np.int64)
+            return True
+        if first == hi[-1] + 1:
+            hi[-1] = last
+            return True
+        return False
 
     def _remember(self, key: tuple[Any, ...], new: np.ndarray) -> None:
         if len(new) == 0:
@@ -477,7 +495,8 @@ def read_window(
         cache.keep(held)
     if not out:
         return target.empty_table()
-    return pa.Table.from_batches(out, schema=target)
+    # Contiguous: polars converts a table of thousands of small chunks several times slower.
+    return pa.Table.from_batches(out, schema=target).combine_chunks()
 
 
 def _decode(source: Any, ef: EventFile, entry: int, columns: tuple[str, ...]) -> pa.RecordBatch:
@@ -489,3 +508,454 @@ def _decode(source: Any, ef: EventFile, entry: int, columns: tuple[str, ...]) ->
     batch = batch.select(list(columns))
     target = pa.schema([schema.EVENTS.field(c) for c in columns])
     return batch.cast(target) if batch.schema != target else batch
+
+
+# One pass ------------------------------------------------------------------------------
+class CannotSweep(Exception):
+    """A run :class:`Sweep` does not read: :func:`scan_rank` and :func:`read_window`
+    read it instead (two passes)."""
+
+
+class OutOfOrder(CannotSweep):
+    """A rank's file holds events of a step the sweep has already passed (steps written
+    out of order)."""
+
+
+def _open_files_for(ranks: int) -> bool:
+    """Whether this process may hold one file of every rank open (raising its soft
+    limit on open files up to the hard one if needed)."""
+    need = ranks + 256
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != resource.RLIM_INFINITY and soft < need:
+            top = need if hard == resource.RLIM_INFINITY else min(need, hard)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (top, hard))
+            soft = top
+    except (OSError, ValueError):  # pragma: no cover - no such limit here
+        return True
+    return soft == resource.RLIM_INFINITY or soft >= need
+
+
+_ANALYSIS = pa.schema([schema.EVENTS.field(c) for c in ANALYSIS_COLUMNS])
+
+
+class _Cursor:
+    """One rank's event files, read forward one record batch at a time."""
+
+    def __init__(self, index: TraceMeta, rank: int, rotated: dict[int, list[Path]]) -> None:
+        self.rank = rank
+        event_paths, self.steps_path = rank_files(index, rank, rotated)
+        if not event_paths:
+            event_paths = [index.stream_paths(rank)[0]]
+        self.v1 = index.meta[rank]["schema_version"] == 1
+        self._expected = schema.EVENTS_V1 if self.v1 else schema.EVENTS
+        for path in event_paths:
+            if not path.exists() and not path.is_symlink():
+                raise TraceError(
+                    path, "missing (the rank's metadata exists, its data file does not)"
+                )
+        self.paths = event_paths
+        # Read, not mapped: a mapped file's pages count as this process's memory, and
+        # thousands of ranks' files are open at once. One file of a rank open at a time.
+        self.streams = [validate.Stream(event_paths[0], self._expected, mapped=False)]
+        self._file = 0
+        self._batches = self.streams[0].batches()
+        self.done = False
+        self.reached = -1  # the largest step in the batches read so far
+        self.seen = _Seen()
+        self.bad = validate.Quarantine()
+        self.total = 0
+        # The index of the files, as :func:`scan_rank` builds it (for re-reading a step).
+        self.entries: list[dict[str, list[Any]]] = [
+            {k: [] for k in ("batch", "offsets", "lo", "hi", "rows", "size")} for _ in self.paths
+        ]
+        self.keep: list[dict[int, np.ndarray]] = [{} for _ in self.paths]
+
+    @property
+    def path(self) -> Path:
+        return self.streams[min(self._file, len(self.streams) - 1)].path
+
+    def read_until(self, hi: int) -> list[tuple[int, int, int, pa.RecordBatch]]:
+        """The next batches, up to the first one holding a step at or after ``hi`` (none
+        when one read before does; all at the end): (file, batch number, offset, batch)."""
+        out: list[tuple[int, int, int, pa.RecordBatch]] = []
+        while not self.done and self.reached < hi:
+            try:
+                piece = next(self._batches)
+            except StopIteration:
+                self._file += 1
+                if self._file == len(self.paths):
+                    self.done = True
+                    break
+                self.streams.append(
+                    validate.Stream(self.paths[self._file], self._expected, mapped=False)
+                )
+                self._batches = self.streams[self._file].batches()
+                continue
+            except validate.DAMAGE as exc:  # pragma: no cover - Stream.batches catches it
+                raise TraceError(
+                    self.path, f"unreadable columns ({validate.first_line(exc)})"
+                ) from exc
+            stream = self.streams[self._file]
+            if self.v1:
+                piece = schema.upgrade_events(pa.Table.from_batches([piece]))
+                piece = piece.select(schema.EVENTS.names).combine_chunks().to_batches()[0]
+            out.append((self._file, stream.batch, stream.offset, piece))
+            top = pc.max(piece.column("step")).as_py()
+            if top is not None:
+                self.reached = max(self.reached, top)
+        return out
+
+    def record(
+        self, file: int, batch: int, offset: int, mask: np.ndarray, step: np.ndarray
+    ) -> None:
+        """Index one batch (a later slice of a large batch joins its batch's entry)."""
+        e = self.entries[file]
+        rows = int(mask.sum())
+        lo = int(step[mask].min()) if rows else _NO_STEP
+        hi = int(step[mask].max()) if rows else -1
+        if e["batch"] and e["batch"][-1] == batch:
+            at = len(e["batch"]) - 1
+            prior = self.keep[file].pop(at, None)
+            full = np.concatenate(
+                (np.ones(e["size"][-1], dtype=bool) if prior is None else prior, mask)
+            )
+            e["lo"][-1], e["hi"][-1] = min(e["lo"][-1], lo), max(e["hi"][-1], hi)
+            e["rows"][-1] += rows
+            e["size"][-1] += len(mask)
+            if not full.all():
+                self.keep[file][at] = full
+            return
+        if rows < len(mask):
+            self.keep[file][len(e["batch"])] = mask.copy()
+        for key, value in (("batch", batch), ("offsets", offset), ("lo", lo), ("hi", hi),
+                           ("rows", rows), ("size", len(mask))):  # fmt: skip
+            e[key].append(value)
+
+    def finish(
+        self,
+        steps: pa.Table,
+        steps_stream: validate.Stream,
+        steps_bad: validate.Quarantine,
+        steps_warnings: list[str],
+        index: TraceMeta,
+    ) -> RankScan:
+        """The rank's scan, as :func:`scan_rank` returns it (without the per-step tails)."""
+        warnings = [f"{s.path}: {s.cut}" for s in self.streams if s.cut]
+        warnings.extend(steps_warnings)
+        first = self.streams[0]
+        for other in self.streams:
+            if other.corrupt_rows:
+                self.bad.reasons["in batches failing their checksum"] = (
+                    self.bad.reasons.get("in batches failing their checksum", 0)
+                    + other.corrupt_rows
+                )
+            if other is not first:
+                _fold(first, other)
+        meta = index.meta[self.rank]
+        stem = index.path / schema.rank_stem(self.rank)
+        account = account_rank(
+            self.rank, meta, stem, (first, self.bad), (steps_stream, steps_bad), warnings
+        )
+        warnings.extend(rank_warnings(self.rank, meta, stem))
+        files = tuple(
+            _event_file(stream, self.v1, e, keep)
+            for stream, e, keep in zip(self.streams, self.entries, self.keep, strict=True)
+        )
+        empty = np.zeros(0, dtype=np.int64)
+        return RankScan(
+            self.rank, files, steps, account, tuple(warnings), self.total, empty, empty, empty
+        )
+
+
+_NO_STEP = np.iinfo(np.int64).max
+
+
+def _event_file(
+    stream: validate.Stream, v1: bool, e: dict[str, list[Any]], keep: dict[int, np.ndarray]
+) -> EventFile:
+    """The index of one file from a sweep's entries: the batches with valid rows."""
+    rows = np.array(e["rows"], dtype=np.int64)
+    used = np.flatnonzero(rows > 0)
+    renumber = {int(old): new for new, old in enumerate(used)}
+    return EventFile(
+        stream.path,
+        v1,
+        stream._reader.schema,
+        np.array(e["offsets"], dtype=np.int64)[used],
+        np.array(e["lo"], dtype=np.int64)[used],
+        np.array(e["hi"], dtype=np.int64)[used],
+        rows[used],
+        {renumber[k]: m for k, m in keep.items() if k in renumber},
+    )
+
+
+class Sweep:
+    """Every rank's events read once, in lockstep, a window of steps at a time.
+
+    Each window reads, for every rank, the record batches up to the first that reaches
+    past the window (the rest of it is held for the next window: one batch per rank),
+    validates the new rows of all ranks together (:func:`validate.events_valid`; a rank
+    whose rows break a rule is then checked alone for the reasons), drops the calls
+    seen before (per rank, :class:`_Seen`), and yields the window's valid events in
+    rank order, file order within a rank — what :func:`read_window` returns for it.
+    Each rank's account is made when its files end (:meth:`scans`), with the index
+    :func:`scan_rank` builds, so single steps can be read again (the report's samples).
+
+    A row of a step before the current window (steps written out of order) raises
+    :class:`OutOfOrder`."""
+
+    def __init__(self, index: TraceMeta, *, warmup_steps: int, window_events: int) -> None:
+        self.index = index
+        if not _open_files_for(len(index.ranks)):
+            raise CannotSweep("too few open files allowed for one per rank")
+        rotated = segments(index)
+        self.cursors: list[_Cursor] = []
+        self._steps: list[tuple[pa.Table, validate.Stream, validate.Quarantine, list[str]]] = []
+        for rank in index.ranks:  # the files of every rank opened (and checked) first
+            cursor = _Cursor(index, rank, rotated)
+            warnings: list[str] = []
+            st_table, st_stream = _read_rank_stream(cursor.steps_path, schema.STEPS, warnings)
+            st_kept, st_bad = validate.check_steps(st_table, rank)
+            if st_stream.corrupt_rows:
+                st_bad.reasons["in batches failing their checksum"] = st_stream.corrupt_rows
+            st_kept, order = validate.check_step_order(st_kept)
+            st_bad.add(order)
+            self.cursors.append(cursor)
+            self._steps.append((st_kept, st_stream, st_bad, warnings))
+        found = [pc.min_max(t.column("step")) for t, *_ in self._steps if t.num_rows]
+        max_step = max((int(m["max"].as_py()) for m in found), default=0)
+        min_step = min((int(m["min"].as_py()) for m in found), default=0)
+        self.cut = warmup_steps if warmup_steps and max_step >= warmup_steps else None
+        self.first = self.cut or 0  # rows of earlier steps are the warm-up: left out
+        expected = sum(_expected_events(index, c) for c in self.cursors)
+        span = max(max_step - min_step + 1, 1)
+        self.width = max(1, int(window_events * span / max(expected, 1)))
+        self.estimate = max(1, (max_step + 1 - self.first) // self.width + 1)
+        self.min_step: int | None = None  # of the valid rows
+        self.windows: list[tuple[int, int]] = []
+        world = index.world_size
+        self._carry_enter = np.full(world, np.iinfo(np.int64).min, dtype=np.int64)
+        self._carry_exit = np.full(world, -1, dtype=np.int64)
+        #: Validated rows not yet in a window: (table, rank, step, largest step) per group.
+        self._pending: list[tuple[pa.Table, np.ndarray, np.ndarray, int]] = []
+
+    def __iter__(self) -> Iterator[tuple[tuple[int, int], pa.Table, np.ndarray]]:
+        """``((lo, hi), events, previous_exit)`` per window with events, in step order;
+        ``previous_exit`` is :func:`carry`'s value for the window."""
+        lo = self.first
+        while True:
+            hi = (lo // self.width + 1) * self.width
+            table, rank = self._read(lo, hi)
+            previous = self._carry_exit.copy()
+            if table.num_rows:
+                self.windows.append((lo, hi))
+                self._carry(table, rank)
+                yield (lo, hi), table, previous
+            if all(c.done for c in self.cursors) and not self._pending:
+                return
+            lo = hi
+            if not table.num_rows and self._pending:  # skip the steps nobody has
+                ahead = min(int(p[2][p[2] >= hi].min()) for p in self._pending)
+                lo = max(hi, ahead // self.width * self.width)
+
+    def _read(self, lo: int, hi: int) -> tuple[pa.Table, np.ndarray]:
+        new: list[tuple[_Cursor, int, int, int, pa.RecordBatch]] = []
+        rows = 0
+        for cursor in self.cursors:
+            for item in cursor.read_until(hi):
+                new.append((cursor, *item))
+                rows += item[3].num_rows
+            if rows >= GROUP_ROWS:  # validated and cut to the analysis columns in groups:
+                self._hold(*self._validated(new), lo)  # decoded batches do not pile up
+                new, rows = [], 0
+        self._hold(*self._validated(new), lo)
+        # The window's rows of every held group, in rank order, file order within a rank
+        # (groups were read in file order): each row is copied once, when its window comes.
+        picks = []
+        offset = 0
+        for table, rank, step, _ in self._pending:
+            hit = np.flatnonzero((step < hi) & (step >= max(lo, self.first)))
+            picks.append((offset + hit, rank[hit]))
+            offset += table.num_rows
+        source = pa.concat_tables([t for t, *_ in self._pending]) if picks else None
+        self._pending = [p for p in self._pending if p[3] >= hi]
+        if source is None:
+            return _ANALYSIS.empty_table(), np.zeros(0, dtype=np.int64)
+        where = np.concatenate([w for w, _ in picks])
+        rank = np.concatenate([r for _, r in picks])
+        if not len(where):
+            return _ANALYSIS.empty_table(), rank
+        order = np.argsort(rank, kind="stable")
+        # (numpy indices take a slow path in Arrow: pass an Arrow array)
+        return source.take(pa.array(where[order])).combine_chunks(), rank[order]
+
+    def _hold(self, table: pa.Table, rank: np.ndarray, lo: int) -> None:
+        if not table.num_rows:
+            return
+        step = table.column("step").to_numpy()
+        if step.min() < lo and ((step < lo) & (step >= self.first)).any():
+            raise OutOfOrder(f"steps before {lo} after the sweep passed them")
+        entry = (table, rank, step, int(step.max()))
+        self._pending.append(entry)
+
+    def _validated(
+        self, new: list[tuple[_Cursor, int, int, int, pa.RecordBatch]]
+    ) -> tuple[pa.Table, np.ndarray]:
+        """The valid rows of the batches just read (every rule of the loader), indexed."""
+        if not new:
+            return _ANALYSIS.empty_table(), np.zeros(0, dtype=np.int64)
+        sizes = np.array([item[4].num_rows for item in new], dtype=np.int64)
+        # One copy into contiguous columns: every kernel after it runs once, not per batch.
+        raw = pa.Table.from_batches([item[4] for item in new], schema=schema.EVENTS)
+        raw = raw.combine_chunks()
+        rank = np.repeat(np.array([item[0].rank for item in new], dtype=np.int64), sizes)
+        # Per cursor: its rows are one run of ``raw`` (cursors come in rank order).
+        cursors: list[_Cursor] = []
+        starts: list[int] = []
+        at = 0
+        for item, size in zip(new, sizes, strict=True):
+            if not cursors or cursors[-1] is not item[0]:
+                cursors.append(item[0])
+                starts.append(at)
+            at += int(size)
+        bounds = [*starts, at]
+        try:
+            ok = validate.events_valid(raw, rank, self.index.world_size)
+        except validate.DAMAGE:
+            ok = None
+        for c, a, b in zip(cursors, bounds[:-1], bounds[1:], strict=True):
+            if ok is None or not ok[a:b].all():  # this rank alone: the loader's reasons
+                sub = raw.slice(a, b - a)
+                sub = sub.append_column("__row", pa.array(np.arange(b - a, dtype=np.int64)))
+                try:
+                    kept, bad = validate.check_events(sub, c.rank, self.index.world_size)
+                except validate.DAMAGE as exc:
+                    raise TraceError(
+                        c.path, f"unreadable columns ({validate.first_line(exc)})"
+                    ) from exc
+                c.bad.add(bad)
+                if ok is None:
+                    ok = np.ones(len(rank), dtype=bool)
+                mask = np.zeros(b - a, dtype=bool)
+                mask[kept.column("__row").to_numpy()] = True
+                ok[a:b] = mask
+        assert ok is not None
+        self._first_calls(raw, ok, rank, cursors, bounds)
+        step = pc.fill_null(raw.column("step"), -1).to_numpy()
+        at = 0
+        for (c, file, batch, offset, _), size in zip(new, sizes, strict=True):
+            end = at + int(size)
+            m = ok[at:end]
+            c.record(file, batch, offset, m, step[at:end])
+            c.total += int(m.sum())
+            at = end
+        raw = raw.select(list(ANALYSIS_COLUMNS))  # what the windows keep
+        if ok.all():
+            valid, rank_valid = raw, rank
+        else:
+            valid, rank_valid = raw.filter(pa.array(ok)), rank[ok]
+        if valid.num_rows:
+            low = int(pc.min(valid.column("step")).as_py())
+            self.min_step = low if self.min_step is None else min(self.min_step, low)
+        return valid, rank_valid
+
+    def _first_calls(
+        self,
+        raw: pa.Table,
+        ok: np.ndarray,
+        rank: np.ndarray,
+        cursors: list[_Cursor],
+        bounds: list[int],
+    ) -> None:
+        """The loader's duplicate rule (first occurrence in file order) on the valid rows:
+        unset ``ok`` where a call was seen before. One pass for all ranks when the
+        window holds one kind of call and every rank's numbers go on where they were."""
+        kept = raw if ok.all() else raw.filter(pa.array(ok))
+        if not kept.num_rows:
+            return
+        keys = [pc.min_max(kept.column(c)) for c in ("group", "op", "peer")]
+        single = all(k["min"] == k["max"] for k in keys)
+        seq = pc.fill_null(raw.column("seq"), -1).to_numpy()
+        step_ok = np.flatnonzero(ok)
+        for c, a, b in zip(cursors, bounds[:-1], bounds[1:], strict=True):
+            rows = step_ok[(step_ok >= a) & (step_ok < b)] if not ok[a:b].all() else None
+            s = seq[a:b] if rows is None else seq[rows]
+            if not len(s):
+                continue
+            if single:
+                key = (keys[0]["min"].as_py(), keys[1]["min"].as_py(), str(keys[2]["min"]))
+                if (len(s) < 2 or bool(np.all(np.diff(s) == 1))) and c.seen.extend(
+                    key, int(s[0]), int(s[-1])
+                ):
+                    continue
+            sub = raw.slice(a, b - a)
+            if rows is not None:
+                sub = sub.filter(pa.array(ok[a:b]))
+            first = c.seen.first(sub)
+            if not first.all():
+                c.bad.reasons["duplicate call"] = c.bad.reasons.get("duplicate call", 0) + int(
+                    (~first).sum()
+                )
+                where = np.arange(a, b) if rows is None else rows
+                ok[where[~first]] = False
+
+    def _carry(self, table: pa.Table, rank: np.ndarray) -> None:
+        """Each rank's last call so far (latest enter; ties: later step, later row)."""
+        enter = table.column("enter_ns").to_numpy()
+        step = table.column("step").to_numpy()
+        best = np.full(self.index.world_size, np.iinfo(np.int64).min, dtype=np.int64)
+        np.maximum.at(best, rank, enter)
+        cand = np.flatnonzero(enter == best[rank])
+        order = np.lexsort((cand, step[cand], rank[cand]))
+        cand = cand[order]
+        last = cand[np.r_[rank[cand][1:] != rank[cand][:-1], True]]
+        done = pc.equal(table.column("status"), "completed").to_numpy(zero_copy_only=False)
+        exit_ = np.where(done, table.column("exit_ns").to_numpy(), -1)
+        r = rank[last]
+        take = enter[last] >= self._carry_enter[r]
+        self._carry_enter[r[take]] = enter[last][take]
+        self._carry_exit[r[take]] = exit_[last][take]
+
+    def scans(self) -> list[RankScan]:
+        """Every rank's scan (call after the last window)."""
+        return [
+            cursor.finish(*steps, self.index)
+            for cursor, steps in zip(self.cursors, self._steps, strict=True)
+        ]
+
+    @property
+    def plan_first(self) -> int:
+        """The first step analysed, as :func:`~syncpace.analysis.streaming.plan` has it."""
+        if self.cut is None or self.min_step is None:
+            return 0 if self.cut is None else self.cut
+        return max(self.min_step, self.cut)
+
+
+def _expected_events(index: TraceMeta, cursor: _Cursor) -> int:
+    """About how many events a rank's files hold (sizes the windows): what a finished
+    rank declares, else its files' size at 40 bytes an event."""
+    declared = index.meta[cursor.rank].get("events_written")
+    if isinstance(declared, int) and declared >= 0 and cursor.streams[0].has_eos:
+        return declared
+    size = 0
+    for path in cursor.paths:
+        try:
+            size += path.stat().st_size
+        except OSError:  # pragma: no cover - removed while open
+            pass
+    return size // 40
+
+
+def prefer_jemalloc() -> None:
+    """Make jemalloc Arrow's default memory pool, where this build has it.
+
+    A sweep allocates and frees a window's columns over and over; mimalloc (Arrow's
+    default in wheels) hands freed pages back at once, and taking them again cost three
+    times the user time in page faults in the kernel (measured: 10 M events, 4,096
+    ranks: 15.4 s of system time with mimalloc, 3.2 s with jemalloc or the system
+    allocator). A process setting: the command line calls it, a library user may."""
+    try:
+        pa.set_memory_pool(pa.jemalloc_memory_pool())
+    except (NotImplementedError, pa.ArrowException):  # pragma: no cover - not built in
+        pass

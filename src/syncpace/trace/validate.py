@@ -58,6 +58,8 @@ SLICE_ROWS = 1 << 16
 #: What a damaged Arrow file can raise while being decoded.
 DAMAGE = (pa.ArrowException, UnicodeDecodeError, ValueError, OSError, KeyError, IndexError)
 
+_READ_OPTIONS = pa.ipc.IpcReadOptions(use_threads=False)
+
 #: The Arrow IPC end-of-stream marker: continuation token, zero length.
 _EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
 
@@ -266,6 +268,8 @@ class Stream:
         self.corrupt_batches: list[int] = []
         #: The record batch the last slice came from (its number in the stream, from 0).
         self.batch = -1
+        #: Byte offset of that batch's message in the file.
+        self.offset = -1
         self._file: _Capped | None = None
         fd, size = open_regular(path, MAX_STREAM_BYTES, "data file")
         try:
@@ -275,16 +279,20 @@ class Stream:
             self.has_eos = size >= len(_EOS) and os.pread(fd, len(_EOS), size - len(_EOS)) == _EOS
             if mapped:
                 try:
-                    source: Any = pa.py_buffer(mmap.mmap(fd, size, access=mmap.ACCESS_READ))
+                    mapped_file = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
                 except (OSError, ValueError) as exc:
                     raise TraceError(path, f"cannot map the data file: {exc}") from exc
+                source: Any = pa.BufferReader(pa.py_buffer(mapped_file))
             else:
                 self._file = _Capped(os.dup(fd), size)
                 source = pa.PythonFile(self._file, mode="r")
         finally:
             os.close(fd)
+        self._source = source
         try:
-            self._reader = pa.ipc.open_stream(source)
+            # One thread: a batch's columns are too small to be worth a thread pool's
+            # dispatch (it doubles the cost of decoding a flush-sized batch).
+            self._reader = pa.ipc.open_stream(source, options=_READ_OPTIONS)
             got = self._reader.schema
             got.names  # noqa: B018 - decoding the names is what fails on damaged ones
             check_schema(path, got, expected)
@@ -309,13 +317,15 @@ class Stream:
             while True:
                 index += 1
                 try:
+                    at = self._source.tell()
                     batch, custom = self._reader.read_next_batch_with_custom_metadata()
                     # Decoding trusts the buffers' offsets; full validation turns a damaged
                     # batch into an exception here instead of a crash later.
                     batch.validate(full=True)
                     written = (custom or {}).get(schema.CHECKSUM_KEY.encode())
                     intact = written is None or written.decode() == schema.batch_checksum(batch)
-                    batch = batch.select(names).cast(self.expected)
+                    if not batch.schema.equals(self.expected):
+                        batch = batch.select(names).cast(self.expected)
                 except StopIteration:
                     return
                 except DAMAGE as exc:
@@ -327,6 +337,7 @@ class Stream:
                     self.corrupt_batches.append(index)
                     continue
                 self.batch = index
+                self.offset = at
                 for start in range(0, batch.num_rows, SLICE_ROWS):
                     yield batch.slice(start, SLICE_ROWS)
         finally:
@@ -442,6 +453,21 @@ def _nulls(table: Any, nullable: tuple[str, ...]) -> list[tuple[str, np.ndarray]
 
 def check_events(table: Any, rank: int, world_size: int) -> tuple[Any, Quarantine]:
     """The rows of an events table (or batch) that keep the format's invariants."""
+    return _apply(table, event_rules(table, rank, world_size))
+
+
+def events_valid(table: Any, ranks: np.ndarray, world_size: int) -> np.ndarray:
+    """Per row of an events table holding many ranks' rows (``ranks``: the rank each
+    row's file belongs to), whether it keeps every invariant of :func:`check_events`:
+    one pass over a window of every rank, instead of one per rank and batch."""
+    bad = np.zeros(table.num_rows, dtype=bool)
+    for _, flags in event_rules(table, ranks, world_size):
+        bad |= flags
+    return ~bad
+
+
+def event_rules(table: Any, rank: Any, world_size: int) -> list[tuple[str, np.ndarray]]:
+    """The rules of :func:`check_events`, in order: (reason, rows breaking it)."""
     col = table.column
     enter, exit_, wait = _np(col("enter_ns")), _np(col("exit_ns")), _np(col("wait_ns"))
     status = col("status")
@@ -468,7 +494,7 @@ def check_events(table: Any, rank: int, world_size: int) -> tuple[Any, Quarantin
         ("call longer than a week", (exit_ >= enter) & (exit_ - enter > MAX_SPAN_NS)),
         ("wait_ns out of range", (wait != -1) & ((wait < enter) | (wait > MAX_TIME_NS))),
     ]
-    return _apply(table, rules)
+    return rules
 
 
 def check_steps(table: Any, rank: int) -> tuple[Any, Quarantine]:
