@@ -163,7 +163,7 @@ def _wrap_destroy(original: Any) -> Any:
         if group is None or group is GroupMember.WORLD:
             tracer = _state["tracer"]
             if tracer is not None:
-                tracer.close()
+                tracer.close("destroy")
         return original(group)
 
     return destroy_process_group

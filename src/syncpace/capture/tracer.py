@@ -33,6 +33,7 @@ from syncpace.control.config import ControllerConfig
 from syncpace.control.controller import PacingController
 from syncpace.control.policy import PacingConfig
 from syncpace.errors import ConfigError
+from syncpace.trace.journal import NO_SLOT
 from syncpace.trace.writer import RankTraceWriter
 
 #: Clock estimates kept in the metadata (one every clock_interval_s).
@@ -69,6 +70,10 @@ class Tracer:
         self.controller: PacingController | None = None
         self.arrival_step = -1
         self._arrival_ns = 0
+        self._live: dict[int, tuple[tuple, Any]] = {}  # token -> (row, work) in flight
+        self._armed = 0  # completion callbacks attached and not yet run
+        self._armed_cv = threading.Condition()
+        self._closing = False
 
     # Process groups --------------------------------------------------------------
     def on_group(self, name: str, ranks: list[int], backend: str) -> None:
@@ -99,6 +104,7 @@ class Tracer:
             flush_interval_s=self.config.flush_interval_s,
             max_buffered=self.config.max_buffered_events,
             offset_ns=lambda: self._offset_ns,
+            journal_slots=self.config.journal_slots,
         )
         self._clock_sync = ClockSync(
             _clock_store_factory(store, self.config.clock_timeout_s),
@@ -161,27 +167,62 @@ class Tracer:
             self.writer.update_meta(clock=self._clock_meta)
 
     # Hot path ----------------------------------------------------------------------
-    def completed(self, work: Any, row: tuple) -> Any:
+    def begin(self, row: tuple) -> int:
+        """A call is entered (``row``: its event without the exit): its token. The
+        journal holds it as in flight until its record is made."""
+        writer = self.writer
+        return writer.begin(row) if writer is not None else NO_SLOT
+
+    def completed(self, work: Any, row: tuple, token: int = NO_SLOT) -> Any:
         """Wrap ``work`` so that ``row`` (an event without its exit) is recorded once
         its completion is observed (see :mod:`syncpace.capture.work`)."""
         if self.writer is None:
             return work
         if work is None:  # coalesced calls return no work of their own
-            self._record(row, "call", "completed", None, -1)
+            self._record(row, "call", "completed", None, -1, token)
             return work
-        return TimedWork(work, row, self._record, self.now)
+        self._live[token] = (row, work)
+        return TimedWork(work, row, token, self._record, self)
 
-    def raised(self, row: tuple, exc: BaseException) -> None:
+    def completed_batch(self, work: Any, calls: list[tuple[tuple, int]]) -> Any:
+        """The work of a coalesced batch: every call of ``calls`` completes with it."""
+        if self.writer is None:
+            return work
+        if work is None:
+            self._record_batch(calls, "call", "completed", None, -1, NO_SLOT)
+            return work
+        for row, token in calls:
+            self._live[token] = (row, work)
+        return TimedWork(work, calls, NO_SLOT, self._record_batch, self)
+
+    def raised(self, row: tuple, exc: BaseException, token: int = NO_SLOT) -> None:
         """The call itself raised: record it as failed (the caller re-raises)."""
         if self.writer is not None:
             status, error = classify(exc)
-            self._record(row, "call", status, error, -1)
+            self._record(row, "call", status, error, -1, token)
 
-    def _record(self, row: tuple, how: str, status: str, error: str | None, wait_ns: int) -> None:
+    def _record(
+        self, row: tuple, how: str, status: str, error: str | None, wait_ns: int, token: int
+    ) -> None:
+        if self._live.pop(token, None) is None and self._closing:
+            return  # closing has recorded it already (as pending or aborted)
         writer = self.writer
         if writer is not None:
             exit_ns = -1 if status == "unobserved" else self.now()
-            writer.add_event(row + (exit_ns, how, status, error, wait_ns))
+            writer.add_event(row + (exit_ns, how, status, error, wait_ns), token)
+
+    def _record_batch(
+        self, calls: list, how: str, status: str, error: str | None, wait_ns: int, _token: int
+    ) -> None:
+        for row, token in calls:
+            self._record(row, how, status, error, wait_ns, token)
+
+    def armed(self, delta: int) -> None:
+        """A completion callback was attached (+1) or has run (-1)."""
+        with self._armed_cv:
+            self._armed += delta
+            if self._armed <= 0:
+                self._armed_cv.notify_all()
 
     # Iterations --------------------------------------------------------------------
     def on_step(self, manual: bool = False) -> None:
@@ -205,18 +246,57 @@ class Tracer:
             arrival_s = (self._arrival_ns + self._offset_ns) / 1e9 if arrived else math.nan
             controller.on_step_end(step, arrival_s, (end - start) / 1e9)
 
-    def close(self) -> None:
+    def close(self, reason: str = "exit") -> None:
+        """End the trace: wait (bounded by ``close_timeout_s``) for completions still
+        being delivered, record calls still in flight, close the files. ``reason`` is
+        ``exit``, ``signal`` or ``destroy`` (the default group is being destroyed:
+        what is still in flight is aborted with it)."""
         if self._clock_sync is not None:
             self._clock_sync.stop()
+        if self.writer is None or self._closing:
+            return
+        try:
+            self._settle(reason)
+        except Exception as exc:
+            warn_once("settle", "recording the calls in flight at close failed: %s", exc)
         writer, self.writer = self.writer, None
         if writer is not None:
-            final = {}
+            final: dict[str, Any] = {"closed_by": reason}
             if self.controller is not None:
                 final["pacing"] = self.controller.summary()
             try:
                 writer.close(**final)
             except Exception as exc:
                 warn_once("close", "closing the trace failed: %s", exc)
+
+    def _settle(self, reason: str) -> None:
+        """Let pending completion callbacks run, then record what is still in flight."""
+        deadline = time.monotonic() + self.config.close_timeout_s
+        with self._armed_cv:
+            while self._armed > 0:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._armed_cv.wait(left)
+        self._closing = True
+        writer = self.writer
+        for token in list(self._live):
+            entry = self._live.pop(token, None)
+            if entry is None or writer is None:
+                continue
+            row, work = entry
+            done = False
+            try:
+                done = bool(work.is_completed())
+            except Exception:
+                pass
+            if done:  # finished, but nobody looked: no completion time to give
+                status, error = "unobserved", None
+            elif reason == "destroy":
+                status, error = "aborted", "in flight when the process group was destroyed"
+            else:
+                status, error = "pending", None
+            writer.add_event(row + (-1, "unobserved", status, error, -1), token)
 
 
 def _clock_store_factory(store: Any, timeout_s: float) -> Any:
@@ -262,7 +342,7 @@ def _install_sigterm(tracer: Tracer) -> None:
         return
 
     def on_sigterm(signum: int, frame: Any) -> None:
-        tracer.close()
+        tracer.close("signal")
         if callable(previous):
             previous(signum, frame)
         else:

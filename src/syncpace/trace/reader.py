@@ -17,7 +17,7 @@ import polars as pl
 import pyarrow as pa
 
 from syncpace.errors import TraceError
-from syncpace.trace import schema
+from syncpace.trace import journal, schema
 
 #: What a damaged Arrow file can raise while being decoded.
 _DAMAGE = (pa.ArrowException, UnicodeDecodeError, ValueError, OSError, KeyError, IndexError)
@@ -184,6 +184,11 @@ def load_trace(path: str | Path, *, allow_missing_ranks: bool = True) -> Trace:
         )
         if not meta.get("finished", False):
             warnings.append(f"{stem}{schema.META_SUFFIX}: rank {rank} did not finish cleanly")
+            recovered = journal.recover_rank(stem, rank, meta)
+            if recovered is not None:
+                event_tables += [recovered.events, recovered.pending]
+                step_tables.append(recovered.steps)
+                warnings.append(recovered.note)
         if meta.get("dropped_events"):
             warnings.append(f"rank {rank} dropped {meta['dropped_events']} events (buffer full)")
     events = pl.from_arrow(pa.concat_tables(event_tables))

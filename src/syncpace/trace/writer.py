@@ -1,13 +1,21 @@
 """Per-rank trace writer: append-only Arrow IPC streams, bounded memory, periodic flush.
 
-Rows are appended to lock-free deques on the hot path (``deque.append`` is atomic)
-and turned into Arrow record batches by a background thread. Each batch is written
-with unbuffered OS writes, so a SIGKILL leaves the file readable up to the last
-flushed batch; ``close`` writes the end-of-stream marker.
+Without a journal, rows are appended to lock-free deques on the hot path
+(``deque.append`` is atomic) and turned into Arrow record batches by a background
+thread. Each batch is written with unbuffered OS writes, so a SIGKILL leaves the file
+readable up to the last flushed batch; ``close`` writes the end-of-stream marker.
+
+With a journal (``journal_slots > 0``, what the tracer uses), every row is packed into
+the memory-mapped crash journal (:mod:`syncpace.trace.journal`) instead, and the
+flusher turns the journal's new records into the same Arrow batches, each tagged with
+the journal position it covers. A rank that dies loses nothing but a record being
+packed at that instant; a clean close deletes the journal. Rows that find the ring
+full fall back to the deques (kept, but not crash-proof; counted in the metadata).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -20,9 +28,13 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from syncpace.trace import journal as jr
 from syncpace.trace import schema
 
 log = logging.getLogger("syncpace")
+
+#: Tokens of calls without a journal slot start here, apart from the journal's entries.
+_OWN_TOKENS = 1 << 46
 
 EventRow = tuple  # columns of schema.EVENTS, timestamps on the local clock
 StepRow = tuple  # columns of schema.STEPS, timestamps on the local clock
@@ -42,6 +54,13 @@ class _Stream:
         # there now, so a rank killed before its first flush still leaves a valid stream.
         self._writer.write_batch(pa.RecordBatch.from_pylist([], schema=arrow_schema))
         self.written = 0
+
+    def write_table(self, table: pa.Table, hi: int) -> None:
+        """A batch made from the journal, tagged with the journal position it covers."""
+        if table.num_rows:
+            for batch in table.to_batches():
+                self._writer.write_batch(batch, custom_metadata={jr.HI_KEY: str(hi).encode()})
+            self.written += table.num_rows
 
     def drain(self, offset_ns: int) -> None:
         n = len(self.rows)
@@ -78,6 +97,8 @@ class RankTraceWriter:
         flush_interval_s: float = 1.0,
         max_buffered: int = 1_000_000,
         offset_ns: Callable[[], int] = lambda: 0,
+        journal_slots: int = 0,
+        inflight_slots: int = 4096,
     ) -> None:
         self.dir = Path(run_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -97,6 +118,20 @@ class RankTraceWriter:
         self._steps = _Stream(
             self.dir / f"{stem}{schema.STEPS_SUFFIX}", schema.STEPS, ("start_ns", "end_ns")
         )
+        self.rank = rank
+        self._tokens = itertools.count(1)
+        self.journal: jr.Journal | None = None
+        if journal_slots > 0:
+            try:
+                self.journal = jr.Journal(
+                    jr.journal_path(self.dir, rank),
+                    rank,
+                    ring_slots=journal_slots,
+                    inflight_slots=inflight_slots,
+                )
+                self.meta["journal"] = {"slots": journal_slots, "inflight_slots": inflight_slots}
+            except (OSError, ValueError) as exc:  # the trace still works, without the journal
+                log.warning("syncpace: no crash journal for rank %d: %s", rank, exc)
         self._max_buffered = max_buffered
         self._offset_ns = offset_ns
         self._interval = flush_interval_s
@@ -109,7 +144,32 @@ class RankTraceWriter:
         self._thread.start()
 
     # Hot path -----------------------------------------------------------------
-    def add_event(self, row: EventRow) -> None:
+    def begin(self, row: tuple) -> int:
+        """A call entered (``row`` is its event without the exit): a token for
+        :meth:`add_event` or :meth:`release`. A rank that dies before the call
+        completes leaves it in the journal as ``pending``."""
+        journal = self.journal
+        if journal is not None:
+            try:
+                return journal.begin(row)
+            except Exception:  # never into the job
+                pass
+        return ((_OWN_TOKENS + next(self._tokens)) << 16) | jr.NO_SLOT
+
+    def release(self, token: int) -> None:
+        """The call of ``token`` will not be recorded after all."""
+        journal = self.journal
+        if journal is not None and token & 0xFFFF != jr.NO_SLOT:
+            journal.release(token)
+
+    def add_event(self, row: EventRow, token: int = jr.NO_SLOT) -> None:
+        journal = self.journal
+        if journal is not None:
+            try:
+                if journal.event(row, token):
+                    return
+            except Exception:  # a bad row: keep it in memory, the journal stays sound
+                journal.release(token)
         rows = self._events.rows
         if len(rows) >= self._max_buffered:
             self.dropped += 1
@@ -118,6 +178,13 @@ class RankTraceWriter:
         rows.append(row)
 
     def add_step(self, row: StepRow) -> None:
+        journal = self.journal
+        if journal is not None:
+            try:
+                if journal.step(row):
+                    return
+            except Exception:
+                pass
         self._steps.rows.append(row)
 
     # Background ---------------------------------------------------------------
@@ -136,10 +203,31 @@ class RankTraceWriter:
             if self._events is None:
                 return
             offset = self._offset_ns()
+            journal = self.journal
+            if journal is not None:
+                records, hi = journal.take()
+                if len(records):
+                    kinds = records["kind"]
+                    self._events.write_table(
+                        jr.events_table(
+                            records[kinds == jr.EVENT], self.rank, journal.strings, offset
+                        ),
+                        hi,
+                    )
+                    self._steps.write_table(
+                        jr.steps_table(records[kinds == jr.STEP], self.rank, offset), hi
+                    )
+                journal.advance(hi)
             self._events.drain(offset)
             self._steps.drain(offset)
-            if self.dropped != self.meta["dropped_events"]:
+            overflow = journal.overflow if journal is not None else 0
+            if (self.dropped, overflow) != (
+                self.meta["dropped_events"],
+                self.meta.get("journal_overflow", 0),
+            ):
                 self.meta["dropped_events"] = self.dropped
+                if overflow:
+                    self.meta["journal_overflow"] = overflow
                 self._write_meta_locked()
 
     # Metadata -----------------------------------------------------------------
@@ -167,6 +255,9 @@ class RankTraceWriter:
         with self._lock:
             self._events.close()
             self._steps.close()
+            if self.journal is not None:
+                # the streams hold everything now; the journal's tail is no longer needed
+                self.journal.close(remove=True)
             self.meta.update(final_meta)
             self.meta["finished"] = True
             self.meta["events_written"] = self._events.written
