@@ -12,6 +12,7 @@ from syncpace.analysis.findings import Finding
 from syncpace.analysis.metrics import RunMetrics, compute_metrics
 from syncpace.analysis.scaling import ScalingPoint, scaling_curve
 from syncpace.analysis.thresholds import Thresholds
+from syncpace.trace.merge import group_dirs, load_job
 from syncpace.trace.reader import Trace, load_trace
 
 
@@ -45,11 +46,17 @@ def analyze(
     *,
     warmup_steps: int = 1,
 ) -> Analysis:
-    """Analyse one or several runs (e.g. the same job at different world sizes)."""
+    """Analyse one or several runs (e.g. the same job at different world sizes).
+
+    Directories that hold parts of one job (each node wrote its own) are loaded as
+    that one job (:func:`syncpace.trace.merge.group_dirs`): a scaling study compares
+    different jobs only."""
     if isinstance(traces, (Trace, str, os.PathLike)):
         traces = [traces]
     thresholds = thresholds or Thresholds()
-    loaded = [t if isinstance(t, Trace) else load_trace(t) for t in traces]
+    loaded = [t for t in traces if isinstance(t, Trace)]
+    dirs = [t for t in traces if not isinstance(t, Trace)]
+    loaded += [load_job(job) if len(job) > 1 else load_trace(job[0]) for job in group_dirs(dirs)]
     runs = [compute_metrics(t, warmup_steps=warmup_steps) for t in loaded]
     curve = scaling_curve(
         [(r.run, r.world_size, r.iteration_ns / 1e9, r.iteration.get("cv", 0.0)) for r in runs]

@@ -1,8 +1,10 @@
 """Collective instances: the same call matched across ranks by (group, sequence number).
 
-Point-to-point calls count their sequence numbers per (group, peer pair), so a send and
-its recv are matched by (group, seq, pair). Only ranks that have the event take part;
-an instance with fewer members than expected is kept and flagged incomplete.
+Point-to-point calls count their sequence numbers per (group, peer, direction): the
+k-th send from a to b and the k-th receive at b from a are one transfer, matched by
+(group, directed pair a→b, seq); a two-way pipeline's sends and receives in the other
+direction are other instances. Only ranks that have the event take part; an instance
+with fewer members than expected is kept and flagged incomplete.
 
 The matching runs on numpy arrays with a dense instance index (see ``kernels``): it is
 the one pass over every event, so it has to be fast.
@@ -73,8 +75,9 @@ class Matched:
     dropped: int  # events without a usable rank, step, sequence number or enter time
 
 
-def match(events: pl.DataFrame) -> Matched:
-    """Match ``events`` (schema ``EVENTS``) into collective instances."""
+def usable_events(events: pl.DataFrame) -> pl.DataFrame:
+    """The events matching can use (a rank, step, sequence number and enter time), in
+    their order: ``match`` numbers its per-event arrays over exactly these."""
     usable = (
         (pl.col("rank") >= 0)
         & (pl.col("step") >= 0)
@@ -82,7 +85,12 @@ def match(events: pl.DataFrame) -> Matched:
         & (pl.col("enter_ns") >= 0)
     )
     mask = events.select(usable.all()).item() if events.height else True
-    ev = events if mask else events.filter(usable)  # filtering copies every column: skip it
+    return events if mask else events.filter(usable)  # filtering copies every column: skip it
+
+
+def match(events: pl.DataFrame) -> Matched:
+    """Match ``events`` (schema ``EVENTS``) into collective instances."""
+    ev = usable_events(events)
     dropped = events.height - ev.height
     rank = ev["rank"].to_numpy()
     step = ev["step"].to_numpy()
@@ -130,13 +138,19 @@ def _group_codes(groups: pl.Series) -> np.ndarray:
 
 
 def _pair(ev: pl.DataFrame) -> np.ndarray | None:
-    """The peer pair of each send/recv (-1 for collectives), or None when there are none."""
+    """The directed pair (source << 32 | destination) of each send/recv (-1 for
+    collectives), or None when there are none. A send goes from its rank to its peer,
+    a receive from its peer to its rank."""
     if ev.height == 0 or not ev["op"].is_in(P2P_OPS).any():
         return None
-    lo = pl.min_horizontal("rank", "peer").cast(pl.Int64)
-    hi = pl.max_horizontal("rank", "peer").cast(pl.Int64)
+    rank, peer = pl.col("rank").cast(pl.Int64), pl.col("peer").cast(pl.Int64)
+    send = pl.col("op") == "send"
+    src = pl.when(send).then(rank).otherwise(peer)
+    dst = pl.when(send).then(peer).otherwise(rank)
     is_p2p = pl.col("op").is_in(P2P_OPS) & (pl.col("peer") >= 0)
-    return ev.select(pl.when(is_p2p).then(lo * (1 << 32) + hi).otherwise(-1)).to_series().to_numpy()
+    return (
+        ev.select(pl.when(is_p2p).then(src * (1 << 32) + dst).otherwise(-1)).to_series().to_numpy()
+    )
 
 
 def _instances(

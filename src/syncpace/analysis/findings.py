@@ -30,6 +30,7 @@ MODES = (
     "comm_dominated",
     "incomplete_trace",
     "clock_uncertainty",
+    "no_iterations",
     "healthy",
 )
 

@@ -1,4 +1,10 @@
-"""Iteration metrics: time per rank and global, throughput, spread and percentiles."""
+"""Iteration metrics: time per rank and global, throughput, spread and percentiles.
+
+Only work inside iterations counts here. Calls a rank makes after its last iteration
+boundary (a checkpoint's all-gathers after the last ``optimizer.step()``, evaluation,
+teardown barriers) belong to no iteration: :func:`split_trailing` keeps them apart,
+and :func:`trailing_summary` says what they were.
+"""
 
 from __future__ import annotations
 
@@ -84,3 +90,40 @@ def per_rank_summary(
         .with_columns(pl.col("last_share").fill_null(0.0))
         .sort("rank")
     )
+
+
+def split_trailing(events: pl.DataFrame, steps: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """``events`` split into those inside an iteration and the trailing ones: made after
+    the rank's last iteration boundary (step index past its last ended step). A trace
+    without any boundary has no trailing part: all of it is one unbounded stretch."""
+    if steps.height == 0 or events.height == 0:
+        return events, events.clear()
+    last = steps.group_by("rank").agg(last_step=pl.col("step").max())
+    marked = events.join(last, on="rank", how="left")
+    trailing = pl.col("last_step").is_not_null() & (pl.col("step") > pl.col("last_step"))
+    inside = marked.filter(~trailing).drop("last_step")
+    if inside.height == events.height:
+        return events, events.clear()
+    return inside, marked.filter(trailing).drop("last_step")
+
+
+def trailing_summary(trailing: pl.DataFrame) -> dict[str, object]:
+    """What happened after the last iteration: calls per rank, ops, bytes, time span."""
+    if trailing.height == 0:
+        return {}
+    ranks = max(trailing["rank"].n_unique(), 1)
+    ops = trailing.group_by("op").agg(n=pl.len()).sort("n", descending=True)
+    entered = trailing.filter(pl.col("enter_ns") >= 0)["enter_ns"]
+    exited = trailing.filter(pl.col("exit_ns") >= 0)["exit_ns"]
+    span = (
+        float(exited.max() - entered.min())  # type: ignore[operator]
+        if entered.len() and exited.len()
+        else 0.0
+    )
+    return {
+        "calls": trailing.height,
+        "calls_per_rank": round(trailing.height / ranks, 2),
+        "ops": {row["op"]: row["n"] for row in ops.iter_rows(named=True)},
+        "bytes": int(trailing["bytes"].sum()),
+        "span_ns": max(span, 0.0),
+    }

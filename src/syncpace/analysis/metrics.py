@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
 
-from syncpace.analysis import collectives, iterations, locality, overlap
+from syncpace.analysis import collectives, iterations, locality, overlap, parallelism
+from syncpace.analysis.parallelism import Parallelism
 from syncpace.trace.reader import Trace
 from syncpace.trace.summary import pacing_summary
 
@@ -45,6 +46,12 @@ class RunMetrics:
     quality: dict[str, Any]
     group_nodes: dict[str, int]
     pacing: dict[str, Any] | None = None  # the pacer's account, when the run was paced
+    #: calls after the last iteration boundary, kept out of every figure above
+    trailing: dict[str, Any] = field(default_factory=dict)
+    #: what the groups' shape and the ops seen say of the job's parallelism
+    parallelism: Parallelism = field(default_factory=Parallelism)
+    #: iteration boundaries seen (step rows), before the warm-up was left out
+    boundaries: int = 0
 
     @property
     def iteration_ns(self) -> float:
@@ -70,6 +77,9 @@ class RunMetrics:
             "collectives_by_op": _records(_by_op(inst)),
             "quality": self.quality,
             "pacing": self.pacing,
+            "after_last_iteration": self.trailing,
+            "parallelism": self.parallelism.to_json(),
+            "iteration_boundaries": self.boundaries,
         }
 
 
@@ -77,12 +87,15 @@ def compute_metrics(trace: Trace, *, warmup_steps: int = 1) -> RunMetrics:
     """Measure ``trace``. The first ``warmup_steps`` iterations (setup, first-call costs)
     are left out, unless nothing would be left."""
     steps, events = trace.steps, trace.events
+    boundaries = steps.height
     max_step = int(steps["step"].max()) if steps.height else 0  # type: ignore[arg-type]
     if warmup_steps and max_step >= warmup_steps:
         steps = steps.filter(pl.col("step") >= warmup_steps)
         events = events.filter(pl.col("step") >= warmup_steps)
+    events, trailing = iterations.split_trailing(events, steps)
     rank_steps = iterations.rank_steps(steps)
     global_steps = iterations.global_steps(rank_steps)
+    parallel = parallelism.infer(trace.meta, events, trace.world_size, global_steps.height)
     matched = collectives.match(events)
     inst, dropped = matched.instances, matched.dropped
     rank_step = collectives.rank_step_arrivals(matched)
@@ -115,6 +128,9 @@ def compute_metrics(trace: Trace, *, warmup_steps: int = 1) -> RunMetrics:
         quality=_quality(trace, inst, uncertainty, dropped),
         group_nodes=_group_nodes(trace.meta, place),
         pacing=pacing_summary(trace),
+        trailing=iterations.trailing_summary(trailing),
+        parallelism=parallel,
+        boundaries=boundaries,
     )
 
 
@@ -145,7 +161,9 @@ def _quality(
     trace: Trace, inst: pl.DataFrame, uncertainty: int | None, dropped: int
 ) -> dict[str, Any]:
     incomplete = inst.filter(~pl.col("complete")) if inst.height else inst
-    mismatched = inst.filter(pl.col("bytes") != pl.col("bytes_min")) if inst.height else inst
+    # ranks of an all-to-all send what they route (uneven in MoE): only other ops must agree
+    sized = pl.col("op") != "all_to_all"
+    mismatched = inst.filter(sized, pl.col("bytes") != pl.col("bytes_min")) if inst.height else inst
     return {
         "missing_ranks": trace.missing_ranks,
         "instances": inst.height,

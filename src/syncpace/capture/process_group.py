@@ -115,6 +115,11 @@ class TracingProcessGroup(dist.ProcessGroup):
         super()._set_group_name(name)
         self._recorder.on_group(name, self._global_ranks, self._backend_name)
 
+    def _set_group_desc(self, desc: str) -> None:
+        self._inner._set_group_desc(desc)
+        super()._set_group_desc(desc)
+        self._recorder.on_group(self._group, self._global_ranks, self._backend_name, desc)
+
     @property
     def group_name(self) -> str:
         return self._group

@@ -24,6 +24,7 @@ from syncpace import __version__
 from syncpace.capture.clock import ClockSync, OffsetEstimate, local_clock
 from syncpace.capture.config import TraceConfig
 from syncpace.capture.host import device_facts, env_int, rank_facts
+from syncpace.capture.job import agree_job_id, launcher_facts
 from syncpace.capture.log import warn_once
 from syncpace.capture.torch_hooks import install
 from syncpace.capture.work import TimedWork, classify
@@ -76,8 +77,11 @@ class Tracer:
         self._closing = False
 
     # Process groups --------------------------------------------------------------
-    def on_group(self, name: str, ranks: list[int], backend: str) -> None:
-        self.groups[name] = {"ranks": list(ranks), "backend": backend}
+    def on_group(self, name: str, ranks: list[int], backend: str, desc: str | None = None) -> None:
+        entry = self.groups.setdefault(name, {})
+        entry.update(ranks=list(ranks), backend=backend)
+        if desc is not None:
+            entry["desc"] = desc  # torch's group description: "mesh_tp", "default_pg", ...
         if self.writer is not None:
             self.writer.update_meta(groups=self.groups)
 
@@ -95,6 +99,10 @@ class Tracer:
             groups=self.groups,
             config=dataclasses.asdict(self.config),
             clock=self._clock_meta,
+            launcher=launcher_facts(),
+        )
+        meta["job_id"], meta["job_id_source"] = agree_job_id(
+            store, rank, self.config.clock_timeout_s
         )
         out = Path(self.config.dir or "syncpace-run")
         self.writer = RankTraceWriter(

@@ -19,7 +19,8 @@ def add_analysis_arguments(parser: argparse.ArgumentParser) -> None:
         "dirs",
         nargs="+",
         metavar="RUN_DIR",
-        help="run directories; several runs of different world sizes add a scaling curve",
+        help="run directories; the directories of one job (one per node) are read as that "
+        "job, and several jobs of different world sizes add a scaling curve",
     )
     parser.add_argument(
         "--warmup-steps",

@@ -6,7 +6,7 @@ import argparse
 
 from syncpace.errors import SyncpaceError
 from syncpace.report.perfetto import write_perfetto
-from syncpace.trace.reader import load_trace
+from syncpace.trace.merge import load_job
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -16,7 +16,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Convert a run directory to a Chrome trace JSON file: one track per "
         "rank, iterations and collectives as slices. Open it at ui.perfetto.dev.",
     )
-    parser.add_argument("dir", metavar="RUN_DIR", help="run directory")
+    parser.add_argument(
+        "dirs",
+        nargs="+",
+        metavar="RUN_DIR",
+        help="run directory (or the directories of one job, one per node)",
+    )
     parser.add_argument(
         "--perfetto", action="store_true", required=True, help="Chrome/Perfetto trace JSON"
     )
@@ -26,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
 
-    trace = load_trace(args.dir)
+    trace = load_job(args.dirs)
     try:
         path = write_perfetto(trace, args.output)
     except OSError as exc:

@@ -20,6 +20,7 @@ VERBS = (
     "demo",
     "run",
     "trace_info",
+    "merge",
     "diagnose",
     "report",
     "export",

@@ -17,7 +17,7 @@ from typing import Any
 from syncpace import __version__
 from syncpace.analysis import Analysis, Finding
 from syncpace.errors import PlotlyMissing, ReportError
-from syncpace.report.terminal import pacing_line
+from syncpace.report.terminal import pacing_line, trailing_line
 
 _CSS = """
 body{font-family:system-ui,sans-serif;margin:24px;max-width:1400px;color:#222}
@@ -81,6 +81,8 @@ def render_html(analysis: Analysis) -> str:
         f"<li>{e(r.run)}: {r.world_size} ranks, source {e(r.source)}, iteration "
         f"{r.iteration_ns / 1e6:.2f} ms, CV {r.iteration.get('cv', 0):.3f}, network share "
         f"{r.comm.get('network_share', 0):.0%}"
+        + f"<br>parallelism: {e(r.parallelism.describe())}"
+        + (f"<br>{e(trailing_line(r.trailing))}" if r.trailing else "")
         + (f"<br><span class='pacing'>{e(pacing_line(r.pacing))}</span>" if r.pacing else "")
         + "</li>"
         for r in analysis.runs

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import polars as pl
 
-from syncpace.analysis.collectives import match
+from syncpace.analysis.collectives import match, usable_events
 from syncpace.trace.reader import Trace
 
 
@@ -49,7 +49,8 @@ def perfetto_events(trace: Trace) -> list[str]:
 
 
 def _collective_lines(events: pl.DataFrame, origin: int) -> list[str]:
-    m = match(events)
+    ev = usable_events(events)
+    m = match(ev)
     t = m.events
     inst = m.instances
     frame = pl.DataFrame(
@@ -59,16 +60,25 @@ def _collective_lines(events: pl.DataFrame, origin: int) -> list[str]:
             "exit": t.exit,
             "last_enter": t.last_enter,
             "instance": t.instance,
+            # each event's own op: a transfer's send and recv are one instance
+            "op": ev["op"],
+            "peer": ev["peer"],
+            "status": ev["status"],
         }
     ).with_row_index("id")
     frame = frame.join(
-        inst.select("group", "seq", "op", "bytes", "transfer_ns").with_row_index("instance"),
+        inst.select("group", "seq", "bytes", "transfer_ns").with_row_index("instance"),
         on="instance",
         how="left",
     )
     end = pl.when(pl.col("exit") >= pl.col("enter")).then(pl.col("exit")).otherwise(pl.col("enter"))
     common = {
-        "name": pl.format("{} {}", pl.col("op"), _size(pl.col("bytes"))),
+        "name": pl.format("{} {}", pl.col("op"), _size(pl.col("bytes")))
+        + pl.when(pl.col("op") == "send")
+        .then(pl.format(" to {}", pl.col("peer")))
+        .when(pl.col("op") == "recv")
+        .then(pl.format(" from {}", pl.col("peer")))
+        .otherwise(pl.lit("")),
         "cat": pl.lit("collective"),
         "id": pl.col("id"),
         "pid": pl.col("rank"),
@@ -82,6 +92,8 @@ def _collective_lines(events: pl.DataFrame, origin: int) -> list[str]:
             "group",
             "seq",
             "bytes",
+            "peer",
+            "status",
             wait_ns=pl.col("last_enter") - pl.col("enter"),
             transfer_ns=pl.col("transfer_ns"),
         ),

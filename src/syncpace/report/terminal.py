@@ -22,6 +22,9 @@ def print_analysis(analysis: Analysis, console: Console | None = None, actions: 
             f"CV {it.get('cv', 0):.3f}), network share {run.comm.get('network_share', 0):.0%}, "
             f"exposed {run.comm.get('exposed_share', 0):.1%}"
         )
+        console.print("  parallelism: " + escape(run.parallelism.describe()))
+        if run.trailing:
+            console.print("  " + escape(trailing_line(run.trailing)))
         if run.pacing is not None:
             console.print("  " + escape(pacing_line(run.pacing)))
     if len(analysis.scaling) > 1:
@@ -50,6 +53,15 @@ def print_analysis(analysis: Analysis, console: Console | None = None, actions: 
         for action in f.actions:
             console.print(f"  - {escape(action)}")
     console.print("[dim]busbw uses the nccl-tests factors, which assume a flat topology.[/]")
+
+
+def trailing_line(t: dict) -> str:
+    """One line on the calls after the last iteration boundary (kept out of the figures)."""
+    ops = ", ".join(f"{op} x{n}" for op, n in list(t.get("ops", {}).items())[:4])
+    return (
+        f"after the last iteration: {t.get('calls_per_rank', 0):g} calls per rank ({ops}) "
+        f"over {t.get('span_ns', 0) / 1e6:.1f} ms, not counted in the iteration figures"
+    )
 
 
 def pacing_line(p: dict) -> str:

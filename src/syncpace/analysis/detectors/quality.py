@@ -94,3 +94,30 @@ def clock_uncertainty(ctx: Context) -> list[Finding]:
             run=m.run,
         )
     ]
+
+
+def no_iteration_boundary(ctx: Context) -> list[Finding]:
+    """No iteration was ever ended: per-iteration figures are meaningless, say why."""
+    m = ctx.metrics
+    if m.boundaries or m.quality["instances"] == 0:
+        return []
+    return [
+        Finding(
+            mode="no_iterations",
+            severity=Severity.WARNING,
+            confidence=1.0,
+            summary=(
+                f"no iteration boundary was seen in {m.quality['instances']} collectives: "
+                "no optimizer.step() ran under the tracer, so there are no per-iteration "
+                "figures; call syncpace.step() at the end of each iteration"
+            ),
+            evidence={"collectives": m.quality["instances"], "iteration_boundaries": 0},
+            actions=(
+                "Mark iterations by hand: import syncpace; call syncpace.step() once at "
+                "the end of every training iteration (it replaces the optimizer.step() hook).",
+                "A loop that steps its optimizer outside the traced process, or not at "
+                "all (evaluation, a custom update), needs syncpace.step() too.",
+            ),
+            run=m.run,
+        )
+    ]
