@@ -75,6 +75,27 @@ class Matched:
     dropped: int  # events without a usable rank, step, sequence number or enter time
 
 
+def call_key() -> list[pl.Expr]:
+    """Expressions naming one call across its ranks: its group and sequence number and,
+    for point-to-point calls, the direction (source, destination) of the transfer."""
+    send = pl.col("op") == "send"
+    p2p = pl.col("op").is_in(P2P_OPS)
+    src = pl.when(send).then(pl.col("rank")).otherwise(pl.col("peer"))
+    dst = pl.when(send).then(pl.col("peer")).otherwise(pl.col("rank"))
+    return [
+        pl.col("group"),
+        pl.col("seq"),
+        pl.when(p2p).then(src).otherwise(-1).alias("_src"),
+        pl.when(p2p).then(dst).otherwise(-1).alias("_dst"),
+    ]
+
+
+def call_steps(events: pl.DataFrame) -> pl.Expr:
+    """Per event: the first step index any rank made its call in (a call one rank
+    makes just before a boundary and another just after is one call, of one step)."""
+    return pl.col("step").min().over(call_key())
+
+
 def usable_events(events: pl.DataFrame) -> pl.DataFrame:
     """The events matching can use (a rank, step, sequence number and enter time), in
     their order: ``match`` numbers its per-event arrays over exactly these."""

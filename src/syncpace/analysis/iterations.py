@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import polars as pl
 
+from syncpace.analysis.collectives import call_key
+
 
 def rank_steps(steps: pl.DataFrame) -> pl.DataFrame:
     """Per (rank, step): the iteration time that rank saw."""
@@ -93,18 +95,26 @@ def per_rank_summary(
 
 
 def split_trailing(events: pl.DataFrame, steps: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """``events`` split into those inside an iteration and the trailing ones: made after
-    the rank's last iteration boundary (step index past its last ended step). A trace
-    without any boundary has no trailing part: all of it is one unbounded stretch."""
+    """``events`` split into those inside an iteration and the trailing ones.
+
+    A call is trailing when every rank that made it made it after its own last
+    iteration boundary (its step index is past the rank's last ended step): a
+    checkpoint after the last ``optimizer.step()``. A call some rank made inside an
+    iteration (a side thread's all-reduce that one rank issued just before its last
+    boundary and another just after) stays in, whole. A trace without any boundary
+    has no trailing part: all of it is one unbounded stretch."""
     if steps.height == 0 or events.height == 0:
         return events, events.clear()
     last = steps.group_by("rank").agg(last_step=pl.col("step").max())
-    marked = events.join(last, on="rank", how="left")
-    trailing = pl.col("last_step").is_not_null() & (pl.col("step") > pl.col("last_step"))
-    inside = marked.filter(~trailing).drop("last_step")
-    if inside.height == events.height:
+    late = pl.col("last_step").is_not_null() & (pl.col("step") > pl.col("last_step"))
+    marked = events.join(last, on="rank", how="left").with_columns(_late=late)
+    if not marked["_late"].any():
         return events, events.clear()
-    return inside, marked.filter(trailing).drop("last_step")
+    # one call, all its ranks (see collectives.call_key)
+    marked = marked.with_columns(_trailing=pl.col("_late").all().over(call_key()))
+    helpers = ["last_step", "_late", "_trailing"]
+    inside = marked.filter(~pl.col("_trailing")).drop(helpers)
+    return inside, marked.filter(pl.col("_trailing")).drop(helpers)
 
 
 def trailing_summary(trailing: pl.DataFrame) -> dict[str, object]:

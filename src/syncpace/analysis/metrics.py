@@ -91,7 +91,8 @@ def compute_metrics(trace: Trace, *, warmup_steps: int = 1) -> RunMetrics:
     max_step = int(steps["step"].max()) if steps.height else 0  # type: ignore[arg-type]
     if warmup_steps and max_step >= warmup_steps:
         steps = steps.filter(pl.col("step") >= warmup_steps)
-        events = events.filter(pl.col("step") >= warmup_steps)
+        # by call, not by event: a call some rank made in the warm-up is left out whole
+        events = events.filter(collectives.call_steps(events) >= warmup_steps)
     events, trailing = iterations.split_trailing(events, steps)
     rank_steps = iterations.rank_steps(steps)
     global_steps = iterations.global_steps(rank_steps)

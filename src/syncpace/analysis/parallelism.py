@@ -58,11 +58,14 @@ class Parallelism:
         """One phrase: ``"sharded data parallel (FSDP) over 2 ranks"``, ``"2 × 2 mesh:
         data parallel (DDP) × tensor parallel"``."""
         if not self.kinds:
-            return "no collectives seen"
-        shaped = [f for f in self.families if f["kind"] in self.kinds]
+            if not self.families:
+                return "no collectives seen"
+            ops = sorted({op for f in self.families for op in f["ops"]})
+            return f"{', '.join(ops)} over {self.world_size} ranks (no parallelism recognised)"
+        shaped = [f for f in self.families if f["kind"] in self.kinds and f["size"] > 1]
         if len(shaped) >= 2:
             dims = " × ".join(str(f["size"]) for f in shaped)
-            return f"{dims} mesh: " + " × ".join(_NAMES[f["kind"]] for f in shaped)
+            return f"{dims} mesh: " + " × ".join(_label(f) for f in shaped)
         names = " + ".join(_NAMES[k] for k in self.kinds)
         return f"{names} over {self.world_size} ranks"
 
@@ -75,45 +78,73 @@ class Parallelism:
         }
 
 
+def _label(family: dict[str, Any]) -> str:
+    names = " + ".join(_NAMES[k] for k in family["kinds"])
+    return f"{names} [{family['dim']}]" if family.get("dim") else names
+
+
 @dataclass
 class _Family:
     size: int
+    dim: str | None = None  # the DeviceMesh dimension its groups serve, when named
     groups: list[str] = field(default_factory=list)
     descs: set[str] = field(default_factory=set)
 
 
+def _dim_of(spec: dict[str, Any]) -> str | None:
+    """The mesh dimension a group serves: recorded by the tracer, else from torch's
+    group description (``mesh_<dim>``)."""
+    dims = spec.get("mesh_dims")
+    if isinstance(dims, list) and dims:
+        return ",".join(sorted(str(d) for d in dims))
+    desc = spec.get("desc")
+    if isinstance(desc, str) and desc.startswith("mesh_") and desc != "mesh_default":
+        return desc.removeprefix("mesh_")
+    return None
+
+
 def _families(meta: dict[int, dict[str, Any]], world_size: int) -> dict[str, _Family]:
-    """Group name -> the family it belongs to: groups of one size whose rank sets do not
-    overlap (the rows of one mesh dimension) form one family."""
+    """Group name -> the family it belongs to: the groups of one mesh dimension, or
+    (unnamed) groups of one size whose rank sets do not overlap."""
     specs: dict[str, dict[str, Any]] = {}
     for m in meta.values():
         groups = m.get("groups")
         if isinstance(groups, dict):
             for name, spec in groups.items():
                 if isinstance(spec, dict) and isinstance(spec.get("ranks"), list):
-                    specs.setdefault(str(name), spec)
+                    merged = specs.setdefault(str(name), dict(spec))
+                    dims = set(merged.get("mesh_dims") or []) | set(spec.get("mesh_dims") or [])
+                    if dims:
+                        merged["mesh_dims"] = sorted(dims)
     specs.setdefault("0", {"ranks": list(range(world_size))})
     families: list[tuple[_Family, set[int]]] = []
     of: dict[str, _Family] = {}
     for name in sorted(specs, key=lambda n: (len(specs[n]["ranks"]), n)):
-        ranks = {r for r in specs[name]["ranks"] if isinstance(r, int)}
-        desc = specs[name].get("desc")
+        spec = specs[name]
+        ranks = {r for r in spec["ranks"] if isinstance(r, int)}
+        dim = _dim_of(spec)
         home = None
         for family, covered in families:
-            if family.size == len(ranks) and not (ranks & covered):
-                same_desc = not family.descs or desc in family.descs or desc is None
-                if same_desc:
-                    home = (family, covered)
-                    break
+            if family.size != len(ranks) or family.dim != dim:
+                continue
+            if dim is not None or not (ranks & covered):
+                home = (family, covered)
+                break
         if home is None:
-            home = (_Family(len(ranks)), set())
+            home = (_Family(len(ranks), dim), set())
             families.append(home)
         home[0].groups.append(name)
         home[1].update(ranks)
-        if isinstance(desc, str):
-            home[0].descs.add(desc)
+        if isinstance(spec.get("desc"), str):
+            home[0].descs.add(spec["desc"])
         of[name] = home[0]
     return of
+
+
+_TENSOR_DIMS = ("tp", "tensor", "tensor_parallel", "sp")
+_DATA_DIMS = ("dp", "dp_shard", "dp_replicate", "fsdp", "ddp", "hsdp", "data", "replicate", "shard")
+_PIPELINE_DIMS = ("pp", "pipeline")
+_EXPERT_DIMS = ("ep", "expert", "moe")
 
 
 def infer(
@@ -148,32 +179,41 @@ def infer(
     has_dp_family = any(
         future_all_reduce.get(k) or {"all_gather", "reduce_scatter"} <= set(ops[k]) for k in ops
     )
+    named = any(f.dim for f in fams.values())
     for key, family in sorted(fams.items(), key=lambda kv: -kv[1].size):
         counts = ops[key]
         opset = set(counts)
-        desc = ",".join(sorted(family.descs)) or None
-        dim = (desc or "").lower().rsplit("mesh_", 1)[-1]  # DeviceMesh: "mesh_<dim name>"
+        dims = set((family.dim or "").lower().split(","))
         found = []
-        if "all_to_all" in opset:
+        if "all_to_all" in opset or dims & set(_EXPERT_DIMS):
             found.append("expert")
-        if {"send", "recv"} & opset:
+        elif {"send", "recv"} & opset or dims & set(_PIPELINE_DIMS):
+            # (an all-to-all family's sends are its own routing, not pipeline stages)
             found.append("pipeline")
-        if dim in ("tp", "tensor", "tensor_parallel"):
+        if dims & set(_TENSOR_DIMS):
             found.append("tensor")
         elif {"all_gather", "reduce_scatter"} <= opset:
             found.append("fsdp")
         elif future_all_reduce.get(key):
             found.append("ddp")
             ddp_buckets = round(future_all_reduce[key] / max(n_ranks * max(steps, 1), 1), 2)
-        elif family.size < world_size and has_dp_family and {"all_reduce", "all_gather"} & opset:
-            found.append("tensor")  # the other dimension of a 2D mesh beside data parallel
+        elif dims & set(_DATA_DIMS) and "all_reduce" in opset:
+            found.append("ddp")  # all-reduces of a data-parallel dimension, by hand
+        elif (
+            not named
+            and family.size < world_size
+            and has_dp_family
+            and {"all_reduce", "all_gather"} & opset
+        ):
+            found.append("tensor")  # the unnamed other dimension of a 2D mesh
         families.append(
             {
                 "kind": found[0] if found else None,
                 "kinds": found,
                 "size": family.size,
                 "groups": len(family.groups),
-                "desc": desc,
+                "dim": family.dim,
+                "desc": ",".join(sorted(family.descs)) or None,
                 "ops": dict(sorted(counts.items())),
             }
         )

@@ -28,17 +28,22 @@ BOOTSTRAP_DIR = Path(__file__).resolve().parent / "bootstrap"
 Tracing = tuple[TraceConfig, ControllerConfig, PacingConfig]
 
 
-def prepare_run_dir(out: str | None, overwrite: bool) -> Path:
+def prepare_run_dir(out: str | None, overwrite: bool, join: bool = False) -> Path:
     """The run directory, created; an existing trace in it is refused or, with
-    ``overwrite``, its rank files are removed."""
+    ``overwrite``, its rank files are removed. With ``join`` (the launches of one job's
+    nodes sharing a directory) other ranks' files are left alone: each rank writes
+    its own."""
     run_dir = Path(out or time.strftime("syncpace-run-%Y%m%d-%H%M%S")).resolve()
     if run_dir.exists() and not run_dir.is_dir():
         raise ConfigError(f"{run_dir}: exists and is not a directory")
-    existing = sorted(run_dir.glob("rank-*")) if run_dir.exists() else []
+    if join and overwrite:
+        raise ConfigError("--join and --overwrite exclude each other")
+    existing = sorted(run_dir.glob("rank-*")) if run_dir.exists() and not join else []
     if existing and not overwrite:
         raise ConfigError(
             f"{run_dir}: already holds a trace ({len(existing)} rank files); "
-            "choose another --out or pass --overwrite"
+            "choose another --out, pass --overwrite, or --join when the nodes of one "
+            "job share this directory"
         )
     for path in existing:
         if path.name.startswith("rank-") and path.suffix in (".json", ".arrow", ".tmp"):

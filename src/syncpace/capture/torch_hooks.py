@@ -68,6 +68,46 @@ def install(tracer: Tracer) -> None:
         if getattr(dist, name, None) is original:
             setattr(dist, name, patched)
     _state["installed"] = True
+    _name_mesh_dims()
+
+
+def _name_mesh_dims() -> None:
+    """Note which mesh dimension (``tp``, ``dp``, …) each process group serves.
+
+    DeviceMesh creates (or, for a dimension spanning the world, reuses) one group per
+    dimension in ``DeviceMesh._init_one_process_group``; the wrapper records the
+    dimension's name against the group it returns, so the trace names the
+    parallelism even where the group is the default one. Done once
+    ``torch.distributed.device_mesh`` is loaded (at install when attached
+    explicitly, at the default group otherwise: the import hook runs earlier).
+    """
+    if _state.get("mesh_named"):
+        return
+    mesh = sys.modules.get("torch.distributed.device_mesh")
+    cls = getattr(mesh, "DeviceMesh", None)
+    raw = getattr(cls, "__dict__", {}).get("_init_one_process_group")
+    if not isinstance(raw, staticmethod):
+        return
+    original = raw.__func__
+    try:
+        signature = inspect.signature(original)
+    except (TypeError, ValueError):
+        return
+
+    @functools.wraps(original)
+    def init_one_process_group(*args: Any, **kwargs: Any) -> Any:
+        name = original(*args, **kwargs)
+        try:
+            dim = signature.bind(*args, **kwargs).arguments.get("dim_name")
+            tracer = _state["tracer"]
+            if name is not None and dim is not None and tracer is not None:
+                tracer.on_mesh_dim(str(name), str(dim))
+        except Exception as exc:
+            warn_once("mesh", "cannot name this torch version's mesh dimensions: %s", exc)
+        return name
+
+    cls._init_one_process_group = staticmethod(init_one_process_group)
+    _state["mesh_named"] = True
 
 
 def _device_map(backend: Any) -> dict[str, str]:
@@ -122,6 +162,7 @@ def _wrap_helper(original: Any) -> Any:
 
 
 def _on_default(pg: Any, store: Any, device_map: dict[str, str]) -> None:
+    _name_mesh_dims()
     tracer: Tracer = _state["tracer"]
     try:
         tracer.on_default_group(pg.rank(), pg.size(), store, _config_string(device_map))

@@ -14,6 +14,7 @@ import dataclasses
 import math
 import os
 import signal
+import sys
 import threading
 import time
 from datetime import timedelta
@@ -82,6 +83,15 @@ class Tracer:
         entry.update(ranks=list(ranks), backend=backend)
         if desc is not None:
             entry["desc"] = desc  # torch's group description: "mesh_tp", "default_pg", ...
+        if self.writer is not None:
+            self.writer.update_meta(groups=self.groups)
+
+    def on_mesh_dim(self, name: str, dim: str) -> None:
+        """Group ``name`` serves the DeviceMesh dimension ``dim`` (``tp``, ``dp``, …)."""
+        entry = self.groups.setdefault(name, {})
+        dims = entry.setdefault("mesh_dims", [])
+        if dim not in dims:
+            dims.append(dim)
         if self.writer is not None:
             self.writer.update_meta(groups=self.groups)
 
@@ -333,11 +343,35 @@ def _clock_store_factory(store: Any, timeout_s: float) -> Any:
     return connect
 
 
+#: (module, function) of callers whose optimizer.step() is no training iteration: torch's
+#: distributed checkpoint initialises optimizer state by stepping with zero grads, lr 0.
+_NOT_ITERATIONS = (("torch.distributed.checkpoint.state_dict", "_init_optim_state"),)
+
+
+def _not_an_iteration(depth: int = 8) -> bool:
+    """Whether the optimizer step being hooked was called by a _NOT_ITERATIONS caller."""
+    frame = sys._getframe(2)
+    for _ in range(depth):
+        if frame is None:
+            return False
+        name = frame.f_code.co_name
+        if any(
+            name == fn and frame.f_globals.get("__name__") == mod for mod, fn in _NOT_ITERATIONS
+        ):
+            return True
+        frame = frame.f_back
+    return False
+
+
 def _install_step_hook(tracer: Tracer) -> None:
+    def on_optimizer_step(*_: Any) -> None:
+        if not _not_an_iteration():
+            tracer.on_step()
+
     try:
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
-        register_optimizer_step_post_hook(lambda *_: tracer.on_step())
+        register_optimizer_step_post_hook(on_optimizer_step)
     except Exception as exc:
         warn_once("step_hook", "no optimizer step hook (%s); call syncpace.step()", exc)
 
