@@ -40,7 +40,7 @@ JOBS = {
         J("fsdp2_checkpoint", "fsdp2.py", ("{scratch}/checkpoint",)),
         J("tensor_parallel", "tensor_parallel.py"),
         J("mesh_2d", "mesh_2d.py", world=4),
-        J("pipeline_gpipe", "pipeline.py", ("gpipe",), torchrun=True),
+        J("pipeline_gpipe", "pipeline.py", ("gpipe",)),
         J("pipeline_1f1b", "pipeline.py", ("1f1b",)),
         J("moe_all_to_all", "moe.py"),
         J("compile_ddp", "compiled.py", ("compile_ddp",)),

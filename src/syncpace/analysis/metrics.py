@@ -169,6 +169,10 @@ def _quality(
         "missing_ranks": trace.missing_ranks,
         "instances": inst.height,
         "incomplete_instances": incomplete.height,
+        # made by fewer than half their ranks: not a rank that died, a sequence out of step
+        "minority_instances": incomplete.filter(pl.col("n") * 2 < pl.col("expected")).height
+        if incomplete.height
+        else 0,
         "size_mismatched_instances": mismatched.height,
         "unusable_events": dropped,
         "clock_uncertainty_ns": uncertainty,

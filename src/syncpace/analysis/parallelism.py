@@ -180,7 +180,8 @@ def infer(
         future_all_reduce.get(k) or {"all_gather", "reduce_scatter"} <= set(ops[k]) for k in ops
     )
     named = any(f.dim for f in fams.values())
-    for key, family in sorted(fams.items(), key=lambda kv: -kv[1].size):
+    order = sorted(fams.items(), key=lambda kv: (-kv[1].size, kv[1].dim or "~", kv[1].groups))
+    for key, family in order:
         counts = ops[key]
         opset = set(counts)
         dims = set((family.dim or "").lower().split(","))

@@ -29,7 +29,18 @@ def incomplete_trace(ctx: Context) -> list[Finding]:
         problems.append(f"{len(unfinished)} files were not closed cleanly")
     if not problems:
         return []
-    serious = bool(m.missing_ranks) or share > _INCOMPLETE_WARN or q["size_mismatched_instances"]
+    minority = q.get("minority_instances", 0)
+    if minority:
+        problems.append(
+            f"{minority} collectives were made by fewer than half of their ranks "
+            "(sequence numbers out of step?)"
+        )
+    serious = (
+        bool(m.missing_ranks)
+        or share > _INCOMPLETE_WARN
+        or q["size_mismatched_instances"]
+        or minority
+    )
     return [
         Finding(
             mode="incomplete_trace",
@@ -42,6 +53,7 @@ def incomplete_trace(ctx: Context) -> list[Finding]:
                 "incomplete_instances": q["incomplete_instances"],
                 "incomplete_share": round(share, 4),
                 "size_mismatched_instances": q["size_mismatched_instances"],
+                "minority_instances": minority,
                 "reader_warnings": list(m.warnings)[:20],
             },
             actions=(
