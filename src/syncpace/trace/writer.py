@@ -160,7 +160,10 @@ class RankTraceWriter:
         """The call of ``token`` will not be recorded after all."""
         journal = self.journal
         if journal is not None and token & 0xFFFF != jr.NO_SLOT:
-            journal.release(token)
+            try:
+                journal.release(token)
+            except Exception:  # closed meanwhile: nothing left to release
+                pass
 
     def add_event(self, row: EventRow, token: int = jr.NO_SLOT) -> None:
         journal = self.journal
@@ -169,8 +172,11 @@ class RankTraceWriter:
                 if journal.event(row, token):
                     return
             except Exception:  # a bad row: keep it in memory, the journal stays sound
-                journal.release(token)
-        rows = self._events.rows
+                self.release(token)
+        stream = self._events
+        if stream is None:  # closed meanwhile (a late completion): nothing to add to
+            return
+        rows = stream.rows
         if len(rows) >= self._max_buffered:
             self.dropped += 1
             self._wake.set()
@@ -185,7 +191,9 @@ class RankTraceWriter:
                     return
             except Exception:
                 pass
-        self._steps.rows.append(row)
+        stream = self._steps
+        if stream is not None:
+            stream.rows.append(row)
 
     # Background ---------------------------------------------------------------
     def _run(self) -> None:
