@@ -115,8 +115,10 @@ def test_no_iteration_boundary_asks_for_syncpace_step(tmp_path):
             for i in range(20) for r in range(2)]  # fmt: skip
     analysis = analyze(write(tmp_path, 2, rows, 0))
     found = {f.mode: f for f in analysis.findings}
-    assert "no_iterations" in found
-    assert "syncpace.step()" in found["no_iterations"].summary
+    assert "insufficient_data" in found and "healthy" not in found
+    summary = found["insufficient_data"].summary
+    assert "no iteration boundary was seen in 20 collectives" in summary
+    assert "syncpace.step()" in summary
 
 
 def test_ddp_buckets_and_one_bucket_advice(tmp_path):

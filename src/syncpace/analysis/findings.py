@@ -29,13 +29,13 @@ MODES = (
     "poor_overlap",
     "comm_dominated",
     "incomplete_trace",
+    "insufficient_data",
     "clock_uncertainty",
-    "no_iterations",
     "healthy",
 )
 
 #: Modes about the trace itself rather than the job: data-quality warnings.
-QUALITY_MODES = ("incomplete_trace", "clock_uncertainty", "no_iterations")
+QUALITY_MODES = ("incomplete_trace", "insufficient_data", "clock_uncertainty")
 #: Summary symptoms: they rank after a specific cause of the same severity and are
 #: never the verdict's cause.
 SYMPTOMS = ("comm_dominated",)

@@ -7,10 +7,18 @@ from typing import Any
 
 import polars as pl
 
-from syncpace.analysis import collectives, iterations, locality, overlap, parallelism
+from syncpace.analysis import (
+    collectives,
+    hostcounters,
+    iterations,
+    locality,
+    overlap,
+    parallelism,
+)
 from syncpace.analysis.parallelism import Parallelism
 from syncpace.trace.reader import Trace
 from syncpace.trace.summary import pacing_summary
+from syncpace.trace.validate import completeness_lines
 
 
 @dataclass(frozen=True)
@@ -52,6 +60,7 @@ class RunMetrics:
     parallelism: Parallelism = field(default_factory=Parallelism)
     #: iteration boundaries seen (step rows), before the warm-up was left out
     boundaries: int = 0
+    hosts: hostcounters.HostMetrics | None = None  # host counters and topology, when sampled
 
     @property
     def iteration_ns(self) -> float:
@@ -80,6 +89,7 @@ class RunMetrics:
             "after_last_iteration": self.trailing,
             "parallelism": self.parallelism.to_json(),
             "iteration_boundaries": self.boundaries,
+            "hosts": self.hosts.to_json() if self.hosts is not None else None,
         }
 
 
@@ -126,12 +136,13 @@ def compute_metrics(trace: Trace, *, warmup_steps: int = 1) -> RunMetrics:
         by_local_rank=locality.by_local_rank(per_rank, place),
         iteration=iterations.distribution(global_steps["time_ns"]),
         comm=overlap.summary(ovl),
-        quality=_quality(trace, inst, uncertainty, dropped),
+        quality=_quality(trace, inst, uncertainty, dropped, global_steps.height),
         group_nodes=_group_nodes(trace.meta, place),
         pacing=pacing_summary(trace),
         trailing=iterations.trailing_summary(trailing),
         parallelism=parallel,
         boundaries=boundaries,
+        hosts=hostcounters.host_metrics(trace.counters, trace.hosts, trace.meta),
     )
 
 
@@ -159,7 +170,7 @@ def _clock_uncertainty(trace: Trace) -> int | None:
 
 
 def _quality(
-    trace: Trace, inst: pl.DataFrame, uncertainty: int | None, dropped: int
+    trace: Trace, inst: pl.DataFrame, uncertainty: int | None, dropped: int, steps: int
 ) -> dict[str, Any]:
     incomplete = inst.filter(~pl.col("complete")) if inst.height else inst
     # ranks of an all-to-all send what they route (uneven in MoE): only other ops must agree
@@ -178,6 +189,13 @@ def _quality(
         "clock_uncertainty_ns": uncertainty,
         "median_skew_ns": float(inst["skew_ns"].median() or 0.0) if inst.height else 0.0,
         "warnings": list(trace.warnings),
+        "events": trace.events.height,
+        "steps": trace.steps.height,
+        "steps_analyzed": steps,
+        "completeness": {str(r): c.to_json() for r, c in sorted(trace.completeness.items())},
+        "completeness_lines": completeness_lines(
+            trace.completeness, trace.missing_ranks, trace.world_size
+        ),
     }
 
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 
-from syncpace.errors import SyncpaceError
-from syncpace.report.perfetto import write_perfetto
+from syncpace.cli.trace_info import print_completeness
+from syncpace.console import make_console, visible
+from syncpace.report.perfetto import export_perfetto
 from syncpace.trace.merge import load_job
+from syncpace.trace.reader import read_metadata
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -14,7 +16,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "export",
         help="export a trace for other tools (Perfetto / chrome://tracing)",
         description="Convert a run directory to a Chrome trace JSON file: one track per "
-        "rank, iterations and collectives as slices. Open it at ui.perfetto.dev.",
+        "rank, iterations and collectives as slices. Open it at ui.perfetto.dev. The "
+        "trace is streamed: memory stays bounded whatever its size.",
     )
     parser.add_argument(
         "dirs",
@@ -30,11 +33,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-
-    trace = load_job(args.dirs)
-    try:
-        path = write_perfetto(trace, args.output)
-    except OSError as exc:
-        raise SyncpaceError(f"{args.output}: cannot write ({exc.strerror or exc})") from exc
-    print(f"wrote {path}")
+    if len(args.dirs) == 1:
+        index = read_metadata(args.dirs[0])  # bad metadata fails before the output is made
+        source, world_size, missing = index.path, index.world_size, index.missing_ranks
+    else:  # one job's per-node directories: read together, in memory
+        trace = load_job(args.dirs)
+        source, world_size, missing = trace, trace.world_size, trace.missing_ranks
+    result = export_perfetto(source, args.output)
+    console = make_console(stderr=True)
+    lines = result.lines(world_size, missing)
+    print_completeness(lines, list(result.warnings), console)
+    print(f"wrote {visible(result.path)} ({result.events:,} collectives, {result.steps:,} steps)")
     return 0

@@ -52,8 +52,6 @@ MAGIC = b"SPJRNL\x00\x01"
 VERSION = 1
 HEADER_BYTES = 4096
 COMMIT = 0x5350_4A52_4E4C_5F31
-#: Custom-metadata key of an Arrow batch made from the ring.
-HI_KEY = b"journal_hi"
 
 EVENT, STEP, ENTER, VOID = 1, 2, 3, 4
 
@@ -132,10 +130,20 @@ class Journal:
         self._strings_end = self._strings_at + string_bytes
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            os.ftruncate(fd, self._strings_end)  # sparse: pages exist once written
+            # Every block is reserved now: a store into a mapped page the file system
+            # cannot back (a full disk) is a SIGBUS, which would kill the job. Without
+            # room, there is no journal (an OSError the writer logs), never a dead rank.
+            try:
+                os.posix_fallocate(fd, 0, self._strings_end)
+            except OSError:
+                os.close(fd)
+                fd = -1
+                self.path.unlink(missing_ok=True)
+                raise
             self._mm = mmap.mmap(fd, self._strings_end)
         finally:
-            os.close(fd)
+            if fd >= 0:
+                os.close(fd)
         _HEADER.pack_into(
             self._mm,
             0,
@@ -460,29 +468,11 @@ def _read_strings(mm: Any, at: int, end: int) -> dict[int, str]:
     return strings
 
 
-def stream_hi(path: Path) -> int:
-    """The highest ``journal_hi`` among the complete batches of an Arrow stream (1 when
-    none carries one): journal records from there on are not in the stream."""
-    hi = 1
-    try:
-        reader = pa.ipc.open_stream(pa.memory_map(str(path)))
-        while True:
-            batch, meta = reader.read_next_batch_with_custom_metadata()
-            batch.validate(full=True)
-            if meta is not None and HI_KEY in meta:
-                hi = max(hi, int(meta[HI_KEY]))
-    except StopIteration:
-        pass
-    except (pa.ArrowException, ValueError, OSError, KeyError, UnicodeDecodeError):
-        pass  # a cut-short batch: the reader drops it, so its records come from here
-    return hi
-
-
 def recover(
     path: Path, rank: int, events_hi: int, steps_hi: int, offset_ns: int
 ) -> Recovered | None:
     """Records of ``path`` the streams lack, or None when the journal is unreadable or
-    was closed cleanly. ``*_hi`` are the streams' :func:`stream_hi`."""
+    was closed cleanly. ``*_hi``: journal records below them are in the streams."""
     try:
         with open(path, "rb") as f:
             mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
@@ -540,15 +530,17 @@ def recover(
     )
 
 
-def recover_rank(stem: Path, rank: int, meta: dict[str, Any]) -> Recovered | None:
+def recover_rank(
+    stem: Path, rank: int, meta: dict[str, Any], events_hi: int, steps_hi: int
+) -> Recovered | None:
     """Recovery for the rank whose files start with ``stem`` (``run/rank-00003``), when
-    it left a journal behind; timestamps aligned with the rank's last clock offset."""
+    it left a journal behind; ``*_hi`` are its streams' ``journal_hi`` (the reader's
+    :class:`~syncpace.trace.validate.Stream` finds them among the intact batches).
+    Timestamps are aligned with the rank's last clock offset."""
     path = Path(f"{stem}{JOURNAL_SUFFIX}")
     if not path.exists():
         return None
     clock = meta.get("clock") if isinstance(meta.get("clock"), dict) else {}
     offset = clock.get("offset_ns") if clock else None
     offset = int(offset) if isinstance(offset, (int, float)) and not isinstance(offset, bool) else 0
-    events_hi = stream_hi(Path(f"{stem}{schema.EVENTS_SUFFIX}"))
-    steps_hi = stream_hi(Path(f"{stem}{schema.STEPS_SUFFIX}"))
     return recover(path, rank, events_hi, steps_hi, offset)
