@@ -40,7 +40,7 @@ class SlowFutureWork(torch.distributed.Work):
 def tracer_with_writer(tmp_path: Path, close_timeout_s: float) -> Tracer:
     tracer = Tracer(TraceConfig(dir=str(tmp_path), close_timeout_s=close_timeout_s))
     tracer.rank = 0
-    tracer.writer = RankTraceWriter(tmp_path, 0, {"world_size": 1, "host": "h"}, journal_slots=1024)
+    tracer.writer = RankTraceWriter(tmp_path, 0, {"world_size": 2, "host": "h"}, journal_slots=1024)
     return tracer
 
 

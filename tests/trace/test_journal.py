@@ -44,7 +44,7 @@ def crashed(writer: RankTraceWriter, tmp: Path) -> Path:
 
 
 def test_events_and_steps_round_trip_through_the_journal(tmp_path):
-    w = RankTraceWriter(tmp_path / "run", 0, {"world_size": 1, "host": "h"}, journal_slots=256)
+    w = RankTraceWriter(tmp_path / "run", 0, {"world_size": 2, "host": "h"}, journal_slots=256)
     rows = [event(i) for i in range(10)]
     rows[3] = event(3, status="failed", error="RuntimeError: peer reset")
     for row in rows:
@@ -61,7 +61,7 @@ def test_a_dead_rank_is_recovered_exactly_once_across_streams_and_journal(tmp_pa
     """Some records reached the Arrow streams, the rest only the journal: the reader
     joins them without a gap or a duplicate, and aligns the journal's times with the
     rank's last clock offset."""
-    meta = {"world_size": 1, "host": "h", "clock": {"offset_ns": 5}}
+    meta = {"world_size": 2, "host": "h", "clock": {"offset_ns": 5}}
     w = RankTraceWriter(
         tmp_path / "run", 0, meta, journal_slots=256, flush_interval_s=3600, offset_ns=lambda: 5
     )
@@ -83,7 +83,7 @@ def test_the_ring_is_reused_once_flushed_and_overflows_into_memory(tmp_path):
     w = RankTraceWriter(
         tmp_path / "run",
         0,
-        {"world_size": 1, "host": "h"},
+        {"world_size": 2, "host": "h"},
         journal_slots=256,
         flush_interval_s=3600,
     )
@@ -102,7 +102,7 @@ def test_the_ring_is_reused_once_flushed_and_overflows_into_memory(tmp_path):
 
 
 def test_calls_in_flight_read_back_as_pending(tmp_path):
-    w = RankTraceWriter(tmp_path / "run", 0, {"world_size": 1, "host": "h"}, journal_slots=256)
+    w = RankTraceWriter(tmp_path / "run", 0, {"world_size": 2, "host": "h"}, journal_slots=256)
     done = w.begin(event(0)[:10])
     hung = w.begin(event(1)[:10])
     released = w.begin(event(2)[:10])
@@ -121,7 +121,7 @@ def test_a_torn_last_record_is_left_out(tmp_path):
     w = RankTraceWriter(
         tmp_path / "run",
         0,
-        {"world_size": 1, "host": "h"},
+        {"world_size": 2, "host": "h"},
         journal_slots=256,
         flush_interval_s=3600,
     )
@@ -147,7 +147,7 @@ def test_a_closed_or_foreign_journal_is_ignored(tmp_path):
     w = RankTraceWriter(
         tmp_path / "run",
         0,
-        {"world_size": 1, "host": "h"},
+        {"world_size": 2, "host": "h"},
         journal_slots=256,
         flush_interval_s=3600,
     )
@@ -173,7 +173,7 @@ def test_records_match_the_numpy_view_field_by_field():
 
 
 def test_meta_names_the_journal(tmp_path):
-    w = RankTraceWriter(tmp_path, 0, {"world_size": 1, "host": "h"}, journal_slots=512)
+    w = RankTraceWriter(tmp_path, 0, {"world_size": 2, "host": "h"}, journal_slots=512)
     meta = json.loads((tmp_path / "rank-00000.meta.json").read_text())
     w.close()
     assert meta["journal"] == {"slots": 512, "inflight_slots": 4096}
@@ -182,7 +182,7 @@ def test_meta_names_the_journal(tmp_path):
 
 @pytest.mark.parametrize("slots", [0])
 def test_no_journal_when_disabled(tmp_path, slots):
-    w = RankTraceWriter(tmp_path, 0, {"world_size": 1, "host": "h"}, journal_slots=slots)
+    w = RankTraceWriter(tmp_path, 0, {"world_size": 2, "host": "h"}, journal_slots=slots)
     assert w.journal is None and not list(tmp_path.glob("*.journal"))
     w.add_event(event(0))
     w.close()

@@ -397,24 +397,6 @@ class RankTraceWriter:
             if failure is None:
                 self._events = None  # type: ignore[assignment]
                 self._steps = None  # type: ignore[assignment]
-            self.meta.update(final_meta)
-            if self.write_error is None:
-                try:
-                    self._events.close()
-                    self._steps.close()
-                    self.meta["finished"] = True
-                    self.meta["events_written"] = self._events.written
-                    self.meta["steps_written"] = self._steps.written
-                    self.meta["dropped_events"] = self.dropped
-                    self._write_meta_locked()
-                except OSError as exc:
-                    failure = exc
-            else:  # the streams stay unended: the reader sees where they stop
-                self.meta["dropped_events"] = self.dropped
-                self._try_write_meta_locked()
-            if failure is None:
-                self._events = None  # type: ignore[assignment]
-                self._steps = None  # type: ignore[assignment]
         if failure is not None:
             self.meta["finished"] = False
             self._stop_writing(failure)
