@@ -15,6 +15,7 @@ from syncpace.analysis import (
     overlap,
     parallelism,
 )
+from syncpace.analysis.hang import HangAnalysis, analyze_hang, hang_input
 from syncpace.analysis.parallelism import Parallelism
 from syncpace.trace.reader import Trace
 from syncpace.trace.summary import pacing_summary
@@ -60,6 +61,7 @@ class RunMetrics:
     parallelism: Parallelism = field(default_factory=Parallelism)
     #: iteration boundaries seen (step rows), before the warm-up was left out
     boundaries: int = 0
+    hang: HangAnalysis | None = None  # where each group stopped (whole run, no warm-up cut)
     hosts: hostcounters.HostMetrics | None = None  # host counters and topology, when sampled
 
     @property
@@ -96,6 +98,7 @@ class RunMetrics:
 def compute_metrics(trace: Trace, *, warmup_steps: int = 1) -> RunMetrics:
     """Measure ``trace``. The first ``warmup_steps`` iterations (setup, first-call costs)
     are left out, unless nothing would be left."""
+    hang = analyze_hang(hang_input(trace))
     steps, events = trace.steps, trace.events
     boundaries = steps.height
     max_step = int(steps["step"].max()) if steps.height else 0  # type: ignore[arg-type]
@@ -142,6 +145,7 @@ def compute_metrics(trace: Trace, *, warmup_steps: int = 1) -> RunMetrics:
         trailing=iterations.trailing_summary(trailing),
         parallelism=parallel,
         boundaries=boundaries,
+        hang=hang,
         hosts=hostcounters.host_metrics(trace.counters, trace.hosts, trace.meta),
     )
 

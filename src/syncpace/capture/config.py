@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
-from syncpace.config import setting
+from syncpace.config import check_choice, check_numbers, setting
 from syncpace.errors import ConfigError
 
 
 @dataclass(kw_only=True, slots=True)
 class TraceConfig:
+    ENV_PREFIX: ClassVar[str] = "SYNCPACE_"
+
     dir: str = setting("", "Run directory the per-rank trace files are written to.")
     flush_interval_s: float = setting(
         1.0,
@@ -47,6 +50,16 @@ class TraceConfig:
     clock_drift_ppm: float = setting(
         0.0, "Artificial rate error of this rank's clock, ppm (tests and fabric emulation)."
     )
+    # Stall watchdog (capture/watchdog.py) -------------------------------------------
+    stall_after_s: float = setting(
+        60.0,
+        "A call in flight, or no progress at all, for this long is a stall: the rank "
+        "writes rank-R.stall.json with its calls in flight and every thread's stack "
+        "(0 disables the watchdog).",
+    )
+    stall_repeat_s: float = setting(
+        30.0, "While a stall lasts, its record is rewritten this often with fresh stacks."
+    )
     host_sampler: str = setting(
         "thread",
         "Host counters and topology, one sampler per host: 'thread' (a thread of the "
@@ -71,32 +84,26 @@ class TraceConfig:
     )
 
     def __post_init__(self) -> None:
-        if self.flush_interval_s <= 0:
-            raise ConfigError(f"flush_interval_s must be > 0, got {self.flush_interval_s}")
-        if self.max_buffered_events < 1:
-            raise ConfigError(f"max_buffered_events must be >= 1, got {self.max_buffered_events}")
-        if not 1 <= self.clock_rounds <= 10_000:
-            raise ConfigError(f"clock_rounds must be in 1..10000, got {self.clock_rounds}")
-        if abs(self.clock_drift_ppm) > 100_000:
-            raise ConfigError(f"clock_drift_ppm must be within ±100000, got {self.clock_drift_ppm}")
-        if self.clock_interval_s < 0:
-            raise ConfigError(f"clock_interval_s must be >= 0, got {self.clock_interval_s}")
+        check_numbers(
+            self,
+            flush_interval_s="[0.01, 3600]",
+            max_buffered_events="[1, 1000000000]",
+            clock_rounds="[1, 10000]",
+            clock_interval_s="[0, 86400]",
+            clock_timeout_s="(0, 3600]",
+            clock_skew_ns="[-1e18, 1e18]",
+            clock_drift_ppm="[-100000, 100000]",
+            counters_interval_s="[0.0005, 3600]",
+            counters_slow_interval_s="[0.0005, 3600]",
+            stall_after_s="[0, 86400]",
+            stall_repeat_s="(0, 86400]",
+            close_timeout_s="[0, 600]",
+        )
         if self.journal_slots != 0 and not 256 <= self.journal_slots <= 1 << 24:
             raise ConfigError(
                 f"journal_slots must be 0 (off) or in 256..{1 << 24}, got {self.journal_slots}"
             )
-        if not 0 <= self.close_timeout_s <= 600:
-            raise ConfigError(f"close_timeout_s must be in 0..600, got {self.close_timeout_s}")
-        if self.clock_timeout_s <= 0:
-            raise ConfigError(f"clock_timeout_s must be > 0, got {self.clock_timeout_s}")
-        if self.host_sampler not in SAMPLER_MODES:
-            raise ConfigError(
-                f"host_sampler must be one of {', '.join(SAMPLER_MODES)}, got {self.host_sampler!r}"
-            )
-        for name in ("counters_interval_s", "counters_slow_interval_s"):
-            value = getattr(self, name)
-            if not 0.0005 <= value <= 3600:  # also refuses NaN
-                raise ConfigError(f"{name} must be in 0.0005..3600 seconds, got {value}")
+        check_choice(self, "host_sampler", SAMPLER_MODES)
         parse_link_rates(self.counters_link_rate)  # raises ConfigError when malformed
 
 

@@ -170,7 +170,7 @@ class TracingProcessGroup(dist.ProcessGroup):
             peer,
             enter,
         )
-        token = recorder.begin(row)
+        token = recorder.begin(row)  # the journal's and the stall watchdog's registries
         try:
             work = getattr(self._inner, method)(*args, **kwargs)
         except BaseException as exc:

@@ -26,6 +26,7 @@ VERBS = (
     "trace_info",
     "merge",
     "diagnose",
+    "hang",
     "report",
     "export",
     "fabric",

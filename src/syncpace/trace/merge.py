@@ -1,15 +1,18 @@
-"""One job written into several directories: recognised, checked, loaded or merged.
+"""One job written into several directories: recognised, checked, joined or merged.
 
 On a cluster without a shared filesystem every node writes its ranks' files into a
 directory of its own (``syncpace run --out /local/run`` under each node's launcher).
 Every rank's metadata carries the job's ``job_id``, agreed through the job's
 rendezvous store, so directories holding parts of one job are recognised as such:
 :func:`group_dirs` sorts a list of directories into jobs, :func:`load_job` loads one
-job's parts as one :class:`~syncpace.trace.reader.Trace`, and :func:`merge_dirs`
-copies them into one directory (``syncpace merge``).
+job's parts as one :class:`~syncpace.trace.reader.Trace`, :func:`merge_dirs` copies
+them into one directory (``syncpace merge``). Loaded traces are joined by
+:func:`merge_traces`; :func:`join_parts` finds, among loaded runs, the parts of one job
+and joins them, leaving whole runs (the same job at several world sizes) as they are.
 
-Traces written before job ids existed are grouped when they agree on the world size
-and their ranks do not overlap: two parts of one job, not two runs of it.
+Parts are of one job when they carry the same job id. Traces written before job ids
+existed (and Flight Recorder imports) are parts of one job when they agree on the
+world size and their ranks do not overlap: two parts of one job, not two runs of it.
 """
 
 from __future__ import annotations
@@ -18,10 +21,11 @@ import dataclasses
 import json
 import os
 import shutil
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+import polars as pl
 
 from syncpace.errors import TraceError
 from syncpace.trace import schema
@@ -123,30 +127,11 @@ def load_job(paths: Sequence[str | os.PathLike[str]]) -> Trace:
     dirs = [Path(p) for p in paths]
     if len(dirs) == 1:
         return load_trace(dirs[0])
-    parts = [_part(d) for d in dirs]
     for d in dirs:
         if not d.is_dir():
             raise TraceError(d, "no such directory" if not d.exists() else "not a directory")
-    _check(parts)
-    with tempfile.TemporaryDirectory(prefix="syncpace-job-") as tmp:
-        root = Path(tmp)
-        origin: dict[str, Path] = {}
-        for d in dirs:
-            for f in _rank_files(d):
-                (root / f.name).symlink_to(f.resolve())
-                origin[f.name] = d
-        trace = load_trace(root)
-    label = Path(" + ".join(str(d) for d in dirs))
-    return dataclasses.replace(
-        trace, path=label, warnings=tuple(_relocate(w, root, origin, label) for w in trace.warnings)
-    )
-
-
-def _relocate(warning: str, root: Path, origin: dict[str, Path], label: Path) -> str:
-    """A warning about the temporary view, naming the real files instead."""
-    for name, d in origin.items():
-        warning = warning.replace(str(root / name), str(d / name))
-    return warning.replace(str(root), str(label))
+    _check([_part(d) for d in dirs])
+    return merge_traces([load_trace(d) for d in dirs])
 
 
 def merge_dirs(
@@ -177,3 +162,75 @@ def merge_dirs(
         "parts": {str(p.path): sorted(p.ranks) for p in parts},
         "out": str(target),
     }
+
+
+def merge_traces(parts: Sequence[Trace]) -> Trace:
+    """The job whose ranks ``parts`` hold between them (disjoint ranks, one world size)."""
+    if not parts:
+        raise TraceError(Path("."), "no trace to merge")
+    if len(parts) == 1:
+        return parts[0]
+    sizes = {p.world_size for p in parts}
+    if len(sizes) != 1:
+        paths = ", ".join(str(p.path) for p in parts)
+        raise TraceError(paths, f"parts disagree on the world size: {sorted(sizes)}")
+    meta: dict = {}
+    for p in parts:
+        clash = set(meta) & set(p.meta)
+        if clash:
+            raise TraceError(p.path, f"ranks {sorted(clash)} appear in two directories")
+        meta.update(p.meta)
+    world = sizes.pop()
+    missing = sorted(set(range(world)) - set(meta))
+    warnings = [w for p in parts for w in p.warnings if "ranks have no trace files" not in w]
+    if missing:
+        warnings.append(f"{len(missing)} of {world} ranks have no trace files: {missing[:20]}")
+    stalls, completeness, hosts = {}, {}, {}
+    for p in parts:
+        stalls.update(p.stalls)
+        completeness.update(p.completeness)
+        hosts.update(p.hosts)
+    return Trace(
+        path=Path(" + ".join(str(p.path) for p in parts)),
+        world_size=world,
+        meta=meta,
+        events=pl.concat([p.events for p in parts], how="vertical"),
+        steps=pl.concat([p.steps for p in parts], how="vertical"),
+        warnings=tuple(warnings),
+        completeness=completeness,
+        counters=pl.concat([p.counters for p in parts], how="vertical"),
+        hosts=hosts,
+        stalls=stalls,
+    )
+
+
+def _job_id(trace: Trace) -> str | None:
+    ids = {m.get("job_id") for m in trace.meta.values()} - {None}
+    return str(ids.pop()) if len(ids) == 1 else None
+
+
+def join_parts(traces: Sequence[Trace]) -> list[Trace]:
+    """``traces`` with the partial directories of one job joined (order kept): parts
+    with one job id together; parts without one by world size."""
+    out: list[Trace] = []
+    pending: dict[tuple[str | None, int], list[Trace]] = {}
+    order: list[tuple[str, Any]] = []
+    for t in traces:
+        if t.missing_ranks:
+            key = (_job_id(t), t.world_size)
+            if key not in pending:
+                order.append(("parts", key))
+            pending.setdefault(key, []).append(t)
+        else:
+            order.append(("whole", len(out)))
+            out.append(t)
+    result: list[Trace] = []
+    for kind, key in order:
+        if kind == "whole":
+            result.append(out[key])
+            continue
+        parts = pending[key]
+        ranks = [set(p.meta) for p in parts]
+        disjoint = sum(len(r) for r in ranks) == len(set().union(*ranks))
+        result.extend([merge_traces(parts)] if disjoint else parts)
+    return result
