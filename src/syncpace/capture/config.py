@@ -98,8 +98,9 @@ class TraceConfig:
             stall_after_s="[0, 86400]",
             stall_repeat_s="(0, 86400]",
             close_timeout_s="[0, 600]",
+            journal_slots="[0, 16777216]",
         )
-        if self.journal_slots != 0 and not 256 <= self.journal_slots <= 1 << 24:
+        if 0 < self.journal_slots < 256:  # 0 is off; a ring smaller than this is no use
             raise ConfigError(
                 f"journal_slots must be 0 (off) or in 256..{1 << 24}, got {self.journal_slots}"
             )

@@ -31,6 +31,7 @@ from syncpace.errors import TraceError
 from syncpace.trace import schema
 from syncpace.trace.journal import JOURNAL_SUFFIX
 from syncpace.trace.reader import Trace, load_trace
+from syncpace.trace.validate import ranges
 
 _SUFFIXES = (schema.META_SUFFIX, schema.EVENTS_SUFFIX, schema.STEPS_SUFFIX, JOURNAL_SUFFIX)
 
@@ -183,15 +184,18 @@ def merge_traces(parts: Sequence[Trace]) -> Trace:
     world = sizes.pop()
     missing = sorted(set(range(world)) - set(meta))
     warnings = [w for p in parts for w in p.warnings if "ranks have no trace files" not in w]
-    if missing:
-        warnings.append(f"{len(missing)} of {world} ranks have no trace files: {missing[:20]}")
+    label = " + ".join(str(p.path) for p in parts)
+    if missing:  # as the reader words it, naming the directories read together
+        warnings.append(
+            f"{label}: {len(missing)} of {world} ranks have no trace files: {ranges(missing)}"
+        )
     stalls, completeness, hosts = {}, {}, {}
     for p in parts:
         stalls.update(p.stalls)
         completeness.update(p.completeness)
         hosts.update(p.hosts)
     return Trace(
-        path=Path(" + ".join(str(p.path) for p in parts)),
+        path=Path(label),
         world_size=world,
         meta=meta,
         events=pl.concat([p.events for p in parts], how="vertical"),
