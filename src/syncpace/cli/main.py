@@ -20,6 +20,7 @@ VERBS = (
     "demo",
     "run",
     "trace_info",
+    "import_traces",
     "diagnose",
     "report",
     "export",

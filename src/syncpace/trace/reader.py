@@ -147,7 +147,9 @@ def load_trace(path: str | Path, *, allow_missing_ranks: bool = True) -> Trace:
         raise TraceError(root, "not a directory (expected a syncpace run directory)")
     meta_files = sorted(p for p in root.iterdir() if _META_RE.match(p.name))
     if not meta_files:
-        raise TraceError(root, "no syncpace trace here (no rank-*.meta.json files)")
+        raise TraceError(
+            root, "no syncpace trace here (no rank-*.meta.json files)" + _foreign_hint(root)
+        )
     warnings: list[str] = []
     metas: dict[int, dict[str, Any]] = {}
     for meta_path in meta_files:
@@ -190,6 +192,35 @@ def load_trace(path: str | Path, *, allow_missing_ranks: bool = True) -> Trace:
     steps = pl.from_arrow(pa.concat_tables(step_tables))
     assert isinstance(events, pl.DataFrame) and isinstance(steps, pl.DataFrame)
     return Trace(root, world_size, metas, events, steps, tuple(warnings))
+
+
+#: Names other tools give their traces -> the ``syncpace import`` format that reads them.
+_FOREIGN = (
+    (re.compile(r"\.pt\.trace\.json(\.gz)?$"), "kineto"),
+    (re.compile(r"^.+-pid\d+\.log$"), "nccl-inspector"),
+    (re.compile(r"^nccl_trace_rank_\d+"), "flight-recorder"),
+)
+
+
+def _foreign_hint(root: Path, limit: int = 500) -> str:
+    """``"; it holds …: run syncpace import …"`` when ``root`` holds another tool's
+    traces (by their usual names, or a JSON file that starts like a Chrome trace)."""
+    for i, path in enumerate(sorted(root.rglob("*"))):
+        if i >= limit:
+            break
+        fmt = next((f for pattern, f in _FOREIGN if pattern.search(path.name)), None)
+        if fmt is None and path.suffix == ".json" and path.is_file():
+            try:
+                with open(path, "rb") as f:
+                    fmt = "kineto" if b'"traceEvents"' in f.read(1 << 16) else None
+            except OSError:
+                fmt = None
+        if fmt is not None:
+            return (
+                f"; it holds {fmt} files ({path.name}): convert them first with "
+                f"`syncpace import {fmt} {root} --out RUN_DIR`"
+            )
+    return ""
 
 
 def _ranges(values: list[int]) -> str:

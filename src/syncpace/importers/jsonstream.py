@@ -1,0 +1,173 @@
+"""Streaming JSON: plain or gzip'd files read in bounded memory, with byte progress.
+
+A profiler trace of a long job is gigabytes of JSON; loading it whole (``json.load``)
+takes several times its size in memory. ijson's C backend (yajl) parses the stream
+incrementally and hands over one event object at a time, at ~100 MB/s, so memory is
+bounded by the largest single event, not by the file.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import zlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import ijson
+
+from syncpace.errors import TraceError
+
+#: What a damaged or truncated stream raises while being parsed.
+_DAMAGE = (ijson.JSONError, ijson.IncompleteJSONError, EOFError, OSError, zlib.error)
+
+#: The header of a trace (the keys before its events) is read at most this far.
+HEADER_LIMIT = 64 << 20
+
+_BUFFER = 1 << 20
+
+Progress = Callable[[int], None]
+
+
+class _Counting(io.RawIOBase):
+    """A raw file that reports every byte read from disk (compressed bytes for gzip)."""
+
+    def __init__(self, raw: BinaryIO, on_bytes: Progress) -> None:
+        self._raw = raw
+        self._on_bytes = on_bytes
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        n = self._raw.readinto(buffer)
+        if n:
+            self._on_bytes(n)
+        return n or 0
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
+
+
+def is_gzip(path: Path) -> bool:
+    with open(path, "rb") as f:
+        return f.read(2) == b"\x1f\x8b"
+
+
+def open_stream(path: str | Path, on_bytes: Progress | None = None) -> BinaryIO:
+    """``path`` opened for reading, decompressed if it is gzip'd (by content, not name)."""
+    path = Path(path)
+    try:
+        gz = is_gzip(path)
+        raw: BinaryIO = open(path, "rb")  # noqa: SIM115 - returned to the caller
+    except OSError as exc:
+        raise TraceError(path, f"cannot read: {exc.strerror or exc}") from exc
+    if on_bytes is not None:
+        raw = io.BufferedReader(_Counting(raw, on_bytes), _BUFFER)  # type: ignore[assignment]
+    if gz:
+        return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
+    return raw
+
+
+def _first_char(stream: BinaryIO) -> bytes:
+    """The first non-blank byte of ``stream`` (which is left at its start)."""
+    head = stream.peek(64) if hasattr(stream, "peek") else b""
+    return head.lstrip()[:1]
+
+
+def read_header(path: str | Path, stop_key: str = "traceEvents") -> dict[str, Any]:
+    """The top-level keys of a JSON object that come before ``stop_key``.
+
+    Only the start of the file is parsed (at most :data:`HEADER_LIMIT` bytes), so this
+    is cheap however large the file. Keys after ``stop_key`` are not seen.
+    """
+    header: dict[str, Any] = {}
+    seen = [0]
+
+    def count(n: int) -> None:
+        seen[0] += n
+        if seen[0] > HEADER_LIMIT:
+            raise _HeaderTooLong
+
+    with open_stream(path, count) as stream:
+        if _first_char(stream) not in (b"{", b""):
+            return header  # a bare list of events: no header
+        key: str | None = None
+        builder: ijson.ObjectBuilder | None = None
+        try:
+            for prefix, event, value in ijson.parse(stream, use_float=True):
+                if prefix == "" and event in ("map_key", "end_map"):
+                    if builder is not None and key is not None:
+                        header[key] = builder.value
+                    builder = None
+                    key = value if event == "map_key" else None
+                    if key == stop_key or event == "end_map":
+                        break
+                    continue
+                if key is None:
+                    continue
+                if builder is None:
+                    builder = ijson.ObjectBuilder()
+                builder.event(event, value)
+        except _HeaderTooLong:
+            pass
+        except _DAMAGE as exc:
+            raise TraceError(path, f"not valid JSON ({_first_line(exc)})") from exc
+    return header
+
+
+class _HeaderTooLong(Exception):
+    pass
+
+
+def iter_items(
+    path: str | Path,
+    prefix: str | None,
+    on_bytes: Progress | None = None,
+    warnings: list[str] | None = None,
+) -> Iterator[Any]:
+    """Every value at ``prefix`` (ijson's notation, ``"traceEvents.item"``), streamed.
+
+    ``prefix=None`` picks the events of a Chrome trace: ``traceEvents.item`` in an
+    object, ``item`` in a bare list. A file cut short (a killed writer) yields what was
+    complete and appends a warning to ``warnings``; a file with nothing readable raises.
+    """
+    stream = open_stream(path, on_bytes)
+    n = 0
+    try:
+        if prefix is None:
+            prefix = "item" if _first_char(stream) == b"[" else "traceEvents.item"
+        for item in ijson.items(stream, prefix, use_float=True):
+            n += 1
+            yield item
+    except _DAMAGE as exc:
+        if n == 0 or warnings is None:
+            raise TraceError(path, f"not valid JSON ({_first_line(exc)})") from exc
+        warnings.append(f"{path}: cut short after {n:,} records ({_first_line(exc)})")
+    finally:
+        stream.close()
+
+
+def iter_values(
+    path: str | Path, on_bytes: Progress | None = None, warnings: list[str] | None = None
+) -> Iterator[Any]:
+    """Every top-level value of a file of concatenated JSON values (JSON lines or not)."""
+    stream = open_stream(path, on_bytes)
+    n = 0
+    try:
+        for item in ijson.items(stream, "", multiple_values=True, use_float=True):
+            n += 1
+            yield item
+    except _DAMAGE as exc:
+        if n == 0 or warnings is None:
+            raise TraceError(path, f"not valid JSON ({_first_line(exc)})") from exc
+        warnings.append(f"{path}: cut short after {n:,} records ({_first_line(exc)})")
+    finally:
+        stream.close()
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return (text[0] if text else type(exc).__name__)[:200]
