@@ -67,8 +67,22 @@ def open_stream(path: str | Path, on_bytes: Progress | None = None) -> BinaryIO:
     if on_bytes is not None:
         raw = io.BufferedReader(_Counting(raw, on_bytes), _BUFFER)  # type: ignore[assignment]
     if gz:
-        return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
+        return _Gunzip(raw)  # type: ignore[return-value]
     return raw
+
+
+class _Gunzip(gzip.GzipFile):
+    """A gzip reader that owns the file under it (GzipFile leaves a passed one open)."""
+
+    def __init__(self, raw: BinaryIO) -> None:
+        super().__init__(fileobj=raw, mode="rb")
+        self._raw = raw
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self._raw.close()
 
 
 def _first_char(stream: BinaryIO) -> bytes:

@@ -626,7 +626,8 @@ def _rpc_rows(scan: RankScan, use_device: bool, stats: Counter) -> tuple[list[di
             by_key[(k.group, k.seq)].append(k)
         if k.ext >= 0:
             by_ext[k.ext].append(k)
-    rows, device = [], UNKNOWN
+    rows: list[dict[str, Any]] = []
+    device = next((k.device for k in scan.kernels if k.device >= 0), UNKNOWN)
     used: set[int] = set()
     for r in _outermost(scan.rpc):
         known = _RPC_OPS.get(r.name)
@@ -668,7 +669,6 @@ def _rpc_rows(scan: RankScan, use_device: bool, stats: Counter) -> tuple[list[di
                 row["enter_ns"] = min(k.ts for k in kernels)
                 row["exit_ns"] = max(k.end for k in kernels)
                 row["timing"] = "profiler_device"
-                device = kernels[0].device if kernels[0].device >= 0 else device
                 used.update(id(k) for k in kernels)
             else:
                 row.update(enter_ns=-1, exit_ns=-1, timing="unobserved", status="unobserved")

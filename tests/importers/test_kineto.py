@@ -1,0 +1,265 @@
+"""Kineto traces written by torch.profiler in a real 4-rank gloo job, converted, and
+compared with syncpace's own trace of the same run."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+import subprocess
+import sys
+
+import polars as pl
+import pytest
+from kineto_nccl import write_traces
+from profiled import STEPS, WORLD, matching_steps, window
+
+from syncpace.analysis import analyze
+from syncpace.importers import ImportConfig, available, convert
+from syncpace.trace import load_trace
+
+pytestmark = pytest.mark.multirank
+
+PHASES = ["stack", "plain"]
+
+
+def syncpace_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "syncpace", *args], capture_output=True, text=True, timeout=120
+    )
+
+
+@pytest.fixture(scope="module")
+def imported(profiled, tmp_path_factory):
+    """Each phase's Kineto traces converted with the default settings."""
+    out = {}
+    for phase in PHASES:
+        target = tmp_path_factory.mktemp(f"imported-{phase}")
+        convert("kineto", [profiled.kineto_root / phase], target)
+        out[phase] = target
+    return out
+
+
+def calls(events: pl.DataFrame) -> list[dict]:
+    return (
+        events.group_by("rank", "group", "op", "bytes", "dtype")
+        .len()
+        .sort("rank", "group", "op", "bytes", "dtype")
+        .to_dicts()
+    )
+
+
+def test_the_traces_are_what_the_profiler_writes(profiled):
+    assert sorted(p.name for p in profiled.plain_dir.iterdir()) == [
+        f"rank{r}.pt.trace.json" for r in range(WORLD)
+    ]
+    gz = sorted(profiled.stack_dir.iterdir())
+    assert len(gz) == WORLD and all(p.name.endswith(".pt.trace.json.gz") for p in gz)
+    with gzip.open(gz[0], "rt") as f:
+        head = f.read(1 << 16)
+    assert '"distributedInfo"' in head and '"traceEvents"' in head
+
+
+@pytest.mark.parametrize("phase", PHASES)
+def test_same_collectives_as_the_syncpace_trace(phase, profiled, imported):
+    """Every call the tracer saw while the profiler ran, and no other: same op, group,
+    size and dtype on every rank; both groups (default and [0, 1]) named as torch does."""
+    ours, theirs = load_trace(imported[phase]), profiled.syncpace
+    got, want = calls(window(ours, ours)), calls(window(theirs, ours))
+    assert sum(row["len"] for row in got) >= WORLD * (STEPS - 2) * 4
+    assert got == want
+    assert set(ours.events["group"].unique()) == {"0", "1"}
+    for rank, meta in ours.meta.items():
+        assert {g: s["ranks"] for g, s in meta["groups"].items()} == {
+            g: s["ranks"] for g, s in theirs.meta[rank]["groups"].items()
+        }
+
+
+def test_optimizer_steps_hold_the_same_calls_as_the_tracers(profiled, imported):
+    """Iterations from optimizer.step() ends, as the tracer marks them: step by step the
+    same calls (the profiler numbers steps from its own start)."""
+    ours, theirs = load_trace(imported["plain"]), profiled.syncpace
+    assert ours.meta[0]["import"]["steps_from"] == "ends"
+    steps = matching_steps(ours, theirs)
+    assert len(steps) >= STEPS - 1
+    # the profiler started in the middle of the tracer's step: its first step is partial
+    del steps[min(steps)]
+    offsets = {theirs_step - step for step, theirs_step in steps.items()}
+    assert offsets == {STEPS}  # the second phase started after the first STEPS steps
+    ends = ours.steps.with_columns(step=pl.col("step") + STEPS).join(
+        theirs.steps, on=["rank", "step"], suffix="_sp"
+    )
+    assert ((ends["end_ns"] - ends["end_ns_sp"]).abs() < 2_000_000).all()
+    for step, theirs_step in steps.items():
+        got = calls(ours.events.filter(pl.col("step") == step))
+        want = calls(theirs.events.filter(pl.col("step") == theirs_step))
+        assert got == want, step
+
+
+def test_profiler_steps_keep_torchs_numbers(imported):
+    sched = load_trace(imported["stack"])
+    # ProfilerStep#N of a schedule (wait 1, warmup 1): the active steps, as torch numbers them
+    assert sorted(sched.steps["step"].unique()) == list(range(2, STEPS))
+    assert sched.meta[0]["import"]["steps_from"] == "spans"
+
+
+@pytest.mark.parametrize("phase", PHASES)
+def test_calls_line_up_with_the_tracer_timestamps(phase, profiled, imported):
+    """The same calls one by one: issued within a millisecond of when the tracer saw them
+    (both read the host's wall clock), completed no earlier than issued."""
+    ours, theirs = load_trace(imported[phase]), profiled.syncpace
+    key = ["rank", "group", "op", "bytes"]
+
+    def numbered(events):
+        return events.sort("rank", "enter_ns").with_columns(k=pl.int_range(pl.len()).over(key))
+
+    mine, tracer = numbered(window(ours, ours)), numbered(window(theirs, ours))
+    both = mine.join(tracer, on=[*key, "k"], suffix="_sp")
+    assert both.height == tracer.height == mine.height
+    delta = (both["enter_ns"] - both["enter_ns_sp"]).abs()
+    assert delta.median() < 1_000_000, delta.describe()
+    assert (both["exit_ns"] >= both["enter_ns"]).all()
+    assert set(both["timing"]) == {"profiler_host"}
+
+
+@pytest.mark.parametrize("phase", PHASES)
+def test_diagnose_names_the_planted_straggler_on_both(phase, profiled, imported):
+    found = {}
+    for label, path in (("syncpace", profiled.syncpace_dir), ("imported", imported[phase])):
+        proc = syncpace_cli("diagnose", str(path), "--json")
+        assert proc.returncode == 0, proc.stderr
+        findings = json.loads(proc.stdout)["findings"]
+        stragglers = [f for f in findings if f["mode"] == "straggler"]
+        assert stragglers, (label, [f["mode"] for f in findings])
+        found[label] = stragglers[0]["ranks"]
+    assert found["imported"] == found["syncpace"] == [profiled.slow_rank]
+
+
+def test_metadata_says_what_the_source_could_not_tell(imported):
+    meta = load_trace(imported["plain"]).meta
+    for rank, m in meta.items():
+        assert m["source"] == "kineto" and m["import"]["format"] == "kineto"
+        assert m["host"] != "unknown" and m["device"] == "cpu"
+        assert m["clock"]["method"] == ("reference" if rank == 0 else "same_host")
+        assert m["clock"]["uncertainty_ns"] == 1_000
+    missing = " ".join(meta[0]["import"]["missing"])
+    assert "device timing" in missing and "process group names" in missing
+
+
+def test_clock_offsets_are_estimated_from_the_trace(profiled, tmp_path):
+    """Ranks 1 and 3 moved to another host whose clock is off by +6 ms and -4.5 ms: the
+    offsets come back from the ends of the collectives, within their uncertainty, and
+    the straggler is still found."""
+    shifts_us = {1: 6000.0, 3: -4500.0}
+    src = tmp_path / "kineto"
+    src.mkdir()
+    for path in profiled.plain_dir.iterdir():
+        doc = json.loads(path.read_text())
+        rank = doc["distributedInfo"]["rank"]
+        if rank in shifts_us:
+            doc["host_name"] = "other-host"
+            for e in doc["traceEvents"]:
+                if isinstance(e.get("ts"), (int, float)):
+                    e["ts"] += shifts_us[rank]
+        (src / path.name).write_text(json.dumps(doc))
+    out = tmp_path / "imported"
+    result = convert("kineto", [src], out)
+    trace = load_trace(out)
+    for rank, shift in shifts_us.items():
+        clock = trace.meta[rank]["clock"]
+        assert clock["method"] == "estimate"
+        error = abs(clock["offset_ns"] + shift * 1000)
+        # the median lands close; the uncertainty (how far apart one collective's ends
+        # lie on this busy machine) covers it
+        assert error < 1_000_000, clock
+        assert error <= clock["uncertainty_ns"] < 10_000_000, clock
+        assert clock["samples"][0]["instances"] >= 20
+    assert trace.meta[2]["clock"]["method"] == "same_host"
+    assert result.clock["unaligned_ranks"] == []
+    straggler = [f for f in analyze(out).findings if f.mode == "straggler"]
+    assert straggler and straggler[0].ranks == (profiled.slow_rank,)
+
+    # told to trust clocks of other hosts, nothing is measured: diagnose says so and
+    # halves the confidence of what rests on arrival times
+    trusted = tmp_path / "trusted"
+    convert("kineto", [src], trusted, config=ImportConfig(clocks="trust"))
+    meta = load_trace(trusted).meta
+    assert meta[1]["clock"]["uncertainty_ns"] is None
+    modes = {f.mode for f in analyze(trusted).findings}
+    assert "clock_uncertainty" in modes
+
+
+@pytest.mark.parametrize("kernel_metadata", [True, False])
+def test_nccl_traces_keep_device_and_host_timing_apart(profiled, tmp_path, kernel_metadata):
+    """record_param_comms and NCCL kernels (built to torch's format from the run): the
+    kernels time the collectives by default, the host calls on request; either way the
+    same collectives, and the same straggler."""
+    src = tmp_path / "nccl"
+    write_traces(profiled.syncpace, src, kernel_metadata=kernel_metadata)
+    theirs = profiled.syncpace
+    ops = ["all_reduce", "all_gather", "reduce_scatter", "broadcast"]
+    want = theirs.events.filter(pl.col("op").is_in(ops)).group_by("rank", "group", "op").len()
+    for timing, expected in (("auto", "profiler_device"), ("host", "profiler_call")):
+        out = tmp_path / timing
+        convert("kineto", [src], out, config=ImportConfig(timing=timing))
+        trace = load_trace(out)
+        assert set(trace.events["timing"]) == {expected}
+        got = trace.events.group_by("rank", "group", "op").len()
+        assert got.sort(pl.all()).to_dicts() == want.sort(pl.all()).to_dicts()
+        assert trace.meta[1]["device"] == "cuda:1"
+        # the sequence numbers are torch's: the same call has the same one everywhere
+        inst = trace.events.group_by("group", "seq").agg(pl.col("bytes").n_unique())
+        assert (inst["bytes"] == 1).all()
+        straggler = [f for f in analyze(out).findings if f.mode == "straggler"]
+        assert straggler and straggler[0].ranks == (profiled.slow_rank,)
+
+
+def test_cli_converts_and_refuses_to_overwrite(profiled, tmp_path):
+    out = tmp_path / "cli"
+    proc = syncpace_cli("import", "kineto", str(profiled.plain_dir), "--out", str(out), "--json")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["ranks"] == list(range(WORLD)) and result["events"] > 0
+    assert result["timing"] == {"profiler_host": result["events"]}
+    again = syncpace_cli("import", "kineto", str(profiled.plain_dir), "--out", str(out))
+    assert again.returncode == 2
+    assert again.stderr.strip().splitlines() == [
+        f"syncpace import: error: {out}: already holds a trace ({3 * WORLD} rank files); "
+        "choose another --out or pass --overwrite"
+    ]
+
+
+def test_diagnose_points_at_the_import_verb(profiled):
+    proc = syncpace_cli("diagnose", str(profiled.plain_dir))
+    assert proc.returncode == 2
+    (line,) = proc.stderr.strip().splitlines()
+    assert f"syncpace import kineto {profiled.plain_dir} --out RUN_DIR" in line
+
+
+@pytest.mark.skipif(available()["flight-recorder"], reason="flight-recorder is in this build")
+def test_a_format_not_in_this_build_is_one_line(tmp_path):
+    proc = syncpace_cli("import", "flight-recorder", str(tmp_path), "--out", str(tmp_path / "o"))
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "syncpace import: error: import format 'flight-recorder' is not available in this build"
+    ]
+
+
+def test_a_profile_without_shapes_says_its_sizes_are_unknown(profiled, tmp_path):
+    """record_shapes off: the calls are all there, their sizes are not, and the metadata
+    says so rather than inventing them."""
+    src = tmp_path / "noshapes"
+    shutil.copytree(profiled.plain_dir, src)
+    for path in src.iterdir():
+        doc = json.loads(path.read_text())
+        doc.pop("record_shapes", None)
+        for e in doc["traceEvents"]:
+            for key in ("Input Dims", "Input type", "Input Strides", "Concrete Inputs"):
+                (e.get("args") or {}).pop(key, None)
+        path.write_text(json.dumps(doc))
+    out = tmp_path / "out"
+    result = convert("kineto", [src], out)
+    trace = load_trace(out)
+    assert trace.events.height > 0 and (trace.events["bytes"] == 0).all()
+    assert any("record_shapes" in m for m in result.missing)
+    assert any("record_shapes" in m for m in trace.meta[0]["import"]["missing"])

@@ -1,0 +1,225 @@
+"""The importers' parts on their own: streaming JSON, clock offsets, gloo groups, inputs."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import tracemalloc
+from collections import Counter
+
+import numpy as np
+import polars as pl
+import pytest
+
+from syncpace.errors import TraceError
+from syncpace.importers import FORMATS, available, clocks, dtypes, jsonstream, kineto
+from syncpace.importers.config import ImportConfig
+from syncpace.importers.tracebuild import assign_seq
+
+BASE = {"schemaVersion": 1, "distributedInfo": {"rank": 3, "world_size": 4}}
+
+
+def chrome_trace(events: list[dict], **header) -> str:
+    return json.dumps({**BASE, **header, "traceEvents": events, "traceName": "x"})
+
+
+def event(name: str, ts: float, dur: float = 1.0, cat: str = "cpu_op", tid: int = 1, **args):
+    return {
+        "ph": "X",
+        "cat": cat,
+        "name": name,
+        "pid": 7,
+        "tid": tid,
+        "ts": ts,
+        "dur": dur,
+        "args": args,
+    }
+
+
+def test_plain_and_gzip_streams_give_the_same_events(tmp_path):
+    events = [event(f"aten::op{i}", i * 10.0) for i in range(100)]
+    plain, packed = tmp_path / "a.json", tmp_path / "b.json.gz"
+    plain.write_text(chrome_trace(events))
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    assert list(jsonstream.iter_items(plain, None)) == events
+    assert list(jsonstream.iter_items(packed, None)) == events
+    assert jsonstream.read_header(packed)["distributedInfo"] == BASE["distributedInfo"]
+    # a bare list of events (Chrome's other trace form) too
+    bare = tmp_path / "c.json"
+    bare.write_text(json.dumps(events))
+    assert list(jsonstream.iter_items(bare, None)) == events and jsonstream.read_header(bare) == {}
+
+
+def test_a_trace_cut_short_keeps_what_was_complete(tmp_path):
+    text = chrome_trace([event("aten::mm", float(i)) for i in range(50)])
+    path = tmp_path / "cut.json"
+    path.write_text(text[: len(text) // 2])
+    warnings: list[str] = []
+    got = list(jsonstream.iter_items(path, None, warnings=warnings))
+    assert 10 < len(got) < 50
+    (warning,) = warnings
+    assert warning.startswith(f"{path}: cut short after {len(got)} records")
+    (tmp_path / "junk.json").write_text("this is not JSON")
+    with pytest.raises(TraceError, match=r"junk\.json: not valid JSON"):
+        list(jsonstream.iter_items(tmp_path / "junk.json", None, warnings=[]))
+
+
+def _profile_file(path, events: int) -> int:
+    """A Kineto-like file of compute ops with a collective every 250 events."""
+    with open(path, "w") as f:
+        f.write('{"distributedInfo": {"rank": 0, "world_size": 1}, "traceEvents": [\n')
+        for i in range(events):
+            args = {"Input Dims": [[16, 64], [64, 64]], "External id": i, "Ev Idx": i}
+            e = event("aten::addmm", i * 5.0, 2.0, **args)
+            if i % 250 == 0:
+                e = event("c10d::allreduce_", i * 5.0, 2.0, **{"Input Dims": [[[64]]]})
+            f.write(("," if i else "") + json.dumps(e, indent=2) + "\n")
+        f.write("]}\n")
+    return path.stat().st_size
+
+
+def _scan_peak(path) -> tuple[kineto.RankScan, int]:
+    tracemalloc.start()
+    try:
+        scan = kineto.scan_file(path, None, [])
+        return scan, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_scanning_memory_is_bounded_by_collectives_not_file_size(tmp_path):
+    """A file four times larger needs no more memory to scan: the scan holds the
+    collectives and one event at a time, never the file."""
+    small, large = tmp_path / "small.json", tmp_path / "large.json"
+    small_size, large_size = _profile_file(small, 7_500), _profile_file(large, 30_000)
+    assert large_size > 8e6 and large_size > 3.5 * small_size
+    small_scan, small_peak = _scan_peak(small)
+    large_scan, large_peak = _scan_peak(large)
+    assert len(small_scan.calls) == 30 and len(large_scan.calls) == 120
+    assert large_scan.other_events == 30_000 - 120
+    assert large_peak < 1.25 * small_peak + 100_000, (small_peak, large_peak)
+    assert large_peak < large_size / 3, (large_peak, large_size)
+
+
+def test_offsets_come_back_from_collective_ends():
+    rng = np.random.default_rng(7)
+    offsets = {0: 0, 1: 3_000_000, 2: -1_500_000, 3: 250_000}
+    rows = []
+    for i in range(400):
+        end = 1_000_000_000 + i * 5_000_000
+        for rank, off in offsets.items():
+            jitter = rng.normal(0, 20_000)
+            if rng.random() < 0.03:  # a late wake-up on one rank now and then
+                jitter += 4_000_000
+            rows.append((i, rank, int(end + off + jitter)))
+    ev = pl.DataFrame(rows, schema=["instance", "rank", "exit_ns"], orient="row")
+    est = clocks.estimate_offsets(ev)
+    for rank, off in offsets.items():
+        error = abs(est.offset_ns[rank] + off)
+        assert error < 10_000, (rank, est.offset_ns[rank])
+        assert error <= est.uncertainty_ns[rank]
+        assert est.uncertainty_ns[rank] < 100_000  # the outliers do not widen it
+    assert est.instances[1] == 400
+
+
+def test_a_rank_that_shares_too_few_collectives_gets_no_offset():
+    ev = pl.DataFrame(
+        {
+            "instance": [0, 0, 1, 1, 2, 2, 0],
+            "rank": [0, 1, 0, 1, 0, 1, 2],
+            "exit_ns": [10, 12, 20, 21, 30, 33, 15],
+        }
+    )
+    est = clocks.estimate_offsets(ev)
+    assert set(est.offset_ns) == {0, 1}
+
+
+def _spans(blocks: dict[int, list[tuple[str, int]]]) -> list:
+    out = []
+    t = 0
+    for tid, labels in blocks.items():
+        for name, numel in labels:
+            t += 1000
+            out.append(kineto._Span(tid, t, t + 500, name, numel, "float32"))
+    return out
+
+
+def test_gloo_worker_blocks_map_to_groups_the_members_agree_on():
+    """Rank 1 belongs to groups 0, 1, 2 but group 1 ran nothing: its second block of
+    worker threads is group 2's, as rank 0 (a member of 0 and 2 only) shows."""
+    pg = lambda name, ranks: {"pg_name": name, "pg_size": len(ranks), "ranks": ranks}  # noqa: E731
+    ar, ag = ("gloo:all_reduce", 100), ("gloo:all_gather", 50)
+    scans = {
+        0: kineto.RankScan(
+            rank=0,
+            pg_config=[pg("0", [0, 1]), pg("2", [0, 1])],
+            spans=_spans({10: [ar, ar], 11: [ar], 20: [ag, ag]}),
+        ),
+        1: kineto.RankScan(
+            rank=1,
+            pg_config=[pg("0", [0, 1]), pg("1", [1, 2]), pg("2", [0, 1])],
+            spans=_spans({30: [ar], 31: [ar, ar], 40: [ag], 41: [ag]}),
+        ),
+    }
+    groups = kineto.map_gloo_groups(scans, threads=2)
+    assert groups[0] == {10: "0", 11: "0", 20: "2"}
+    assert groups[1] == {30: "0", 31: "0", 40: "2", 41: "2"}
+
+
+def test_missing_sequence_numbers_resync_at_every_step():
+    """Rank 1's window starts one call late: only step 0 is affected."""
+    rows = []
+    for rank in (0, 1):
+        for step in range(3):
+            for k in range(3):
+                if rank == 1 and step == 0 and k == 0:
+                    continue
+                rows.append((rank, step, "0", -1, -1, "all_reduce", step * 100 + k))
+    ev = pl.DataFrame(
+        rows, schema=["rank", "step", "group", "pair", "peer", "op", "call_ns"], orient="row"
+    ).with_columns(seq=pl.lit(-1, pl.Int64))
+    out = assign_seq(ev).sort("rank", "call_ns")
+    r0 = out.filter(pl.col("rank") == 0)["seq"].to_list()
+    r1 = out.filter(pl.col("rank") == 1)["seq"].to_list()
+    assert r0 == list(range(9))
+    assert r1 == [0, 1, 3, 4, 5, 6, 7, 8]  # the k-th call of a step: same seq on both
+
+
+def test_element_types_in_every_spelling():
+    assert dtypes.canonical("Float") == dtypes.canonical("float") == "float32"
+    assert dtypes.canonical("c10::BFloat16") == dtypes.canonical("BFloat16") == "bfloat16"
+    assert dtypes.canonical("long int") == dtypes.canonical("Long") == "int64"
+    assert dtypes.canonical("torch.float16") == "float16"
+    assert dtypes.canonical("TensorList") == "" and dtypes.item_size("") == 0
+    assert dtypes.item_size("bfloat16") == 2
+
+
+def test_a_trace_that_names_no_rank_is_refused_with_the_fix(tmp_path):
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps({"traceEvents": [event("aten::mm", 1.0)]}))
+    with pytest.raises(TraceError, match="cannot tell which rank wrote this trace"):
+        kineto.scan_file(path, None, [])
+    named = tmp_path / "worker_rank5.json"
+    named.write_text(path.read_text())
+    assert kineto.scan_file(named, None, []).rank == 5
+
+
+def test_inputs_that_are_not_there_are_one_line(tmp_path):
+    with pytest.raises(TraceError, match="no such file or directory"):
+        kineto.convert([tmp_path / "nope"], tmp_path / "out")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(TraceError, match=r"no PyTorch profiler traces here \(looked for \*\.json"):
+        kineto.convert([tmp_path / "empty"], tmp_path / "out")
+
+
+def test_settings_are_validated():
+    with pytest.raises(Exception, match="timing must be one of auto, host, device"):
+        ImportConfig(timing="gpu")
+    with pytest.raises(Exception, match="window_ms must be in"):
+        ImportConfig(window_ms=0)
+
+
+def test_the_registry_lists_every_format():
+    assert list(FORMATS) == ["kineto", "nccl-inspector", "flight-recorder"]
+    assert available()["kineto"] and available()["nccl-inspector"]
+    assert Counter(available().values())[True] >= 2
