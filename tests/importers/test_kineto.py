@@ -15,7 +15,7 @@ from kineto_nccl import write_traces
 from profiled import STEPS, WORLD, matching_steps, window
 
 from syncpace.analysis import analyze
-from syncpace.importers import ImportConfig, available, convert
+from syncpace.importers import ImportConfig, available, convert, jsonstream, kineto
 from syncpace.trace import load_trace
 
 pytestmark = pytest.mark.multirank
@@ -58,6 +58,19 @@ def test_the_traces_are_what_the_profiler_writes(profiled):
     with gzip.open(gz[0], "rt") as f:
         head = f.read(1 << 16)
     assert '"distributedInfo"' in head and '"traceEvents"' in head
+
+
+def test_the_fast_path_reads_torchs_files_exactly_as_a_full_parse(profiled):
+    """Only the blocks naming wanted events are parsed: on every file torch wrote, they
+    are the very events a full streaming parse finds."""
+    for path in sorted(profiled.stack_dir.iterdir()) + sorted(profiled.plain_dir.iterdir()):
+        fast = list(jsonstream.iter_named_events(path, kineto._PREFIXES))
+        full = [
+            e
+            for e in jsonstream.iter_items(path, None)
+            if isinstance(e.get("name"), str) and e["name"].startswith(kineto._PREFIXES)
+        ]
+        assert len(fast) > 20 and fast == full, path
 
 
 @pytest.mark.parametrize("phase", PHASES)

@@ -84,7 +84,8 @@ class _progress:
             )
             self._bar.start()
             self._task = self._bar.add_task("reading", total=total)
-        self._bar.update(self._task, completed=done)  # type: ignore[arg-type]
+        # a file re-read in full (not in Kineto's layout) counts its bytes twice
+        self._bar.update(self._task, completed=min(done, total))  # type: ignore[arg-type]
 
     def __exit__(self, *exc: object) -> None:
         if self._bar is not None:

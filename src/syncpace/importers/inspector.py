@@ -1,9 +1,10 @@
 """NCCL Inspector logs: one JSON record per completed collective per communicator.
 
 Written by NCCL's Inspector profiler plugin (``ext-profiler/inspector`` in NCCL's
-repository; this reader follows output format ``v4.0``, the version NCCL 2.28's plugin
-writes, and reads the older records without ``coll_timing_source``). Each process
-writes ``<hostname>-pid<pid>.log``; every record carries:
+repository). This reader follows output format ``v4.0`` (``inspector_output_format_version``)
+as the plugin's ``inspector.cc`` writes it at NCCL commit ``1e0c869c``, and reads older
+records without ``coll_timing_source``. Each process writes
+``<hostname>-pid<pid>.log``; every record carries:
 
 * ``header``: the communicator (``id``, a hash), the process's ``rank`` in it,
   ``n_ranks``, ``nnodes``;

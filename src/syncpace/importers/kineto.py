@@ -189,7 +189,10 @@ class RankScan:
         for name in ("rpc", "calls", "spans", "kernels", "profiler_steps", "optimizer_steps"):
             getattr(self, name).extend(getattr(other, name))
         self.files.extend(other.files)
-        self.other_events += other.other_events
+        if min(self.other_events, other.other_events) < 0:
+            self.other_events = -1
+        else:
+            self.other_events += other.other_events
         self.world_size = self.world_size or other.world_size
         self.host = self.host or other.host
         self.pid = self.pid or other.pid
@@ -233,8 +236,56 @@ def _numel(dims: Any) -> int:
 
 
 def scan_file(path: Path, on_bytes: jsonstream.Progress | None, warnings: list[str]) -> RankScan:
-    """One pass over ``path``: the collectives, gloo work, NCCL kernels and iterations."""
+    """One pass over ``path``: the collectives, gloo work, NCCL kernels and iterations.
+
+    Files in the layout Kineto writes take the fast path (only the events that matter
+    are parsed, see :func:`~syncpace.importers.jsonstream.iter_named_events`); any other
+    valid JSON is parsed in full, as a stream.
+    """
     header = jsonstream.read_header(path)
+    found: list[str] = []
+    try:
+        wanted = _wanted_names(header)
+        scan = _scan(path, header, jsonstream.iter_named_events(path, wanted, on_bytes, found))
+        scan.other_events = -1  # not counted: the other events were never parsed
+    except jsonstream.NotThisLayout:
+        found.clear()
+        scan = _scan(path, header, jsonstream.iter_items(path, None, on_bytes, found))
+    warnings.extend(found)
+    if scan.rank < 0:
+        raise TraceError(
+            path,
+            "cannot tell which rank wrote this trace (no distributedInfo in its header, no "
+            "rank in its name, no collectives naming it): pass one directory or file per "
+            "rank named rank<N>…",
+        )
+    return scan
+
+
+#: Event names an NCCL job's collectives and iterations show as (long, so the byte
+#: search for them runs fast; gloo's short ``c10d::``/``gloo:`` are searched only when
+#: some group may run gloo).
+_NCCL_NAMES = (
+    "record_param_comms",
+    "ProfilerStep#",
+    "Optimizer.step#",
+    "ncclDevKernel",
+    "ncclKernel",
+)
+
+
+def _wanted_names(header: dict[str, Any]) -> tuple[str, ...]:
+    """The name prefixes worth parsing in a trace with this header."""
+    info = header.get("distributedInfo")
+    if not isinstance(info, dict) or str(info.get("backend", "")).lower() != "nccl":
+        return _PREFIXES
+    configs = [str(p.get("backend_config", "")) for p in info.get("pg_config") or []]
+    if any("gloo" in c for c in configs):
+        return _PREFIXES
+    return _NCCL_NAMES
+
+
+def _scan(path: Path, header: dict[str, Any], events: Iterable[Any]) -> RankScan:
     info = header.get("distributedInfo") if isinstance(header.get("distributedInfo"), dict) else {}
     base_ns = _int(header.get("baseTimeNanoseconds"), 0)
     rank = _int(info.get("rank"))
@@ -257,8 +308,9 @@ def scan_file(path: Path, on_bytes: jsonstream.Progress | None, warnings: list[s
     rpc, calls, spans, kernels = scan.rpc, scan.calls, scan.spans, scan.kernels
     pids: Counter[int] = Counter()
     other = 0
-    for e in jsonstream.iter_items(path, None, on_bytes, warnings):
+    for e in events:
         if not isinstance(e, dict) or e.get("ph") != "X":
+            other += 1
             continue
         name = e.get("name")
         if not isinstance(name, str) or not name.startswith(_PREFIXES):
@@ -333,13 +385,6 @@ def scan_file(path: Path, on_bytes: jsonstream.Progress | None, warnings: list[s
     scan.other_events = other
     if pids:
         scan.pid = pids.most_common(1)[0][0]
-    if scan.rank < 0:
-        raise TraceError(
-            path,
-            "cannot tell which rank wrote this trace (no distributedInfo in its header, no "
-            "rank in its name, no collectives naming it): pass one directory or file per "
-            "rank named rank<N>…",
-        )
     return scan
 
 
@@ -786,7 +831,9 @@ def convert(
                 backend=scan.backend,
                 groups=groups,
                 files=scan.files,
-                extra_meta={"profiler_events_skipped": scan.other_events},
+                extra_meta=(
+                    {"profiler_events_skipped": scan.other_events} if scan.other_events >= 0 else {}
+                ),
             )
         )
     if unsized:

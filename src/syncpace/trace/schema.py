@@ -88,6 +88,15 @@ TIMING_SOURCES = (
     "cuda_event",  # CUDA events around the collective on its stream (device time)
     "nccl_hook",  # NCCL completion hook (watchdog saw the device finish)
     "simulated",  # written by the simulator
+    # Imported from other tools' traces (docs/imports.md); a row's enter and exit always
+    # come from one source:
+    "profiler_host",  # PyTorch profiler: the c10d call began / gloo's work span ended
+    "profiler_call",  # PyTorch profiler: the call began / returned (no completion seen)
+    "profiler_device",  # PyTorch profiler: the NCCL kernel's start / end on the GPU
+    "inspector_kernel_gpu",  # NCCL Inspector: kernel time from the GPU's global timer
+    "inspector_kernel_cpu",  # NCCL Inspector: kernel start/stop as the host saw them
+    "inspector_collective_cpu",  # NCCL Inspector: the collective's host-side start/stop
+    "inspector_unknown",  # NCCL Inspector records older than coll_timing_source
 )
 
 #: What became of a call (``status``). Every status but ``completed`` describes a call
