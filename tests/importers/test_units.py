@@ -237,6 +237,24 @@ def test_a_trace_that_names_no_rank_is_refused_with_the_fix(tmp_path):
     assert kineto.scan_file(named, None, []).rank == 5
 
 
+def test_a_folder_as_users_have_it(tmp_path):
+    """Other JSON next to the traces is skipped, a trace kept both plain and gzip'd is
+    read once, and both are said."""
+    calls = [event("c10d::allreduce_", float(i), **{"Input Dims": [[[4]]]}) for i in range(5)]
+    text = chrome_trace(calls, trace_id="ABC")
+    (tmp_path / "rank3.pt.trace.json").write_text(text)
+    (tmp_path / "rank3.pt.trace.json.gz").write_bytes(gzip.compress(text.encode()))
+    (tmp_path / "config.json").write_text('{"lr": 0.1}')
+    files = sorted(tmp_path.iterdir())
+    warnings: list[str] = []
+    scans = kineto.scan_all(files, None, warnings)
+    assert list(scans) == [3] and len(scans[3].calls) == 5
+    assert warnings == [
+        "1 JSON file(s) are not profiler traces: config.json",
+        "1 trace(s) are here twice, read once: rank3.pt.trace.json.gz",
+    ]
+
+
 def test_inputs_that_are_not_there_are_one_line(tmp_path):
     with pytest.raises(TraceError, match="no such file or directory"):
         kineto.convert([tmp_path / "nope"], tmp_path / "out")

@@ -93,6 +93,20 @@ def _first_char(stream: BinaryIO) -> bytes:
     return head.lstrip()[:1]
 
 
+def is_chrome_trace(path: str | Path, probe: int = 1 << 20) -> bool:
+    """Does ``path`` look like a Chrome trace (an object with ``traceEvents`` in its
+    first ``probe`` bytes, or a bare list of event objects)?"""
+    try:
+        with open_stream(path) as stream:
+            head = stream.read(probe)
+    except (OSError, EOFError, zlib.error, TraceError):
+        return False
+    start = head.lstrip()[:2]
+    if start.startswith(b"["):
+        return start == b"[{" or head.lstrip()[1:].lstrip()[:1] in (b"{", b"]")
+    return start.startswith(b"{") and b'"traceEvents"' in head
+
+
 def read_header(path: str | Path, stop_key: str = "traceEvents") -> dict[str, Any]:
     """The top-level keys of a JSON object that come before ``stop_key``.
 

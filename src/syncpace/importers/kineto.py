@@ -235,14 +235,19 @@ def _numel(dims: Any) -> int:
     return UNKNOWN
 
 
-def scan_file(path: Path, on_bytes: jsonstream.Progress | None, warnings: list[str]) -> RankScan:
+def scan_file(
+    path: Path,
+    on_bytes: jsonstream.Progress | None,
+    warnings: list[str],
+    header: dict[str, Any] | None = None,
+) -> RankScan:
     """One pass over ``path``: the collectives, gloo work, NCCL kernels and iterations.
 
     Files in the layout Kineto writes take the fast path (only the events that matter
     are parsed, see :func:`~syncpace.importers.jsonstream.iter_named_events`); any other
     valid JSON is parsed in full, as a stream.
     """
-    header = jsonstream.read_header(path)
+    header = jsonstream.read_header(path) if header is None else header
     found: list[str] = []
     try:
         wanted = _wanted_names(header)
@@ -747,13 +752,37 @@ def _steps(scan: RankScan) -> tuple[pl.DataFrame | None, str]:
 def scan_all(
     files: list[Path], on_bytes: jsonstream.Progress | None, warnings: list[str]
 ) -> dict[int, RankScan]:
+    """Every profiler trace in ``files`` scanned, merged per rank (several profiling
+    cycles of a rank are one rank). Files that are not Chrome traces are skipped, and a
+    trace present twice (``trace_id``; e.g. as ``.json`` and ``.json.gz``) is read once."""
     scans: dict[int, RankScan] = {}
+    skipped, twice = [], []
+    seen: set[tuple[str, str]] = set()
     for path in files:
-        scan = scan_file(path, on_bytes, warnings)
+        if not jsonstream.is_chrome_trace(path):
+            skipped.append(path.name)
+            continue
+        header = jsonstream.read_header(path)
+        if header.get("trace_id"):
+            info = header.get("distributedInfo")
+            key = (str(header["trace_id"]), str(info.get("rank") if isinstance(info, dict) else ""))
+            if key in seen:
+                twice.append(path.name)
+                continue
+            seen.add(key)
+        scan = scan_file(path, on_bytes, warnings, header)
         if scan.rank in scans:
             scans[scan.rank].merge(scan)
         else:
             scans[scan.rank] = scan
+    if skipped:
+        names = ", ".join(skipped[:5])
+        warnings.append(f"{len(skipped)} JSON file(s) are not profiler traces: {names}")
+    if twice:
+        names = ", ".join(twice[:5])
+        warnings.append(f"{len(twice)} trace(s) are here twice, read once: {names}")
+    if not scans:
+        raise TraceError(files[0].parent, "no PyTorch profiler traces among the given files")
     return scans
 
 
