@@ -8,10 +8,13 @@ syncpace's own trace of the very same collectives.
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from multirank import SRC, check, join, start_ranks
 from syncpace.capture.config import TraceConfig
@@ -50,7 +53,7 @@ def profiled_run(root: Path, *, slow_rank: int = SLOW_RANK) -> ProfiledRun:
     kineto.mkdir(parents=True)
     env = traced_env(sp, TraceConfig(dir=str(sp), flush_interval_s=0.2), {"PYTHONPATH": SRC})
     args = ["--out", str(kineto), "--steps", str(STEPS), "--slow-rank", str(slow_rank)]
-    args += ["--slow-ms", "25"]
+    args += ["--slow-ms", "40"]
     check(join(start_ranks(WORKER, WORLD, args, env=env), timeout=240))
     return ProfiledRun(sp, kineto, slow_rank)
 
@@ -80,3 +83,20 @@ def window(trace: Trace, imported: Trace, slack_ns: int = 1_000_000) -> pl.DataF
         .filter(pl.col("enter_ns").is_between(pl.col("lo"), pl.col("hi")))
         .drop("lo", "hi")
     )
+
+
+def restricted(trace_dir: Path, steps: set[int], out: Path) -> Path:
+    """A copy of the syncpace trace in ``trace_dir`` holding only ``steps``: the tracer's
+    view of the window a profiler saw, for diagnosing the same iterations."""
+    out.mkdir(parents=True)
+    for path in sorted(trace_dir.iterdir()):
+        if not path.name.endswith(".arrow"):
+            shutil.copy(path, out / path.name)
+            continue
+        with pa.OSFile(str(path)) as f:
+            table = pa.ipc.open_stream(f).read_all()
+        table = table.filter(pc.is_in(table["step"], pa.array(sorted(steps), pa.int64())))
+        with pa.OSFile(str(out / path.name), "wb") as sink:
+            with pa.ipc.new_stream(sink, table.schema) as writer:
+                writer.write_table(table)
+    return out

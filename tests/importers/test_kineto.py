@@ -8,11 +8,12 @@ import json
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import polars as pl
 import pytest
 from kineto_nccl import write_traces
-from profiled import STEPS, WORLD, matching_steps, window
+from profiled import STEPS, WORLD, matching_steps, restricted, window
 
 from syncpace.analysis import analyze
 from syncpace.importers import ImportConfig, available, convert, jsonstream, kineto
@@ -102,7 +103,10 @@ def test_optimizer_steps_hold_the_same_calls_as_the_tracers(profiled, imported):
     ends = ours.steps.with_columns(step=pl.col("step") + STEPS).join(
         theirs.steps, on=["rank", "step"], suffix="_sp"
     )
-    assert ((ends["end_ns"] - ends["end_ns_sp"]).abs() < 2_000_000).all()
+    # the tracer's optimizer hook and the profiler's span end a moment apart: well within
+    # a tenth of an iteration (on a quiet machine some µs)
+    tolerance = 0.1 * float((theirs.steps["end_ns"] - theirs.steps["start_ns"]).median())
+    assert ((ends["end_ns"] - ends["end_ns_sp"]).abs() < tolerance).all()
     for step, theirs_step in steps.items():
         got = calls(ours.events.filter(pl.col("step") == step))
         want = calls(theirs.events.filter(pl.col("step") == theirs_step))
@@ -135,17 +139,30 @@ def test_calls_line_up_with_the_tracer_timestamps(phase, profiled, imported):
     assert set(both["timing"]) == {"profiler_host"}
 
 
+def tracer_window(profiled, imported_dir: Path, out: Path) -> Path:
+    """The syncpace trace of the very iterations the profiler saw."""
+    steps = matching_steps(load_trace(imported_dir), profiled.syncpace)
+    return restricted(profiled.syncpace_dir, set(steps.values()), out)
+
+
 @pytest.mark.parametrize("phase", PHASES)
-def test_diagnose_names_the_planted_straggler_on_both(phase, profiled, imported):
+def test_diagnose_names_the_planted_straggler_on_both(phase, profiled, imported, tmp_path):
+    """`syncpace diagnose` on the converted trace and on the tracer's trace of the same
+    iterations: the same straggler, the planted one, arriving late by the same amount."""
+    tracer = tracer_window(profiled, imported[phase], tmp_path / "tracer")
     found = {}
-    for label, path in (("syncpace", profiled.syncpace_dir), ("imported", imported[phase])):
+    for label, path in (("syncpace", tracer), ("imported", imported[phase])):
         proc = syncpace_cli("diagnose", str(path), "--json")
         assert proc.returncode == 0, proc.stderr
         findings = json.loads(proc.stdout)["findings"]
         stragglers = [f for f in findings if f["mode"] == "straggler"]
         assert stragglers, (label, [f["mode"] for f in findings])
-        found[label] = stragglers[0]["ranks"]
-    assert found["imported"] == found["syncpace"] == [profiled.slow_rank]
+        found[label] = stragglers[0]
+    assert found["imported"]["ranks"] == found["syncpace"]["ranks"] == [profiled.slow_rank]
+    late = [found[k]["evidence"]["lateness_p50_ms"][str(profiled.slow_rank)] for k in found]
+    # the tracer stamps a call a few µs before the profiler's op begins (more when the
+    # thread is descheduled in between on a busy machine)
+    assert abs(late[0] - late[1]) < max(2.0, 0.05 * late[1]), late
 
 
 def test_metadata_says_what_the_source_could_not_tell(imported):
@@ -189,8 +206,15 @@ def test_clock_offsets_are_estimated_from_the_trace(profiled, tmp_path):
         assert clock["samples"][0]["instances"] >= 20
     assert trace.meta[2]["clock"]["method"] == "same_host"
     assert result.clock["unaligned_ranks"] == []
-    straggler = [f for f in analyze(out).findings if f.mode == "straggler"]
-    assert straggler and straggler[0].ranks == (profiled.slow_rank,)
+    # aligned again, the arrivals are what they were with the true clocks
+    original = tmp_path / "original"
+    convert("kineto", [profiled.plain_dir], original)
+    late = {
+        name: analyze(path).runs[0].per_rank.sort("rank")["lateness_p50_ns"].to_list()
+        for name, path in (("shifted", out), ("original", original))
+    }
+    for rank, (a, b) in enumerate(zip(late["shifted"], late["original"], strict=True)):
+        assert abs(a - b) <= max(1_000_000, trace.meta[rank]["clock"]["uncertainty_ns"]), late
 
     # told to trust clocks of other hosts, nothing is measured: diagnose says so and
     # halves the confidence of what rests on arrival times
@@ -223,6 +247,7 @@ def test_nccl_traces_keep_device_and_host_timing_apart(profiled, tmp_path, kerne
         # the sequence numbers are torch's: the same call has the same one everywhere
         inst = trace.events.group_by("group", "seq").agg(pl.col("bytes").n_unique())
         assert (inst["bytes"] == 1).all()
+        # the planted rank's kernels start last: it is the straggler here too
         straggler = [f for f in analyze(out).findings if f.mode == "straggler"]
         assert straggler and straggler[0].ranks == (profiled.slow_rank,)
 
