@@ -1,38 +1,65 @@
-"""The facade: trace directories in, metrics and ranked findings out."""
+"""The facade: trace directories in, metrics and ranked findings out.
+
+Several runs are one of two studies, decided by their world sizes:
+
+* runs of **equal** world size are runs of one job (A/B, paced and unpaced, before and
+  after a fix): a *comparison* — side by side, each against the first (the baseline);
+* runs of **different** world sizes are a *scaling* study: a curve of speedup and
+  efficiency over world size (one point per size).
+
+Runs of one world size never form a scaling curve: a vertical line of "speedups" at a
+single world size is a misreading, not a measurement.
+"""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
+from syncpace.analysis.comparison import RunComparison, compare_runs
 from syncpace.analysis.diagnosis import diagnose_run, order, scaling_evidence
 from syncpace.analysis.findings import Finding
 from syncpace.analysis.metrics import RunMetrics, compute_metrics
 from syncpace.analysis.scaling import ScalingPoint, scaling_curve
 from syncpace.analysis.thresholds import Thresholds
+from syncpace.analysis.timeline import IterationSample, sample_iterations
 from syncpace.trace.reader import Trace, load_trace
+
+Study = Literal["single", "comparison", "scaling"]
 
 
 @dataclass(frozen=True)
 class Analysis:
-    """Metrics of every run, the scaling curve across them, and the ranked findings."""
+    """Metrics of every run, how the runs relate (comparison or scaling curve), the
+    ranked findings, and a few iterations of each run in full detail."""
 
     runs: tuple[RunMetrics, ...]
     findings: tuple[Finding, ...]
     scaling: tuple[ScalingPoint, ...]
     thresholds: Thresholds
+    comparison: tuple[RunComparison, ...] = ()
+    samples: tuple[IterationSample, ...] = ()
 
     @property
     def top(self) -> Finding:
         return self.findings[0]
 
+    @property
+    def study(self) -> Study:
+        """``single``, ``comparison`` (all runs of one world size) or ``scaling``."""
+        if len(self.runs) < 2:
+            return "single"
+        return "scaling" if len({r.world_size for r in self.runs}) > 1 else "comparison"
+
     def to_json(self) -> dict[str, Any]:
         return {
             "findings": [f.to_json() for f in self.findings],
             "metrics": {
+                "study": self.study,
                 "runs": [r.summary() for r in self.runs],
+                "comparison": [c.to_json() for c in self.comparison],
                 "scaling": [p.to_json() for p in self.scaling],
                 "busbw_note": "busbw uses the nccl-tests factors, which assume a flat topology",
             },
@@ -45,12 +72,18 @@ def analyze(
     *,
     warmup_steps: int = 1,
 ) -> Analysis:
-    """Analyse one or several runs (e.g. the same job at different world sizes)."""
+    """Analyse one or several runs: of one job (equal world sizes, compared side by
+    side) or of different world sizes (a scaling curve)."""
     if isinstance(traces, (Trace, str, os.PathLike)):
         traces = [traces]
     thresholds = thresholds or Thresholds()
-    loaded = [t if isinstance(t, Trace) else load_trace(t) for t in traces]
-    runs = [compute_metrics(t, warmup_steps=warmup_steps) for t in loaded]
+    runs, samples = [], []
+    for item in traces:
+        trace = item if isinstance(item, Trace) else load_trace(item)
+        run = compute_metrics(trace, warmup_steps=warmup_steps)
+        runs.append(run)
+        samples.append(sample_iterations(trace, run))
+        del trace  # one loaded trace at a time
     curve = scaling_curve(
         [(r.run, r.world_size, r.iteration_ns / 1e9, r.iteration.get("cv", 0.0)) for r in runs]
     )
@@ -59,4 +92,11 @@ def analyze(
         findings.extend(diagnose_run(run, thresholds))
     if len(runs) > 1:
         findings = order(scaling_evidence(findings, curve))
-    return Analysis(tuple(runs), tuple(findings), tuple(curve), thresholds)
+    return Analysis(
+        tuple(runs),
+        tuple(findings),
+        tuple(curve),
+        thresholds,
+        comparison=tuple(compare_runs(runs)),
+        samples=tuple(samples),
+    )

@@ -6,15 +6,13 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from syncpace.analysis.detectors import DETECTORS, Context, Detector
-from syncpace.analysis.findings import Finding, Severity, rank_findings
+from syncpace.analysis.findings import SYMPTOMS, Finding, Severity, rank_findings
 from syncpace.analysis.metrics import RunMetrics
 from syncpace.analysis.scaling import ScalingPoint
 from syncpace.analysis.thresholds import Thresholds
 
 #: Findings that rest on arrival skews; an untrustworthy clock halves their confidence.
 _SKEW_BASED = ("straggler", "locality_variance", "sync_amplification")
-#: A summary symptom: ranks after a specific cause of the same severity.
-_SYMPTOMS = ("comm_dominated",)
 
 
 def diagnose_run(
@@ -39,7 +37,7 @@ def order(findings: list[Finding]) -> list[Finding]:
     ranked = rank_findings(findings)
     return sorted(
         ranked,
-        key=lambda f: (-int(f.severity), f.mode != "healthy", f.mode in _SYMPTOMS),
+        key=lambda f: (-int(f.severity), f.mode != "healthy", f.mode in SYMPTOMS),
     )
 
 

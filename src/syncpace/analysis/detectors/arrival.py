@@ -80,7 +80,8 @@ def _straggler_finding(ctx: Context, late: list[int]) -> Finding:
     whole = [
         n for n in nodes if set(place.filter(pl.col("node") == n)["rank"].to_list()) <= set(late)
     ]
-    where = f"node {', '.join(whole)}" if whole else f"rank{'s' if len(late) > 1 else ''} {late}"
+    ranks = ", ".join(map(str, late))
+    where = f"node {', '.join(whole)}" if whole else f"rank{'s' if len(late) > 1 else ''} {ranks}"
     return ctx.finding(
         "straggler",
         cost,
@@ -117,8 +118,9 @@ def _locality_finding(ctx: Context, local_rank: int, ranks: list[int]) -> Findin
         "locality_variance",
         cost,
         _last_share(ctx, ranks),
-        f"local rank {local_rank} is late on {len(nodes)} nodes (ranks {ranks}): a placement "
-        f"pattern, not a bad node; the others idle {cost:.1%} of each iteration",
+        f"local rank {local_rank} is late on {len(nodes)} nodes (ranks "
+        f"{', '.join(map(str, ranks))}): a placement pattern, not a bad node; the others "
+        f"idle {cost:.1%} of each iteration",
         ranks=tuple(ranks),
         nodes=nodes,
         evidence={
