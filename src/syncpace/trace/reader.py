@@ -198,7 +198,6 @@ def load_trace(path: str | Path, *, allow_missing_ranks: bool = True) -> Trace:
 _FOREIGN = (
     (re.compile(r"\.pt\.trace\.json(\.gz)?$"), "kineto"),
     (re.compile(r"^.+-pid\d+\.log$"), "nccl-inspector"),
-    (re.compile(r"^nccl_trace_rank_\d+"), "flight-recorder"),
 )
 
 
