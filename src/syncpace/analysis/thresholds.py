@@ -72,6 +72,9 @@ class Thresholds:
     clock_trust_factor: float = setting(
         1.0, "Skews below this times the clock uncertainty are not trustworthy."
     )
+    min_steps: int = setting(
+        3, "Fewer iterations than this (after warm-up) are too few to judge a run healthy."
+    )
 
     def __post_init__(self) -> None:
         for f in fields(self):

@@ -91,16 +91,8 @@ class Tracer:
             config=dataclasses.asdict(self.config),
             clock=self._clock_meta,
         )
-        out = Path(self.config.dir or "syncpace-run")
-        self.writer = RankTraceWriter(
-            out,
-            rank,
-            meta,
-            flush_interval_s=self.config.flush_interval_s,
-            max_buffered=self.config.max_buffered_events,
-            offset_ns=lambda: self._offset_ns,
-        )
-        self._clock_sync = ClockSync(
+        attach_start = time.monotonic()
+        clock_sync = ClockSync(
             _clock_store_factory(store, self.config.clock_timeout_s),
             self.clock,
             rank,
@@ -108,11 +100,39 @@ class Tracer:
             rounds=self.config.clock_rounds,
             interval_s=self.config.clock_interval_s,
             on_estimate=self._on_clock,
+            timeout_s=self.config.clock_timeout_s,
         )
-        self._clock_sync.initial()
+        out = Path(self.config.dir or "syncpace-run")
+        try:
+            self.writer = RankTraceWriter(
+                out,
+                rank,
+                meta,
+                flush_interval_s=self.config.flush_interval_s,
+                max_buffered=self.config.max_buffered_events,
+                offset_ns=lambda: self._offset_ns,
+            )
+        except Exception:
+            # Untraced from here on; the other ranks must not wait for this one.
+            clock_sync.initial(participate=False)
+            raise
+        self._clock_sync = clock_sync
+        clock_sync.initial()
+        if clock_sync.first_round is not None:
+            first = clock_sync.first_round
+            self._clock_meta["first_round"] = {
+                "waited_s": round(first.waited_s, 6),
+                "absent_ranks": list(first.absent),
+                "failed_ranks": list(first.failed),
+                "untraced_ranks": list(first.left),
+            }
         self._last_boundary = self.now()
-        self.writer.update_meta(started_ns=self._last_boundary + self._offset_ns)
-        self._clock_sync.start_periodic()
+        self.writer.update_meta(
+            started_ns=self._last_boundary + self._offset_ns,
+            attach_s=round(time.monotonic() - attach_start, 6),
+            clock=self._clock_meta,
+        )
+        clock_sync.start_periodic()
         self._start_controller(store, rank, world_size)
         atexit.register(self.close)
         _install_sigterm(self)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from syncpace.analysis.detectors.context import Context, ms
+from syncpace.analysis.detectors.context import Context, confidence_of, ms
 from syncpace.analysis.findings import Finding
 
 
@@ -158,7 +158,7 @@ def sync_amplification(ctx: Context) -> list[Finding]:
         ctx.finding(
             "sync_amplification",
             cost,
-            min(1.0, spread * cost / (2 * th.sync_wait_share)),
+            confidence_of(spread * cost, th.sync_wait_share),
             f"transient jitter: {last_ranks} of {len(m.ranks)} ranks take turns arriving "
             f"last; ranks idle {cost:.1%} of each iteration waiting (iteration CV {cv:.3f})",
             evidence={

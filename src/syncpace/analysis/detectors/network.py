@@ -6,7 +6,7 @@ import math
 
 import polars as pl
 
-from syncpace.analysis.detectors.context import Context, ms
+from syncpace.analysis.detectors.context import Context, confidence_of, ms
 from syncpace.analysis.findings import Finding
 
 
@@ -116,7 +116,7 @@ def latency_bound(ctx: Context) -> list[Finding]:
         ctx.finding(
             "latency_bound",
             share,
-            min(1.0, per_rank_step / (2 * th.latency_min_per_step)),
+            confidence_of(per_rank_step, th.latency_min_per_step),
             f"{per_rank_step:.0f} collectives per iteration below {th.latency_knee_bytes} "
             f"bytes take {share:.1%} of the iteration, each ~{alpha / 1e3:.0f} us of latency",
             evidence={
