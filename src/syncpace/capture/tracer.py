@@ -59,6 +59,10 @@ class Tracer:
             "offset_ns": None,
             "uncertainty_ns": None,
             "samples": [],
+            # local time = CLOCK_MONOTONIC + base_ns: relates the trace to wall-clock
+            # timelines (the profiler's, host telemetry) before the offset to rank 0
+            "base_ns": self.clock.base_ns,
+            "base_error_ns": self.clock.anchor_error_ns,
         }
         self._clock_sync: ClockSync | None = None
         self._last_boundary = 0
