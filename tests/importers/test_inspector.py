@@ -60,7 +60,7 @@ def test_every_collective_and_the_straggler(profiled, tmp_path):
         .sort(pl.all())
     )
     assert got.to_dicts() == want.to_dicts()
-    assert set(trace.events["timing"]) == {"inspector_kernel_gpu"}
+    assert set(trace.events["timing"]) == {"inspector_kernel_gpu"} and trace.warnings == ()
     # the communicators' members, from the ranks each process holds in them
     assert {names[g]: s["ranks"] for g, s in trace.meta[0]["groups"].items()} == {
         g: s["ranks"] for g, s in traced.meta[0]["groups"].items()

@@ -203,7 +203,7 @@ def test_clock_offsets_are_estimated_from_the_trace(profiled, tmp_path):
         # lie on this busy machine) covers it
         assert error < 1_000_000, clock
         assert error <= clock["uncertainty_ns"] < 10_000_000, clock
-        assert clock["samples"][0]["instances"] >= 20
+        assert clock["estimate"]["instances"] >= 20 and clock["samples"] == []
     assert trace.meta[2]["clock"]["method"] == "same_host"
     assert result.clock["unaligned_ranks"] == []
     # aligned again, the arrivals are what they were with the true clocks
@@ -240,7 +240,7 @@ def test_nccl_traces_keep_device_and_host_timing_apart(profiled, tmp_path, kerne
         out = tmp_path / timing
         convert("kineto", [src], out, config=ImportConfig(timing=timing))
         trace = load_trace(out)
-        assert set(trace.events["timing"]) == {expected}
+        assert set(trace.events["timing"]) == {expected} and trace.warnings == ()
         got = trace.events.group_by("rank", "group", "op").len()
         assert got.sort(pl.all()).to_dicts() == want.sort(pl.all()).to_dicts()
         assert trace.meta[1]["device"] == "cuda:1"

@@ -720,9 +720,9 @@ def _rpc_rows(scan: RankScan, use_device: bool, stats: Counter) -> tuple[list[di
                 row["exit_ns"] = max(k.end for k in kernels)
                 row["timing"] = "profiler_device"
                 used.update(id(k) for k in kernels)
-            else:
-                row.update(enter_ns=-1, exit_ns=-1, timing="unobserved", status="unobserved")
-                stats["calls without their NCCL kernel"] += 1
+            else:  # no device time: a host time beside the others' kernels would mislead
+                stats["calls without their NCCL kernel (left out)"] += 1
+                continue
         rows.append(row)
     if use_device:
         stats["NCCL kernels without their call"] += sum(

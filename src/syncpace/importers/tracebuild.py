@@ -269,7 +269,9 @@ def _clock_meta(
     rank: int, plan: str, est: clocks.OffsetEstimate, resolution_ns: int
 ) -> dict[str, Any]:
     sample = est.sample(rank)
-    meta: dict[str, Any] = {"method": plan, "samples": [sample] if sample else []}
+    # ``samples`` are the tracer's round trips (local time, RTT): none here. The estimate
+    # from the collectives' ends is kept beside them, also where the clock is trusted.
+    meta: dict[str, Any] = {"method": plan, "samples": [], "estimate": sample}
     if plan == "reference":
         meta.update(offset_ns=0, uncertainty_ns=resolution_ns)
     elif plan == "same_host":
@@ -412,9 +414,7 @@ def write_trace(
             **(notes or {}),
             **r.extra_meta,
         }
-        Path(f"{stem}{schema.META_SUFFIX}").write_text(
-            json.dumps(meta, indent=1, sort_keys=True, default=str)
-        )
+        Path(f"{stem}{schema.META_SUFFIX}").write_text(_meta_text(meta))
     per_op = dict(ev.group_by("op").len().sort("op").iter_rows())
     per_group = dict(ev.group_by("group").len().sort("group").iter_rows())
     known = [m["uncertainty_ns"] for m in clock_meta.values() if m["uncertainty_ns"] is not None]
@@ -481,6 +481,17 @@ def _steps_table(rank: int, steps: pl.DataFrame) -> pa.Table:
     return cols.to_arrow().cast(schema.STEPS)
 
 
+def _meta_text(meta: dict[str, Any]) -> str:
+    """The metadata as strict JSON with its checksum, as the tracer writes it."""
+    plain = json.loads(json.dumps(meta, default=str, allow_nan=False))
+    plain[schema.CHECKSUM_KEY] = schema.meta_checksum(plain)
+    return json.dumps(plain, indent=1, sort_keys=True) + "\n"
+
+
 def _write_stream(path: Path, table: pa.Table) -> None:
+    """One Arrow IPC stream; every batch carries its checksum, as the tracer's do."""
     with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table, max_chunksize=1 << 16)
+        for batch in table.to_batches(max_chunksize=1 << 16):
+            writer.write_batch(
+                batch, custom_metadata={schema.CHECKSUM_KEY: schema.batch_checksum(batch)}
+            )
