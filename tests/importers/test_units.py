@@ -11,7 +11,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from syncpace.errors import TraceError
+from syncpace.errors import ConfigError, TraceError
 from syncpace.importers import FORMATS, available, clocks, dtypes, jsonstream, kineto
 from syncpace.importers.config import ImportConfig
 from syncpace.importers.tracebuild import assign_seq
@@ -264,9 +264,9 @@ def test_inputs_that_are_not_there_are_one_line(tmp_path):
 
 
 def test_settings_are_validated():
-    with pytest.raises(Exception, match="timing must be one of auto, host, device"):
+    with pytest.raises(ConfigError, match="timing: must be one of auto, host, device"):
         ImportConfig(timing="gpu")
-    with pytest.raises(Exception, match="window_ms must be in"):
+    with pytest.raises(ConfigError, match=r"window_ms: must be in \(0, 3600000\]"):
         ImportConfig(window_ms=0)
 
 

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from syncpace.analysis.detectors import DETECTORS, Context, Detector
+from syncpace.analysis.detectors.hosts import attach_host_evidence
 from syncpace.analysis.findings import SYMPTOMS, Finding, Severity, rank_findings
 from syncpace.analysis.metrics import RunMetrics
 from syncpace.analysis.scaling import ScalingPoint
@@ -29,6 +30,7 @@ def diagnose_run(
         ]
     if not any(f.severity >= Severity.WARNING for f in findings):
         findings.append(_healthy(ctx))
+    findings = attach_host_evidence(findings, metrics, thresholds)
     return order(findings)
 
 

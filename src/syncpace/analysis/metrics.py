@@ -7,7 +7,7 @@ from typing import Any
 
 import polars as pl
 
-from syncpace.analysis import collectives, iterations, locality, overlap
+from syncpace.analysis import collectives, hostcounters, iterations, locality, overlap
 from syncpace.trace.reader import Trace
 from syncpace.trace.summary import pacing_summary
 from syncpace.trace.validate import completeness_lines
@@ -46,6 +46,7 @@ class RunMetrics:
     quality: dict[str, Any]
     group_nodes: dict[str, int]
     pacing: dict[str, Any] | None = None  # the pacer's account, when the run was paced
+    hosts: hostcounters.HostMetrics | None = None  # host counters and topology, when sampled
 
     @property
     def iteration_ns(self) -> float:
@@ -71,6 +72,7 @@ class RunMetrics:
             "collectives_by_op": _records(_by_op(inst)),
             "quality": self.quality,
             "pacing": self.pacing,
+            "hosts": self.hosts.to_json() if self.hosts is not None else None,
         }
 
 
@@ -116,6 +118,7 @@ def compute_metrics(trace: Trace, *, warmup_steps: int = 1) -> RunMetrics:
         quality=_quality(trace, inst, uncertainty, dropped, global_steps.height),
         group_nodes=_group_nodes(trace.meta, place),
         pacing=pacing_summary(trace),
+        hosts=hostcounters.host_metrics(trace.counters, trace.hosts, trace.meta),
     )
 
 

@@ -30,8 +30,7 @@ from pathlib import Path
 
 from syncpace.capture.config import TraceConfig
 from syncpace.config import to_env
-from syncpace.control.config import ControllerConfig
-from syncpace.control.policy import PacingConfig
+from syncpace.control.config import ControllerConfig, PacingConfig
 from syncpace.errors import ConfigError
 
 BOOTSTRAP_DIR = Path(__file__).resolve().parent / "bootstrap"
@@ -178,6 +177,9 @@ def prepare_run_dir(out: str | None, overwrite: bool) -> Path:
             )
         for path in existing:
             if path.name.startswith("rank-") and path.suffix in (".json", ".arrow", ".tmp"):
+                path.unlink()
+        for path in sorted(run_dir.glob("host-*")):  # the host sampler's files of a replaced run
+            if path.suffix in (".json", ".arrow", ".tmp", ".lock"):
                 path.unlink()
     except BaseException:
         lock.release()

@@ -25,13 +25,13 @@ from syncpace.capture.clock import ClockSync, OffsetEstimate, local_clock
 from syncpace.capture.config import TraceConfig
 from syncpace.capture.host import device_facts, env_int, rank_facts
 from syncpace.capture.log import warn_once
+from syncpace.capture.sampler import SamplerHandle, start_host_sampler
 from syncpace.capture.torch_hooks import install
 from syncpace.capture.work import TimedWork, classify
 from syncpace.config import from_env
 from syncpace.control.channel import GatherChannel
-from syncpace.control.config import ControllerConfig
+from syncpace.control.config import ControllerConfig, PacingConfig
 from syncpace.control.controller import PacingController
-from syncpace.control.policy import PacingConfig
 from syncpace.errors import ConfigError
 from syncpace.trace.writer import RankTraceWriter
 
@@ -73,6 +73,7 @@ class Tracer:
         self.controller: PacingController | None = None
         self.arrival_step = -1
         self._arrival_ns = 0
+        self._host_sampler: SamplerHandle | None = None
 
     # Process groups --------------------------------------------------------------
     def on_group(self, name: str, ranks: list[int], backend: str) -> None:
@@ -137,6 +138,9 @@ class Tracer:
             clock=self._clock_meta,
         )
         clock_sync.start_periodic()
+        self._host_sampler = start_host_sampler(
+            out, rank, self.config, self.clock, self.writer.meta_path, lambda: self._offset_ns
+        )
         self._start_controller(store, rank, world_size)
         atexit.register(self.close)
         _install_sigterm(self)
@@ -145,7 +149,7 @@ class Tracer:
 
     def _start_controller(self, store: Any, rank: int, world_size: int) -> None:
         config = self.controller_config
-        if (config.pace == "off" and not config.log_every) or world_size < 2:
+        if (not self.pacing_config.paced and not config.log_every) or world_size < 2:
             return
         try:
             channel = GatherChannel(store, rank, world_size, 2, config.channel_timeout_s)
@@ -232,6 +236,9 @@ class Tracer:
     def close(self) -> None:
         if self._clock_sync is not None:
             self._clock_sync.stop()
+        sampler, self._host_sampler = self._host_sampler, None
+        if sampler is not None:
+            sampler.stop()
         writer, self.writer = self.writer, None
         if writer is not None:
             final = {}
@@ -304,7 +311,7 @@ TRACER: Tracer | None = None
 
 def get_tracer(**overrides: Any) -> Tracer:
     """The process's tracer; ``overrides`` are fields of TraceConfig, ControllerConfig
-    or PacingConfig (e.g. ``pace="early"``), on top of ``SYNCPACE_*`` variables."""
+    or PacingConfig (e.g. ``strategy="early"``), on top of ``SYNCPACE_*`` variables."""
     global TRACER
     if TRACER is None:
         parts: list[dict[str, Any]] = [{}, {}, {}]

@@ -1,11 +1,10 @@
-"""Settings of a conversion (``syncpace import`` flags, ``SYNCPACE_*`` variables)."""
+"""Settings of a conversion (``syncpace import``'s flags only: a command, not the job)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from syncpace.config import setting
-from syncpace.errors import ConfigError
+from syncpace.config import check_choice, check_numbers, setting
 
 CLOCKS = ("auto", "trust", "estimate")
 TIMINGS = ("auto", "host", "device")
@@ -37,11 +36,6 @@ class ImportConfig:
     overwrite: bool = setting(False, "Replace a trace already in the output directory.")
 
     def __post_init__(self) -> None:
-        if self.clocks not in CLOCKS:
-            raise ConfigError(f"clocks must be one of {', '.join(CLOCKS)}, got {self.clocks!r}")
-        if self.timing not in TIMINGS:
-            raise ConfigError(f"timing must be one of {', '.join(TIMINGS)}, got {self.timing!r}")
-        if not 0 < self.window_ms <= 3_600_000:
-            raise ConfigError(f"window_ms must be in (0, 3600000], got {self.window_ms}")
-        if not 1 <= self.gloo_threads <= 256:
-            raise ConfigError(f"gloo_threads must be in 1..256, got {self.gloo_threads}")
+        check_numbers(self, window_ms="(0, 3600000]", gloo_threads="[1, 256]")
+        check_choice(self, "clocks", CLOCKS)
+        check_choice(self, "timing", TIMINGS)

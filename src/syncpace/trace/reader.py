@@ -8,6 +8,7 @@ the format are left out and counted. The rules live in :mod:`syncpace.trace.vali
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +40,10 @@ class Trace:
     warnings: tuple[str, ...] = field(default=())
     #: Per rank: events and steps declared, found, left out as invalid, dropped, cut.
     completeness: dict[int, validate.RankCompleteness] = field(default_factory=dict)
+    #: Counter series of every host that ran a sampler (``host-*.counters.arrow``).
+    counters: pl.DataFrame = field(default_factory=lambda: _empty_counters())
+    #: Host name -> that host's facts (``host-*.meta.json``).
+    hosts: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def ranks(self) -> list[int]:
@@ -274,7 +279,48 @@ def load_trace(path: str | Path, *, allow_missing_ranks: bool = True) -> Trace:
     events = pl.from_arrow(pa.concat_tables(event_tables))
     steps = pl.from_arrow(pa.concat_tables(step_tables))
     assert isinstance(events, pl.DataFrame) and isinstance(steps, pl.DataFrame)
-    return Trace(root, world_size, metas, events, steps, tuple(warnings), completeness)
+    counters, hosts = load_host_files(root, warnings)
+    return Trace(
+        root, world_size, metas, events, steps, tuple(warnings), completeness, counters, hosts
+    )
+
+
+def _empty_counters() -> pl.DataFrame:
+    return pl.from_arrow(schema.COUNTERS.empty_table())  # type: ignore[return-value]
+
+
+def load_host_files(
+    root: Path, warnings: list[str]
+) -> tuple[pl.DataFrame, dict[str, dict[str, Any]]]:
+    """The host files of a run directory: counters of all hosts and each host's facts.
+
+    They are evidence beside the trace: a damaged one is a warning, never an error."""
+    hosts: dict[str, dict[str, Any]] = {}
+    tables = []
+    for meta_path in sorted(root.glob(f"{schema.HOST_PREFIX}*{schema.HOST_META_SUFFIX}")):
+        try:
+            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            warnings.append(f"{meta_path}: host facts not read ({_first_line(exc)})")
+            continue
+        if not isinstance(meta, dict) or meta.get("schema") != schema.HOST_SCHEMA_NAME:
+            warnings.append(f"{meta_path}: not a syncpace host file; ignored")
+            continue
+        host = str(meta.get("host", meta_path.name))
+        hosts[host] = meta
+        stem = meta_path.name[: -len(schema.HOST_META_SUFFIX)]
+        path = root / f"{stem}{schema.COUNTERS_SUFFIX}"
+        if not path.exists():
+            continue
+        try:
+            tables.append(_read_stream(path, schema.COUNTERS, warnings))
+        except TraceError as exc:
+            warnings.append(f"{exc}; its counters are left out")
+    if not tables:
+        return _empty_counters(), hosts
+    counters = pl.from_arrow(pa.concat_tables(tables))
+    assert isinstance(counters, pl.DataFrame)
+    return counters, hosts
 
 
 #: Names other tools give their traces -> the ``syncpace import`` format that reads them.
