@@ -22,7 +22,8 @@ import pyarrow.compute as pc
 from multirank import SRC, check, join, start_ranks
 from syncpace.capture.config import TraceConfig
 from syncpace.capture.launch import traced_env
-from syncpace.trace import Trace, load_trace
+from syncpace.trace import Trace, load_trace, schema
+from syncpace.trace.writer import write_table
 
 WORKER = Path(__file__).parent / "workers" / "profiled_ddp.py"
 WORLD = 4
@@ -143,18 +144,34 @@ def window(trace: Trace, imported: Trace, slack_ns: int = 1_000_000) -> pl.DataF
     )
 
 
+ROWS = (schema.EVENTS_SUFFIX, schema.STEPS_SUFFIX)
+
+
 def restricted(trace_dir: Path, steps: set[int], out: Path) -> Path:
     """A copy of the syncpace trace in ``trace_dir`` holding only ``steps``: the tracer's
-    view of the window a profiler saw, for diagnosing the same iterations."""
+    view of the window a profiler saw, for diagnosing the same iterations. Written as the
+    tracer writes (checksummed batches, metadata declaring the rows kept), so the reader
+    takes it as a whole trace, not a damaged one; host files are copied as they are."""
     out.mkdir(parents=True)
+    kept: dict[str, int] = {}
     for path in sorted(trace_dir.iterdir()):
-        if not path.name.endswith(".arrow"):
-            shutil.copy(path, out / path.name)
+        if not path.name.startswith("rank-") or not path.name.endswith(ROWS):
             continue
         with pa.OSFile(str(path)) as f:
             table = pa.ipc.open_stream(f).read_all()
         table = table.filter(pc.is_in(table["step"], pa.array(sorted(steps), pa.int64())))
-        with pa.OSFile(str(out / path.name), "wb") as sink:
-            with pa.ipc.new_stream(sink, table.schema) as writer:
-                writer.write_table(table)
+        kept[path.name] = table.num_rows
+        write_table(out / path.name, table)
+    for path in sorted(trace_dir.iterdir()):
+        if path.name in kept:
+            continue
+        if not path.name.endswith(schema.META_SUFFIX) or not path.name.startswith("rank-"):
+            shutil.copy(path, out / path.name)
+            continue
+        meta = json.loads(path.read_text())
+        stem = path.name.removesuffix(schema.META_SUFFIX)
+        meta["events_written"] = kept.get(stem + schema.EVENTS_SUFFIX, 0)
+        meta["steps_written"] = kept.get(stem + schema.STEPS_SUFFIX, 0)
+        meta[schema.CHECKSUM_KEY] = schema.meta_checksum(meta)
+        (out / path.name).write_text(json.dumps(meta, indent=1, sort_keys=True))
     return out

@@ -159,7 +159,9 @@ def tracer_window(profiled, phase: str, imported_dir: Path, out: Path) -> Path:
     """The syncpace trace of the very iterations the profiler saw."""
     theirs = on_profiler_timeline(profiled.syncpace, timeline_offsets(profiled, phase))
     steps = matching_steps(load_trace(imported_dir), theirs)
-    return restricted(profiled.syncpace_dir, set(steps.values()), out)
+    restricted(profiled.syncpace_dir, set(steps.values()), out)
+    assert load_trace(out).warnings == ()  # a whole trace to the reader, not a damaged one
+    return out
 
 
 @pytest.mark.parametrize("phase", PHASES)

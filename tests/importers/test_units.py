@@ -14,7 +14,8 @@ import pytest
 from syncpace.errors import ConfigError, TraceError
 from syncpace.importers import FORMATS, available, clocks, dtypes, jsonstream, kineto
 from syncpace.importers.config import ImportConfig
-from syncpace.importers.tracebuild import assign_seq
+from syncpace.importers.tracebuild import INPUT_COLUMNS, RankInput, assign_seq, write_trace
+from syncpace.trace import load_trace
 
 BASE = {"schemaVersion": 1, "distributedInfo": {"rank": 3, "world_size": 4}}
 
@@ -274,3 +275,38 @@ def test_the_registry_lists_every_format():
     assert list(FORMATS) == ["kineto", "nccl-inspector", "flight-recorder"]
     assert available()["kineto"] and available()["nccl-inspector"]
     assert Counter(available().values())[True] >= 2
+
+
+def test_a_converted_rank_of_many_batches_loads_whole(tmp_path):
+    """More calls per rank than one Arrow batch holds (65,536): every batch passes the
+    reader's checksum, so no call is left out as damaged."""
+    n = 70_000
+    seq = pl.int_range(n, eager=True)
+
+    def rank(r: int) -> RankInput:
+        events = pl.DataFrame(
+            {
+                "group": "0",
+                "group_size": 2,
+                "seq": seq,
+                "op": "all_reduce",
+                "bytes": 4096,
+                "dtype": "float32",
+                "peer": -1,
+                "enter_ns": 1_000_000_000 + seq * 10_000 + r * 1_000,
+                "exit_ns": 1_000_000_000 + seq * 10_000 + 5_000,
+                "timing": "profiler_call",
+                "status": "completed",
+                "error": None,
+                "wait_ns": -1,
+                "call_ns": 1_000_000_000 + seq * 10_000 + r * 1_000,
+            },
+            schema=INPUT_COLUMNS,
+        )
+        return RankInput(rank=r, events=events, host="h")
+
+    write_trace([rank(0), rank(1)], tmp_path, fmt="kineto", source="t", config=ImportConfig())
+    trace = load_trace(tmp_path)
+    assert trace.warnings == ()
+    assert trace.events.height == 2 * n
+    assert trace.events.filter(pl.col("rank") == 1)["seq"].to_list() == list(range(n))

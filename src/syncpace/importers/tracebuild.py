@@ -37,6 +37,7 @@ from syncpace.errors import ConfigError, TraceError
 from syncpace.importers import clocks
 from syncpace.importers.config import ImportConfig
 from syncpace.trace import schema
+from syncpace.trace.writer import write_table
 
 #: How the converters mark a column they could not fill.
 UNKNOWN = -1
@@ -385,8 +386,8 @@ def write_trace(
         own = ev.filter(pl.col("rank") == r.rank).sort("enter_ns")
         steps = step_tables[r.rank]
         stem = out / schema.rank_stem(r.rank)
-        _write_stream(Path(f"{stem}{schema.EVENTS_SUFFIX}"), _events_table(own))
-        _write_stream(Path(f"{stem}{schema.STEPS_SUFFIX}"), _steps_table(r.rank, steps))
+        write_table(Path(f"{stem}{schema.EVENTS_SUFFIX}"), _events_table(own))
+        write_table(Path(f"{stem}{schema.STEPS_SUFFIX}"), _steps_table(r.rank, steps))
         total_steps = max(total_steps, steps.height)
         meta = dict(base_meta)
         meta.update(
@@ -486,12 +487,3 @@ def _meta_text(meta: dict[str, Any]) -> str:
     plain = json.loads(json.dumps(meta, default=str, allow_nan=False))
     plain[schema.CHECKSUM_KEY] = schema.meta_checksum(plain)
     return json.dumps(plain, indent=1, sort_keys=True) + "\n"
-
-
-def _write_stream(path: Path, table: pa.Table) -> None:
-    """One Arrow IPC stream; every batch carries its checksum, as the tracer's do."""
-    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as writer:
-        for batch in table.to_batches(max_chunksize=1 << 16):
-            writer.write_batch(
-                batch, custom_metadata={schema.CHECKSUM_KEY: schema.batch_checksum(batch)}
-            )

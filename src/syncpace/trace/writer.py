@@ -297,3 +297,21 @@ class RankTraceWriter:
             with self._lock:
                 self._events = None  # type: ignore[assignment]
                 self._steps = None  # type: ignore[assignment]
+
+
+def write_table(path: str | Path, table: pa.Table, max_rows: int = 1 << 16) -> None:
+    """``table`` as one Arrow IPC stream of batches of at most ``max_rows``, each with its
+    checksum, for producers that hold a whole table (converters, trace tools).
+
+    A slice of a table (what ``to_batches`` and ``filter`` give) keeps its parent's
+    buffers, so its checksum would not be that of the batch the reader decodes, which
+    holds only the slice's bytes: each batch is checksummed as it comes back from its
+    IPC encoding."""
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as writer:
+        for batch in table.to_batches(max_chunksize=max_rows) or [
+            pa.RecordBatch.from_pylist([], schema=table.schema)
+        ]:
+            batch = pa.ipc.read_record_batch(batch.serialize(), table.schema)
+            writer.write_batch(
+                batch, custom_metadata={schema.CHECKSUM_KEY: schema.batch_checksum(batch)}
+            )
