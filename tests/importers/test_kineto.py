@@ -24,7 +24,7 @@ from profiled import (
 )
 
 from syncpace.analysis import analyze
-from syncpace.importers import ImportConfig, available, convert, jsonstream, kineto
+from syncpace.importers import ImportConfig, convert, jsonstream, kineto
 from syncpace.trace import load_trace
 
 pytestmark = pytest.mark.multirank
@@ -293,13 +293,14 @@ def test_diagnose_points_at_the_import_verb(profiled):
     assert f"syncpace import kineto {profiled.plain_dir} --out RUN_DIR" in line
 
 
-@pytest.mark.skipif(available()["flight-recorder"], reason="flight-recorder is in this build")
-def test_a_format_not_in_this_build_is_one_line(tmp_path):
-    proc = syncpace_cli("import", "flight-recorder", str(tmp_path), "--out", str(tmp_path / "o"))
+def test_a_folder_without_dumps_is_one_line(profiled, tmp_path):
+    """Profiler traces given as Flight Recorder dumps: one line naming the folder."""
+    out = tmp_path / "o"
+    proc = syncpace_cli("import", "flight-recorder", str(profiled.plain_dir), "--out", str(out))
     assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines() == [
-        "syncpace import: error: import format 'flight-recorder' is not available in this build"
-    ]
+    (line,) = proc.stderr.strip().splitlines()
+    assert str(profiled.plain_dir) in line and "no Flight Recorder dumps here" in line
+    assert not out.exists()
 
 
 def test_a_profile_without_shapes_says_its_sizes_are_unknown(profiled, tmp_path):

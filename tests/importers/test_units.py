@@ -5,7 +5,6 @@ from __future__ import annotations
 import gzip
 import json
 import tracemalloc
-from collections import Counter
 
 import numpy as np
 import polars as pl
@@ -274,7 +273,7 @@ def test_settings_are_validated():
 def test_the_registry_lists_every_format():
     assert list(FORMATS) == ["kineto", "nccl-inspector", "flight-recorder"]
     assert available()["kineto"] and available()["nccl-inspector"]
-    assert Counter(available().values())[True] >= 2
+    assert all(available().values())  # every format converts in this build
 
 
 def test_a_converted_rank_of_many_batches_loads_whole(tmp_path):

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from syncpace.analysis.detectors import DETECTORS, Context, Detector
 from syncpace.analysis.detectors.hosts import attach_host_evidence
-from syncpace.analysis.findings import SYMPTOMS, Finding, Severity, rank_findings
+from syncpace.analysis.findings import STOPPED, SYMPTOMS, Finding, Severity, rank_findings
 from syncpace.analysis.metrics import RunMetrics
 from syncpace.analysis.scaling import ScalingPoint
 from syncpace.analysis.thresholds import Thresholds
@@ -35,11 +35,17 @@ def diagnose_run(
 
 
 def order(findings: list[Finding]) -> list[Finding]:
-    """Severity first; ``healthy`` heads a list of notes; symptoms after causes."""
+    """A hang or desync first; then severity; ``healthy`` heads a list of notes;
+    symptoms after causes."""
     ranked = rank_findings(findings)
     return sorted(
         ranked,
-        key=lambda f: (-int(f.severity), f.mode != "healthy", f.mode in SYMPTOMS),
+        key=lambda f: (
+            f.mode not in STOPPED,
+            -int(f.severity),
+            f.mode != "healthy",
+            f.mode in SYMPTOMS,
+        ),
     )
 
 

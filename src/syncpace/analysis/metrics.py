@@ -8,6 +8,7 @@ from typing import Any
 import polars as pl
 
 from syncpace.analysis import collectives, hostcounters, iterations, locality, overlap
+from syncpace.analysis.hang import HangAnalysis, analyze_hang, hang_input
 from syncpace.trace.reader import Trace
 from syncpace.trace.summary import pacing_summary
 from syncpace.trace.validate import completeness_lines
@@ -46,6 +47,7 @@ class RunMetrics:
     quality: dict[str, Any]
     group_nodes: dict[str, int]
     pacing: dict[str, Any] | None = None  # the pacer's account, when the run was paced
+    hang: HangAnalysis | None = None  # where each group stopped (whole run, no warm-up cut)
     hosts: hostcounters.HostMetrics | None = None  # host counters and topology, when sampled
 
     @property
@@ -79,6 +81,7 @@ class RunMetrics:
 def compute_metrics(trace: Trace, *, warmup_steps: int = 1) -> RunMetrics:
     """Measure ``trace``. The first ``warmup_steps`` iterations (setup, first-call costs)
     are left out, unless nothing would be left."""
+    hang = analyze_hang(hang_input(trace))
     steps, events = trace.steps, trace.events
     max_step = int(steps["step"].max()) if steps.height else 0  # type: ignore[arg-type]
     if warmup_steps and max_step >= warmup_steps:
@@ -118,6 +121,7 @@ def compute_metrics(trace: Trace, *, warmup_steps: int = 1) -> RunMetrics:
         quality=_quality(trace, inst, uncertainty, dropped, global_steps.height),
         group_nodes=_group_nodes(trace.meta, place),
         pacing=pacing_summary(trace),
+        hang=hang,
         hosts=hostcounters.host_metrics(trace.counters, trace.hosts, trace.meta),
     )
 

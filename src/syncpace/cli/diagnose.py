@@ -10,6 +10,7 @@ from syncpace.analysis import Analysis, Thresholds, analyze
 from syncpace.bench.results import load_bench, main_fit
 from syncpace.config import add_flags, from_flags
 from syncpace.errors import ConfigError
+from syncpace.importers.flight_recorder import is_dump_dir, load_flight_recorder
 from syncpace.report.terminal import print_analysis
 
 
@@ -54,7 +55,9 @@ def analysis_from_args(args: argparse.Namespace) -> Analysis:
     thresholds = from_flags(Thresholds, args)
     if args.bench and thresholds.link_gbps == 0:
         thresholds = dataclasses.replace(thresholds, link_gbps=link_rate_of(args.bench))
-    return analyze(args.dirs, thresholds, warmup_steps=args.warmup_steps)
+    # Flight Recorder dump directories are read as runs too (the same hang finding).
+    runs = [load_flight_recorder([d]) if is_dump_dir(d) else d for d in args.dirs]
+    return analyze(runs, thresholds, warmup_steps=args.warmup_steps)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

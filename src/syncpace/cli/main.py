@@ -26,6 +26,7 @@ VERBS = (
     "trace_info",
     "import_traces",
     "diagnose",
+    "hang",
     "report",
     "export",
     "fabric",

@@ -4,6 +4,10 @@ A small registry: each format names the module whose ``convert(sources, out_dir,
 config, progress) -> ImportResult`` writes a syncpace run directory from that tool's
 files. Modules are imported when their format is used, so a format whose module is not
 part of this build is listed and refused with one line instead of breaking the others.
+Importers read only :mod:`syncpace.trace` and the foundation. Flight Recorder dumps are
+also read in place (``importers.flight_recorder.load_run``: ``diagnose`` and ``hang``
+take a folder of dumps as a run); ``syncpace import flight-recorder`` writes them as a
+run directory for every other command.
 
 =================  ===============================================  ======================
 format             reads                                            module
