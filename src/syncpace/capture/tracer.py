@@ -355,7 +355,7 @@ class Tracer:
         in_flight.last[row[2]] = event
         metrics = self.metrics
         if metrics is not None and exit_ns >= 0:
-            metrics.on_collective(row[2], row[5], row[6], (exit_ns - row[9]) / 1e9)
+            metrics.on_collective(row[2], row[5], row[6], (exit_ns - row[9]) / 1e9, row[3])
         if status in _FAILED and self.watchdog is not None:
             self.watchdog.on_failure(event)
 
