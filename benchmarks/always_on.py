@@ -157,7 +157,10 @@ def main() -> None:
         "segments written / rotated out (rank 0)", f"{seg[0]['written']} / {seg[0]['removed']}"
     )
     table.add_row("events rotated out (rank 0)", f"{seg[0]['removed_events']:,}")
-    table.add_row("steps / summarised (rank 0)", f"{steps_per_rank:,} / {summary_steps:,}")
+    table.add_row(
+        "steps / steps summarised, the tail after the last included (rank 0)",
+        f"{steps_per_rank:,} / {summary_steps:,}",
+    )
     for name, rate in rates.items():
         table.add_row(f"steps/s {name} (median)", f"{rate:.2f}")
     table.add_row("throughput ratio always-on / untraced", f"{ratio:.4f}")

@@ -213,3 +213,14 @@ def test_intervals_merge():
     for a, b in [(5, 7), (0, 2), (3, 4), (10, 12), (11, 20)]:
         add_interval(got, a, b)
     assert got == [[0, 7], [10, 20]]
+
+
+def test_a_pin_of_the_same_episode_extends_the_last_one(tmp_path):
+    clock = FakeClock()
+    seg = _segments(tmp_path, RotationPolicy(segment_s=1.0, keep_s=5.0, budget_bytes=10**9), clock)
+    seg.pin(before_s=2.0, after_s=2.0, reason="stall", step=3)
+    clock.advance(1.0)
+    seg.pin(before_s=2.0, after_s=2.0, reason="stall", step=3)  # the watchdog's repeat
+    clock.advance(10.0)
+    seg.pin(before_s=2.0, after_s=2.0, reason="stall", step=9)  # a new episode
+    assert [(p["step"], p["seconds"]) for p in seg.account.pins] == [(3, 5.0), (9, 4.0)]

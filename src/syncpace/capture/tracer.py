@@ -232,6 +232,16 @@ class Tracer:
         except Exception as exc:  # the job runs unmonitored
             warn_once("monitor", "live monitor disabled: %s", exc)
 
+    def _flush_for_stall(self) -> None:
+        """The watchdog saw a stall or a failed call: keep full detail around it
+        (always-on mode), and flush so the record and the trace agree."""
+        writer, keep = self.writer, self.config.anomaly_keep_s
+        if writer is None:
+            return
+        if keep > 0:
+            writer.pin(keep, keep, "stall", self.step)
+        writer.flush()
+
     def _on_detection(self, detection: Detection) -> None:
         """Something started: keep full detail around it (always-on mode)."""
         writer, keep = self.writer, self.config.anomaly_keep_s
@@ -274,14 +284,13 @@ class Tracer:
     def _start_watchdog(self, out: Path, rank: int, world_size: int, host: str) -> None:
         if self.config.stall_after_s <= 0 or self.writer is None:
             return
-        writer = self.writer
         try:
             self.watchdog = StallWatchdog(
                 self.in_flight,
                 now=self.now,
                 offset_ns=lambda: self._offset_ns,
                 progress=lambda: (self.step, self._last_boundary),
-                flush=writer.flush,
+                flush=self._flush_for_stall,
                 path=stall_path(out, rank),
                 rank=rank,
                 world_size=world_size,

@@ -228,7 +228,12 @@ class SegmentedEvents:
     def pin(self, before_s: float, after_s: float, reason: str, step: int) -> None:
         """Keep the segments of ``before_s`` seconds back to ``after_s`` seconds ahead."""
         now = self._clock()
-        self._pins.append(_Pin(now - int(before_s * 1e9), now + int(after_s * 1e9), reason, step))
+        pin = _Pin(now - int(before_s * 1e9), now + int(after_s * 1e9), reason, step)
+        last = self._pins[-1] if self._pins else None
+        if last is not None and last.reason == reason and pin.start_ns <= last.end_ns:
+            last.end_ns = max(last.end_ns, pin.end_ns)  # the same episode goes on
+        else:
+            self._pins.append(pin)
         del self._pins[:-MAX_PINS]
         self.account.pins = [
             {"reason": p.reason, "step": p.step, "seconds": (p.end_ns - p.start_ns) / 1e9}
