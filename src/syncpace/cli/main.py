@@ -25,6 +25,7 @@ VERBS = (
     "run",
     "trace_info",
     "merge",
+    "import_traces",
     "diagnose",
     "hang",
     "report",

@@ -107,6 +107,20 @@ class Pacing(msgspec.Struct):
     error: str | None = None
 
 
+class Segments(msgspec.Struct):
+    """What rotation removed from a rank's events (always-on mode)."""
+
+    segment_s: float
+    keep_s: float
+    budget_bytes: NonNeg
+    written: NonNeg
+    removed: NonNeg
+    removed_events: NonNeg
+    removed_bytes: NonNeg
+    removed_steps: list[tuple[Int64, Int64]] = []
+    pins: list[dict[str, Any]] = []
+
+
 class RankMeta(msgspec.Struct):
     """``rank-R.meta.json``, versions 1 and 2 (they share the metadata)."""
 
@@ -140,6 +154,8 @@ class RankMeta(msgspec.Struct):
     journal: JournalSizes | None = None
     journal_overflow: NonNeg = 0
     closed_by: Text | None = None
+    segments: Segments | None = None
+    summaries_written: NonNeg | None = None
 
 
 _DECODER = msgspec.json.Decoder()
@@ -556,6 +572,8 @@ class RankCompleteness:
     events_recovered: int = 0
     steps_recovered: int = 0
     calls_pending: int = 0
+    #: Written, then removed by design: old segments of a rotated (always-on) trace.
+    events_rotated: int = 0
 
     @property
     def events_missing(self) -> int:
