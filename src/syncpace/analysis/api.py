@@ -77,7 +77,11 @@ def analyze(
     warmup_steps: int = 1,
 ) -> Analysis:
     """Analyse one or several runs: of one job (equal world sizes, compared side by
-    side) or of different world sizes (a scaling curve)."""
+    side) or of different world sizes (a scaling curve).
+
+    Directories that hold parts of one job (each node wrote its own) are loaded as
+    that one job (:func:`syncpace.trace.merge.group_dirs`): comparisons and scaling
+    studies are across different jobs only."""
     if isinstance(traces, (Trace, str, os.PathLike)):
         traces = [traces]
     thresholds = thresholds or Thresholds()
@@ -112,8 +116,9 @@ def _loaded(
     traces: Sequence[Trace | str | os.PathLike[str]],
 ) -> Iterator[Trace | str | os.PathLike[str]]:
     """The runs, one at a time: loaded traces as they are, run directories as paths (to
-    be streamed); directories that each hold part of one job's ranks (one per node: the
-    same world size, disjoint ranks) are loaded and joined into one."""
+    be streamed); directories that each hold part of one job's ranks (one per node: one
+    job id, or without one the same world size and disjoint ranks) are loaded and joined
+    into one."""
     parts = []
     for item in traces:
         if not isinstance(item, Trace) and (

@@ -1,8 +1,10 @@
 """Collective instances: the same call matched across ranks by (group, sequence number).
 
-Point-to-point calls count their sequence numbers per (group, peer pair), so a send and
-its recv are matched by (group, seq, pair). Only ranks that have the event take part;
-an instance with fewer members than expected is kept and flagged incomplete.
+Point-to-point calls count their sequence numbers per (group, peer, direction): the
+k-th send from a to b and the k-th receive at b from a are one transfer, matched by
+(group, directed pair a→b, seq); a two-way pipeline's sends and receives in the other
+direction are other instances. Only ranks that have the event take part; an instance
+with fewer members than expected is kept and flagged incomplete.
 
 The matching runs on numpy arrays with a dense instance index (see ``kernels``): it is
 the one pass over every event, so it has to be fast.
@@ -55,11 +57,30 @@ class Matched:
     dropped: int  # events without a usable rank, step, sequence number or enter time
 
 
-def match(events: pl.DataFrame, *, previous_exit: np.ndarray | None = None) -> Matched:
-    """Match ``events`` (schema ``EVENTS``) into collective instances.
+def call_key() -> list[pl.Expr]:
+    """Expressions naming one call across its ranks: its group and sequence number and,
+    for point-to-point calls, the direction (source, destination) of the transfer."""
+    send = pl.col("op") == "send"
+    p2p = pl.col("op").is_in(P2P_OPS)
+    src = pl.when(send).then(pl.col("rank")).otherwise(pl.col("peer"))
+    dst = pl.when(send).then(pl.col("peer")).otherwise(pl.col("rank"))
+    return [
+        pl.col("group"),
+        pl.col("seq"),
+        pl.when(p2p).then(src).otherwise(-1).alias("_src"),
+        pl.when(p2p).then(dst).otherwise(-1).alias("_dst"),
+    ]
 
-    ``previous_exit`` (indexed by rank, -1 for none): the exit of each rank's call just
-    before the first of ``events``, when they are a window of a longer trace."""
+
+def call_steps(events: pl.DataFrame) -> pl.Expr:
+    """Per event: the first step index any rank made its call in (a call one rank
+    makes just before a boundary and another just after is one call, of one step)."""
+    return pl.col("step").min().over(call_key())
+
+
+def usable_events(events: pl.DataFrame) -> pl.DataFrame:
+    """The events matching can use (a rank, step, sequence number and enter time), in
+    their order: ``match`` numbers its per-event arrays over exactly these."""
     usable = (
         (pl.col("rank") >= 0)
         & (pl.col("step") >= 0)
@@ -67,7 +88,15 @@ def match(events: pl.DataFrame, *, previous_exit: np.ndarray | None = None) -> M
         & (pl.col("enter_ns") >= 0)
     )
     mask = events.select(usable.all()).item() if events.height else True
-    ev = events if mask else events.filter(usable)  # filtering copies every column: skip it
+    return events if mask else events.filter(usable)  # filtering copies every column: skip it
+
+
+def match(events: pl.DataFrame, *, previous_exit: np.ndarray | None = None) -> Matched:
+    """Match ``events`` (schema ``EVENTS``) into collective instances.
+
+    ``previous_exit`` (indexed by rank, -1 for none): the exit of each rank's call just
+    before the first of ``events``, when they are a window of a longer trace."""
+    ev = usable_events(events)
     dropped = events.height - ev.height
     rank = ev["rank"].to_numpy()
     step = ev["step"].to_numpy()
@@ -115,13 +144,19 @@ def _group_codes(groups: pl.Series) -> np.ndarray:
 
 
 def _pair(ev: pl.DataFrame) -> np.ndarray | None:
-    """The peer pair of each send/recv (-1 for collectives), or None when there are none."""
+    """The directed pair (source << 32 | destination) of each send/recv (-1 for
+    collectives), or None when there are none. A send goes from its rank to its peer,
+    a receive from its peer to its rank."""
     if ev.height == 0 or not ev["op"].is_in(P2P_OPS).any():
         return None
-    lo = pl.min_horizontal("rank", "peer").cast(pl.Int64)
-    hi = pl.max_horizontal("rank", "peer").cast(pl.Int64)
+    rank, peer = pl.col("rank").cast(pl.Int64), pl.col("peer").cast(pl.Int64)
+    send = pl.col("op") == "send"
+    src = pl.when(send).then(rank).otherwise(peer)
+    dst = pl.when(send).then(peer).otherwise(rank)
     is_p2p = pl.col("op").is_in(P2P_OPS) & (pl.col("peer") >= 0)
-    return ev.select(pl.when(is_p2p).then(lo * (1 << 32) + hi).otherwise(-1)).to_series().to_numpy()
+    return (
+        ev.select(pl.when(is_p2p).then(src * (1 << 32) + dst).otherwise(-1)).to_series().to_numpy()
+    )
 
 
 def _instances(

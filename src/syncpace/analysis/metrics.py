@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
 
-from syncpace.analysis import collectives, hostcounters, iterations, locality, overlap
+from syncpace.analysis import (
+    collectives,
+    hostcounters,
+    iterations,
+    locality,
+    overlap,
+    parallelism,
+)
 from syncpace.analysis.hang import HangAnalysis, analyze_hang, hang_input
+from syncpace.analysis.parallelism import Parallelism
 from syncpace.trace.reader import Trace
 from syncpace.trace.summary import pacing_summary
 from syncpace.trace.validate import completeness_lines
@@ -47,6 +55,12 @@ class RunMetrics:
     quality: dict[str, Any]
     group_nodes: dict[str, int]
     pacing: dict[str, Any] | None = None  # the pacer's account, when the run was paced
+    #: calls after the last iteration boundary, kept out of every figure above
+    trailing: dict[str, Any] = field(default_factory=dict)
+    #: what the groups' shape and the ops seen say of the job's parallelism
+    parallelism: Parallelism = field(default_factory=Parallelism)
+    #: iteration boundaries seen (step rows), before the warm-up was left out
+    boundaries: int = 0
     hang: HangAnalysis | None = None  # where each group stopped (whole run, no warm-up cut)
     hosts: hostcounters.HostMetrics | None = None  # host counters and topology, when sampled
 
@@ -74,6 +88,9 @@ class RunMetrics:
             "collectives_by_op": _records(_by_op(inst)),
             "quality": self.quality,
             "pacing": self.pacing,
+            "after_last_iteration": self.trailing,
+            "parallelism": self.parallelism.to_json(),
+            "iteration_boundaries": self.boundaries,
             "hosts": self.hosts.to_json() if self.hosts is not None else None,
         }
 
@@ -83,11 +100,16 @@ def compute_metrics(trace: Trace, *, warmup_steps: int = 1) -> RunMetrics:
     are left out, unless nothing would be left."""
     hang = analyze_hang(hang_input(trace))
     steps, events = trace.steps, trace.events
+    boundaries = steps.height
     max_step = int(steps["step"].max()) if steps.height else 0  # type: ignore[arg-type]
     if warmup_steps and max_step >= warmup_steps:
         steps = steps.filter(pl.col("step") >= warmup_steps)
-        events = events.filter(pl.col("step") >= warmup_steps)
+        # by call, not by event: a call some rank made in the warm-up is left out whole
+        events = events.filter(collectives.call_steps(events) >= warmup_steps)
+    events, trailing = iterations.split_trailing(events, steps)
     rank_steps = iterations.rank_steps(steps)
+    global_steps = iterations.global_steps(rank_steps)
+    parallel = parallelism.infer(trace.meta, events, trace.world_size, global_steps.height)
     matched = collectives.match(events)
     rank_step = collectives.rank_step_arrivals(matched)
     comm = overlap.rank_step_comm(matched)
@@ -101,6 +123,9 @@ def compute_metrics(trace: Trace, *, warmup_steps: int = 1) -> RunMetrics:
         rank_step=rank_step,
         comm=comm,
         events=trace.events.height,
+        trailing=iterations.trailing_summary(trailing),
+        parallel=parallel,
+        boundaries=boundaries,
         hang=hang,
     )
 
@@ -114,6 +139,9 @@ def from_parts(
     rank_step: pl.DataFrame,
     comm: pl.DataFrame,
     events: int,
+    trailing: dict[str, Any],
+    parallel: parallelism.Parallelism,
+    boundaries: int,
     hang: HangAnalysis | None = None,
 ) -> RunMetrics:
     """The run's metrics from its per-event results (instances, per (rank, step)
@@ -150,6 +178,9 @@ def from_parts(
         quality=_quality(trace, inst, uncertainty, dropped, global_steps.height, events),
         group_nodes=_group_nodes(trace.meta, place),
         pacing=pacing_summary(trace),
+        trailing=trailing,
+        parallelism=parallel,
+        boundaries=boundaries,
         hang=hang,
         hosts=hostcounters.host_metrics(trace.counters, trace.hosts, trace.meta),
     )
@@ -173,9 +204,11 @@ def _group_nodes(meta: dict[int, dict[str, Any]], place: pl.DataFrame) -> dict[s
 
 
 def _clock_uncertainty(trace: Trace) -> int | None:
+    """The worst rank's clock uncertainty; ``None`` when any rank's offset is unknown
+    (its skews against the others cannot be trusted, however well the rest align)."""
     values = [(m.get("clock") or {}).get("uncertainty_ns") for r, m in trace.meta.items() if r != 0]
     known = [int(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
-    return max(known) if known else None
+    return max(known) if known and len(known) == len(values) else None
 
 
 def _quality(
@@ -187,11 +220,17 @@ def _quality(
     events: int,
 ) -> dict[str, Any]:
     incomplete = inst.filter(~pl.col("complete")) if inst.height else inst
-    mismatched = inst.filter(pl.col("bytes") != pl.col("bytes_min")) if inst.height else inst
+    # ranks of an all-to-all send what they route (uneven in MoE): only other ops must agree
+    sized = pl.col("op") != "all_to_all"
+    mismatched = inst.filter(sized, pl.col("bytes") != pl.col("bytes_min")) if inst.height else inst
     return {
         "missing_ranks": trace.missing_ranks,
         "instances": inst.height,
         "incomplete_instances": incomplete.height,
+        # made by fewer than half their ranks: not a rank that died, a sequence out of step
+        "minority_instances": incomplete.filter(pl.col("n") * 2 < pl.col("expected")).height
+        if incomplete.height
+        else 0,
         "size_mismatched_instances": mismatched.height,
         "unusable_events": dropped,
         "clock_uncertainty_ns": uncertainty,

@@ -37,12 +37,13 @@ from typing import Any
 import numpy as np
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from syncpace.analysis import collectives, iterations, overlap
+from syncpace.analysis import collectives, iterations, overlap, parallelism
 from syncpace.analysis.hang import analyze_hang, hang_input
-from syncpace.analysis.metrics import RunMetrics, from_parts
+from syncpace.analysis.metrics import RunMetrics, compute_metrics, from_parts
 from syncpace.analysis.timeline import IterationSample, pick_iterations, sample_iterations
-from syncpace.trace import schema
+from syncpace.trace import journal, schema
 from syncpace.trace.chunks import (
     ANALYSIS_COLUMNS,
     BatchCache,
@@ -54,11 +55,48 @@ from syncpace.trace.chunks import (
     scan_rank,
     segments,
 )
-from syncpace.trace.reader import Trace, TraceMeta, load_host_files, read_metadata
+from syncpace.trace.reader import (
+    Trace,
+    TraceMeta,
+    load_host_files,
+    load_summaries,
+    load_trace,
+    read_metadata,
+    segment_files,
+)
 from syncpace.trace.stall import load_stalls
 
 #: Events read and matched together (a window of steps of every rank; at least one step).
 WINDOW_EVENTS = 1_000_000
+
+
+_NONE = np.zeros(0, dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a window's events are measured against, from the whole run's steps."""
+
+    cut: int | None  # the warm-up: calls some rank made in an earlier step are left out
+    last_step: np.ndarray  # per rank (by rank): its last iteration boundary, -1 for none
+
+    @staticmethod
+    def of(world_size: int, steps: list[pa.Table], warmup_steps: int) -> Context:
+        """As :func:`~syncpace.analysis.metrics.compute_metrics` cuts the warm-up and
+        finds the calls after each rank's last iteration."""
+        found = [t.column("step") for t in steps if t.num_rows]
+        max_step = max((int(pc.max(c).as_py()) for c in found), default=0)
+        cut = warmup_steps if warmup_steps and max_step >= warmup_steps else None
+        last = np.full(world_size, -1, dtype=np.int64)
+        for t in steps:
+            if not t.num_rows:
+                continue
+            step = t.column("step").to_numpy()
+            if cut is not None:
+                step = step[step >= cut]
+            if len(step):
+                last[int(t.column("rank")[0].as_py())] = int(step.max())
+        return Context(cut, last)
 
 
 @dataclass(frozen=True)
@@ -69,6 +107,8 @@ class Plan:
     scans: tuple[RankScan, ...]
     first: int  # the first step analysed (after the warm-up)
     windows: tuple[tuple[int, int], ...]
+    #: What a window needs of the whole run (the warm-up cut, each rank's last step).
+    context: Context = dataclasses.field(default_factory=lambda: Context(None, _NONE))
 
     @property
     def events(self) -> int:
@@ -90,6 +130,9 @@ class Partial:
     comm: pl.DataFrame
     dropped: int
     events: int
+    trailing: pl.DataFrame  # calls after every member's last iteration (kept apart)
+    counts: pl.DataFrame  # events per (group, op, timing, rank), for the parallelism
+    tail: tuple[np.ndarray, np.ndarray, np.ndarray]  # per rank: its last call's enter, exit
 
 
 def scan(
@@ -120,16 +163,18 @@ def plan(
     cut = warmup_steps if warmup_steps and max_step >= warmup_steps else None
     los = [int(f.lo.min()) for s in scans for f in s.files if len(f.lo)]
     his = [int(f.hi.max()) for s in scans for f in s.files if len(f.hi)]
+    context = Context.of(index.world_size, [s.steps for s in scans], warmup_steps)
     if not los:
-        return Plan(index, tuple(scans), cut or 0, ())
-    first = max(min(los), cut) if cut is not None else min(los)
-    end = max(his) + 1
+        return Plan(index, tuple(scans), cut or 0, (), context)
+    start, end = min(los), max(his) + 1
     total = sum(s.events for s in scans)
-    span = max(end - min(los), 1)
-    width = max(1, int(window_events * span / max(total, 1)))
-    bounds = [first, *range((first // width + 1) * width, end, width), end]
+    width = max(1, int(window_events * max(end - start, 1) / max(total, 1)))
+    # The warm-up is read with the first step after it: a call some rank made in it is
+    # left out whole (compute_metrics' rule), so both must be in one window.
+    head = max((start // width + 1) * width, (cut or 0) + 1)
+    bounds = [start, *range(head, end, width), end]
     windows = tuple((a, b) for a, b in zip(bounds[:-1], bounds[1:], strict=True) if b > a)
-    return Plan(index, tuple(scans), first if cut is not None else 0, windows)
+    return Plan(index, tuple(scans), cut or 0, windows, context)
 
 
 def window_partial(
@@ -138,20 +183,43 @@ def window_partial(
     first: int,
     window: tuple[int, int],
     cache: BatchCache | None = None,
+    context: Context | None = None,
+    previous: np.ndarray | None = None,
 ) -> Partial:
-    """Match and reduce the events of steps ``window`` of every rank."""
+    """Match and reduce the events of steps ``window`` of every rank (``previous``:
+    each rank's call before the window, from the scans' tails when not given)."""
     lo, hi = window
     table = read_window(scans, lo, hi, cache=cache)
-    return partial(table, carry(list(scans), world_size, first, lo))
+    if previous is None:
+        previous = carry(list(scans), world_size, first, lo)
+    return partial(table, previous, context or Context(None, _NONE))
 
 
-def partial(table: pa.Table, previous: np.ndarray) -> Partial:
-    """One window's results from its events (``previous``: each rank's call before)."""
+def partial(table: pa.Table, previous: np.ndarray, context: Context) -> Partial:
+    """One window's results from its events (``previous``: each rank's call before),
+    by :func:`~syncpace.analysis.metrics.compute_metrics`' rules: the warm-up's calls
+    and the calls after the last iteration left out, whole."""
     events = pl.from_arrow(table.select(list(ANALYSIS_COLUMNS)))
     assert isinstance(events, pl.DataFrame)
     del table
+    cut = context.cut
+    if cut is not None and events.height and int(events["step"].min()) < cut:  # type: ignore[arg-type]
+        events = events.filter(collectives.call_steps(events) >= cut)
+    trailing = events.clear()
+    if events.height and len(context.last_step):
+        rank, step = events["rank"].to_numpy(), events["step"].to_numpy()
+        last = context.last_step[rank]
+        if ((last >= 0) & (step > last)).any():
+            marked = events.with_columns(_late=pl.Series((last >= 0) & (step > last)))
+            marked = marked.with_columns(
+                _trailing=pl.col("_late").all().over(collectives.call_key())
+            )
+            trailing = marked.filter(pl.col("_trailing")).drop("_late", "_trailing")
+            events = marked.filter(~pl.col("_trailing")).drop("_late", "_trailing")
+    counts = events.group_by("group", "op", "timing", "rank").agg(n=pl.len())
     m = collectives.match(events, previous_exit=previous)
     n = events.height
+    tail = _last_calls(m)
     del events
     return Partial(
         m.instances.select(collectives.BASE_COLUMNS),
@@ -159,14 +227,50 @@ def partial(table: pa.Table, previous: np.ndarray) -> Partial:
         overlap.rank_step_comm(m),
         m.dropped,
         n,
+        trailing,
+        counts,
+        tail,
     )
+
+
+def _last_calls(m: collectives.Matched) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per rank with calls here: its last call (latest enter; ties: later step, later
+    row) — rank, enter and exit (-1 when it did not complete)."""
+    t = m.events
+    if not len(t.rank):
+        return _NONE, _NONE, _NONE
+    top = np.full(int(t.rank.max()) + 1, np.iinfo(np.int64).min, dtype=np.int64)
+    np.maximum.at(top, t.rank, t.enter)
+    cand = np.flatnonzero(t.enter == top[t.rank])
+    cand = cand[np.lexsort((cand, t.step[cand], t.rank[cand]))]
+    pick = cand[np.r_[t.rank[cand][1:] != t.rank[cand][:-1], True]]
+    return t.rank[pick].astype(np.int64), t.enter[pick], t.exit[pick]
+
+
+class _Carry:
+    """Each rank's call before the next window, carried along a sequential reading."""
+
+    def __init__(self, world_size: int) -> None:
+        self.enter = np.full(world_size, np.iinfo(np.int64).min, dtype=np.int64)
+        self.exit = np.full(world_size, -1, dtype=np.int64)
+
+    def add(self, part: Partial) -> None:
+        rank, enter, exit_ = part.tail
+        later = enter >= self.enter[rank]  # on a tie the later window's call is later
+        self.enter[rank[later]] = enter[later]
+        self.exit[rank[later]] = exit_[later]
 
 
 def windows(p: Plan) -> Iterator[Partial]:
     """Every window of ``p`` in order, in this process (each batch decoded once)."""
     cache = BatchCache()
+    carried = _Carry(p.index.world_size)
     for window in p.windows:
-        yield window_partial(p.scans, p.index.world_size, p.first, window, cache)
+        part = window_partial(
+            p.scans, p.index.world_size, p.first, window, cache, p.context, carried.exit.copy()
+        )
+        carried.add(part)
+        yield part
 
 
 def base_trace(p: Plan, events: pl.DataFrame | None = None) -> Trace:
@@ -177,6 +281,7 @@ def base_trace(p: Plan, events: pl.DataFrame | None = None) -> Trace:
     for s in p.scans:
         warnings.extend(s.warnings)
     root = index.path
+    summaries = load_summaries(root, index.meta, warnings)
     counters, hosts = load_host_files(root, warnings)
     stalls, stall_warnings = load_stalls(root)
     warnings.extend(stall_warnings)
@@ -197,6 +302,7 @@ def base_trace(p: Plan, events: pl.DataFrame | None = None) -> Trace:
         counters,
         hosts,
         stalls,
+        summaries,
     )
 
 
@@ -216,6 +322,10 @@ def finish(
     rank_steps = iterations.rank_steps(steps)
     if parts:
         inst = collectives.derive(_ordered([q.instances for q in parts], "group", "pair", "seq"))
+        if inst.select(pl.struct("group", "pair", "seq").is_duplicated().any()).item():
+            # a call whose ranks' events lie in two windows (one rank made it just before
+            # an iteration boundary, another just after): only the whole run matches it
+            raise NeedsWholeRun("a call spans two windows")
         rank_step = _ordered([q.rank_step for q in parts], "rank", "step")
         comm = _ordered([q.comm for q in parts], "rank", "step")
     else:
@@ -229,6 +339,9 @@ def finish(
     hang_trace = (
         dataclasses.replace(trace, events=tail_events) if tail_events is not None else trace
     )
+    counts = [q.counts for q in parts if q.counts.height]
+    trailing = [q.trailing for q in parts if q.trailing.height]
+    global_steps = iterations.global_steps(rank_steps).height
     return from_parts(
         trace,
         hang=analyze_hang(hang_input(hang_trace)),  # type: ignore[arg-type]
@@ -238,6 +351,14 @@ def finish(
         rank_step=rank_step,
         comm=comm,
         events=p.events,
+        trailing=iterations.trailing_summary(pl.concat(trailing) if trailing else pl.DataFrame()),
+        parallel=parallelism.infer_from_counts(
+            trace.meta,
+            pl.concat(counts) if counts else pl.DataFrame(),
+            trace.world_size,
+            global_steps,
+        ),
+        boundaries=trace.steps.height,
     )
 
 
@@ -281,10 +402,34 @@ def stream_metrics(
     then the windows from its index)."""
     index = read_metadata(path)
     try:
-        return _swept(index, warmup_steps, window_events, progress)
-    except CannotSweep:
+        if not needs_whole_run(index):
+            try:
+                return _swept(index, warmup_steps, window_events, progress)
+            except CannotSweep:
+                return _two_pass(path, warmup_steps, window_events, progress)
+    except NeedsWholeRun:
         pass
-    return _two_pass(path, warmup_steps, window_events, progress)
+    trace = load_trace(path)
+    run = compute_metrics(trace, warmup_steps=warmup_steps)
+    return run, sample_iterations(trace, run)
+
+
+class NeedsWholeRun(Exception):
+    """A run only the loader reads as the analysis needs it (see :func:`needs_whole_run`)."""
+
+
+def needs_whole_run(index: TraceMeta) -> bool:
+    """Whether the run holds what only :func:`~syncpace.trace.reader.load_trace` puts
+    together: rotated segments (always-on mode: the steps some rank lost are left out
+    of every rank, and the run's kept events are bounded by its disk budget) or a dead
+    rank's crash journal (its tail and its calls in flight)."""
+    if any(m.get("segments") for m in index.meta.values()) or segment_files(index.path):
+        return True
+    return any(
+        not m.get("finished", False)
+        and (index.path / f"{schema.rank_stem(r)}{journal.JOURNAL_SUFFIX}").exists()
+        for r, m in index.meta.items()
+    )
 
 
 def _swept(
@@ -294,13 +439,17 @@ def _swept(
     progress: Callable[[int, int], Any] | None,
 ) -> tuple[RunMetrics, IterationSample]:
     sweep = Sweep(index, warmup_steps=warmup_steps, window_events=window_events)
+    context = Context.of(index.world_size, sweep.steps_tables(), warmup_steps)
+    carried = _Carry(index.world_size)
     parts = []
-    for i, (_, table, previous) in enumerate(sweep):
-        parts.append(partial(table, previous))
+    for i, (_, table, _) in enumerate(sweep):
+        part = partial(table, carried.exit.copy(), context)
+        carried.add(part)
+        parts.append(part)
         del table
         if progress is not None:
             progress(i + 1, max(sweep.estimate, i + 1))
-    p = Plan(index, tuple(sweep.scans()), sweep.plan_first, tuple(sweep.windows))
+    p = Plan(index, tuple(sweep.scans()), sweep.plan_first, tuple(sweep.windows), context)
     trace = base_trace(p)
     run = finish(p, parts, trace)
     return run, sample(p, run, trace)

@@ -7,6 +7,7 @@ from typing import ClassVar
 
 from syncpace.config import check_choice, check_numbers, setting
 from syncpace.errors import ConfigError
+from syncpace.trace.segments import RotationPolicy
 
 
 @dataclass(kw_only=True, slots=True)
@@ -15,7 +16,9 @@ class TraceConfig:
 
     dir: str = setting("", "Run directory the per-rank trace files are written to.")
     flush_interval_s: float = setting(
-        1.0, "Seconds between background flushes; a SIGKILL loses at most this much."
+        1.0,
+        "Seconds between background flushes into the Arrow streams (what a killed rank "
+        "has not flushed is recovered from its journal).",
     )
     max_buffered_events: int = setting(
         1_000_000, "Events held in memory before new ones are dropped (and counted)."
@@ -28,6 +31,16 @@ class TraceConfig:
     )
     clock_timeout_s: float = setting(
         30.0, "Bound on any wait of the clock protocol; past it alignment fails open."
+    )
+    journal_slots: int = setting(
+        65536,
+        "Records of the memory-mapped crash journal (96 bytes each; 0 disables it): a rank "
+        "killed by a signal keeps every record made before it died.",
+    )
+    close_timeout_s: float = setting(
+        2.0,
+        "Bound on the wait at close for completions still being delivered (a backend "
+        "thread's callback racing destroy_process_group).",
     )
     step_hook: bool = setting(
         True, "Mark iterations at every optimizer.step(); syncpace.step() overrides it."
@@ -71,9 +84,40 @@ class TraceConfig:
         "empty: a root tbf shaper's rate, else the interface's speed.",
     )
 
+    # Always-on mode (trace/segments.py) ----------------------------------------------
+    continuous: bool = setting(
+        False,
+        "Always-on mode: rotate each rank's events through segments within a disk budget, "
+        "keep per-step summaries of the whole run, and run the live monitor.",
+    )
+    segment_s: float = setting(60.0, "Always-on: seconds of events per segment file.")
+    keep_s: float = setting(
+        600.0,
+        "Always-on: keep the events of the last this many seconds in full (and the pinned "
+        "windows); 0 keeps whatever the budget allows.",
+    )
+    disk_budget_mb: float = setting(
+        512.0, "Always-on: bound on one rank's event segments on disk, MiB."
+    )
+    anomaly_keep_s: float = setting(
+        120.0,
+        "Always-on: when the live monitor sees a straggler start or an iteration-time "
+        "jump, keep full detail from this long before it to this long after.",
+    )
+
+    def rotation(self) -> RotationPolicy | None:
+        """The writer's rotation in always-on mode, ``None`` otherwise."""
+        if not self.continuous:
+            return None
+        return RotationPolicy(self.segment_s, self.keep_s, int(self.disk_budget_mb * 2**20))
+
     def __post_init__(self) -> None:
         check_numbers(
             self,
+            segment_s="[0.01, 86400]",
+            keep_s="[0, 31536000]",
+            disk_budget_mb="[1, 16777216]",
+            anomaly_keep_s="[0, 86400]",
             flush_interval_s="[0.01, 3600]",
             max_buffered_events="[1, 1000000000]",
             clock_rounds="[1, 10000]",
@@ -85,7 +129,13 @@ class TraceConfig:
             counters_slow_interval_s="[0.0005, 3600]",
             stall_after_s="[0, 86400]",
             stall_repeat_s="(0, 86400]",
+            close_timeout_s="[0, 600]",
+            journal_slots="[0, 16777216]",
         )
+        if 0 < self.journal_slots < 256:  # 0 is off; a ring smaller than this is no use
+            raise ConfigError(
+                f"journal_slots must be 0 (off) or in 256..{1 << 24}, got {self.journal_slots}"
+            )
         check_choice(self, "host_sampler", SAMPLER_MODES)
         parse_link_rates(self.counters_link_rate)  # raises ConfigError when malformed
 

@@ -15,6 +15,7 @@ import json
 import math
 import os
 import signal
+import sys
 import threading
 import time
 from datetime import timedelta
@@ -26,6 +27,7 @@ from syncpace.capture.clock import ClockSync, OffsetEstimate, local_clock
 from syncpace.capture.config import TraceConfig
 from syncpace.capture.host import device_facts, env_int, rank_facts
 from syncpace.capture.inflight import InFlight
+from syncpace.capture.job import agree_job_id, launcher_facts
 from syncpace.capture.log import log, warn_once
 from syncpace.capture.metrics import PrometheusMetrics
 from syncpace.capture.monitor import LiveMonitor
@@ -40,10 +42,14 @@ from syncpace.control.config import ControllerConfig, PacingConfig
 from syncpace.control.controller import PacingController
 from syncpace.errors import ConfigError
 from syncpace.monitor import MonitorConfig
+from syncpace.monitor.detector import Detection
 from syncpace.trace import schema
+from syncpace.trace.journal import NO_SLOT
 from syncpace.trace.stall import FATAL_SUFFIX, stall_path
 from syncpace.trace.writer import RankTraceWriter
 
+#: The live monitor's window in always-on mode, unless set (steps).
+CONTINUOUS_MONITOR_EVERY = 10
 #: Clock estimates kept in the metadata (one every clock_interval_s).
 MAX_CLOCK_SAMPLES = 200
 #: Statuses of a call that raised: the watchdog keeps the stacks of that moment.
@@ -71,6 +77,10 @@ class Tracer:
             "offset_ns": None,
             "uncertainty_ns": None,
             "samples": [],
+            # local time = CLOCK_MONOTONIC + base_ns: relates the trace to wall-clock
+            # timelines (the profiler's, host telemetry) before the offset to rank 0
+            "base_ns": self.clock.base_ns,
+            "base_error_ns": self.clock.anchor_error_ns,
         }
         self._clock_sync: ClockSync | None = None
         self._last_boundary = 0
@@ -81,12 +91,20 @@ class Tracer:
         self.controller: PacingController | None = None
         self.arrival_step = -1
         self._arrival_ns = 0
+        self._live: dict[int, tuple[tuple, Any]] = {}  # token -> (row, work) in flight
+        self._armed = 0  # completion callbacks attached and not yet run
+        self._armed_cv = threading.Condition()
+        self._closing = False
         # Stall watchdog: the registry is fed on the hot path, the thread reads it.
         self.in_flight = InFlight()
         self.watchdog: StallWatchdog | None = None
         self._fatal: Any = None
         self._host_sampler: SamplerHandle | None = None
         self.monitor_config = monitor_config or MonitorConfig()
+        if self.config.continuous and not self.monitor_config.monitor_every:
+            self.monitor_config = dataclasses.replace(
+                self.monitor_config, monitor_every=CONTINUOUS_MONITOR_EVERY
+            )
         self.monitor: LiveMonitor | None = None
         self.metrics: PrometheusMetrics | None = None
         self.paused = False  # tracing switched off through the control file
@@ -96,8 +114,20 @@ class Tracer:
         self._control_meta: dict[str, Any] = {}
 
     # Process groups --------------------------------------------------------------
-    def on_group(self, name: str, ranks: list[int], backend: str) -> None:
-        self.groups[name] = {"ranks": list(ranks), "backend": backend}
+    def on_group(self, name: str, ranks: list[int], backend: str, desc: str | None = None) -> None:
+        entry = self.groups.setdefault(name, {})
+        entry.update(ranks=list(ranks), backend=backend)
+        if desc is not None:
+            entry["desc"] = desc  # torch's group description: "mesh_tp", "default_pg", ...
+        if self.writer is not None:
+            self.writer.update_meta(groups=self.groups)
+
+    def on_mesh_dim(self, name: str, dim: str) -> None:
+        """Group ``name`` serves the DeviceMesh dimension ``dim`` (``tp``, ``dp``, …)."""
+        entry = self.groups.setdefault(name, {})
+        dims = entry.setdefault("mesh_dims", [])
+        if dim not in dims:
+            dims.append(dim)
         if self.writer is not None:
             self.writer.update_meta(groups=self.groups)
 
@@ -115,8 +145,12 @@ class Tracer:
             groups=self.groups,
             config=dataclasses.asdict(self.config),
             clock=self._clock_meta,
+            launcher=launcher_facts(),
         )
-        attach_start = time.monotonic()
+        attach_start = time.monotonic()  # the job id's agreement is part of attaching
+        meta["job_id"], meta["job_id_source"] = agree_job_id(
+            store, rank, self.config.clock_timeout_s
+        )
         clock_sync = ClockSync(
             _clock_store_factory(store, self.config.clock_timeout_s),
             self.clock,
@@ -136,6 +170,9 @@ class Tracer:
                 flush_interval_s=self.config.flush_interval_s,
                 max_buffered=self.config.max_buffered_events,
                 offset_ns=lambda: self._offset_ns,
+                journal_slots=self.config.journal_slots,
+                rotation=self.config.rotation(),
+                summaries=self.config.continuous,
             )
         except Exception:
             # Untraced from here on; the other ranks must not wait for this one.
@@ -214,9 +251,26 @@ class Tracer:
                 record_path=self.writer.dir / f"{schema.rank_stem(rank)}{schema.MONITOR_SUFFIX}",
                 where=where.lookup,
                 metrics=self.metrics,
+                on_detection=self._on_detection,
             )
         except Exception as exc:  # the job runs unmonitored
             warn_once("monitor", "live monitor disabled: %s", exc)
+
+    def _flush_for_stall(self) -> None:
+        """The watchdog saw a stall or a failed call: keep full detail around it
+        (always-on mode), and flush so the record and the trace agree."""
+        writer, keep = self.writer, self.config.anomaly_keep_s
+        if writer is None:
+            return
+        if keep > 0:
+            writer.pin(keep, keep, "stall", self.step)
+        writer.flush()
+
+    def _on_detection(self, detection: Detection) -> None:
+        """Something started: keep full detail around it (always-on mode)."""
+        writer, keep = self.writer, self.config.anomaly_keep_s
+        if writer is not None and detection.state == "start" and keep > 0:
+            writer.pin(keep, keep, f"{detection.kind} {detection.state}", detection.step)
 
     def _on_control(self, control: Control) -> None:
         """A new control file (the watcher's thread): local changes now, shared ones
@@ -232,6 +286,11 @@ class Tracer:
                 "paused" if self.paused else "resumed",
                 self.step,
             )
+        if control.pacing is not None and self.controller is not None:
+            self.controller.suspended = not control.pacing
+        writer = self.writer
+        if control.keep is not None and writer is not None:
+            writer.pin(*control.keep, "control file", self.step)
         if control.monitor and self.monitor is not None:
             self.monitor.propose(control.version, control.monitor)
         self._control_meta = describe(control)
@@ -249,14 +308,13 @@ class Tracer:
     def _start_watchdog(self, out: Path, rank: int, world_size: int, host: str) -> None:
         if self.config.stall_after_s <= 0 or self.writer is None:
             return
-        writer = self.writer
         try:
             self.watchdog = StallWatchdog(
                 self.in_flight,
                 now=self.now,
                 offset_ns=lambda: self._offset_ns,
                 progress=lambda: (self.step, self._last_boundary),
-                flush=writer.flush,
+                flush=self._flush_for_stall,
                 path=stall_path(out, rank),
                 rank=rank,
                 world_size=world_size,
@@ -300,43 +358,83 @@ class Tracer:
             self.writer.update_meta(clock=self._clock_meta)
 
     # Hot path ----------------------------------------------------------------------
-    def completed(self, work: Any, row: tuple) -> Any:
+    def begin(self, row: tuple) -> int:
+        """A call is entered (``row``: its event without the exit): its token. The
+        journal holds it as in flight until its record is made, and the stall
+        watchdog's registry (:class:`~syncpace.capture.inflight.InFlight`) until then."""
+        self.in_flight.calls[id(row)] = row
+        writer = self.writer
+        return writer.begin(row) if writer is not None else NO_SLOT
+
+    def completed(self, work: Any, row: tuple, token: int = NO_SLOT) -> Any:
         """Wrap ``work`` so that ``row`` (an event without its exit) is recorded once
         its completion is observed (see :mod:`syncpace.capture.work`)."""
         if self.writer is None:
             self.in_flight.forget(row)
             return work
         if work is None:  # coalesced calls return no work of their own
-            self._record(row, "call", "completed", None, -1)
+            self._record(row, "call", "completed", None, -1, token)
             return work
+        self._live[token] = (row, work)
         self.in_flight.works[id(row)] = work
-        return TimedWork(work, row, self._record, self.now)
+        return TimedWork(work, row, token, self._record, self)
 
-    def raised(self, row: tuple, exc: BaseException) -> None:
+    def completed_batch(self, work: Any, calls: list[tuple[tuple, int]]) -> Any:
+        """The work of a coalesced batch: every call of ``calls`` completes with it."""
+        if self.writer is None:
+            for row, _token in calls:
+                self.in_flight.forget(row)
+            return work
+        if work is None:
+            self._record_batch(calls, "call", "completed", None, -1, NO_SLOT)
+            return work
+        for row, token in calls:
+            self._live[token] = (row, work)
+            self.in_flight.works[id(row)] = work
+        return TimedWork(work, calls, NO_SLOT, self._record_batch, self)
+
+    def raised(self, row: tuple, exc: BaseException, token: int = NO_SLOT) -> None:
         """The call itself raised: record it as failed (the caller re-raises)."""
         if self.writer is not None:
             status, error = classify(exc)
-            self._record(row, "call", status, error, -1)
+            self._record(row, "call", status, error, -1, token)
         else:
             self.in_flight.forget(row)
 
-    def _record(self, row: tuple, how: str, status: str, error: str | None, wait_ns: int) -> None:
+    def _record(
+        self, row: tuple, how: str, status: str, error: str | None, wait_ns: int, token: int
+    ) -> None:
+        if self._live.pop(token, None) is None and self._closing:
+            return  # closing has recorded it already (as pending or aborted)
         writer = self.writer
         if writer is None:
             self.in_flight.forget(row)
             return
         exit_ns = -1 if status == "unobserved" else self.now()
         event = row + (exit_ns, how, status, error, wait_ns)
-        writer.add_event(event)
+        writer.add_event(event, token)
         in_flight, key = self.in_flight, id(row)  # InFlight.recorded, inlined: hot path
         in_flight.calls.pop(key, None)
         in_flight.works.pop(key, None)
         in_flight.last[row[2]] = event
         metrics = self.metrics
         if metrics is not None and exit_ns >= 0:
-            metrics.on_collective(row[2], row[5], row[6], (exit_ns - row[9]) / 1e9)
+            metrics.on_collective(row[2], row[5], row[6], (exit_ns - row[9]) / 1e9, row[3])
         if status in _FAILED and self.watchdog is not None:
             self.watchdog.on_failure(event)
+
+    def _record_batch(
+        self, calls: list, how: str, status: str, error: str | None, wait_ns: int, _token: int
+    ) -> None:
+        for row, token in calls:
+            self._record(row, how, status, error, wait_ns, token)
+
+    def armed(self, delta: int) -> None:
+        """A completion callback was attached (+1) or has run (-1)."""
+        with self._armed_cv:
+            self._armed += delta
+            if self._armed <= 0:
+                self._armed_cv.notify_all()
 
     # Iterations --------------------------------------------------------------------
     def on_step(self, manual: bool = False) -> None:
@@ -365,7 +463,11 @@ class Tracer:
         elif self.metrics is not None:
             self.metrics.on_step(step, (end - start) / 1e9)
 
-    def close(self) -> None:
+    def close(self, reason: str = "exit") -> None:
+        """End the trace: wait (bounded by ``close_timeout_s``) for completions still
+        being delivered, record calls still in flight, close the files. ``reason`` is
+        ``exit``, ``signal`` or ``destroy`` (the default group is being destroyed:
+        what is still in flight is aborted with it)."""
         if self._clock_sync is not None:
             self._clock_sync.stop()
         watchdog, self.watchdog = self.watchdog, None
@@ -379,9 +481,15 @@ class Tracer:
         sampler, self._host_sampler = self._host_sampler, None
         if sampler is not None:
             sampler.stop()
+        if self.writer is None or self._closing:
+            return
+        try:
+            self._settle(reason)
+        except Exception as exc:
+            warn_once("settle", "recording the calls in flight at close failed: %s", exc)
         writer, self.writer = self.writer, None
         if writer is not None:
-            final = {}
+            final: dict[str, Any] = {"closed_by": reason}
             if self.controller is not None:
                 final["pacing"] = self.controller.summary()
             if self.monitor is not None:
@@ -393,6 +501,35 @@ class Tracer:
                 writer.close(**final)
             except Exception as exc:
                 warn_once("close", "closing the trace failed: %s", exc)
+
+    def _settle(self, reason: str) -> None:
+        """Let pending completion callbacks run, then record what is still in flight."""
+        deadline = time.monotonic() + self.config.close_timeout_s
+        with self._armed_cv:
+            while self._armed > 0:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._armed_cv.wait(left)
+        self._closing = True
+        writer = self.writer
+        for token in list(self._live):
+            entry = self._live.pop(token, None)
+            if entry is None or writer is None:
+                continue
+            row, work = entry
+            done = False
+            try:
+                done = bool(work.is_completed())
+            except Exception:
+                pass
+            if done:  # finished, but nobody looked: no completion time to give
+                status, error = "unobserved", None
+            elif reason == "destroy":
+                status, error = "aborted", "in flight when the process group was destroyed"
+            else:
+                status, error = "pending", None
+            writer.add_event(row + (-1, "unobserved", status, error, -1), token)
 
 
 class Placement:
@@ -452,11 +589,35 @@ def _clock_store_factory(store: Any, timeout_s: float) -> Any:
     return connect
 
 
+#: (module, function) of callers whose optimizer.step() is no training iteration: torch's
+#: distributed checkpoint initialises optimizer state by stepping with zero grads, lr 0.
+_NOT_ITERATIONS = (("torch.distributed.checkpoint.state_dict", "_init_optim_state"),)
+
+
+def _not_an_iteration(depth: int = 8) -> bool:
+    """Whether the optimizer step being hooked was called by a _NOT_ITERATIONS caller."""
+    frame = sys._getframe(2)
+    for _ in range(depth):
+        if frame is None:
+            return False
+        name = frame.f_code.co_name
+        if any(
+            name == fn and frame.f_globals.get("__name__") == mod for mod, fn in _NOT_ITERATIONS
+        ):
+            return True
+        frame = frame.f_back
+    return False
+
+
 def _install_step_hook(tracer: Tracer) -> None:
+    def on_optimizer_step(*_: Any) -> None:
+        if not _not_an_iteration():
+            tracer.on_step()
+
     try:
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
-        register_optimizer_step_post_hook(lambda *_: tracer.on_step())
+        register_optimizer_step_post_hook(on_optimizer_step)
     except Exception as exc:
         warn_once("step_hook", "no optimizer step hook (%s); call syncpace.step()", exc)
 
@@ -469,7 +630,7 @@ def _install_sigterm(tracer: Tracer) -> None:
         return
 
     def on_sigterm(signum: int, frame: Any) -> None:
-        tracer.close()
+        tracer.close("signal")
         if callable(previous):
             previous(signum, frame)
         else:

@@ -25,6 +25,8 @@ VERBS = (
     "demo",
     "run",
     "trace_info",
+    "merge",
+    "import_traces",
     "diagnose",
     "hang",
     "report",

@@ -455,6 +455,20 @@ def evidence_rows(
     return rows
 
 
+# --------------------------------------------------------------------------- trailing work
+
+
+def trailing_line(t: dict) -> str:
+    """One line on the calls after the last iteration boundary (kept out of the figures)."""
+    if not t:
+        return "none"
+    ops = ", ".join(f"{op} ×{n}" for op, n in list(t.get("ops", {}).items())[:4])
+    return (
+        f"{number(t.get('calls_per_rank', 0))} calls per rank ({ops}) over "
+        f"{duration_ns(t.get('span_ns', 0))}, not counted in the iteration figures"
+    )
+
+
 # --------------------------------------------------------------------------- pacing
 
 

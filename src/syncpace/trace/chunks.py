@@ -22,7 +22,6 @@ window's events plus one batch per rank, never by the length of the trace.
 
 from __future__ import annotations
 
-import re
 import resource
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -40,6 +39,7 @@ from syncpace.trace.reader import (
     _read_rank_stream,
     account_rank,
     rank_warnings,
+    segment_files,
 )
 
 #: Rows validated together (the rules cost per call, not per row: batch them up).
@@ -59,28 +59,21 @@ ANALYSIS_COLUMNS = (
     "enter_ns",
     "exit_ns",
     "status",
+    "timing",
 )
 
 
-_SEGMENT_RE = re.compile(r"^rank-(\d{5,})\.seg(\d{6,})" + re.escape(schema.EVENTS_SUFFIX) + "$")
-
-
 def segments(index: TraceMeta) -> dict[int, list[Path]]:
-    """Rotated event segments (``rank-R.segNNNNNN.events.arrow``) per rank, in segment
-    order: one listing of the directory for all ranks."""
-    found: dict[int, list[tuple[int, Path]]] = {}
-    for path in index.path.iterdir():
-        m = _SEGMENT_RE.match(path.name)
-        if m:
-            found.setdefault(int(m.group(1)), []).append((int(m.group(2)), path))
-    return {rank: [p for _, p in sorted(items)] for rank, items in found.items()}
+    """Rotated event segments after the first (``schema.segment_name``) per rank, in
+    segment order: one listing of the directory for all ranks."""
+    return segment_files(index.path)
 
 
 def rank_files(
     index: TraceMeta, rank: int, rotated: dict[int, list[Path]] | None = None
 ) -> tuple[list[Path], Path]:
     """A rank's event files, in order, and its steps file: ``rank-R.events.arrow``,
-    then its rotated segments (``rotated``: :func:`segments`, listed when not given)."""
+    then its later segments (``rotated``: :func:`segments`, listed when not given)."""
     events, steps = index.stream_paths(rank)
     later = (segments(index) if rotated is None else rotated).get(rank, [])
     files = [events] if events.exists() or events.is_symlink() or not later else []
@@ -727,7 +720,9 @@ class Sweep:
         max_step = max((int(m["max"].as_py()) for m in found), default=0)
         min_step = min((int(m["min"].as_py()) for m in found), default=0)
         self.cut = warmup_steps if warmup_steps and max_step >= warmup_steps else None
-        self.first = self.cut or 0  # rows of earlier steps are the warm-up: left out
+        # Rows before it are none of the analysis' (the warm-up is read: a call some rank
+        # made in it is left out whole, by the caller, with the rows of the next step).
+        self.first = 0
         expected = sum(_expected_events(index, c) for c in self.cursors)
         span = max(max_step - min_step + 1, 1)
         self.width = max(1, int(window_events * span / max(expected, 1)))
@@ -746,6 +741,8 @@ class Sweep:
         lo = self.first
         while True:
             hi = (lo // self.width + 1) * self.width
+            if lo == self.first and self.cut is not None:
+                hi = max(hi, self.cut + 1)  # the warm-up with the step after it
             table, rank = self._read(lo, hi)
             previous = self._carry_exit.copy()
             if table.num_rows:
@@ -927,9 +924,10 @@ class Sweep:
     @property
     def plan_first(self) -> int:
         """The first step analysed, as :func:`~syncpace.analysis.streaming.plan` has it."""
-        if self.cut is None or self.min_step is None:
-            return 0 if self.cut is None else self.cut
-        return max(self.min_step, self.cut)
+        return self.cut or 0
+
+    def steps_tables(self) -> list[pa.Table]:
+        return [t for t, *_ in self._steps]
 
 
 def _expected_events(index: TraceMeta, cursor: _Cursor) -> int:

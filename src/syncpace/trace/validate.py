@@ -87,6 +87,13 @@ class Clock(msgspec.Struct):
 class Group(msgspec.Struct):
     ranks: list[NonNeg]
     backend: str | None = None
+    desc: Text | None = None  # torch's group description: "default_pg", "mesh_tp"
+    mesh_dims: list[Text] = []  # the DeviceMesh dimensions the group serves
+
+
+class JournalSizes(msgspec.Struct):
+    slots: NonNeg
+    inflight_slots: NonNeg
 
 
 class Pacing(msgspec.Struct):
@@ -100,6 +107,20 @@ class Pacing(msgspec.Struct):
     ab_state: str | None = None
     enabled: bool | None = None
     error: str | None = None
+
+
+class Segments(msgspec.Struct):
+    """What rotation removed from a rank's events (always-on mode)."""
+
+    segment_s: float
+    keep_s: float
+    budget_bytes: NonNeg
+    written: NonNeg
+    removed: NonNeg
+    removed_events: NonNeg
+    removed_bytes: NonNeg
+    removed_steps: list[tuple[Int64, Int64]] = []
+    pins: list[dict[str, Any]] = []
 
 
 class RankMeta(msgspec.Struct):
@@ -129,6 +150,14 @@ class RankMeta(msgspec.Struct):
     topology: dict[str, Any] | None = None
     config: dict[str, Any] | None = None
     pacing: Pacing | None = None
+    job_id: Text | None = None  # the same on every rank of one job (trace/merge.py)
+    job_id_source: Text | None = None
+    launcher: dict[str, Text] | None = None
+    journal: JournalSizes | None = None
+    journal_overflow: NonNeg = 0
+    closed_by: Text | None = None
+    segments: Segments | None = None
+    summaries_written: NonNeg | None = None
 
 
 _DECODER = msgspec.json.Decoder()
@@ -270,6 +299,9 @@ class Stream:
         self.batch = -1
         #: Byte offset of that batch's message in the file.
         self.offset = -1
+        #: The highest ``journal_hi`` of the intact batches (1 when none carries one):
+        #: a dead rank's crash journal holds what the stream lacks from there on.
+        self.journal_hi = 1
         self._file: _Capped | None = None
         fd, size = open_regular(path, MAX_STREAM_BYTES, "data file")
         try:
@@ -338,6 +370,9 @@ class Stream:
                     continue
                 self.batch = index
                 self.offset = at
+                hi = (custom or {}).get(schema.JOURNAL_HI_KEY.encode())
+                if hi is not None and hi.isdigit():
+                    self.journal_hi = max(self.journal_hi, int(hi))
                 for start in range(0, batch.num_rows, SLICE_ROWS):
                     yield batch.slice(start, SLICE_ROWS)
         finally:
@@ -561,6 +596,13 @@ class RankCompleteness:
     cut: tuple[str, ...] = ()  # the streams that ended early ("events", "steps")
     write_error: str | None = None  # why the rank stopped writing, when it said so
     invalid_reasons: dict[str, int] = field(default_factory=dict)
+    #: From a dead rank's crash journal: completed (or failed) calls and steps its
+    #: streams lack, and calls still in flight when it died (status ``pending``).
+    events_recovered: int = 0
+    steps_recovered: int = 0
+    calls_pending: int = 0
+    #: Written, then removed by design: old segments of a rotated (always-on) trace.
+    events_rotated: int = 0
 
     @property
     def events_missing(self) -> int:
@@ -575,11 +617,11 @@ class RankCompleteness:
 
     @property
     def events_kept(self) -> int:
-        return self.events_found - self.events_invalid
+        return self.events_found - self.events_invalid + self.events_recovered + self.calls_pending
 
     @property
     def steps_kept(self) -> int:
-        return self.steps_found - self.steps_invalid
+        return self.steps_found - self.steps_invalid + self.steps_recovered
 
     @property
     def lossy(self) -> bool:
@@ -652,6 +694,11 @@ def completeness_lines(
             parts.append(f"{c.events_invalid:,} events invalid")
         if c.steps_invalid:
             parts.append(f"{c.steps_invalid:,} steps invalid")
+        if c.events_recovered or c.steps_recovered or c.calls_pending:
+            parts.append(
+                f"{c.events_recovered:,} events and {c.steps_recovered:,} steps recovered "
+                f"from its crash journal, {c.calls_pending:,} calls in flight"
+            )
         lines.append(f"  rank {c.rank}: " + "; ".join(parts))
     return lines
 
