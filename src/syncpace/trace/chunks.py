@@ -493,8 +493,15 @@ def read_window(
 
 
 def _decode(source: Any, ef: EventFile, entry: int, columns: tuple[str, ...]) -> pa.RecordBatch:
-    source.seek(int(ef.offsets[entry]))
-    batch = pa.ipc.read_record_batch(pa.ipc.read_message(source), ef.arrow_schema)
+    at = int(ef.offsets[entry])
+    source.seek(at)
+    pa.ipc.read_message(source)  # to find where the message ends (headers only)
+    end = source.tell()
+    source.seek(at)
+    # The schema's message then this one, read as a stream on one thread (read_record_batch
+    # takes no options, and its thread pool doubles the cost of a flush-sized batch).
+    stream = pa.BufferReader(pa.py_buffer(_schema_message(ef.arrow_schema) + source.read(end - at)))
+    batch = pa.ipc.open_stream(stream, options=_ONE_THREAD).read_next_batch()
     if ef.v1:
         table = schema.upgrade_events(pa.Table.from_batches([batch]))
         batch = table.combine_chunks().to_batches()[0]
@@ -662,6 +669,15 @@ class _Cursor:
 
 
 _NO_STEP = np.iinfo(np.int64).max
+_ONE_THREAD = pa.ipc.IpcReadOptions(use_threads=False)
+_SCHEMA_MESSAGES: dict[pa.Schema, bytes] = {}
+
+
+def _schema_message(arrow_schema: pa.Schema) -> bytes:
+    found = _SCHEMA_MESSAGES.get(arrow_schema)
+    if found is None:
+        found = _SCHEMA_MESSAGES[arrow_schema] = arrow_schema.serialize().to_pybytes()
+    return found
 
 
 def _event_file(
@@ -769,23 +785,27 @@ class Sweep:
         self._hold(*self._validated(new), lo)
         # The window's rows of every held group, in rank order, file order within a rank
         # (groups were read in file order): each row is copied once, when its window comes.
-        picks = []
-        offset = 0
+        pieces, ranks = [], []
         for table, rank, step, _ in self._pending:
             hit = np.flatnonzero((step < hi) & (step >= max(lo, self.first)))
-            picks.append((offset + hit, rank[hit]))
-            offset += table.num_rows
-        source = pa.concat_tables([t for t, *_ in self._pending]) if picks else None
+            if len(hit) == table.num_rows:
+                pieces.append(table)
+            elif len(hit):  # (numpy indices take a slow path in Arrow: pass an Arrow array)
+                pieces.append(table.take(pa.array(hit)))
+            else:
+                continue
+            ranks.append(rank[hit])
         self._pending = [p for p in self._pending if p[3] >= hi]
-        if source is None:
+        if not pieces:
             return _ANALYSIS.empty_table(), np.zeros(0, dtype=np.int64)
-        where = np.concatenate([w for w, _ in picks])
-        rank = np.concatenate([r for _, r in picks])
-        if not len(where):
-            return _ANALYSIS.empty_table(), rank
-        order = np.argsort(rank, kind="stable")
-        # (numpy indices take a slow path in Arrow: pass an Arrow array)
-        return source.take(pa.array(where[order])).combine_chunks(), rank[order]
+        table = pa.concat_tables(pieces).combine_chunks()
+        rank = np.concatenate(ranks)
+        if len(rank) > 1 and not np.all(rank[1:] >= rank[:-1]):
+            # groups read in different windows overlap in ranks: a rank's rows by rank,
+            # its earlier group's first (a stable sort keeps the file order)
+            order = np.argsort(rank, kind="stable")
+            table, rank = table.take(pa.array(order)), rank[order]
+        return table, rank
 
     def _hold(self, table: pa.Table, rank: np.ndarray, lo: int) -> None:
         if not table.num_rows:
