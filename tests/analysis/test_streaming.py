@@ -4,16 +4,21 @@ default size; and the same errors, warnings and accounts on damaged files."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
+import polars as pl
+import pyarrow as pa
 import pytest
 
-from syncpace.analysis.metrics import compute_metrics
+from syncpace.analysis.metrics import RunMetrics, compute_metrics
 from syncpace.analysis.streaming import same_metrics, stream_metrics
 from syncpace.analysis.timeline import sample_iterations
 from syncpace.errors import TraceError
-from syncpace.trace.reader import load_trace
+from syncpace.trace import schema
+from syncpace.trace.chunks import OutOfOrder, Sweep
+from syncpace.trace.reader import load_trace, read_metadata
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 FIXTURES = sorted(p.name for p in DATA.iterdir() if p.is_dir() and any(p.glob("rank-*.meta.json")))
@@ -73,3 +78,91 @@ def test_missing_events_file_is_one_line(tmp_path: Path) -> None:
     (run / "rank-00002.events.arrow").unlink()
     with pytest.raises(TraceError, match="rank-00002.events.arrow: missing"):
         stream_metrics(run)
+
+
+def _rewrite(run: Path, rank: int, edit, cuts: tuple[int, ...] = ()) -> None:
+    """Rewrite one rank's events as ``edit`` (a polars frame -> frame) makes them, as
+    the writer writes them (a CRC-32 per batch; batches cut at ``cuts``), and declare
+    the new count in its metadata."""
+    path = run / f"rank-{rank:05d}.events.arrow"
+    frame = edit(pl.from_arrow(pa.ipc.open_stream(pa.py_buffer(path.read_bytes())).read_all()))
+    table = frame.to_arrow().cast(schema.EVENTS)
+    bounds = [0, *cuts, table.num_rows]
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, schema.EVENTS) as out:
+        for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+            batch = pa.ipc.read_record_batch(table.slice(a, b - a).to_batches()[0].serialize(),
+                                             schema.EVENTS)  # fmt: skip
+            out.write_batch(batch, custom_metadata={"crc32": schema.batch_checksum(batch)})
+    meta_path = run / f"rank-{rank:05d}.meta.json"
+    meta = json.loads(meta_path.read_text())
+    meta["events_written"] = table.num_rows
+    meta.pop(schema.CHECKSUM_KEY, None)
+    meta_path.write_text(json.dumps(meta))
+
+
+def _same_both_ways(run: Path) -> RunMetrics:
+    trace = load_trace(run)
+    expected = compute_metrics(trace)
+    for window_events in (1, 1_000_000):
+        got, sample = stream_metrics(run, window_events=window_events)
+        assert same_metrics(expected, got) == [], window_events
+        assert got.warnings == expected.warnings
+        assert sample.events.equals(sample_iterations(trace, expected).events)
+    return expected
+
+
+def test_calls_after_the_last_iteration_are_kept_apart(tmp_path: Path) -> None:
+    """A checkpoint's broadcasts after every rank's last iteration: trailing, not in
+    the last iteration's numbers, in both paths."""
+    run = tmp_path / "run"
+    shutil.copytree(DATA / "straggler", run)
+    for rank in range(8):
+
+        def add(ev: pl.DataFrame) -> pl.DataFrame:
+            last = ev.tail(1)
+            extra = pl.concat(
+                [
+                    last.with_columns(
+                        step=pl.col("step") + 1,
+                        seq=pl.col("seq") + k,
+                        op=pl.lit("broadcast"),
+                        enter_ns=pl.col("exit_ns") + 1_000_000 * k,
+                        exit_ns=pl.col("exit_ns") + 1_000_000 * k + 500_000,
+                    )
+                    for k in (1, 2)
+                ]
+            )
+            return pl.concat([ev, extra])
+
+        _rewrite(run, rank, add)
+    expected = _same_both_ways(run)
+    assert expected.trailing["calls"] == 16
+    assert expected.trailing["ops"] == {"broadcast": 16}
+
+
+def test_a_call_across_an_iteration_boundary(tmp_path: Path) -> None:
+    """One rank makes the last call of step 0 (the warm-up) in step 1, and the last call
+    of step 10 in step 11: the first is left out whole, the second is one instance of
+    step 10 — windows of one step each split it, so that run is read whole."""
+    run = tmp_path / "run"
+    shutil.copytree(DATA / "straggler", run)
+    moved = pl.col("seq").is_in([3, 43])
+    _rewrite(run, 3, lambda ev: ev.with_columns(step=pl.when(moved).then(pl.col("step") + 1)
+                                                 .otherwise(pl.col("step"))))  # fmt: skip
+    expected = _same_both_ways(run)
+    inst = expected.instances
+    assert inst.filter(pl.col("seq") == 3).height == 0  # the warm-up call, left out
+    assert inst.filter(pl.col("seq") == 43)["n"].to_list() == [8]  # one instance, all ranks
+
+
+def test_steps_out_of_order_are_read_in_two_passes(tmp_path: Path) -> None:
+    """A rank's later steps written before its earlier ones: the one pass meets a step
+    it passed and the run is read from the index instead, with the same numbers."""
+    run = tmp_path / "run"
+    shutil.copytree(DATA / "straggler", run)
+    _rewrite(run, 2, lambda ev: pl.concat([ev.slice(40), ev.slice(0, 40)]), cuts=(80,))
+    index = read_metadata(run)
+    with pytest.raises(OutOfOrder):
+        for _ in Sweep(index, warmup_steps=1, window_events=1):
+            pass
+    _same_both_ways(run)
