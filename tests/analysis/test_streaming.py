@@ -13,12 +13,13 @@ import pyarrow as pa
 import pytest
 
 from syncpace.analysis.metrics import RunMetrics, compute_metrics
-from syncpace.analysis.streaming import same_metrics, stream_metrics
+from syncpace.analysis.streaming import needs_whole_run, same_metrics, stream_metrics
 from syncpace.analysis.timeline import sample_iterations
 from syncpace.errors import TraceError
-from syncpace.trace import schema
-from syncpace.trace.chunks import OutOfOrder, Sweep
+from syncpace.trace import RankTraceWriter, schema
+from syncpace.trace.chunks import OutOfOrder, Sweep, rank_files
 from syncpace.trace.reader import load_trace, read_metadata
+from syncpace.trace.segments import RotationPolicy
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 FIXTURES = sorted(p.name for p in DATA.iterdir() if p.is_dir() and any(p.glob("rank-*.meta.json")))
@@ -166,3 +167,37 @@ def test_steps_out_of_order_are_read_in_two_passes(tmp_path: Path) -> None:
         for _ in Sweep(index, warmup_steps=1, window_events=1):
             pass
     _same_both_ways(run)
+
+
+def test_a_rotated_run_agrees_with_the_loader(tmp_path: Path) -> None:
+    """Always-on mode: segments named by the writer, the oldest rotated out. The steps
+    some rank lost are left out of every rank, as load_trace leaves them."""
+    policy = RotationPolicy(segment_s=1e-9, keep_s=0, budget_bytes=150_000)
+    meta = {"world_size": 2, "host": "h"}
+    writers = [
+        RankTraceWriter(tmp_path, r, meta, flush_interval_s=3600, rotation=policy, summaries=True)
+        for r in range(2)
+    ]
+    for step in range(600):
+        for r, w in enumerate(writers):
+            for slot in range(4):
+                enter = 1_000_000_000 + step * 10_000_000 + slot * 100_000 + r * 20_000
+                row = (r, step, "0", 2, step * 4 + slot, "all_reduce", 4096, "float32", -1)
+                w.add_event((*row, enter, enter + 50_000, "wait", "completed", None, enter))
+            start = 1_000_000_000 + step * 10_000_000
+            w.add_step((r, step, start, start + 9_999_999, 0))
+        if step % 5 == 4:
+            for w in writers:
+                w.flush()
+    for w in writers:
+        w.close()
+    index = read_metadata(tmp_path)
+    files, _ = rank_files(index, 0)
+    assert len(files) > 1 and files[1].name.startswith("rank-00000.events.0")
+    assert needs_whole_run(index)
+    trace = load_trace(tmp_path)
+    assert trace.events["step"].min() > 0  # the oldest steps were rotated out
+    expected = compute_metrics(trace)
+    got, _ = stream_metrics(tmp_path, window_events=1)
+    assert same_metrics(expected, got) == []
+    assert any("rotated out" in w for w in got.warnings)
