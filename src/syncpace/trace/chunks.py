@@ -597,6 +597,8 @@ class _Cursor:
                     self.path, f"unreadable columns ({validate.first_line(exc)})"
                 ) from exc
             stream = self.streams[self._file]
+            if not piece.num_rows:  # the writer's first batch (it puts the schema there)
+                continue
             if self.v1:
                 piece = schema.upgrade_events(pa.Table.from_batches([piece]))
                 piece = piece.select(schema.EVENTS.names).combine_chunks().to_batches()[0]
@@ -795,7 +797,7 @@ class Sweep:
             else:
                 continue
             ranks.append(rank[hit])
-        self._pending = [p for p in self._pending if p[3] >= hi]
+        self._pending = [_rest(p, hi) for p in self._pending if p[3] >= hi]
         if not pieces:
             return _ANALYSIS.empty_table(), np.zeros(0, dtype=np.int64)
         table = pa.concat_tables(pieces).combine_chunks()
@@ -948,6 +950,19 @@ class Sweep:
 
     def steps_tables(self) -> list[pa.Table]:
         return [t for t, *_ in self._steps]
+
+
+def _rest(
+    held: tuple[pa.Table, np.ndarray, np.ndarray, int], hi: int
+) -> tuple[pa.Table, np.ndarray, np.ndarray, int]:
+    """A held group without its rows before ``hi`` (analysed) once they are most of it:
+    copying the rest then costs at most as much again, and memory stays about the rows
+    still to come, not the batches they came in."""
+    table, rank, step, top = held
+    rest = np.flatnonzero(step >= hi)
+    if 2 * len(rest) > len(step):
+        return held
+    return table.take(pa.array(rest)), rank[rest], step[rest], top
 
 
 def _expected_events(index: TraceMeta, cursor: _Cursor) -> int:

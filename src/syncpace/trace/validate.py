@@ -373,6 +373,14 @@ class Stream:
                 hi = (custom or {}).get(schema.JOURNAL_HI_KEY.encode())
                 if hi is not None and hi.isdigit():
                     self.journal_hi = max(self.journal_hi, int(hi))
+                if not batch.num_rows:
+                    continue
+                if batch.num_rows <= SLICE_ROWS:
+                    # handed over, not kept in this frame while it waits: a reader of many
+                    # streams at once would otherwise hold one decoded batch of each
+                    held, batch = [batch], None
+                    yield held.pop()
+                    continue
                 for start in range(0, batch.num_rows, SLICE_ROWS):
                     yield batch.slice(start, SLICE_ROWS)
         finally:
