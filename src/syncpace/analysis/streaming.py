@@ -169,6 +169,11 @@ def plan(
     start, end = min(los), max(his) + 1
     total = sum(s.events for s in scans)
     width = max(1, int(window_events * max(end - start, 1) / max(total, 1)))
+    # No narrower than a typical batch's steps: a window reads every batch reaching
+    # into it, so narrower windows would decode each batch several times.
+    spans = [f.hi - f.lo + 1 for s in scans for f in s.files if len(f.lo)]
+    if spans and window_events > 1:
+        width = max(width, int(np.median(np.concatenate(spans))))
     # The warm-up is read with the first step after it: a call some rank made in it is
     # left out whole (compute_metrics' rule), so both must be in one window.
     head = max((start // width + 1) * width, (cut or 0) + 1)
