@@ -432,6 +432,19 @@ def load_trace(path: str | Path, *, allow_missing_ranks: bool = True) -> Trace:
     )
 
 
+def _read_evidence(
+    path: Path, expected: pa.Schema, what: str, warnings: list[str]
+) -> pa.Table | None:
+    """A file beside the trace (summaries, counters): absent is fine, damaged a warning."""
+    if not path.exists():
+        return None
+    try:
+        return _read_stream(path, expected, warnings)
+    except TraceError as exc:
+        warnings.append(f"{exc}; its {what} are left out")
+        return None
+
+
 def load_summaries(
     root: Path, metas: dict[int, dict[str, Any]], warnings: list[str]
 ) -> pl.DataFrame:
@@ -439,12 +452,9 @@ def load_summaries(
     tables = []
     for rank in sorted(metas):
         path = root / f"{schema.rank_stem(rank)}{schema.SUMMARY_SUFFIX}"
-        if not path.exists():
-            continue
-        try:
-            tables.append(_read_stream(path, schema.SUMMARY, warnings))
-        except TraceError as exc:
-            warnings.append(f"{exc}; its summaries are left out")
+        table = _read_evidence(path, schema.SUMMARY, "summaries", warnings)
+        if table is not None:
+            tables.append(table)
     frame = pl.from_arrow(pa.concat_tables(tables) if tables else schema.SUMMARY.empty_table())
     assert isinstance(frame, pl.DataFrame)
     return frame
@@ -478,13 +488,11 @@ def load_host_files(
         host = str(meta.get("host", meta_path.name))
         hosts[host] = meta
         stem = meta_path.name[: -len(schema.HOST_META_SUFFIX)]
-        path = root / f"{stem}{schema.COUNTERS_SUFFIX}"
-        if not path.exists():
-            continue
-        try:
-            tables.append(_read_stream(path, schema.COUNTERS, warnings))
-        except TraceError as exc:
-            warnings.append(f"{exc}; its counters are left out")
+        table = _read_evidence(
+            root / f"{stem}{schema.COUNTERS_SUFFIX}", schema.COUNTERS, "counters", warnings
+        )
+        if table is not None:
+            tables.append(table)
     if not tables:
         return _empty_counters(), hosts
     counters = pl.from_arrow(pa.concat_tables(tables))
