@@ -8,7 +8,6 @@ the format are left out and counted. The rules live in :mod:`syncpace.trace.vali
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import dataclass, field, replace
@@ -478,12 +477,9 @@ def load_host_files(
     tables = []
     for meta_path in sorted(root.glob(f"{schema.HOST_PREFIX}*{schema.HOST_META_SUFFIX}")):
         try:
-            meta = json.loads(meta_path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            warnings.append(f"{meta_path}: host facts not read ({_first_line(exc)})")
-            continue
-        if not isinstance(meta, dict) or meta.get("schema") != schema.HOST_SCHEMA_NAME:
-            warnings.append(f"{meta_path}: not a syncpace host file; ignored")
+            meta = validate.read_host_meta(meta_path)
+        except TraceError as exc:
+            warnings.append(f"{exc}; its facts and counters are left out")
             continue
         host = str(meta.get("host", meta_path.name))
         hosts[host] = meta
@@ -492,7 +488,13 @@ def load_host_files(
             root / f"{stem}{schema.COUNTERS_SUFFIX}", schema.COUNTERS, "counters", warnings
         )
         if table is not None:
-            tables.append(table)
+            kept, bad = validate.check_counters(table)
+            if bad.rows:
+                warnings.append(
+                    f"{root / f'{stem}{schema.COUNTERS_SUFFIX}'}: {bad.rows:,} of "
+                    f"{table.num_rows:,} counter rows left out as invalid ({bad.describe()})"
+                )
+            tables.append(kept)
     if not tables:
         return _empty_counters(), hosts
     counters = pl.from_arrow(pa.concat_tables(tables))
