@@ -8,7 +8,6 @@ the format are left out and counted. The rules live in :mod:`syncpace.trace.vali
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import dataclass, field, replace
@@ -459,6 +458,19 @@ def rank_warnings(rank: int, meta: dict[str, Any], stem: Path) -> list[str]:
     return out
 
 
+def _read_evidence(
+    path: Path, expected: pa.Schema, what: str, warnings: list[str]
+) -> pa.Table | None:
+    """A file beside the trace (summaries, counters): absent is fine, damaged a warning."""
+    if not path.exists():
+        return None
+    try:
+        return _read_stream(path, expected, warnings)
+    except TraceError as exc:
+        warnings.append(f"{exc}; its {what} are left out")
+        return None
+
+
 def load_summaries(
     root: Path, metas: dict[int, dict[str, Any]], warnings: list[str]
 ) -> pl.DataFrame:
@@ -466,12 +478,9 @@ def load_summaries(
     tables = []
     for rank in sorted(metas):
         path = root / f"{schema.rank_stem(rank)}{schema.SUMMARY_SUFFIX}"
-        if not path.exists():
-            continue
-        try:
-            tables.append(_read_stream(path, schema.SUMMARY, warnings))
-        except TraceError as exc:
-            warnings.append(f"{exc}; its summaries are left out")
+        table = _read_evidence(path, schema.SUMMARY, "summaries", warnings)
+        if table is not None:
+            tables.append(table)
     frame = pl.from_arrow(pa.concat_tables(tables) if tables else schema.SUMMARY.empty_table())
     assert isinstance(frame, pl.DataFrame)
     return frame
@@ -495,23 +504,24 @@ def load_host_files(
     tables = []
     for meta_path in sorted(root.glob(f"{schema.HOST_PREFIX}*{schema.HOST_META_SUFFIX}")):
         try:
-            meta = json.loads(meta_path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            warnings.append(f"{meta_path}: host facts not read ({_first_line(exc)})")
-            continue
-        if not isinstance(meta, dict) or meta.get("schema") != schema.HOST_SCHEMA_NAME:
-            warnings.append(f"{meta_path}: not a syncpace host file; ignored")
+            meta = validate.read_host_meta(meta_path)
+        except TraceError as exc:
+            warnings.append(f"{exc}; its facts and counters are left out")
             continue
         host = str(meta.get("host", meta_path.name))
         hosts[host] = meta
         stem = meta_path.name[: -len(schema.HOST_META_SUFFIX)]
-        path = root / f"{stem}{schema.COUNTERS_SUFFIX}"
-        if not path.exists():
-            continue
-        try:
-            tables.append(_read_stream(path, schema.COUNTERS, warnings))
-        except TraceError as exc:
-            warnings.append(f"{exc}; its counters are left out")
+        table = _read_evidence(
+            root / f"{stem}{schema.COUNTERS_SUFFIX}", schema.COUNTERS, "counters", warnings
+        )
+        if table is not None:
+            kept, bad = validate.check_counters(table)
+            if bad.rows:
+                warnings.append(
+                    f"{root / f'{stem}{schema.COUNTERS_SUFFIX}'}: {bad.rows:,} of "
+                    f"{table.num_rows:,} counter rows left out as invalid ({bad.describe()})"
+                )
+            tables.append(kept)
     if not tables:
         return _empty_counters(), hosts
     counters = pl.from_arrow(pa.concat_tables(tables))

@@ -200,6 +200,65 @@ def read_meta(path: Path) -> dict[str, Any]:
     return meta
 
 
+class TopologyNic(msgspec.Struct):
+    name: Text
+    numa_node: Int64 | None = None
+    pci: Text | None = None
+    ib_devices: list[Text] = []
+    netdevs: list[Text] = []
+
+
+class TopologyGpu(msgspec.Struct):
+    name: Text
+    pci: Text
+    numa_node: Int64 | None = None
+
+
+class HostTopology(msgspec.Struct):
+    gpus: list[TopologyGpu] = []
+    nics: list[TopologyNic] = []
+    matrix: dict[Text, dict[Text, Text]] = {}
+    numa_nodes: dict[Text, Text] = {}
+
+
+class HostMeta(msgspec.Struct):
+    """``host-H.meta.json``: what the analysis reads of it, typed."""
+
+    schema: str
+    host: Text = ""
+    topology: HostTopology | None = None
+    nvml: dict[str, Any] | None = None
+
+
+def read_host_meta(path: Path) -> dict[str, Any]:
+    """A host's facts, validated like a rank's metadata (the same bounds and one-line
+    errors): the plain dict it was written as."""
+    data = read_regular(path, MAX_META_BYTES, "host file")
+    try:
+        meta = _DECODER.decode(data)
+    except msgspec.ValidationError as exc:
+        raise TraceError(path, f"not usable JSON ({_msgspec_reason(exc)})") from exc
+    except msgspec.DecodeError as exc:
+        raise TraceError(path, f"not valid JSON ({_msgspec_reason(exc)})") from exc
+    except RecursionError as exc:
+        raise TraceError(path, "not usable JSON (nested too deeply)") from exc
+    if not isinstance(meta, dict) or meta.get("schema") != schema.HOST_SCHEMA_NAME:
+        raise TraceError(path, "not a syncpace host file")
+    try:
+        msgspec.convert(meta, HostMeta, strict=True)
+    except msgspec.ValidationError as exc:
+        raise TraceError(path, f"invalid host facts: {_msgspec_reason(exc)}") from exc
+    return meta
+
+
+def check_counters(table: pa.Table) -> tuple[pa.Table, Quarantine]:
+    """Counter rows a reading can use: no nulls, a time, a known source."""
+    rules = _nulls(table, ())
+    rules.append(("time before 0", _np(table.column("time_ns"), -1) < 0))
+    rules.append(("unknown source", _not_in(table.column("source"), tuple(schema.COUNTER_SOURCES))))
+    return _apply(table, rules)
+
+
 def checksum_warning(path: Path, meta: dict[str, Any]) -> str | None:
     """A warning when the metadata's checksum (written by the writer) does not match
     its content: edited by hand or damaged. ``None`` when it matches or is absent."""
