@@ -7,6 +7,7 @@ SLOW_FROM to SLOW_TO.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from multirank import check, join, start_ranks
@@ -62,5 +63,10 @@ def test_rotation_keeps_the_recent_and_the_anomaly_and_summaries_cover_the_run(t
     out = capsys.readouterr().out
     assert f"per-step summaries of {STEPS} steps" in out
     assert "kept in full around: " in out and f"straggler start at step {pin_step}" in out
+    export = tmp_path / "perfetto.json"
+    assert main(["export", "--perfetto", str(tmp_path), "-o", str(export)]) == 0
+    exported = json.loads(export.read_text())["traceEvents"]
+    calls = [e for e in exported if e.get("cat") == "collective"]
+    assert len(calls) >= trace.events.height  # every kept call (and those of partial steps)
     files = sorted(p.name for p in tmp_path.glob(f"{schema.rank_stem(0)}.events*.arrow"))
     assert files and files[0] != f"{schema.rank_stem(0)}{schema.EVENTS_SUFFIX}"

@@ -411,19 +411,27 @@ def _left_journals(index: TraceMeta) -> bool:
     )
 
 
+def _rotated(index: TraceMeta) -> bool:
+    """Whether the run was traced in always-on mode (its events in segments)."""
+    return any(meta.get("segments") for meta in index.meta.values())
+
+
 def export_perfetto(
     source: Trace | str | Path, out: str | Path, *, chunk_events: int = CHUNK_EVENTS
 ) -> ExportResult:
     """Write a Chrome trace JSON file that Perfetto and chrome://tracing open.
 
     ``source`` is a run directory (streamed, bounded memory; loaded whole when a rank
-    that died left its crash journal) or a loaded :class:`Trace` (such as one job's
-    per-node directories, :func:`~syncpace.trace.merge.load_job`).
+    that died left its crash journal, or when it was traced in always-on mode) or a
+    loaded :class:`Trace` (such as one job's per-node directories,
+    :func:`~syncpace.trace.merge.load_job`).
     The result accounts for every rank's rows, as the reader does."""
     path = Path(out)
     index = source if isinstance(source, Trace) else read_metadata(source)
-    if isinstance(index, TraceMeta) and _left_journals(index):
-        index = load_trace(index.path)  # a dead rank's journal is read only by the reader
+    if isinstance(index, TraceMeta) and (_left_journals(index) or _rotated(index)):
+        # A dead rank's journal and rotated segments are read only by the reader; a
+        # rotated run is bounded by its disk budget.
+        index = load_trace(index.path)
     try:
         with path.open("w", encoding="utf-8") as f:
             f.write('{"displayTimeUnit":"ms","traceEvents":[\n')
