@@ -469,7 +469,8 @@ def read_window(
                     batch = _decode(sources[f], ef, entry, columns)
                 if cache is not None and ef.hi[entry] >= hi:
                     held[key] = batch
-                step = batch.column("step").to_numpy()
+                # a null step (a row the scan left out) is in no window
+                step = pc.fill_null(batch.column("step"), lo - 1).to_numpy()
                 sel = (step >= lo) & (step < hi)
                 if entry in ef.keep:
                     sel &= ef.keep[entry]
