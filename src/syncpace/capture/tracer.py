@@ -278,9 +278,9 @@ class Tracer:
         if control.tracing is not None and control.tracing == self.paused:
             self.paused = not control.tracing
             if self.paused:
-                self._paused_steps.append([self.step, -1])
-            elif self._paused_steps:
-                self._paused_steps[-1][1] = self.step
+                self._paused_steps.append([-1, -1])  # filled in by the calls it skips
+            elif self._paused_steps and self._paused_steps[-1][0] < 0:
+                self._paused_steps.pop()  # paused and resumed between two calls
             log.warning(
                 "syncpace: tracing %s at step %d (control file)",
                 "paused" if self.paused else "resumed",
@@ -297,6 +297,18 @@ class Tracer:
         writer = self.writer
         if writer is not None:
             writer.update_meta(control=self._control_state())
+
+    def skip_paused(self) -> None:
+        """A call passed through untraced: its step is in the current pause's range
+        ([first, last + 1) of the steps with a skipped call: a pause that starts or ends
+        within a step covers that step only if one of its calls was skipped)."""
+        self.paused_events += 1
+        ranges = self._paused_steps
+        if ranges:
+            current = ranges[-1]
+            if current[0] < 0:
+                current[0] = self.step
+            current[1] = self.step + 1
 
     def _control_state(self) -> dict[str, Any]:
         return {
