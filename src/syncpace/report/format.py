@@ -21,6 +21,8 @@ from typing import Any
 
 import polars as pl
 
+from syncpace.trace.validate import ranges
+
 #: What to call a failure mode in a sentence (unknown modes: the name with spaces).
 MODE_TITLES = {
     "straggler": "Straggler",
@@ -293,19 +295,7 @@ def where(ranks: Sequence[int], nodes: Sequence[str], places: Places) -> str:
 
 def rank_ranges(ranks: Iterable[int]) -> str:
     """[0, 1, 2, 5] -> '0–2, 5'."""
-    values = sorted(set(ranks))
-    if not values:
-        return ""
-    parts: list[str] = []
-    start = prev = values[0]
-    for v in [*values[1:], None]:
-        if v is not None and v == prev + 1:
-            prev = v
-            continue
-        parts.append(str(start) if start == prev else f"{start}–{prev}")
-        if v is not None:
-            start = prev = v
-    return ", ".join(parts)
+    return ranges(sorted(set(ranks)), dash="–")
 
 
 def names(items: Sequence[Any], limit: int = _LIST_MAX) -> str:

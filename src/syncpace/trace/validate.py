@@ -770,8 +770,8 @@ def completeness_lines(
     return lines
 
 
-def ranges(values: list[int]) -> str:
-    """``[0, 1, 2, 5]`` -> ``"0-2, 5"``: readable lists of ranks."""
+def ranges(values: list[int], dash: str = "-") -> str:
+    """``[0, 1, 2, 5]`` -> ``"0-2, 5"`` (sorted, distinct values): readable rank lists."""
     if not values:
         return ""
     parts: list[str] = []
@@ -780,7 +780,7 @@ def ranges(values: list[int]) -> str:
         if v is not None and v == prev + 1:
             prev = v
             continue
-        parts.append(str(start) if start == prev else f"{start}-{prev}")
+        parts.append(str(start) if start == prev else f"{start}{dash}{prev}")
         if v is not None:
             start = prev = v
     return ", ".join(parts)
