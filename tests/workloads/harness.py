@@ -185,7 +185,10 @@ def _spawn_once(job: Job, script: str, args: list[str], env: dict[str, str]) -> 
     except subprocess.TimeoutExpired:
         for proc in procs:
             proc.kill()
-        raise AssertionError(f"{job.name}: ranks did not finish in {TIMEOUT_S}s") from None
+        tails = [p.communicate()[1][-1500:] for p in procs]  # where each rank stopped
+        raise AssertionError(
+            f"{job.name}: ranks did not finish in {TIMEOUT_S}s; stderr tails: {tails}"
+        ) from None
     failed = [(r, p.returncode) for r, p in enumerate(procs) if p.returncode != 0]
     if failed:
         errors = "\n".join(f"rank {r}: {err[-3000:]}" for r, (_, err) in enumerate(outputs))
