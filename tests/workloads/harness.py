@@ -17,6 +17,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -151,6 +152,8 @@ def _spawn(job: Job, script: str, args: list[str], env: dict[str, str]) -> str:
         print(f"{job.name}: gloo failed to connect at init; starting it once more: {exc}")
         for path in Path(env.get("WORKLOAD_OUT", "/nonexistent")).glob("rank-*.json"):
             path.unlink()
+        for path in Path(env.get("WORKLOAD_PORT_DIR", "/nonexistent")).glob("port-*"):
+            path.unlink()  # the ports of the failed launch
         return _spawn_once(job, script, args, env)
 
 
@@ -204,8 +207,8 @@ def run_untraced(jobs: list[Job], root: Path) -> dict[str, dict[int, float]]:
     scratch = root / "scratch"
     scratch.mkdir(parents=True, exist_ok=True)
     plan = [[j.name, str(JOBS / j.script), *_args(j, scratch / j.name)] for j in jobs]
-    ports = [free_port() for _ in jobs]
-    env = _base_env({"WORKLOAD_PLAN": json.dumps(plan), "WORKLOAD_PORTS": json.dumps(ports)})
+    ports = Path(tempfile.mkdtemp(dir=scratch, prefix="ports-"))
+    env = _base_env({"WORKLOAD_PLAN": json.dumps(plan), "WORKLOAD_PORT_DIR": str(ports)})
     job = Job("untraced", "_untraced.py", world=world.pop())
     stdout = _spawn(job, str(JOBS / "_untraced.py"), [], env)
     losses: dict[str, dict[int, float]] = {}
