@@ -47,6 +47,14 @@ class DetectionSpan:
     cost: float  # share of the step the others waited for it, or the jump
     stop_cost: float | None = None  # the cost over the whole episode, at its stop
 
+    @property
+    def episode_cost(self) -> float:
+        """A straggler's cost over its whole episode (at its stop, when seen); a jump's
+        size as it started (at its stop the step time is back to the baseline)."""
+        if self.kind == "straggler" and self.stop_cost is not None:
+            return self.stop_cost
+        return self.cost
+
     def to_json(self) -> dict[str, Any]:
         return {
             "kind": self.kind,

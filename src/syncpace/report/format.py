@@ -515,7 +515,7 @@ def detection_when(span: DetectionSpan) -> str:
     if span.detected_step is not None and span.detected_step != span.start_step:
         text += f" (detected at {span.detected_step})"
     text += f", over at step {span.stop_step}" if span.stop_step is not None else ", still on"
-    cost = span.stop_cost if span.stop_cost is not None else span.cost
+    cost = span.episode_cost
     if cost:
         text += f", costing {percent(cost)}"
     return text

@@ -286,7 +286,7 @@ def whole_run_html(analysis: Analysis, figures: _Figures) -> str:
             f'<td class="num">{d.start_step}</td>'
             f'<td class="num">{"—" if d.detected_step is None else d.detected_step}</td>'
             f'<td class="num">{"still on" if d.stop_step is None else d.stop_step}</td>'
-            f'<td class="num">{e(fmt.percent(d.stop_cost if d.stop_cost is not None else d.cost))}'
+            f'<td class="num">{e(fmt.percent(d.episode_cost))}'
             "</td></tr>"
             for d in w.detections
         )
