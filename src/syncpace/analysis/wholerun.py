@@ -68,9 +68,10 @@ class DetectionSpan:
         }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class WholeRun:
-    """The whole run of an always-on job (see the module docstring for the rule)."""
+    """The whole run of an always-on job (see the module docstring for the rule).
+    Equal when every number and every bin is (a frame has no truth value of its own)."""
 
     steps: int  # distinct steps seen (a boundary or a summary on some rank)
     first_step: int
@@ -88,6 +89,17 @@ class WholeRun:
     calls: int
     failed: int
     warnings: tuple[str, ...] = ()
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, WholeRun):
+            return NotImplemented
+        return (
+            self.to_json() == other.to_json()
+            and self.warnings == other.warnings
+            and self.bins.equals(other.bins, null_equal=True)
+        )
+
+    __hash__ = None  # type: ignore[assignment]  # mutable-looking: holds a frame
 
     def to_json(self) -> dict[str, Any]:
         return {
