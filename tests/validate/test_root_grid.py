@@ -24,23 +24,39 @@ def namespaces() -> set[str]:
 @pytest.fixture(scope="module")
 def grid(tmp_path_factory):
     from syncpace.cli.main import main
+    from syncpace.validate import grid as grid_module
 
     out = tmp_path_factory.mktemp("validate")
-    before = namespaces()
-    code = main(
-        [
-            "validate",
-            "--points",
-            "star4,star4-udp",
-            "--steps",
-            "20",
-            "--sim-steps",
-            "200",
-            "--out",
-            str(out),
-        ]
-    )
-    assert namespaces() == before
+    # the grid's own fabrics, by name: other runs on this machine make theirs meanwhile
+    made: list[str] = []
+    spec_of = grid_module.fabric_spec
+
+    def recorded(*args, **kwargs):
+        spec = spec_of(*args, **kwargs)
+        made.append(spec.name)
+        return spec
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(grid_module, "fabric_spec", recorded)
+    try:
+        code = main(
+            [
+                "validate",
+                "--points",
+                "star4,star4-udp",
+                "--steps",
+                "20",
+                "--sim-steps",
+                "200",
+                "--out",
+                str(out),
+            ]
+        )
+    finally:
+        mp.undo()
+    assert made, "the grid built no fabric"
+    left = {ns for ns in namespaces() if any(ns.startswith(f"{name}-") for name in made)}
+    assert left == set()
     report = json.loads((out / "validation.json").read_text())
     return code, report, out
 
