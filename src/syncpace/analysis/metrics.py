@@ -8,6 +8,7 @@ from typing import Any
 import polars as pl
 
 from syncpace.analysis import collectives, iterations, locality, overlap
+from syncpace.analysis.replay import Program, build_program, usable
 from syncpace.trace.reader import Trace
 from syncpace.trace.summary import pacing_summary
 
@@ -45,6 +46,7 @@ class RunMetrics:
     quality: dict[str, Any]
     group_nodes: dict[str, int]
     pacing: dict[str, Any] | None = None  # the pacer's account, when the run was paced
+    program: Program | None = None  # the run as the replay runs it (analysis.replay)
 
     @property
     def iteration_ns(self) -> float:
@@ -88,6 +90,7 @@ def compute_metrics(trace: Trace, *, warmup_steps: int = 1) -> RunMetrics:
     rank_step = collectives.rank_step_arrivals(matched)
     last = collectives.last_arrivers(rank_step)
     ovl = overlap.with_step_time(overlap.rank_step_comm(matched), rank_steps)
+    program = build_program(usable(events), matched.events, inst, rank_steps, global_steps)
     del matched, events, steps  # the per-event arrays are the largest objects: free them
     per_rank = iterations.per_rank_summary(rank_steps, rank_step, last)
     place = locality.placement(trace.meta)
@@ -115,6 +118,7 @@ def compute_metrics(trace: Trace, *, warmup_steps: int = 1) -> RunMetrics:
         quality=_quality(trace, inst, uncertainty, dropped),
         group_nodes=_group_nodes(trace.meta, place),
         pacing=pacing_summary(trace),
+        program=program,
     )
 
 
