@@ -1,4 +1,5 @@
-"""``syncpace diagnose RUN_DIR [RUN_DIR...] [--json]``: what limits this job, and what to do."""
+"""``syncpace diagnose RUN_DIR [RUN_DIR...] [--json] [--what-if]``: what limits this job,
+what each cause costs, and what to do."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ import json
 from syncpace.analysis import Analysis, Thresholds, analyze
 from syncpace.bench.results import load_bench, main_fit
 from syncpace.config import add_flags, from_flags
+from syncpace.control.policy import PacingConfig, PacingPolicy, make_policy
 from syncpace.errors import ConfigError
-from syncpace.report.terminal import print_analysis
+from syncpace.report.terminal import print_analysis, print_what_if
 
 
 def add_analysis_arguments(parser: argparse.ArgumentParser) -> None:
@@ -39,12 +41,24 @@ def add_analysis_arguments(parser: argparse.ArgumentParser) -> None:
 
 def link_rate_of(bench: str) -> float:
     """The bus bandwidth (GB/s) of a ``syncpace bench`` result's main fit."""
+    return link_of(bench)[1]
+
+
+def link_of(bench: str) -> tuple[float, float]:
+    """(latency in us, bus bandwidth in GB/s) of a ``syncpace bench`` result's main fit."""
 
     _, fit = main_fit(load_bench(bench)) or ("", {})
     beta = fit.get("beta_gbps")
     if not isinstance(beta, (int, float)) or not 0 < beta < float("inf"):
         raise ConfigError(f"{bench}: the benchmark has no bus bandwidth fit to use as link rate")
-    return float(beta)
+    alpha = fit.get("alpha_us")
+    return (float(alpha) if isinstance(alpha, (int, float)) and alpha >= 0 else 0.0), float(beta)
+
+
+def live_policy(world_size: int) -> PacingPolicy:
+    """The pacing policy the live controller runs, with its default settings (the
+    replay's what-if runs it)."""
+    return make_policy(PacingConfig(), world_size)
 
 
 def analysis_from_args(args: argparse.Namespace) -> Analysis:
@@ -52,8 +66,10 @@ def analysis_from_args(args: argparse.Namespace) -> Analysis:
         raise ConfigError(f"--warmup-steps must be >= 0, got {args.warmup_steps}")
     thresholds = from_flags(Thresholds, args)
     if args.bench and thresholds.link_gbps == 0:
-        thresholds = dataclasses.replace(thresholds, link_gbps=link_rate_of(args.bench))
-    return analyze(args.dirs, thresholds, warmup_steps=args.warmup_steps)
+        alpha, beta = link_of(args.bench)
+        alpha = thresholds.link_alpha_us or alpha
+        thresholds = dataclasses.replace(thresholds, link_gbps=beta, link_alpha_us=alpha)
+    return analyze(args.dirs, thresholds, warmup_steps=args.warmup_steps, pacer=live_policy)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -67,6 +83,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--json", action="store_true", help='print {"findings": [...], "metrics": {...}} as JSON'
     )
+    parser.add_argument(
+        "--what-if",
+        action="store_true",
+        help="print the what-if table: each cause removed in a replay of the trace (and no "
+        "jitter, ideal overlap, links at the best or benchmarked rate, pacing on), the "
+        "iteration time it predicts, what that saves, and the replay's error",
+    )
     parser.set_defaults(func=run)
 
 
@@ -74,6 +97,8 @@ def run(args: argparse.Namespace) -> int:
     analysis = analysis_from_args(args)
     if args.json:
         print(json.dumps(analysis.to_json(), indent=2, default=str))
-    else:
-        print_analysis(analysis)
+        return 0
+    print_analysis(analysis)
+    if args.what_if:
+        print_what_if(analysis)
     return 0

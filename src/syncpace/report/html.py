@@ -54,11 +54,41 @@ def _finding_html(f: Finding, index: int) -> str:
     return (
         f'<div class="finding {e(str(f.severity))}" id="finding-{index}">'
         f"<b>{index}. {e(f.mode)}</b> — {e(str(f.severity))}, cost {f.cost:.1%} of the "
-        f"iteration, confidence {f.confidence:.2f}"
+        f"iteration{_cost_note(f)}, confidence {f.confidence:.2f}"
         f"{' — ' + '; '.join(where) if where else ''}"
         f'<div>{e(f.summary)}</div><div class="meta">run: {e(f.run)}</div>'
         f'<table class="ev">{rows}</table><ul>{actions}</ul></div>'
     )
+
+
+def _cost_note(f: Finding) -> str:
+    if f.cost_basis != "replay" or f.cost_error is None:
+        return ""
+    return f" (±{f.cost_error:.1%}, saved in a replay without it)"
+
+
+def what_if_html(analysis: Analysis) -> str:
+    """The what-if tables: each counterfactual's predicted iteration and saving."""
+    e = html.escape
+    parts = []
+    for run, table in zip(analysis.runs, analysis.what_if, strict=False):
+        if table is None:
+            continue
+        b = table.base
+        rows = "".join(
+            f"<tr><td>{e(r.description)}</td><td>{r.iteration_ns / 1e6:.2f}</td>"
+            f"<td>{r.saving_ns / 1e6:.2f}</td><td>{r.saving:.1%}</td><td>±{r.error:.1%}</td></tr>"
+            for r in table.rows
+        )
+        parts.append(
+            f"<p class='meta'>{e(run.run)}: measured {b.measured_ns / 1e6:.2f} ms per "
+            f"iteration, plain replay {b.replayed_ns / 1e6:.2f} ms ({b.error:+.2%})</p>"
+            "<table class='ev what-if'><tr><td>what if</td><td>iteration ms</td>"
+            f"<td>saved ms</td><td>saved</td><td>error</td></tr>{rows}</table>"
+        )
+    if not parts:
+        return ""
+    return "<h2>What if</h2>" + "".join(parts)
 
 
 def render_html(analysis: Analysis) -> str:
@@ -103,6 +133,7 @@ def render_html(analysis: Analysis) -> str:
             f"<ul>{runs}</ul>",
             "<h2>Findings</h2>",
             findings,
+            what_if_html(analysis),
             "<p class='meta'>busbw uses the nccl-tests factors (all-reduce 2(n-1)/n; "
             "all-gather, reduce-scatter, all-to-all (n-1)/n; broadcast, reduce, send/recv 1), "
             "which assume a flat topology: on hierarchical fabrics compare like with like.</p>",

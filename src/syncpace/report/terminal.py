@@ -31,13 +31,14 @@ def print_analysis(analysis: Analysis, console: Console | None = None, actions: 
         )
         console.print(f"scaling efficiency by world size: {points}")
     table = Table("#", "severity", "mode", "cost", "conf.", "where", "finding", expand=True)
+    # cost: what removing the cause saves of the iteration (replayed), ± its error
     multi = len(analysis.runs) > 1
     for i, f in enumerate(analysis.findings, 1):
         table.add_row(
             str(i),
             f"[{_STYLE[f.severity]}]{f.severity}[/]",
             f.mode,
-            f"{f.cost:.1%}",
+            f"{f.cost:.1%}" + (f"±{f.cost_error:.1%}" if f.cost_error is not None else ""),
             f"{f.confidence:.2f}",
             escape(_where(f) + (f" @ {f.run}" if multi else "")),
             escape(f.summary),
@@ -50,6 +51,43 @@ def print_analysis(analysis: Analysis, console: Console | None = None, actions: 
         for action in f.actions:
             console.print(f"  - {escape(action)}")
     console.print("[dim]busbw uses the nccl-tests factors, which assume a flat topology.[/]")
+
+
+def print_what_if(analysis: Analysis, console: Console | None = None) -> None:
+    """Each run's what-if table: the plain replay against the measured iterations, then
+    every counterfactual's predicted iteration, what it saves and the replay's error."""
+    console = console or make_console()
+    for run, table in zip(analysis.runs, analysis.what_if, strict=False):
+        if table is None:
+            console.print(f"[bold]{escape(run.run)}[/]: no replay (no collectives or steps)")
+            continue
+        b = table.base
+        t = Table(
+            "what if",
+            "iteration ms",
+            "saved ms",
+            "saved",
+            "±",
+            title=(
+                f"{escape(run.run)}: measured {b.measured_ns / 1e6:.2f} ms per iteration, "
+                f"replayed {b.replayed_ns / 1e6:.2f} ms ({b.error:+.2%}, {b.steps} steps)"
+            ),
+            expand=False,
+        )
+        for row in table.rows:
+            t.add_row(
+                escape(row.description),
+                f"{row.iteration_ns / 1e6:.2f}",
+                f"{row.saving_ns / 1e6:.2f}",
+                f"{row.saving:.1%}",
+                f"{row.error:.1%}",
+            )
+        console.print(t)
+    console.print(
+        "[dim]saved: iteration time a replay of the trace saves with that cause removed; "
+        "±: the replay's own error (plain replay vs measured, and the spread of the "
+        "replayed steps).[/]"
+    )
 
 
 def pacing_line(p: dict) -> str:

@@ -75,6 +75,7 @@ def run(prog: Program, change: Change | None = None) -> Replayed:
     depends = wait_on & ((prog.kind == WAIT) | (prog.kind == JOIN))
     safe_inst = np.where(prog.inst >= 0, prog.inst, 0)
     ends = np.full(len(prog.service), np.nan)
+    starts = np.full(len(prog.service), np.nan)
     ret_all = np.zeros(prog.n_actions)
     ret_rank = prog.start.copy()
     streams: dict[int, list[float]] = {}
@@ -85,7 +86,9 @@ def run(prog: Program, change: Change | None = None) -> Replayed:
         if hi > lo:
             if pacing is not None:
                 pacing.apply(lo, hi)
-            dep = np.where(depends[lo:hi], ends[safe_inst[lo:hi]] + delta[lo:hi], -np.inf)
+            # a rank sees its instance end at its own offset, never before it started
+            own = np.maximum(ends[safe_inst[lo:hi]] + delta[lo:hi], starts[safe_inst[lo:hi]])
+            dep = np.where(depends[lo:hi], own, -np.inf)
             missing = np.isnan(dep)
             if missing.any():
                 unresolved += int(missing.sum())
@@ -103,7 +106,7 @@ def run(prog: Program, change: Change | None = None) -> Replayed:
             if len(slots) >= prog.concurrency[k]:
                 start = max(start, slots[0])
             end = start + service[k]
-            ends[k] = end
+            ends[k], starts[k] = end, start
             if not np.isnan(end):
                 if len(slots) < prog.concurrency[k]:
                     heapq.heappush(slots, end)

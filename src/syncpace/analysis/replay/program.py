@@ -5,8 +5,8 @@ Per rank the trace becomes a sequence of actions in the order the rank did them:
 * ``POST`` — the rank issues its part of a collective instance (at ``enter_ns``);
 * ``WAIT`` — it blocks on that work (at ``wait_ns``, or at once for a blocking call)
   and goes on when the instance has completed for it;
-* ``JOIN`` — at the end of the step it needs that work done (how DDP's reducer treats
-  the futures of its buckets: backward's end waits for all of them);
+* ``JOIN`` — it needs the step's asynchronous works done before it goes on (how DDP's
+  reducer treats the futures of its buckets: backward's end waits for all of them);
 * ``END`` — the step ends (``end_ns``).
 
 Between two actions a rank computes: the *gap* is how long it ran on its own after the
@@ -19,9 +19,10 @@ positions finish at different times).
 
 Which calls the rank waited on comes from the trace: ``timing`` ``wait``/``call`` are
 waits (an ``async_op`` work waited late only bounds its completion, see
-``collectives.late_waited``), ``future`` works are joined at the end of their step, and
-calls of other producers (simulator) are waits when no rank ever issued a call before
-its previous one completed, joins otherwise. A call that failed or was never observed
+``collectives.late_waited``); ``future`` works of a step are joined at the rank's first
+action after the last of them completed; calls of other producers (simulator) are
+waits when no rank ever issued a call before its previous one completed, joins
+otherwise. A call that failed or was never observed
 completing is not waited on: the time it took stays in the next gap.
 """
 
@@ -36,9 +37,9 @@ from syncpace.analysis.collectives import EventTimes, late_waited
 
 POST, WAIT, JOIN, END = 0, 1, 2, 3
 KINDS = ("post", "wait", "join", "end")
-#: A future completing this much (share of the rank's step) after its step ended was
-#: still joined there: the completion callback ran late (it needs the GIL).
-JOIN_SLACK = 0.1
+#: A future's completion callback runs late (it needs the GIL): an action this share of
+#: the rank's step before the recorded completion may still be where it was joined.
+JOIN_SLACK = 0.05
 #: Replays are bounded: at most this many events (a contiguous block of steps).
 MAX_EVENTS = 400_000
 
@@ -212,32 +213,23 @@ def _actions(ev: pl.DataFrame, rank_steps: pl.DataFrame, base: int) -> tuple[pl.
     delta = pl.col("exit") - pl.col("inst_end")
     delta = pl.when(pl.col("late")).then(pl.min_horizontal(delta, 0.0)).otherwise(delta)
     posts = ev.select(
-        "rank", "step", "inst", t="enter", kind=pl.lit(POST), delta=pl.lit(0.0), on=pl.lit(False)
-    )
-    waits = ev.filter(pl.col("blocking")).select(
-        "rank", "step", "inst", t="wait", kind=pl.lit(WAIT), delta=delta, on=pl.lit(True)
-    )
-    joinable = pl.col("completed") & pl.col("end").is_not_null()
-    joinable = joinable & (pl.col("exit") <= pl.col("end") + JOIN_SLACK * pl.col("step_len"))
-    capped = pl.min_horizontal("exit", "end") - pl.col("inst_end")
-    capped = pl.when(pl.col("late")).then(pl.min_horizontal(capped, 0.0)).otherwise(capped)
-    joins = ev.filter(joinable).select(
-        "rank", "step", "inst", t="end", kind=pl.lit(JOIN), delta=capped, on=~pl.col("blocking")
-    )
-    ends_rows = ends.select(
         "rank",
         "step",
-        inst=pl.lit(-1, pl.Int64),
-        t="end",
-        kind=pl.lit(END),
+        "inst",
+        t="enter",
+        kind=pl.lit(POST, pl.Int32),
         delta=pl.lit(0.0),
         on=pl.lit(False),
     )
-    parts = [p.with_columns(pl.col("inst").cast(pl.Int64)) for p in (posts, waits, joins)]
-    acts = pl.concat(
-        [*parts, ends_rows.with_columns(pl.col("kind").cast(pl.Int32))], how="vertical_relaxed"
+    waits = ev.filter(pl.col("blocking")).select(
+        "rank", "step", "inst", t="wait", kind=pl.lit(WAIT, pl.Int32), delta=delta, on=pl.lit(True)
     )
-    acts = acts.sort("rank", "t", "kind", "inst")
+    joins = _joins(ev, pl.concat([posts, waits, ends_rows(ends)], how="vertical_relaxed"))
+    parts = [p.with_columns(pl.col("inst").cast(pl.Int64)) for p in (posts, waits, joins)]
+    acts = pl.concat([*parts, ends_rows(ends)], how="vertical_relaxed")
+    # at equal times a JOIN comes first: it is the wait the action after it needed
+    order = pl.col("kind").replace_strict({JOIN: 0, POST: 1, WAIT: 2, END: 3})
+    acts = acts.with_columns(_order=order).sort("rank", "t", "_order", "inst").drop("_order")
     inst_end = ev.group_by("inst").agg(pl.col("inst_end").first())
     acts = acts.join(inst_end, on="inst", how="left", maintain_order="left")
     # measured returns: POST and END at once, WAIT when its work is done, JOIN when the
@@ -272,6 +264,61 @@ def _actions(ev: pl.DataFrame, rank_steps: pl.DataFrame, base: int) -> tuple[pl.
     return acts.with_columns(first_post=first_post).drop(
         "own", "run", "raw_gap", "first"
     ), violations
+
+
+def ends_rows(ends: pl.DataFrame) -> pl.DataFrame:
+    return ends.select(
+        "rank",
+        "step",
+        inst=pl.lit(-1, pl.Int64),
+        t="end",
+        kind=pl.lit(END, pl.Int32),
+        delta=pl.lit(0.0),
+        on=pl.lit(False),
+    )
+
+
+def _joins(ev: pl.DataFrame, actions: pl.DataFrame) -> pl.DataFrame:
+    """JOIN rows. A step's asynchronous works (futures) are joined together at the
+    rank's first action of the step after it posted the last of them and once all of
+    them have completed (how DDP's reducer
+    waits for its buckets at the end of backward; their callbacks may run a little
+    late: ``JOIN_SLACK`` of the step). Blocking calls get a JOIN too, at the step's end
+    and not in force: where ideal overlap would wait for them."""
+    slack = JOIN_SLACK * pl.col("step_len")
+    asyncj = ev.filter(pl.col("completed") & ~pl.col("blocking") & pl.col("end").is_not_null())
+    latest = asyncj.group_by("rank", "step").agg(
+        latest=pl.col("exit").max(),
+        posted=pl.col("enter").max(),
+        step_len=pl.col("step_len").first(),
+    )
+    at = (
+        actions.select("rank", "step", "t")
+        .join(latest, on=["rank", "step"])
+        .filter(pl.col("t") >= pl.col("latest") - slack, pl.col("t") > pl.col("posted"))
+        .group_by("rank", "step")
+        .agg(at=pl.col("t").min())
+    )
+    asyncj = asyncj.join(at, on=["rank", "step"], how="inner")
+    blocking = ev.filter(pl.col("blocking") & pl.col("end").is_not_null()).with_columns(
+        at=pl.col("end")
+    )
+    rows = []
+    for frame, on in ((asyncj, True), (blocking, False)):
+        capped = pl.min_horizontal("exit", "at") - pl.col("inst_end")
+        capped = pl.when(pl.col("late")).then(pl.min_horizontal(capped, 0.0)).otherwise(capped)
+        rows.append(
+            frame.select(
+                "rank",
+                "step",
+                "inst",
+                t="at",
+                kind=pl.lit(JOIN, pl.Int32),
+                delta=capped,
+                on=pl.lit(on),
+            )
+        )
+    return pl.concat(rows, how="vertical_relaxed")
 
 
 def _assemble(

@@ -19,8 +19,9 @@ class Outcome:
     ``saving`` is the iteration time saved as a share of the plain replay's mean;
     ``error`` is how far that share can be off by the replay's own account: the plain
     replay's error against the measured iterations plus twice the standard error of
-    the mean per-step saving (a saving that varies from step to step is known less
-    well). ``cause`` links it to a finding's mode (empty for generic rows).
+    the counterfactual's mean iteration (what a rerun without the cause would measure
+    is known as well as the replayed steps agree). ``cause`` links it to a finding's
+    mode (empty for generic rows).
     """
 
     name: str
@@ -89,7 +90,8 @@ def evaluate(
     per_step = base.per_step - replayed.iteration_ns
     plain = base.replayed_ns
     saving_ns = float(per_step.mean()) if len(per_step) else 0.0
-    se = float(per_step.std(ddof=1) / np.sqrt(len(per_step))) if len(per_step) > 1 else 0.0
+    steps = replayed.iteration_ns
+    se = float(steps.std(ddof=1) / np.sqrt(len(steps))) if len(steps) > 1 else 0.0
     share = saving_ns / plain if plain > 0 else 0.0
     error = abs(base.error) + (2 * se / plain if plain > 0 else 0.0)
     detail = dict(replayed.pacing)
