@@ -61,14 +61,14 @@ def diagnose_run(
 
 def _symptoms(findings: list[Finding]) -> list[Finding]:
     """Exposed communication is a symptom when a network cause is found; a symptom is
-    never more than a warning while a cause is one."""
+    never more than a warning: it says where time goes, not what to fix."""
     causes = [f for f in findings if not f.symptom and f.severity >= Severity.WARNING]
     network = any(f.mode in _NETWORK for f in causes)
     out = []
     for f in findings:
         if f.mode == "poor_overlap" and network:
             f = replace(f, symptom=True)
-        if f.symptom and causes and f.severity > Severity.WARNING:
+        if f.symptom and f.severity > Severity.WARNING:
             f = replace(f, severity=Severity.WARNING)
         out.append(f)
     return out

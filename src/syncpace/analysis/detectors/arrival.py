@@ -12,6 +12,8 @@ every node) still stands out. Costs are what the replay saves with the cause rem
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import polars as pl
 
@@ -112,28 +114,53 @@ def _last_share(ctx: Context, ranks: list[int]) -> float:
     return float(pr.filter(pl.col("rank").is_in(ranks))["last_share"].sum())
 
 
-def _not_slow(ctx: Context, ranks: list[int], cause: str) -> object:
+def _not_slow(ctx: Context, ranks: list[int], cause: str) -> Any:
+    """These ranks computing like the others; a one-off stall on them stays (it is the
+    stall finding's cost, not theirs)."""
     label = ",".join(map(str, ranks))
+
+    def change(p: Any) -> Change:
+        made = cf.compute_like_others(p, ranks)
+        big = stall_actions(ctx)
+        if big is not None and made.gap is not None:
+            made = Change(gap=np.where(big, p.gap, made.gap))
+        return made
+
     return ctx.counterfactual(
         f"{cause}:{label}",
         f"rank{'s' if len(ranks) > 1 else ''} {label} computing like the others",
-        lambda p: cf.compute_like_others(p, ranks),
+        change,
         cause=cause,
     )
 
 
+def levels(ctx: Context, late: list[int]) -> list[list[int]]:
+    """The late ranks in groups of like slowness, slowest first: a rank half as slow as
+    the one before it starts a new group (one badly slow rank and one barely slow are
+    two findings, a whole slow node one)."""
+    if ctx.program is None or len(late) < 2:
+        return [late] if late else []
+    rc = rank_compute(ctx).filter(pl.col("rank").is_in(late)).sort("excess_ns", descending=True)
+    groups: list[list[int]] = []
+    previous = None
+    for rank, excess in zip(rc["rank"].to_list(), rc["excess_ns"].to_list(), strict=True):
+        if previous is None or excess < 0.5 * previous:
+            groups.append([])
+        groups[-1].append(int(rank))
+        previous = excess
+    return [sorted(g) for g in groups]
+
+
 def stragglers_and_locality(ctx: Context) -> list[Finding]:
-    late = late_ranks(ctx)
-    if not late:
-        return []
     findings = []
-    pattern = _locality_pattern(ctx, late)
-    if pattern:
-        local_rank, ranks = pattern
-        findings.append(_locality_finding(ctx, local_rank, ranks))
-        late = [r for r in late if r not in ranks]
-    if late:
-        findings.append(_straggler_finding(ctx, late))
+    for late in levels(ctx, late_ranks(ctx)):
+        pattern = _locality_pattern(ctx, late)
+        if pattern:
+            local_rank, ranks = pattern
+            findings.append(_locality_finding(ctx, local_rank, ranks))
+            late = [r for r in late if r not in ranks]
+        if late:
+            findings.append(_straggler_finding(ctx, late))
     return findings
 
 

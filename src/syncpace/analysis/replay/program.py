@@ -162,29 +162,30 @@ def _event_table(
     base: int,
 ) -> pl.DataFrame:
     """One row per event of the window: who, when, which instance, how it was waited."""
-    late = late_waited(events, t)
+    everything = bool(in_window.all())  # the usual case: no copies of 10M-row columns
+    rows = slice(None) if everything else in_window
+    ev = events if everything else events.filter(pl.Series(in_window))
+    late = late_waited(events, t)[rows]
     ended = instances["exit"].fill_null(-1).to_numpy()
-    end_of = ended[t.instance]
-    completed = (t.exit >= 0) & (events["status"] == "completed").to_numpy()
-    wait_ns = events["wait_ns"].to_numpy() if "wait_ns" in events.columns else None
+    inst = t.instance[rows]
+    enter, exit_ = t.enter[rows], t.exit[rows]
+    end_of = ended[inst]
+    completed = (exit_ >= 0) & (ev["status"] == "completed").to_numpy()
+    wait_ns = ev["wait_ns"].to_numpy() if "wait_ns" in ev.columns else np.full(len(inst), -1)
     frame = pl.DataFrame(
         {
-            "rank": t.rank,
-            "step": t.step,
-            "inst": t.instance,
-            "enter": (t.enter - base).astype(np.float64),
-            "exit": np.where(completed, t.exit - base, np.nan).astype(np.float64),
+            "rank": t.rank[rows],
+            "step": t.step[rows],
+            "inst": inst,
+            "enter": (enter - base).astype(np.float64),
+            "exit": np.where(completed, exit_ - base, np.nan).astype(np.float64),
             "inst_end": np.where(end_of >= 0, end_of - base, np.nan).astype(np.float64),
-            "wait": np.where(
-                (wait_ns if wait_ns is not None else np.full(len(t.enter), -1)) >= t.enter,
-                (wait_ns if wait_ns is not None else t.enter) - base,
-                t.enter - base,
-            ).astype(np.float64),
-            "timing": events["timing"],
+            "wait": (np.where(wait_ns >= enter, wait_ns, enter) - base).astype(np.float64),
+            "timing": ev["timing"],
             "late": late,
             "completed": completed & (end_of >= 0),
         }
-    ).filter(pl.Series(in_window))
+    )
     # Producers that do not say how a call was waited on (the simulator): when no rank
     # ever issued a call before its previous one completed, each call was waited on;
     # otherwise calls run asynchronously and are joined at the end of their step.

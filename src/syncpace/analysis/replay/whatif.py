@@ -19,9 +19,11 @@ class Outcome:
     ``saving`` is the iteration time saved as a share of the plain replay's mean;
     ``error`` is how far that share can be off by the replay's own account: the plain
     replay's error against the measured iterations plus twice the standard error of
-    the counterfactual's mean iteration (what a rerun without the cause would measure
-    is known as well as the replayed steps agree). ``cause`` links it to a finding's
-    mode (empty for generic rows).
+    the mean saving, the smaller of two estimates that each hold: paired over the
+    steps (noise common to the plain and the changed replay cancels) and of the
+    counterfactual's mean alone (a saving concentrated in a few steps, a one-off
+    stall, is no less certain for it). ``cause`` links it to a finding's mode (empty
+    for generic rows).
     """
 
     name: str
@@ -91,7 +93,10 @@ def evaluate(
     plain = base.replayed_ns
     saving_ns = float(per_step.mean()) if len(per_step) else 0.0
     steps = replayed.iteration_ns
-    se = float(steps.std(ddof=1) / np.sqrt(len(steps))) if len(steps) > 1 else 0.0
+    n = len(steps)
+    se = 0.0
+    if n > 1:
+        se = min(float(per_step.std(ddof=1)), float(steps.std(ddof=1))) / float(np.sqrt(n))
     share = saving_ns / plain if plain > 0 else 0.0
     error = abs(base.error) + (2 * se / plain if plain > 0 else 0.0)
     detail = dict(replayed.pacing)

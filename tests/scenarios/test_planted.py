@@ -1,0 +1,62 @@
+"""The planted-cause suite, CI short form: one real 4-rank gloo job on localhost, traced
+with no code change, runs six phases (healthy, a straggler, a one-off stall, unbucketed
+small all-reduces, buckets issued after backward, heavy-tailed jitter); each phase's
+trace is diagnosed on its own and must put its planted cause first, naming the planted
+rank, with no other critical finding. The full form (every scenario twice, localhost
+and the fabric, counterfactuals against real reruns) is ``benchmarks/scenarios.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import planted  # noqa: E402
+
+from syncpace.analysis import analyze  # noqa: E402
+
+pytestmark = pytest.mark.multirank
+
+BASE = ("--comm", "ddp", "--compute-ms", "30", "--bwd-ms", "30", "--buckets", "4")
+BASE += ("--bucket-bytes", str(256 * 1024))
+#: (phase, steps, plants, expected first mode, expected ranks)
+PHASES = [
+    ("warm-up", 6, {}, None, None),  # DDP rebuilds its buckets, clocks settle: not judged
+    ("healthy", 16, {}, planted.HEALTHY, None),
+    ("straggler", 16, {"slow_ranks": "2", "slow_ms": 15}, "straggler", (2,)),
+    ("stall", 16, {"stall_step": 8, "stall_rank": 1, "stall_ms": 1500}, "stall", (1,)),
+    ("latency-bound", 12, {"small": 60}, "latency_bound", None),
+    ("poor-overlap", 16, {"overlap": "poor", "bwd_ms": 90}, "poor_overlap", None),
+    ("jitter", 24, {"jitter": "pareto:1.6"}, "sync_amplification", None),
+]
+
+
+@pytest.fixture(scope="module")
+def phases(tmp_path_factory) -> list:
+    out = tmp_path_factory.mktemp("planted")
+    plan = [{"steps": n, **plants} for _, n, plants, _, _ in PHASES]
+    sc = planted.Scenario(
+        name="short", plant="six phases", job=(*BASE, "--phases", json.dumps(plan)), timeout_s=150
+    )
+    run_dir = planted.run_scenario(sc, out / "run")
+    return planted.phase_traces(run_dir, [n for _, n, _, _, _ in PHASES])
+
+
+def test_each_planted_cause_comes_first(phases) -> None:
+    outcomes = []
+    for trace, (name, _, plants, expected, ranks) in zip(phases, PHASES, strict=True):
+        if expected is None:
+            continue
+        sc = planted.Scenario(name=name, plant=str(plants), expected=expected, expected_ranks=ranks)
+        analysis = analyze(trace)
+        outcomes.append(planted.score(sc, analysis))
+        assert analysis.what_if[0] is not None
+        assert abs(analysis.what_if[0].replay_error) < 0.01  # the plain replay, real trace
+    print("\n" + planted.confusion_text(outcomes))
+    missed = [(o.scenario, o.top, o.top_ranks, o.false_critical) for o in outcomes if not o.passed]
+    assert not missed, missed
