@@ -1,21 +1,27 @@
 """The planted-cause suite, full form: every scenario run twice, on localhost and across
-the emulated fabric (root), diagnosed, scored into a confusion matrix; every
-counterfactual checked against a real rerun of the same job without its cause.
+the emulated fabric (root), every phase diagnosed and scored into a confusion matrix,
+every planted phase's counterfactual checked against the measured clean phases of the
+same job around it.
 
     python benchmarks/scenarios.py [--runs 2] [--only a,b] [--where local,fabric]
-                                   [--out runs/scenarios] [--no-bench] [--no-rerun]
+                                   [--out runs/scenarios] [--no-bench]
 
+Each scenario is one plain PyTorch job (tests/scenarios/job.py) alternating clean and
+planted phases (warm-up, clean, planted, clean, planted, clean); a planted phase must
+put its cause first naming the planted ranks/hosts, a clean phase must name no cause.
 Prints, and writes to ``OUT/scenarios.json``:
 
-* per run: the planted cause, what came first, whether it named the planted ranks or
-  hosts, any other critical finding, and the plain replay's error;
-* the confusion matrix (rows planted, columns found first);
-* per counterfactual case: the what-if row's predicted iteration time against the
-  measured iteration of the rerun without the cause, and the error.
+* per run: each phase's planted cause, what came first, whether it named the planted
+  ranks or hosts, any other critical finding;
+* the confusion matrix (rows planted, columns found first) and the plain replay's error;
+* per planted phase: the counterfactual's predicted iteration (that cause removed in a
+  replay of the phase) against the mean measured iteration of the clean phases next to
+  it: the same job without the cause, seconds apart, under the same load of the
+  machine, and the error.
 
-Fabric scenarios are diagnosed with the link rate of an all-reduce benchmark on a star
-of the same hosts (what ``syncpace diagnose --bench`` does); ``--no-bench`` leaves it
-out. Takes many minutes (each job starts its ranks from scratch).
+Fabric scenarios are diagnosed with the link of an all-reduce benchmark on a star of
+the same hosts (what ``syncpace diagnose --bench`` does); ``--no-bench`` leaves it out.
+Takes many minutes.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ import catalogue  # noqa: E402
 import planted  # noqa: E402
 
 from syncpace.analysis import Thresholds, analyze  # noqa: E402
+from syncpace.control.policy import PacingConfig, make_policy  # noqa: E402
 
 
 def main() -> int:
@@ -46,9 +53,8 @@ def main() -> int:
     p.add_argument("--where", default="local,fabric")
     p.add_argument("--out", default="runs/scenarios")
     p.add_argument("--no-bench", action="store_true")
-    p.add_argument("--no-rerun", action="store_true")
     args = p.parse_args()
-    console = Console(width=140)
+    console = Console(width=150)
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     where = set(args.where.split(","))
@@ -63,6 +69,7 @@ def main() -> int:
     links: dict[tuple[int, str], tuple[float, float]] = {}
     outcomes: list[planted.Outcome] = []
     cases: list[dict] = []
+    failures: list[str] = []
     started = time.monotonic()
     for sc in chosen:
         link = _link(sc, links, out, log, console, args.no_bench)
@@ -73,26 +80,27 @@ def main() -> int:
                 planted.run_scenario(sc, run_dir, log)
             except Exception as exc:  # reported, and the suite goes on
                 console.print(f"[red]{sc.name} run {k}: {exc}[/]")
+                failures.append(f"{sc.name} run {k}: {exc}")
                 continue
-            analysis = _analyze(run_dir, link)
-            o = planted.score(sc, analysis, k, str(run_dir))
-            o.wall_s = time.monotonic() - t0
-            outcomes.append(o)
-            mark = "[green]ok[/]" if o.passed else "[red]MISS[/]"
-            console.print(
-                f"{mark} {sc.name} #{k} ({sc.where}): planted {sc.expected}, first {o.top} "
-                f"{o.top_ranks or ''}{o.top_nodes or ''}; false critical {o.false_critical or '-'}"
-                f"; replay error {o.replay_error or 0:+.3%}; {o.wall_s:.0f} s"
+            got, found = _judge(sc, run_dir, k, link)
+            outcomes.extend(got)
+            cases.extend(found)
+            marks = " ".join(
+                ("[green]" if o.passed else "[red]") + f"{o.kind[0]}:{o.top}[/]" for o in got
             )
-        if sc.clean is not None and not args.no_rerun:
-            cases.extend(_reruns(sc, out, log, link, outcomes, args.runs, console))
+            errs = ", ".join(f"{c['error']:+.1%}" for c in found)
+            console.print(
+                f"{sc.name} #{k} ({sc.where}, {time.monotonic() - t0:.0f} s): {marks}"
+                + (f"; counterfactual vs clean {errs}" if errs else "")
+            )
     _report(console, outcomes, cases)
     summary = {
         "outcomes": [o.to_json() for o in outcomes],
-        "counterfactual_vs_rerun": cases,
+        "counterfactual_vs_clean": cases,
         "links": {f"{h}x{r}": v for (h, r), v in links.items()},
+        "failed_runs": failures,
         "wall_s": time.monotonic() - started,
-        "confusion": planted.confusion_text(outcomes),
+        "confusion": planted.confusion_text(outcomes) if outcomes else "",
     }
     (out / "scenarios.json").write_text(json.dumps(summary, indent=1, default=str))
     console.print(f"{out / 'scenarios.json'} ({summary['wall_s']:.0f} s)")
@@ -110,90 +118,89 @@ def _link(sc, links, out, log, console, skip) -> tuple[float, float] | None:
     return links[key]
 
 
-def _analyze(run_dir: Path, link: tuple[float, float] | None):
-    from syncpace.control.policy import PacingConfig, make_policy
-
+def _judge(sc, run_dir: Path, k: int, link) -> tuple[list, list[dict]]:
     th = Thresholds() if link is None else Thresholds(link_gbps=link[1], link_alpha_us=link[0])
-    return analyze(run_dir, th, pacer=lambda n: make_policy(PacingConfig(), n))
-
-
-def _reruns(sc, out, log, link, outcomes, runs, console) -> list[dict]:
-    """The clean twin, run ``runs`` times: its measured iteration against each planted
-    run's what-if row."""
-    measured = []
-    for k in range(1, runs + 1):
-        run_dir = out / f"{sc.name}-clean-{k}"
-        try:
-            planted.run_scenario(sc.clean, run_dir, log)
-        except Exception as exc:
-            console.print(f"[red]{sc.name} clean rerun {k}: {exc}[/]")
+    phases = sc.phases()
+    traces = planted.phase_traces(run_dir, [n for _, n, _ in phases])
+    analyses = [
+        analyze(t, th, pacer=lambda n: make_policy(PacingConfig(), n))
+        if kind != planted.WARMUP
+        else None
+        for t, (kind, _, _) in zip(traces, phases, strict=True)
+    ]
+    outcomes, cases = [], []
+    for i, ((kind, _, _), analysis) in enumerate(zip(phases, analyses, strict=True)):
+        if analysis is None or (kind == planted.CLEAN and not sc.score_clean):
             continue
-        measured.append(analyze(run_dir).runs[0].iteration_ns / 1e6)
-    if not measured:
-        return []
-    real = statistics.mean(measured)
-    found = []
-    for o in outcomes:
-        if o.scenario != sc.name:
+        expect = sc if kind == planted.PLANTED else planted.clean_of(sc)
+        outcomes.append(planted.score(expect, analysis, k, str(run_dir), phase=i, kind=kind))
+    for i, ((kind, _, _), analysis) in enumerate(zip(phases, analyses, strict=True)):
+        if kind != planted.PLANTED or not sc.what_if:
             continue
-        row = next((r for r in o.what_if if r["name"] == sc.what_if), None)
-        if row is None:
-            console.print(f"[red]{sc.name} #{o.run}: no what-if row {sc.what_if!r}[/]")
+        around = [
+            analyses[j].runs[0].iteration_ns / 1e6
+            for j in (i - 1, i + 1)
+            if 0 <= j < len(phases) and phases[j][0] == planted.CLEAN and analyses[j] is not None
+        ]
+        predicted = planted.predict(analysis, sc.what_if)
+        if not around or predicted is None:
             continue
-        case = {
-            "scenario": sc.name,
-            "run": o.run,
-            "what_if": sc.what_if,
-            "planted_ms": round(o.iteration_ms, 3),
-            "predicted_ms": row["iteration_ms"],
-            "rerun_ms": round(real, 3),
-            "rerun_runs_ms": [round(m, 3) for m in measured],
-            "error": round(row["iteration_ms"] / real - 1, 4),
-        }
-        found.append(case)
-        console.print(
-            f"  counterfactual {sc.what_if}: predicted {row['iteration_ms']:.1f} ms, rerun "
-            f"{real:.1f} ms ({case['error']:+.1%}); planted run {o.iteration_ms:.1f} ms"
+        clean = statistics.mean(around)
+        cases.append(
+            {
+                "scenario": sc.name,
+                "run": k,
+                "phase": i,
+                "what_if": sc.what_if,
+                "planted_ms": round(analysis.runs[0].iteration_ns / 1e6, 3),
+                "predicted_ms": round(predicted, 3),
+                "clean_ms": round(clean, 3),
+                "clean_phases_ms": [round(a, 3) for a in around],
+                "error": round(predicted / clean - 1, 4),
+            }
         )
-    return found
+    return outcomes, cases
 
 
 def _report(console: Console, outcomes, cases) -> None:
     if outcomes:
-        console.rule("confusion matrix (rows: planted; columns: first finding)")
+        console.rule("confusion matrix (rows: planted; columns: first cause found)")
         console.print(planted.confusion_text(outcomes), markup=False)
-        passed = sum(o.passed for o in outcomes)
-        first = sum(o.first for o in outcomes)
-        named = sum(o.first and o.named for o in outcomes)
-        false = sum(bool(o.false_critical) for o in outcomes)
-        console.print(
-            f"{passed}/{len(outcomes)} runs pass: planted cause first {first}, and named "
-            f"exactly {named}; runs with a false critical finding: {false}"
-        )
+        for where in ("local", "fabric"):
+            part = [o for o in outcomes if o.where == where]
+            if not part:
+                continue
+            planted_part = [o for o in part if o.kind == planted.PLANTED]
+            console.print(
+                f"{where}: {sum(o.passed for o in part)}/{len(part)} phases pass; planted "
+                f"phases: cause first {sum(o.first for o in planted_part)}/{len(planted_part)}"
+                f", named exactly {sum(o.first and o.named for o in planted_part)}; phases "
+                f"with a false critical cause: {sum(bool(o.false_critical) for o in part)}"
+            )
         errors = [abs(o.replay_error) for o in outcomes if o.replay_error is not None]
         if errors:
-            mid = statistics.median(errors)
             console.print(
-                f"plain replay |error| of the mean iteration: median {mid:.3%}, "
-                f"max {max(errors):.3%} over {len(errors)} real traces"
+                f"plain replay |error| of the mean iteration over {len(errors)} phase traces: "
+                f"median {statistics.median(errors):.3%}, max {max(errors):.3%}"
             )
     if cases:
-        t = Table(title="counterfactual vs real rerun without the cause")
-        for col in ("scenario", "run", "what if", "planted ms", "predicted ms", "rerun ms", "err"):
+        t = Table(title="counterfactual vs the measured clean phases around it")
+        for col in ("scenario", "run", "phase", "what if", "planted", "predicted", "clean", "err"):
             t.add_column(col, justify="right")
         for c in cases:
             t.add_row(
                 c["scenario"],
                 str(c["run"]),
+                str(c["phase"]),
                 c["what_if"],
                 f"{c['planted_ms']:.1f}",
                 f"{c['predicted_ms']:.1f}",
-                f"{c['rerun_ms']:.1f}",
+                f"{c['clean_ms']:.1f}",
                 f"{c['error']:+.1%}",
             )
         console.print(t)
         errs = sorted(abs(c["error"]) for c in cases)
-        p90 = errs[min(len(errs) - 1, int(round(0.9 * (len(errs) - 1))))]
+        p90 = errs[min(len(errs) - 1, round(0.9 * (len(errs) - 1)))]
         console.print(
             f"|error| median {statistics.median(errs):.1%}, p90 {p90:.1%}, max {errs[-1]:.1%} "
             f"over {len(errs)} cases"

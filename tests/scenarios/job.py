@@ -18,8 +18,9 @@ Communication, ``--comm``:
   metric syncs, unbucketed).
 
 Plants: ``--slow-ranks 1,3 --slow-ms 10`` (persistent compute straggler), ``--jitter
-lognormal:0.3`` or ``pareto:2.5`` (per rank and step, seeded; extra compute as a share
-of ``--compute-ms``), ``--stall-step 20 --stall-rank 1 --stall-ms 3000`` (one-off).
+lognormal:0.3`` or ``pareto:SHAPE[:SCALE]`` (per rank and step, seeded; extra compute
+as a share of ``--compute-ms``: SCALE x a Lomax draw of that shape, 0.1 by default),
+``--stall-step 20 --stall-rank 1 --stall-ms 3000`` (one-off).
 """
 
 from __future__ import annotations
@@ -94,7 +95,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         default="",
         help='JSON list of phases run one after another, each {"steps": N, ...} with the '
         "plants of that phase (slow_ranks, slow_ms, jitter, stall_step (within the phase), "
-        "stall_rank, stall_ms, small, overlap); the trace is cut into them afterwards",
+        "stall_rank, stall_ms, small, overlap, bucket_bytes up to the job's); the trace is "
+        "cut into them afterwards",
     )
     return p.parse_args(argv)
 
@@ -107,7 +109,8 @@ def jitter_draw(spec: str, rng: np.random.Generator) -> float:
     if kind == "lognormal":
         return float(np.exp(float(value) * rng.standard_normal()) - 1.0)
     if kind == "pareto":  # heavy tail: mostly small, now and then several times the step
-        return float(rng.pareto(float(value)) * 0.1)
+        shape, _, scale = value.partition(":")
+        return float(rng.pareto(float(shape)) * float(scale or 0.1))
     raise SystemExit(f"unknown jitter {spec!r}")
 
 
@@ -156,13 +159,13 @@ def one_step(args: argparse.Namespace, model: Model, rank: int, rng, step: int) 
         works = []
         for g in model.grads:
             time.sleep(bwd / len(model.grads))
-            works.append(dist.all_reduce(g, async_op=True))
+            works.append(dist.all_reduce(g[: args.bucket_bytes // 4], async_op=True))
         for w in works:
             w.wait()
     else:
         time.sleep(bwd)
         for g in model.grads:
-            dist.all_reduce(g)
+            dist.all_reduce(g[: args.bucket_bytes // 4])
     for _ in range(int(args.small)):
         dist.all_reduce(model.small)
     if model.ddp is None:
@@ -185,7 +188,9 @@ def main(argv: list[str] | None = None) -> None:
         total = sum(n for n, _ in plan)
         print(f"scenario job: started, {world} ranks, {total} steps", flush=True)
     done = 0
-    for steps, phase in plan:
+    for index, (steps, phase) in enumerate(plan):
+        if rank == 0 and args.phases:
+            print(f"scenario job: phase {index}", flush=True)
         for k in range(steps):
             one_step(phase, model, rank, rng, k)
             done += 1

@@ -1,13 +1,19 @@
 """The planted-cause suite: plain PyTorch jobs with one known cause each, traced with no
 code change on localhost and across the emulated fabric, diagnosed, and scored.
 
-A :class:`Scenario` says what to run (``job.py`` arguments, the fabric and its faults)
-and what the diagnosis must say: the planted cause first, naming exactly the planted
-ranks or hosts, and nothing else critical. :func:`run_scenario` runs it (bounded, the
-fabric always torn down), :func:`score` judges one diagnosis and :func:`confusion`
-tabulates planted against found. ``tests/scenarios/test_planted.py`` runs a short form
-in CI; ``benchmarks/scenarios.py`` runs the full form (every scenario twice, both
-places) and the counterfactual-versus-rerun check.
+A :class:`Scenario` is one job (``job.py``) that alternates clean and planted phases:
+warm-up, clean, planted, clean, planted, clean. The plant is a job argument (a slow
+rank, jitter, a stall, small calls, late buckets) or a fabric fault switched on for the
+planted phases only (a link's rate, a host's CPU cap, background flows), so each
+planted phase has the same job without its cause right before and after it, under the
+same load of the machine. Every phase's trace is diagnosed on its own: a planted phase
+must put its cause first, naming exactly the planted ranks or hosts, with no other
+critical cause; a clean phase must find no cause. :func:`confusion` tabulates planted
+against found; :func:`predict` checks a planted phase's counterfactual (its cause
+removed in a replay) against the measured clean phases around it.
+
+``tests/scenarios/test_planted.py`` runs a short form in CI; ``benchmarks/scenarios.py``
+the full form.
 """
 
 from __future__ import annotations
@@ -16,6 +22,8 @@ import dataclasses
 import json
 import os
 import secrets
+import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -25,14 +33,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from syncpace.analysis import Analysis, Severity, Thresholds, analyze
+from syncpace.analysis import Analysis, Severity
 from syncpace.capture.config import TraceConfig
 from syncpace.capture.launch import traced_env
 from syncpace.ports import free_port
 
 JOB = Path(__file__).resolve().with_name("job.py")
-#: what the scorer calls a scenario whose top finding names nothing to fix
+#: what the scorer calls a phase whose diagnosis names no cause
 HEALTHY = "healthy"
+CLEAN, PLANTED, WARMUP = "clean", "planted", "warm-up"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,26 +52,43 @@ class Scenario:
     name: str
     plant: str
     job: tuple[str, ...] = ()
+    plants: dict[str, Any] = field(default_factory=dict)  # job plants of planted phases
+    clean_plants: dict[str, Any] = field(default_factory=dict)  # ... and of clean ones
+    score_clean: bool = True  # clean phases must find no cause
     ranks: int = 4
     hosts: int = 1
     fabric: dict[str, Any] | None = None
-    faults: tuple[str, ...] = ()
-    flows: tuple[tuple[str, str], ...] = ()  # started once the job trains
+    faults: tuple[str, ...] = ()  # "rate LINK RATE" or "straggler HOST FRACTION"
+    flows: tuple[tuple[str, str], ...] = ()  # background flows of planted phases
     flow_rate: str = ""  # fixed-rate UDP (e.g. "40mbit"); greedy TCP when empty
-    flows_after_s: float = 0.0  # ... this long after it started training
+    flows_after_s: float = 0.0  # ... from this long into the phase
     expected: str = HEALTHY
     also: tuple[str, ...] = ()  # further planted causes: found at warning or worse
     expected_ranks: tuple[int, ...] | None = None  # None: not checked
     expected_nodes: tuple[str, ...] | None = None
-    #: the same job without the cause (for the counterfactual-versus-rerun check), and
-    #: the what-if row that predicts it
-    clean: Scenario | None = None
-    what_if: str = ""
-    timeout_s: float = 240.0
+    what_if: str = ""  # the what-if row that predicts the clean phases
+    steps: int = 20  # per phase
+    warmup: int = 6
+    timeout_s: float = 300.0
+    plan: tuple[tuple[str, int, dict[str, Any]], ...] = ()  # explicit phases, if given
 
     @property
     def where(self) -> str:
         return "fabric" if self.fabric is not None else "local"
+
+    @property
+    def planted(self) -> bool:
+        return bool(self.plants or self.faults or self.flows)
+
+    def phases(self) -> list[tuple[str, int, dict[str, Any]]]:
+        """(kind, steps, job plants) of each phase, in order."""
+        if self.plan:
+            return list(self.plan)
+        body = [CLEAN, PLANTED, CLEAN, PLANTED, CLEAN] if self.planted else [CLEAN] * 4
+        return [(WARMUP, self.warmup, dict(self.clean_plants))] + [
+            (kind, self.steps, self.plants if kind == PLANTED else self.clean_plants)
+            for kind in body
+        ]
 
     def replace(self, **changes: Any) -> Scenario:
         return dataclasses.replace(self, **changes)
@@ -72,6 +98,8 @@ class Scenario:
 class Outcome:
     scenario: str
     run: int
+    phase: int
+    kind: str
     where: str
     planted: str
     top: str
@@ -84,7 +112,6 @@ class Outcome:
     what_if: list[dict[str, Any]] = field(default_factory=list)
     replay_error: float | None = None
     iteration_ms: float = 0.0
-    wall_s: float = 0.0
     run_dir: str = ""
 
     @property
@@ -101,8 +128,6 @@ class Outcome:
 def run_scenario(sc: Scenario, out: Path, log: Any = None) -> Path:
     """Run ``sc`` traced into ``out`` (replaced); its run directory."""
     if out.exists():
-        import shutil
-
         shutil.rmtree(out)
     out.mkdir(parents=True)
     env = traced_env(out, TraceConfig(dir=str(out)))
@@ -114,13 +139,18 @@ def run_scenario(sc: Scenario, out: Path, log: Any = None) -> Path:
     return out
 
 
+def job_args(sc: Scenario) -> list[str]:
+    plan = [{"steps": n, **plants} for _, n, plants in sc.phases()]
+    return [*sc.job, "--phases", json.dumps(plan)]
+
+
 def _job_command(sc: Scenario, per_host: int, port: int | None) -> list[str]:
     if per_host == 1 and sc.fabric is not None:
-        return [sys.executable, str(JOB), *sc.job]
+        return [sys.executable, str(JOB), *job_args(sc)]
     head = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(per_host)]
     if port is not None:
         head += ["--master-port", str(port)]
-    return [*head, str(JOB), *sc.job]
+    return [*head, str(JOB), *job_args(sc)]
 
 
 def _run_local(sc: Scenario, out: Path, env: dict[str, str], log: Any) -> None:
@@ -138,9 +168,7 @@ def _run_local(sc: Scenario, out: Path, env: dict[str, str], log: Any) -> None:
         text, _ = proc.communicate(timeout=sc.timeout_s)
     except subprocess.TimeoutExpired as exc:
         _kill(proc)
-        raise RuntimeError(
-            f"{sc.name}: the job did not finish within {sc.timeout_s:.0f} s"
-        ) from exc
+        raise RuntimeError(f"{sc.name}: no end within {sc.timeout_s:.0f} s") from exc
     if log is not None:
         log.write(text)
     if proc.returncode != 0:
@@ -149,8 +177,6 @@ def _run_local(sc: Scenario, out: Path, env: dict[str, str], log: Any) -> None:
 
 
 def _kill(proc: subprocess.Popen) -> None:
-    import signal
-
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(proc.pid, sig)
@@ -160,68 +186,133 @@ def _kill(proc: subprocess.Popen) -> None:
             continue
 
 
-class _Sink:
-    """The hosts' output into ``log``; ``on_start`` once rank 0 says it trains."""
+class _Plants:
+    """The fabric faults and flows of a scenario, in force during its planted phases:
+    switched as rank 0 announces each phase (``scenario job: phase K``)."""
 
-    def __init__(self, log: Any, on_start: Any) -> None:
-        self.log, self.on_start, self.started = log, on_start, False
+    def __init__(self, sc: Scenario, state: Any, log: Any) -> None:
+        self.sc, self.state, self.log = sc, state, log
+        self.kinds = [kind for kind, _, _ in sc.phases()]
+        self.on = False
+        self.flows: list[Any] = []
+        self.errors: list[str] = []
+        self.threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+        self._generation = 0
 
     def write(self, text: str) -> int:
         if self.log is not None:
             self.log.write(text)
-        if not self.started and "scenario job: started" in text:
-            self.started = True
-            if self.on_start is not None:
-                self.on_start()
+        for line in text.splitlines():
+            if "scenario job: phase " in line:
+                k = int(line.rsplit(" ", 1)[1])
+                thread = threading.Thread(target=self.enter, args=(k,), daemon=True)
+                thread.start()
+                self.threads.append(thread)
         return len(text)
 
     def flush(self) -> None:
         if self.log is not None:
             self.log.flush()
 
+    def enter(self, k: int) -> None:
+        want = k < len(self.kinds) and self.kinds[k] == PLANTED
+        with self._lock:
+            self._generation += 1
+            generation = self._generation
+            try:
+                if want and not self.on:
+                    self._faults(True)
+                    self.on = True
+                elif not want and self.on:
+                    self._faults(False)
+                    self._stop_flows()
+                    self.on = False
+            except Exception as exc:  # reported with the run
+                self.errors.append(f"phase {k}: {exc}")
+        if want and self.sc.flows:
+            time.sleep(self.sc.flows_after_s)
+            with self._lock:
+                if self.on and generation == self._generation and not self.flows:
+                    self._start_flows()
+
+    def _faults(self, on: bool) -> None:
+        from syncpace.fabric import cgroup
+        from syncpace.fabric.backend import SystemBackend
+        from syncpace.fabric.plan import set_rate_plan
+        from syncpace.fabric.spec import parse_rate
+
+        fabric = self.state.fabric
+        for fault in self.sc.faults:
+            action, target, value = fault.split()
+            if action == "rate":
+                link = fabric.link(target)
+                rate = parse_rate(value) if on else link.rate_bps
+                for command in set_rate_plan(fabric, link, rate):
+                    SystemBackend().run(command.argv)
+            elif action == "straggler":
+                path = cgroup.base_dir(self.state.name) / target
+                cgroup.set_cpu_limit(path, float(value) if on else None)
+
+    def _start_flows(self) -> None:
+        from syncpace.fabric import bulk
+        from syncpace.fabric.spec import parse_rate
+
+        rate = parse_rate(self.sc.flow_rate) if self.sc.flow_rate else None
+        pairs = list(self.sc.flows)
+        self.flows = bulk.start_flows(self.state.fabric, pairs, self.sc.timeout_s, 5601, rate)
+
+    def _stop_flows(self) -> None:
+        for flow in self.flows:
+            flow.stop()
+        self.flows = []
+
+    def close(self) -> None:
+        for thread in self.threads:
+            thread.join(timeout=self.sc.flows_after_s + 20)
+        with self._lock:
+            if self.on:
+                try:
+                    self._faults(False)
+                except Exception as exc:
+                    self.errors.append(f"undo: {exc}")
+            self._stop_flows()
+            self.on = False
+
 
 def _run_fabric(sc: Scenario, out: Path, env: dict[str, str], log: Any) -> None:
-    from syncpace.fabric import build_spec, bulk
+    from syncpace.fabric import build_spec
     from syncpace.fabric.backend import SystemBackend
     from syncpace.fabric.faults import parse_fault
     from syncpace.fabric.lifecycle import down, up
     from syncpace.fabric.runner import RunOptions, run_job
-    from syncpace.fabric.spec import parse_rate
 
     assert sc.fabric is not None
     backend = SystemBackend()
     spec = build_spec({**sc.fabric, "name": "ps" + secrets.token_hex(3)})
     state = up(spec, backend)
-    flows: list[Any] = []
-    starters: list[threading.Thread] = []
+    plants = _Plants(sc, state, log)
     try:
-        rate = parse_rate(sc.flow_rate) if sc.flow_rate else None
-
-        def start_flows() -> None:
-            if sc.flows:
-                flows.extend(
-                    bulk.start_flows(state.fabric, list(sc.flows), sc.timeout_s, 5601, rate)
-                )
-
-        per_host = sc.ranks // sc.hosts
+        # a CPU cap needs the hosts' cgroups: a straggler fault that never fires makes them
+        parked = [
+            parse_fault(f"straggler {f.split()[1]} 1 at=100000")
+            for f in sc.faults
+            if f.startswith("straggler")
+        ]
         options = RunOptions(
-            timeout_s=sc.timeout_s,
-            grace_s=5.0,
-            master_port=free_port(),
-            faults=[parse_fault(f) for f in sc.faults],
+            timeout_s=sc.timeout_s, grace_s=5.0, master_port=free_port(), faults=parked
         )
-        command = _job_command(sc, per_host, None)
-        result = run_job(state, command, out, backend, options, env, _Sink(log, start_flows))
+        command = _job_command(sc, sc.ranks // sc.hosts, None)
+        result = run_job(state, command, out, backend, options, env, plants)
         if result is None or result.returncode != 0:
             reason = "no result" if result is None else result.reason
             if not _complete(out, sc.ranks):
                 raise RuntimeError(f"{sc.name}: the job on the fabric ended: {reason}")
     finally:
-        for starter in starters:
-            starter.join(timeout=sc.flows_after_s + 15)
-        for flow in flows:
-            flow.stop()
+        plants.close()
         down(state, backend)
+    if plants.errors:
+        raise RuntimeError(f"{sc.name}: planting failed: {plants.errors[0]}")
 
 
 def _complete(run_dir: Path, ranks: int) -> bool:
@@ -231,112 +322,6 @@ def _complete(run_dir: Path, ranks: int) -> bool:
         return load_trace(run_dir).steps["rank"].n_unique() == ranks
     except Exception:
         return False
-
-
-# Judging ----------------------------------------------------------------------------------
-
-
-def diagnose(run_dir: Path, link_gbps: float = 0.0, **kw: Any) -> Analysis:
-    return analyze(run_dir, Thresholds(link_gbps=link_gbps), **kw)
-
-
-def score(sc: Scenario, analysis: Analysis, run: int = 1, run_dir: str = "") -> Outcome:
-    """Was the planted cause first, naming exactly the planted ranks/hosts, with no other
-    critical finding?"""
-    findings = [f for f in analysis.findings if f.mode not in ("clock_uncertainty",)]
-    # what the diagnosis names as the cause: its first finding that is no symptom
-    causes = [f for f in findings if not f.symptom]
-    top = causes[0] if causes else analysis.top
-    found = HEALTHY if top.severity < Severity.WARNING or top.mode == "healthy" else top.mode
-    planted = {sc.expected, *sc.also}
-    serious = {f.mode for f in findings if f.severity >= Severity.WARNING}
-    # two causes at once: either may come first (their costs decide), both must be found
-    first = found in planted and all(m in serious for m in planted - {HEALTHY, found})
-    named = True
-    cause = next((f for f in findings if f.mode == sc.expected), None)
-    if first and sc.expected_ranks is not None:
-        named = cause is not None and tuple(sorted(cause.ranks)) == tuple(sorted(sc.expected_ranks))
-    if first and named and sc.expected_nodes is not None:
-        named = cause is not None and tuple(sorted(cause.nodes)) == tuple(sorted(sc.expected_nodes))
-    false_critical = [
-        f.mode
-        for f in findings
-        if f.severity == Severity.CRITICAL and f.mode not in planted and not f.symptom
-    ]
-    run_metrics = analysis.runs[0]
-    what_if = analysis.what_if[0] if getattr(analysis, "what_if", None) else None
-    return Outcome(
-        scenario=sc.name,
-        run=run,
-        where=sc.where,
-        planted=sc.expected,
-        top=found,
-        top_ranks=tuple(top.ranks),
-        top_nodes=tuple(top.nodes),
-        first=first,
-        named=named,
-        false_critical=false_critical,
-        findings=[f.to_json() for f in findings],
-        what_if=what_if.to_json()["rows"] if what_if is not None else [],
-        replay_error=what_if.replay_error if what_if is not None else None,
-        iteration_ms=run_metrics.iteration_ns / 1e6,
-        run_dir=run_dir,
-    )
-
-
-def confusion(outcomes: list[Outcome]) -> tuple[list[str], list[str], dict[tuple[str, str], int]]:
-    """Rows: planted causes; columns: what the diagnosis put first."""
-    counts = Counter((o.planted, o.top) for o in outcomes)
-    rows = sorted({o.planted for o in outcomes})
-    cols = sorted({o.top for o in outcomes} | set(rows))
-    return rows, cols, dict(counts)
-
-
-def confusion_text(outcomes: list[Outcome]) -> str:
-    rows, cols, counts = confusion(outcomes)
-    short = {c: c[:10] for c in cols}
-    width = max(len(r) for r in rows) + 2
-    lines = [
-        "planted \\ found".ljust(width) + " ".join(short[c].rjust(10) for c in cols),
-    ]
-    for r in rows:
-        cells = " ".join(str(counts.get((r, c), 0) or ".").rjust(10) for c in cols)
-        lines.append(r.ljust(width) + cells)
-    return "\n".join(lines)
-
-
-def save(outcomes: list[Outcome], path: Path) -> None:
-    path.write_text(json.dumps([o.to_json() for o in outcomes], indent=1, default=str))
-
-
-def timed(fn: Any, *args: Any) -> tuple[Any, float]:
-    start = time.monotonic()
-    value = fn(*args)
-    return value, time.monotonic() - start
-
-
-def bench_link(hosts: int, rate: str, out: Path, log: Any = None) -> tuple[float, float]:
-    """(alpha_us, busbw GB/s) of an all-reduce benchmark on a star of ``hosts`` at
-    ``rate``: what ``syncpace diagnose --bench`` would use as the link."""
-    from syncpace.bench.on_fabric import bench_on_fabric
-    from syncpace.bench.results import main_fit
-    from syncpace.fabric import build_spec
-    from syncpace.fabric.backend import SystemBackend
-    from syncpace.fabric.lifecycle import down, up
-
-    spec = build_spec(
-        {"topology": "star", "hosts": hosts, "host_rate": rate, "name": "pb" + secrets.token_hex(3)}
-    )
-    state = up(spec, SystemBackend())
-    args = ["all_reduce", "-b", "64K", "-e", "4M", "-f", "2", "-n", "5", "-w", "2"]
-    try:
-        data = bench_on_fabric(
-            state, [*args, "--gap-ms", "50", "--no-pairs", "--no-check"], out, echo=log
-        )
-    finally:
-        down(state, SystemBackend())
-    _, fit = main_fit(data) or ("", {})
-    return float(fit.get("alpha_us", 0.0)), float(fit["beta_gbps"])
 
 
 def phase_traces(run_dir: Path, lengths: list[int]) -> list[Any]:
@@ -364,3 +349,142 @@ def phase_traces(run_dir: Path, lengths: list[int]) -> list[Any]:
         )
         start += n
     return out
+
+
+# Judging ----------------------------------------------------------------------------------
+
+
+def score(
+    sc: Scenario,
+    analysis: Analysis,
+    run: int = 1,
+    run_dir: str = "",
+    phase: int = 0,
+    kind: str = PLANTED,
+) -> Outcome:
+    """Was the planted cause first among the causes, naming exactly the planted
+    ranks/hosts, with no other critical cause?"""
+    findings = [f for f in analysis.findings if f.mode not in ("clock_uncertainty",)]
+    # what the diagnosis names as the cause: its first finding that is no symptom
+    causes = [f for f in findings if not f.symptom]
+    top = causes[0] if causes else analysis.top
+    serious_cause = causes and top.severity >= Severity.WARNING and top.mode != "healthy"
+    found = top.mode if serious_cause else HEALTHY
+    planted = {sc.expected, *sc.also}
+    serious = {f.mode for f in findings if f.severity >= Severity.WARNING}
+    # two causes at once: either may come first (their costs decide), both must be found
+    first = found in planted and all(m in serious for m in planted - {HEALTHY, found})
+    named = True
+    cause = next((f for f in findings if f.mode == sc.expected), None)
+    if first and sc.expected_ranks is not None:
+        named = cause is not None and sorted(cause.ranks) == sorted(sc.expected_ranks)
+    if first and named and sc.expected_nodes is not None:
+        named = cause is not None and sorted(cause.nodes) == sorted(sc.expected_nodes)
+    false_critical = [
+        f.mode
+        for f in findings
+        if f.severity == Severity.CRITICAL and f.mode not in planted and not f.symptom
+    ]
+    table = analysis.what_if[0] if analysis.what_if else None
+    return Outcome(
+        scenario=sc.name,
+        run=run,
+        phase=phase,
+        kind=kind,
+        where=sc.where,
+        planted="+".join(sorted(planted)),
+        top=found,
+        top_ranks=tuple(top.ranks),
+        top_nodes=tuple(top.nodes),
+        first=first,
+        named=named,
+        false_critical=false_critical,
+        findings=[f.to_json() for f in findings],
+        what_if=table.to_json()["rows"] if table is not None else [],
+        replay_error=table.replay_error if table is not None else None,
+        iteration_ms=analysis.runs[0].iteration_ns / 1e6,
+        run_dir=run_dir,
+    )
+
+
+def clean_of(sc: Scenario) -> Scenario:
+    """What a clean phase of ``sc`` must show: no cause."""
+    return sc.replace(expected=HEALTHY, also=(), expected_ranks=None, expected_nodes=None)
+
+
+def confusion(outcomes: list[Outcome]) -> tuple[list[str], list[str], dict[tuple[str, str], int]]:
+    """Rows: planted causes; columns: what the diagnosis put first."""
+    counts = Counter((o.planted, o.top) for o in outcomes)
+    rows = sorted({o.planted for o in outcomes})
+    cols = sorted({o.top for o in outcomes} | set(rows))
+    return rows, cols, dict(counts)
+
+
+def confusion_text(outcomes: list[Outcome]) -> str:
+    rows, cols, counts = confusion(outcomes)
+    width = max(len(r) for r in rows) + 2
+    lines = ["planted \\ found".ljust(width) + " ".join(c[:10].rjust(10) for c in cols)]
+    for r in rows:
+        cells = " ".join(str(counts.get((r, c), 0) or ".").rjust(10) for c in cols)
+        lines.append(r.ljust(width) + cells)
+    return "\n".join(lines)
+
+
+def bench_link(hosts: int, rate: str, out: Path, log: Any = None) -> tuple[float, float]:
+    """(alpha_us, busbw GB/s) of an all-reduce benchmark on a star of ``hosts`` at
+    ``rate``: what ``syncpace diagnose --bench`` would use as the link."""
+    from syncpace.bench.on_fabric import bench_on_fabric
+    from syncpace.bench.results import main_fit
+    from syncpace.fabric import build_spec
+    from syncpace.fabric.backend import SystemBackend
+    from syncpace.fabric.lifecycle import down, up
+
+    name = "pb" + secrets.token_hex(3)
+    spec = build_spec({"topology": "star", "hosts": hosts, "host_rate": rate, "name": name})
+    state = up(spec, SystemBackend())
+    args = ["all_reduce", "-b", "64K", "-e", "4M", "-f", "2", "-n", "5", "-w", "2"]
+    args += ["--gap-ms", "50", "--no-pairs", "--no-check"]
+    try:
+        data = bench_on_fabric(state, args, out, echo=log)
+    finally:
+        down(state, SystemBackend())
+    _, fit = main_fit(data) or ("", {})
+    return float(fit.get("alpha_us", 0.0)), float(fit["beta_gbps"])
+
+
+def predict(analysis: Analysis, name: str) -> float | None:
+    """The mean iteration (ms) a replay predicts with the cause ``name`` removed: the
+    what-if row of that name, or, when the diagnosis named something else, the same
+    counterfactual built for the planted ranks (so the replay is checked even where the
+    detection missed)."""
+    table = analysis.what_if[0] if analysis.what_if else None
+    if table is None:
+        return None
+    row = table.row(name)
+    if row is not None:
+        return row.iteration_ns / 1e6
+    from syncpace.analysis.replay import counterfactuals as cf
+    from syncpace.analysis.replay.whatif import evaluate
+
+    run = analysis.runs[0]
+    prog, th = run.program, analysis.thresholds
+    if prog is None:
+        return None
+    kind, _, ranks = name.partition(":")
+    chosen = [int(r) for r in ranks.split(",") if r]
+    if kind in ("straggler", "locality_variance"):
+        change = cf.compute_like_others(prog, chosen)
+    elif kind == "slow_link":
+        change = cf.exits_aligned(prog, chosen)
+        if th.link_gbps > 0:
+            rate = cf.transfers_at_rate(prog, th.link_gbps, th.link_alpha_us * 1e3)
+            change = cf.combine([change, rate])
+    elif kind == "links" and th.link_gbps > 0:
+        change = cf.transfers_at_rate(prog, th.link_gbps, th.link_alpha_us * 1e3)
+    elif kind == "links":
+        change = cf.transfers_at_best(prog)
+    elif kind in ("jitter", "stall"):
+        change = cf.without_jitter(prog)
+    else:
+        return None
+    return evaluate(prog, table.base, name, name, change).iteration_ns / 1e6

@@ -8,7 +8,6 @@ and the fabric, counterfactuals against real reruns) is ``benchmarks/scenarios.p
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -39,10 +38,8 @@ PHASES = [
 @pytest.fixture(scope="module")
 def phases(tmp_path_factory) -> list:
     out = tmp_path_factory.mktemp("planted")
-    plan = [{"steps": n, **plants} for _, n, plants, _, _ in PHASES]
-    sc = planted.Scenario(
-        name="short", plant="six phases", job=(*BASE, "--phases", json.dumps(plan)), timeout_s=150
-    )
+    plan = tuple((name, n, plants) for name, n, plants, _, _ in PHASES)
+    sc = planted.Scenario(name="short", plant="six phases", job=BASE, plan=plan, timeout_s=150)
     run_dir = planted.run_scenario(sc, out / "run")
     return planted.phase_traces(run_dir, [n for _, n, _, _, _ in PHASES])
 

@@ -88,9 +88,8 @@ def what_if_table(ctx: Context, findings: list[Finding]) -> WhatIf | None:
     prog, base = ctx.program, ctx.base
     if prog is None or base is None or base.measured_ns <= 0:
         return None
-    names = [
-        f.evidence["counterfactual"]["name"] for f in findings if "counterfactual" in f.evidence
-    ]
+    replayed = [f for f in findings if "counterfactual" in f.evidence]
+    names = [f.evidence["counterfactual"]["name"] for f in replayed]
     ctx.counterfactual("jitter", "no compute jitter", cf.without_jitter)
     ctx.counterfactual("overlap", "ideal overlap", cf.ideal_overlap)
     ctx.counterfactual("links:best", "every link at the run's best rate", cf.transfers_at_best)
@@ -113,7 +112,7 @@ def what_if_table(ctx: Context, findings: list[Finding]) -> WhatIf | None:
         ctx.counterfactual("pacing", "pacing on (live policy)", cf.paced(ctx.pacer))
     causes = [
         ctx.replays[n][1]
-        for f, n in zip([f for f in findings if "counterfactual" in f.evidence], names, strict=True)
+        for f, n in zip(replayed, names, strict=True)
         if not f.symptom and n in ctx.replays
     ]
     if len(causes) > 1:

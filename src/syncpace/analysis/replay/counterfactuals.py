@@ -69,7 +69,8 @@ def excess_gaps(prog: Program) -> tuple[np.ndarray, np.ndarray]:
     """Per action: gap minus its steady value, and the robust spread (1.4826 x MAD) of
     that excess over the steps at the same rank and point of the step."""
     typical = position_medians(prog)
-    excess = prog.gap - np.where(np.isnan(typical), prog.gap, typical)
+    with np.errstate(invalid="ignore"):  # a damaged trace's absurd times stay absurd
+        excess = np.nan_to_num(prog.gap - np.where(np.isnan(typical), prog.gap, typical))
     key = (prog.rank * 4 + prog.kind) * (int(prog.position.max()) + 1) + prog.position
     spread = _median_by(key, np.abs(excess), np.ones(len(key), dtype=bool)) * 1.4826
     return excess, np.nan_to_num(spread)
@@ -126,7 +127,10 @@ def transfers_scaled(prog: Program, factor: float, which: np.ndarray) -> Change:
 
 def small_coalesced(prog: Program, knee_bytes: int, alpha_ns: float, rate_gbps: float) -> Change:
     """Sub-knee collectives bucketed: the small calls of a group in a step pay one
-    latency between them, plus their bytes at ``rate_gbps`` (0: bytes are free)."""
+    latency between them, plus their bytes at ``rate_gbps`` (0: bytes are free); and
+    issuing them costs once, not once per call: a gap shorter than one small call's
+    latency right after a small blocking call returned (issue overhead, no compute in
+    between) is gone."""
     inst = prog.instances.with_row_index("_id")
     small = inst.filter(pl.col("bytes") < knee_bytes)
     if small.height == 0:
@@ -138,7 +142,20 @@ def small_coalesced(prog: Program, knee_bytes: int, alpha_ns: float, rate_gbps: 
     model = alpha_ns / small["m"].to_numpy() + small["bytes"].to_numpy() * per_byte
     service = prog.service.copy()
     service[ids] = np.minimum(service[ids], model)
-    return Change(service=service)
+    # issue overhead: a short gap right after a small blocking call returned
+    is_small = np.zeros(len(prog.service), dtype=bool)
+    is_small[ids] = True
+    small_wait = (prog.kind == WAIT) & (prog.inst >= 0)
+    small_wait &= is_small[np.where(prog.inst >= 0, prog.inst, 0)]
+    order = np.lexsort((prog.position, prog.step, prog.rank))
+    follows = np.zeros(prog.n_actions, dtype=bool)
+    same = (prog.rank[order][1:] == prog.rank[order][:-1]) & (
+        prog.step[order][1:] == prog.step[order][:-1]
+    )
+    follows[order[1:]] = same & small_wait[order[:-1]]
+    overhead = (follows | small_wait) & (prog.gap < max(alpha_ns, 0.0))
+    gap = np.where(overhead, 0.0, prog.gap)
+    return Change(gap=gap, service=service)
 
 
 def exits_aligned(prog: Program, ranks: Iterable[int]) -> Change:

@@ -61,7 +61,8 @@ class Replayed:
 
     @property
     def mean_ns(self) -> float:
-        return float(self.iteration_ns.mean()) if len(self.iteration_ns) else 0.0
+        known = self.iteration_ns[~np.isnan(self.iteration_ns)]
+        return float(known.mean()) if len(known) else 0.0
 
 
 def run(prog: Program, change: Change | None = None) -> Replayed:
@@ -154,6 +155,7 @@ def _iterations(prog: Program, ret: np.ndarray) -> np.ndarray:
     boundary = np.full(len(prog.steps), -np.inf)
     np.maximum.at(boundary, step_index, ret[is_end])
     first_start = float(np.nanmin(prog.start[np.unique(prog.rank)]))
+    boundary[~np.isfinite(boundary)] = np.nan  # a step no rank ended (damaged trace)
     previous = np.r_[first_start, boundary[:-1]]
     return boundary - previous
 

@@ -69,10 +69,11 @@ class Baseline:
 def baseline(prog: Program) -> Baseline:
     plain = run(prog)
     rel = np.abs(plain.iteration_ns / np.where(prog.measured > 0, prog.measured, np.nan) - 1)
+    known = ~np.isnan(rel)
     return Baseline(
         measured_ns=float(prog.measured.mean()) if len(prog.measured) else 0.0,
         replayed_ns=plain.mean_ns,
-        step_error_p90=float(np.nanquantile(rel, 0.9)) if len(rel) else 0.0,
+        step_error_p90=float(np.quantile(rel[known], 0.9)) if known.any() else 0.0,
         steps=len(prog.steps),
         violations=prog.violations,
         unresolved=plain.unresolved,
@@ -89,10 +90,11 @@ def evaluate(
     cause: str = "",
 ) -> Outcome:
     replayed: Replayed = run(prog, change)
-    per_step = base.per_step - replayed.iteration_ns
+    known = ~np.isnan(base.per_step) & ~np.isnan(replayed.iteration_ns)
+    per_step = (base.per_step - replayed.iteration_ns)[known]
     plain = base.replayed_ns
     saving_ns = float(per_step.mean()) if len(per_step) else 0.0
-    steps = replayed.iteration_ns
+    steps = replayed.iteration_ns[known]
     n = len(steps)
     se = 0.0
     if n > 1:
