@@ -1,4 +1,6 @@
-"""Regenerate docs/report-screenshot.png: the report that ``syncpace demo`` writes.
+"""Regenerate docs/report-screenshot.png: the first screen (1400x900) of the report
+that ``syncpace demo`` writes — as root, on the emulated fabric with the planted
+straggler on h2 and the contended uplink.
 
 python scripts/screenshot_report.py              # runs the demo (about a minute), then shoots
 python scripts/screenshot_report.py REPORT.html  # shoots an existing report
@@ -11,7 +13,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from syncpace.report.browser import find_chromium, screenshot
+from syncpace.report.browser import FIRST_SCREEN, find_chromium, screenshot
 
 ROOT = Path(__file__).resolve().parents[1]
 PNG = ROOT / "docs" / "report-screenshot.png"
@@ -29,7 +31,7 @@ def main(argv: list[str]) -> int:
             demo = [sys.executable, "-m", "syncpace", "demo", "--out", tmp]
             subprocess.run(demo, check=True, timeout=600)
             out = screenshot(binary, Path(tmp) / "report.html", PNG)
-    print(f"wrote {out.relative_to(ROOT)}")
+    print(f"wrote {out.relative_to(ROOT)} (the first {FIRST_SCREEN[0]}x{FIRST_SCREEN[1]} px)")
     return 0
 
 

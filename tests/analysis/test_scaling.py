@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pyarrow as pa
+import pytest
+
 from syncpace.analysis import analyze
 from syncpace.sim import SCENARIOS, generate
 
@@ -22,3 +25,56 @@ def test_runs_of_growing_size_give_a_scaling_curve(tmp_path: Path) -> None:
     assert sync, [f.mode for f in analysis.findings]
     assert set(sync[0].evidence["cv_by_world_size"]) == {4, 8, 16}
     assert {f.run for f in analysis.findings} <= {str(r) for r in runs}
+
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+
+
+def _mean_iteration_s(run: Path, warmup: int = 1) -> float:
+    """The job's mean iteration time from the raw step files: from one iteration
+    boundary (the latest end over ranks) to the next; the first kept step from the
+    earliest start (docs/analysis.md)."""
+    ends: dict[int, int] = {}
+    first_start = None
+    for path in run.glob("rank-*.steps.arrow"):
+        for s in pa.ipc.open_stream(pa.memory_map(str(path))).read_all().to_pylist():
+            if s["step"] < warmup:
+                continue
+            ends[s["step"]] = max(ends.get(s["step"], 0), s["end_ns"])
+            if s["step"] == warmup:
+                first_start = min(first_start or s["start_ns"], s["start_ns"])
+    steps = sorted(ends)
+    gaps = [ends[b] - ends[a] for a, b in zip(steps, steps[1:], strict=False)]
+    times = [ends[steps[0]] - first_start, *gaps]
+    return sum(times) / len(times) / 1e9
+
+
+def test_runs_of_one_world_size_are_compared_not_scaled() -> None:
+    """Traced and paced runs of one job (the demo's): a comparison against the first,
+    never a 'scaling curve' at a single world size."""
+    runs = [DATA / "demo" / "trace", DATA / "demo" / "trace-paced"]
+    analysis = analyze(runs)
+    assert analysis.study == "comparison"
+    assert analysis.scaling == ()
+    base, paced = analysis.comparison
+    assert base.baseline is None and base.iteration_change is None
+    assert paced.baseline == str(runs[0])
+    expected = _mean_iteration_s(runs[1]) / _mean_iteration_s(runs[0]) - 1
+    assert paced.iteration_change == pytest.approx(expected, rel=1e-9)
+    assert paced.paced_fraction is not None and base.paced_fraction is None
+    data = analysis.to_json()["metrics"]
+    assert data["study"] == "comparison" and data["scaling"] == []
+    assert [c["run"] for c in data["comparison"]] == [str(r) for r in runs]
+
+
+def test_mixed_world_sizes_scale_over_distinct_sizes(tmp_path: Path) -> None:
+    base = SCENARIOS["healthy"].replace(steps=12)
+    a = generate(base.replace(nodes=1, seed=1), tmp_path / "a4")
+    b = generate(base.replace(nodes=1, seed=2), tmp_path / "b4")
+    c = generate(base.replace(nodes=2, seed=3), tmp_path / "c8")
+    analysis = analyze([a, b, c])
+    assert analysis.study == "scaling"
+    assert [(p.run, p.world_size) for p in analysis.scaling] == [(str(a), 4), (str(c), 8)]
+    rows = {r.run: r for r in analysis.comparison}
+    assert rows[str(b)].baseline == str(a) and rows[str(c)].baseline is None
+    assert analyze(a).scaling == () and analyze(a).study == "single"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +18,7 @@ import pytest
 from syncpace.demo.job import Monitor
 from syncpace.demo.pipeline import DemoConfig, can_use_fabric
 from syncpace.errors import SyncpaceError
+from syncpace.report.browser import FIRST_SCREEN, dump_dom
 
 ROOT = Path(__file__).resolve().parents[2]
 ON_FABRIC = can_use_fabric() is None
@@ -99,6 +101,25 @@ def test_pacing_ab_study_and_report(demo):
     assert report.exists() and report.stat().st_size > 100_000  # plotly.js is inlined
     assert (out / "scaling.html").exists()
     assert f"report: {report}" in stdout.replace("\n", "")
+
+
+@pytest.mark.multirank
+def test_the_report_opens_with_the_verdict(demo, chromium):
+    """Read in Chromium at the first screen's size: the verdict names the planted
+    straggler (and, on the fabric, an uplink) above the fold; every plot is drawn."""
+    out, _ = demo
+    dom = dump_dom(chromium, out / "report.html")
+    body = re.search(r"<body[^>]*>", dom).group(0)
+    assert "data-js-error" not in body and "data-plots-ready" in body
+    bottom = re.search(r'data-verdict-bottom="(\d+)"', body)
+    assert bottom and int(bottom.group(1)) <= FIRST_SCREEN[1]
+    verdict = re.search(r'<section id="verdict".*?</section>', dom, re.S).group(0)
+    assert "rank 2 (" in verdict
+    if ON_FABRIC:
+        assert "rank 2 (h2, local rank 0)" in verdict and "uplink " in verdict
+    cards = re.findall(r'id="finding-\d+" data-mode="([^"]+)"', dom)
+    assert len(cards) == len(set(cards))
+    assert "Scaling across world sizes" not in dom
 
 
 def test_the_monitor_reads_progress_and_starts_traffic_once():

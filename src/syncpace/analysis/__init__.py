@@ -4,14 +4,18 @@
 """
 
 from syncpace.analysis.api import Analysis, analyze
-from syncpace.analysis.findings import MODES, Finding, Severity
+from syncpace.analysis.comparison import RunComparison
+from syncpace.analysis.findings import MODES, QUALITY_MODES, SYMPTOMS, Finding, Severity
 from syncpace.analysis.metrics import RunMetrics, compute_metrics
 from syncpace.analysis.thresholds import Thresholds
 
 __all__ = [
     "MODES",
+    "QUALITY_MODES",
+    "SYMPTOMS",
     "Analysis",
     "Finding",
+    "RunComparison",
     "RunMetrics",
     "Severity",
     "Thresholds",

@@ -1,12 +1,24 @@
-"""The facade: trace directories in, metrics and ranked findings out."""
+"""The facade: trace directories in, metrics and ranked findings out.
+
+Several runs are one of two studies, decided by their world sizes:
+
+* runs of **equal** world size are runs of one job (A/B, paced and unpaced, before and
+  after a fix): a *comparison* — side by side, each against the first (the baseline);
+* runs of **different** world sizes are a *scaling* study: a curve of speedup and
+  efficiency over world size (one point per size).
+
+Runs of one world size never form a scaling curve: a vertical line of "speedups" at a
+single world size is a misreading, not a measurement.
+"""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
+from syncpace.analysis.comparison import RunComparison, compare_runs
 from syncpace.analysis.diagnosis import diagnose, order, scaling_evidence
 from syncpace.analysis.findings import Finding
 from syncpace.analysis.metrics import RunMetrics, compute_metrics
@@ -14,29 +26,44 @@ from syncpace.analysis.replay import PacerFactory
 from syncpace.analysis.replay.whatif import WhatIf
 from syncpace.analysis.scaling import ScalingPoint, scaling_curve
 from syncpace.analysis.thresholds import Thresholds
+from syncpace.analysis.timeline import IterationSample, sample_iterations
 from syncpace.trace.reader import Trace, load_trace
+
+Study = Literal["single", "comparison", "scaling"]
 
 
 @dataclass(frozen=True)
 class Analysis:
-    """Metrics of every run, the scaling curve across them, the ranked findings, and per
-    run the what-if table of its replay (None where a run could not be replayed)."""
+    """Metrics of every run, how the runs relate (comparison or scaling curve), the
+    ranked findings, a few iterations of each run in full detail, and per run the
+    what-if table of its replay (None where a run could not be replayed)."""
 
     runs: tuple[RunMetrics, ...]
     findings: tuple[Finding, ...]
     scaling: tuple[ScalingPoint, ...]
     thresholds: Thresholds
+    comparison: tuple[RunComparison, ...] = ()
+    samples: tuple[IterationSample, ...] = ()
     what_if: tuple[WhatIf | None, ...] = ()
 
     @property
     def top(self) -> Finding:
         return self.findings[0]
 
+    @property
+    def study(self) -> Study:
+        """``single``, ``comparison`` (all runs of one world size) or ``scaling``."""
+        if len(self.runs) < 2:
+            return "single"
+        return "scaling" if len({r.world_size for r in self.runs}) > 1 else "comparison"
+
     def to_json(self) -> dict[str, Any]:
         return {
             "findings": [f.to_json() for f in self.findings],
             "metrics": {
+                "study": self.study,
                 "runs": [r.summary() for r in self.runs],
+                "comparison": [c.to_json() for c in self.comparison],
                 "scaling": [p.to_json() for p in self.scaling],
                 "busbw_note": "busbw uses the nccl-tests factors, which assume a flat topology",
             },
@@ -58,15 +85,21 @@ def analyze(
     warmup_steps: int = 1,
     pacer: PacerFactory | None = None,
 ) -> Analysis:
-    """Analyse one or several runs (e.g. the same job at different world sizes).
+    """Analyse one or several runs: of one job (equal world sizes, compared side by
+    side) or of different world sizes (a scaling curve).
 
     ``pacer`` (world size -> pacing policy, e.g. ``control.make_policy`` with a config)
     adds a what-if row with pacing on, run live inside the replay."""
     if isinstance(traces, (Trace, str, os.PathLike)):
         traces = [traces]
     thresholds = thresholds or Thresholds()
-    loaded = [t if isinstance(t, Trace) else load_trace(t) for t in traces]
-    runs = [compute_metrics(t, warmup_steps=warmup_steps) for t in loaded]
+    runs, samples = [], []
+    for item in traces:
+        trace = item if isinstance(item, Trace) else load_trace(item)
+        run = compute_metrics(trace, warmup_steps=warmup_steps)
+        runs.append(run)
+        samples.append(sample_iterations(trace, run))
+        del trace  # one loaded trace at a time
     curve = scaling_curve(
         [(r.run, r.world_size, r.iteration_ns / 1e9, r.iteration.get("cv", 0.0)) for r in runs]
     )
@@ -78,4 +111,12 @@ def analyze(
         tables.append(result.what_if)
     if len(runs) > 1:
         findings = order(scaling_evidence(findings, curve))
-    return Analysis(tuple(runs), tuple(findings), tuple(curve), thresholds, tuple(tables))
+    return Analysis(
+        tuple(runs),
+        tuple(findings),
+        tuple(curve),
+        thresholds,
+        comparison=tuple(compare_runs(runs)),
+        samples=tuple(samples),
+        what_if=tuple(tables),
+    )

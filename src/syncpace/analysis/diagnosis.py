@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 
 from syncpace.analysis.detectors import DETECTORS, Context, Detector
 from syncpace.analysis.detectors.arrival import rank_compute
-from syncpace.analysis.findings import Finding, Severity, rank_findings
+from syncpace.analysis.findings import SYMPTOMS, Finding, Severity, rank_findings
 from syncpace.analysis.metrics import RunMetrics
 from syncpace.analysis.replay import PacerFactory
 from syncpace.analysis.replay import counterfactuals as cf
@@ -78,7 +78,10 @@ def order(findings: list[Finding]) -> list[Finding]:
     """Severity first; ``healthy`` heads a list of notes; symptoms after causes; then
     the cause's cost (the replayed saving), so a symptom falls below its cause."""
     ranked = rank_findings(findings)
-    return sorted(ranked, key=lambda f: (-int(f.severity), f.mode != "healthy", f.symptom))
+    return sorted(
+        ranked,
+        key=lambda f: (-int(f.severity), f.mode != "healthy", f.symptom or f.mode in SYMPTOMS),
+    )
 
 
 def what_if_table(ctx: Context, findings: list[Finding]) -> WhatIf | None:

@@ -35,6 +35,12 @@ MODES = (
     "healthy",
 )
 
+#: Modes about the trace itself rather than the job: data-quality warnings.
+QUALITY_MODES = ("incomplete_trace", "clock_uncertainty")
+#: Summary symptoms: they rank after a specific cause of the same severity and are
+#: never the verdict's cause.
+SYMPTOMS = ("comm_dominated",)
+
 
 @dataclass(frozen=True)
 class Finding:

@@ -1,4 +1,9 @@
-"""Scaling across runs of different world sizes: speedup and efficiency, strong and weak."""
+"""Scaling across runs of different world sizes: speedup and efficiency, strong and weak.
+
+A scaling curve needs at least two *different* world sizes. Runs of one world size are
+runs of one job compared with each other (A/B, paced and unpaced, before and after a
+fix): they are a comparison (``analysis.comparison``), never a point of a curve.
+"""
 
 from __future__ import annotations
 
@@ -29,10 +34,18 @@ class ScalingPoint:
 
 
 def scaling_curve(runs: list[tuple[str, int, float, float]]) -> list[ScalingPoint]:
-    """``runs`` as (name, world size, mean iteration seconds, iteration CV)."""
-    usable = sorted((r for r in runs if r[2] > 0), key=lambda r: (r[1], r[0]))
-    if not usable:
+    """``runs`` as (name, world size, mean iteration seconds, iteration CV).
+
+    One point per world size: when several runs share a world size, the first of them
+    (in the order given) stands for it. Fewer than two world sizes give no curve.
+    """
+    first: dict[int, tuple[str, int, float, float]] = {}
+    for run in runs:
+        if run[2] > 0:
+            first.setdefault(run[1], run)
+    if len(first) < 2:
         return []
+    usable = [first[n] for n in sorted(first)]
     _, n0, t0, _ = usable[0]
     points = []
     for name, n, t, cv in usable:

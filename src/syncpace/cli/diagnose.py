@@ -21,7 +21,8 @@ def add_analysis_arguments(parser: argparse.ArgumentParser) -> None:
         "dirs",
         nargs="+",
         metavar="RUN_DIR",
-        help="run directories; several runs of different world sizes add a scaling curve",
+        help="run directories; several runs of one world size are compared side by side "
+        "(the first is the baseline), runs of different world sizes form a scaling curve",
     )
     parser.add_argument(
         "--warmup-steps",
@@ -76,8 +77,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "diagnose",
         help="rank what limits a run: stragglers, jitter, fabric, locality, overlap, ...",
-        description="Analyse one or more trace directories and print the findings, ranked "
-        "by severity and cost, with evidence and recommended actions.",
+        description="Analyse one or more trace directories and print the verdict (the "
+        "causes that cost most, where, how sure, what to do first, data-quality warnings), "
+        "the runs side by side and the findings, ranked by severity and cost. --json prints "
+        "the raw numbers.",
     )
     add_analysis_arguments(parser)
     parser.add_argument(

@@ -31,15 +31,25 @@ def _run(binary: str, args: list[str], timeout: float) -> subprocess.CompletedPr
     )
 
 
-def dump_dom(binary: str, page: Path, timeout: float = 120) -> str:
-    """The DOM of ``page`` after its scripts ran."""
-    result = _run(binary, ["--dump-dom", page.resolve().as_uri()], timeout)
+#: The first screen a report must answer on (a laptop browser window).
+FIRST_SCREEN = (1400, 900)
+
+
+def dump_dom(
+    binary: str, page: Path, timeout: float = 120, size: tuple[int, int] = FIRST_SCREEN
+) -> str:
+    """The DOM of ``page`` after its scripts ran, laid out in a ``size`` window."""
+    window = f"--window-size={size[0]},{size[1]}"
+    result = _run(binary, [window, "--dump-dom", page.resolve().as_uri()], timeout)
     if result.returncode != 0:
         raise RuntimeError(f"chromium exited {result.returncode}: {result.stderr[-2000:]}")
     return result.stdout
 
 
-def screenshot(binary: str, page: Path, png: Path, size: str = "1400,3000") -> Path:
+def screenshot(
+    binary: str, page: Path, png: Path, size: str = f"{FIRST_SCREEN[0]},{FIRST_SCREEN[1]}"
+) -> Path:
+    """The top ``size`` (width,height px) of ``page``, after its scripts ran."""
     result = _run(
         binary,
         [f"--screenshot={png.resolve()}", f"--window-size={size}", page.resolve().as_uri()],

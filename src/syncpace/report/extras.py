@@ -19,30 +19,18 @@ import polars as pl
 from syncpace.bench.figures import busbw_figure, pair_matrix_figure
 from syncpace.bench.results import load_bench, load_pair_matrix
 from syncpace.errors import SyncpaceError
-
-LINKS_FILE = "fabric-links.arrow"
+from syncpace.report.links import LINKS_FILE, link_series
 
 
 def link_utilisation_figure(path: Path) -> go.Figure | None:
     """Heatmap of link direction × time: Δbytes·8 / Δt / rate (see docs/fabric.md)."""
-    links = pl.read_ipc_stream(path)
-    if links.height == 0:
-        return None
-    util = (
-        links.sort("time_ns")
-        .with_columns(
-            dt=pl.col("time_ns").diff().over("link", "src", "dst"),
-            db=pl.col("bytes").diff().over("link", "src", "dst"),
-        )
-        .filter(pl.col("dt") > 0, pl.col("rate_bps") > 0, pl.col("db") >= 0)
-        .with_columns(
-            util=(pl.col("db") * 8 / (pl.col("dt") / 1e9) / pl.col("rate_bps")).clip(0, 1.5),
-            direction=pl.concat_str(["kind", "src", "dst"], separator=" "),
-            t_s=(pl.col("time_ns") - pl.col("time_ns").min()) / 1e9,
-        )
-    )
+    util = link_series(path)
     if util.height == 0:
         return None
+    util = util.with_columns(
+        direction=pl.concat_str(["kind", "src", "dst"], separator=" "),
+        t_s=(pl.col("time_ns") - pl.col("time_ns").min()) / 1e9,
+    )
     wide = util.pivot(on="direction", index="t_s", values="util", aggregate_function="mean").sort(
         "t_s"
     )
@@ -56,6 +44,7 @@ def link_utilisation_figure(path: Path) -> go.Figure | None:
             zmin=0,
             zmax=1,
             colorbar={"title": "utilisation"},
+            hovertemplate="%{y}<br>%{x:.1f} s: %{z:.0%} of its rate<extra></extra>",
         )
     )
     fig.update_layout(

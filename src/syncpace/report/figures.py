@@ -1,5 +1,8 @@
-"""Plotly figures of an analysis. Every string that comes from a trace is HTML-escaped
-before it reaches a figure (plotly renders a subset of HTML in labels)."""
+"""Plotly figures of an analysis: the overview of every run, overlaid where runs share
+an axis. Every string that comes from a trace is HTML-escaped before it reaches a
+figure (plotly renders a subset of HTML in labels). Axis units follow the magnitude of
+the values (``report.format``): a 100 Mbit/s fabric reads in Mbit/s, not as 0.003 GB/s.
+"""
 
 from __future__ import annotations
 
@@ -10,14 +13,33 @@ import plotly.graph_objects as go
 import polars as pl
 
 from syncpace.analysis import Analysis, RunMetrics
+from syncpace.report import format as fmt
 from syncpace.report.extras import run_extras
 
 _MAX_HEATMAP_STEPS = 400  # columns; longer runs are binned so the page stays light
 _MAX_POINTS = 20_000  # scatter points; more are sampled (seeded)
+#: The section title of the iteration-time figure (the report places it by the runs).
+ITERATION_TIME = "Iteration time"
+#: One colour per run, the same in every figure of a report.
+RUN_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2")
 
 
-def _name(run: RunMetrics) -> str:
-    return html.escape(f"{run.run} ({run.world_size} ranks)")
+def run_colour(analysis: Analysis, run: RunMetrics) -> str:
+    index = next((i for i, r in enumerate(analysis.runs) if r.run == run.run), 0)
+    return RUN_COLOURS[index % len(RUN_COLOURS)]
+
+
+def run_label(analysis: Analysis, run: RunMetrics) -> str:
+    """The run's short name, with its world size when runs differ in it (raw text)."""
+    name = fmt.run_names([r.run for r in analysis.runs])[run.run]
+    if analysis.study == "scaling":
+        name += f" ({run.world_size} ranks)"
+    return name
+
+
+def _name(analysis: Analysis, run: RunMetrics) -> str:
+    """The run's label, escaped for a figure."""
+    return html.escape(run_label(analysis, run))
 
 
 def _layout(fig: go.Figure, title: str, x: str, y: str, **kw: object) -> go.Figure:
@@ -31,31 +53,27 @@ def _layout(fig: go.Figure, title: str, x: str, y: str, **kw: object) -> go.Figu
 def iteration_timeline(analysis: Analysis) -> go.Figure:
     fig = go.Figure()
     for run in analysis.runs:
-        s = run.steps
-        fig.add_scatter(x=s["step"], y=s["time_ns"] / 1e6, mode="lines", name=_name(run))
+        s, name, colour = run.steps, _name(analysis, run), run_colour(analysis, run)
+        fig.add_scatter(
+            x=s["step"], y=s["time_ns"] / 1e6, mode="lines", name=name, line={"color": colour}
+        )
         per = (
             run.rank_steps.group_by("step")
             .agg(lo=pl.col("step_ns").min(), hi=pl.col("step_ns").max())
             .sort("step")
         )
-        fig.add_scatter(
-            x=per["step"],
-            y=per["hi"] / 1e6,
-            mode="lines",
-            line={"width": 0.5, "dash": "dot"},
-            name=f"slowest rank {_name(run)}",
-        )
-        fig.add_scatter(
-            x=per["step"],
-            y=per["lo"] / 1e6,
-            mode="lines",
-            line={"width": 0.5, "dash": "dot"},
-            name=f"fastest rank {_name(run)}",
-        )
-    return _layout(fig, "Iteration time", "step", "ms")
+        for label, col in (("slowest rank", "hi"), ("fastest rank", "lo")):
+            fig.add_scatter(
+                x=per["step"],
+                y=per[col] / 1e6,
+                mode="lines",
+                line={"width": 0.7, "dash": "dot", "color": colour},
+                name=f"{label} — {name}",
+            )
+    return _layout(fig, "Iteration time per step", "step", "iteration time (ms)")
 
 
-def lateness_heatmap(run: RunMetrics) -> go.Figure:
+def lateness_heatmap(analysis: Analysis, run: RunMetrics) -> go.Figure:
     rs = run.rank_step
     fig = go.Figure()
     if rs.height:
@@ -68,28 +86,32 @@ def lateness_heatmap(run: RunMetrics) -> go.Figure:
         )
         wide = binned.pivot(on="bin", index="rank", values="lateness_ns", sort_columns=True)
         wide = wide.sort("rank")
-        cols = [c for c in wide.columns if c != "rank"]
-        cols = sorted(cols, key=int)
+        cols = sorted((c for c in wide.columns if c != "rank"), key=int)
         z = wide.select(cols).to_numpy() / 1e6
-        labels = _rank_labels(run, wide["rank"].to_list())
+        labels = rank_labels(run, wide["rank"].to_list())
         fig.add_heatmap(
-            z=z, x=[int(c) for c in cols], y=labels, colorscale="Reds", colorbar={"title": "ms"}
+            z=z,
+            x=[int(c) for c in cols],
+            y=labels,
+            colorscale="Reds",
+            colorbar={"title": "ms late"},
+            hovertemplate="%{y}<br>step %{x}: %{z:.3g} ms late<extra></extra>",
         )
     return _layout(
         fig,
-        f"Lateness per rank and iteration — {_name(run)}",
+        f"Lateness per rank and iteration — {_name(analysis, run)}",
         "step",
-        "rank",
-        height=max(420, min(1200, 14 * len(run.ranks) + 160)),
+        "rank (host)",
+        height=max(320, min(1200, 16 * len(run.ranks) + 160)),
     )
 
 
-def _rank_labels(run: RunMetrics, ranks: list[int]) -> list[str]:
-    node = dict(zip(run.placement["rank"].to_list(), run.placement["node"].to_list(), strict=True))
-    return [html.escape(f"{r} {node.get(r, '?')}") for r in ranks]
+def rank_labels(run: RunMetrics, ranks: list[int]) -> list[str]:
+    places = fmt.Places.of(run.placement)
+    return [html.escape(places.short(r)) for r in ranks]
 
 
-def wait_and_skew(run: RunMetrics) -> go.Figure:
+def wait_and_skew(analysis: Analysis, run: RunMetrics) -> go.Figure:
     fig = go.Figure()
     pr = (
         run.rank_step.group_by("rank")
@@ -101,23 +123,23 @@ def wait_and_skew(run: RunMetrics) -> go.Figure:
         )
         .sort("rank")
     )
-    labels = _rank_labels(run, pr["rank"].to_list())
-    fig.add_bar(x=labels, y=pr["p50"] / 1e6, name="wait p50 (ms)")
-    fig.add_bar(x=labels, y=pr["p90"] / 1e6, name="wait p90 (ms)")
-    fig.add_bar(x=labels, y=pr["late50"] / 1e6, name="lateness p50 (ms)")
-    fig.add_bar(x=labels, y=pr["late90"] / 1e6, name="lateness p90 (ms)")
+    labels = rank_labels(run, pr["rank"].to_list())
+    fig.add_bar(x=labels, y=pr["p50"] / 1e6, name="wait, median")
+    fig.add_bar(x=labels, y=pr["p90"] / 1e6, name="wait, p90")
+    fig.add_bar(x=labels, y=pr["late50"] / 1e6, name="lateness, median")
+    fig.add_bar(x=labels, y=pr["late90"] / 1e6, name="lateness, p90")
     if run.instances.height:
         skew = _sample(run.instances["skew_ns"].drop_nulls().to_numpy()) / 1e6
         fig.add_histogram(
-            x=skew, name="arrival skew per collective (ms)", xaxis="x2", yaxis="y2", opacity=0.7
+            x=skew, name="arrival skew per collective", xaxis="x2", yaxis="y2", opacity=0.7
         )
     return _layout(
         fig,
-        f"Per-rank wait and lateness; arrival skew distribution — {_name(run)}",
-        "rank",
+        f"Per-rank wait and lateness; arrival skew — {_name(analysis, run)}",
+        "rank (host)",
         "ms",
         barmode="group",
-        height=560,
+        height=520,
         xaxis={"domain": [0, 1], "anchor": "y"},
         yaxis={"domain": [0.45, 1]},
         xaxis2={"domain": [0, 1], "anchor": "y2", "title": "arrival skew (ms)"},
@@ -130,29 +152,47 @@ def step_cdf(analysis: Analysis) -> go.Figure:
     for run in analysis.runs:
         t = np.sort(run.steps["time_ns"].drop_nulls().to_numpy()) / 1e6
         if len(t):
-            fig.add_scatter(x=t, y=np.arange(1, len(t) + 1) / len(t), mode="lines", name=_name(run))
+            fig.add_scatter(
+                x=t,
+                y=np.arange(1, len(t) + 1) / len(t),
+                mode="lines",
+                name=_name(analysis, run),
+                line={"color": run_colour(analysis, run), "shape": "hv"},
+            )
     return _layout(fig, "CDF of iteration times", "iteration time (ms)", "fraction of iterations")
 
 
 def busbw_vs_size(analysis: Analysis) -> go.Figure:
     fig = go.Figure()
+    values = [
+        r.instances["busbw_gbps"].drop_nulls().median() for r in analysis.runs if r.instances.height
+    ]
+    typical = float(np.median([v for v in values if v is not None] or [1.0]))
+    unit, factor = fmt.bandwidth_unit(typical)
+    symbols = ("circle", "diamond", "square", "x", "triangle-up", "cross")
     for run in analysis.runs:
         inst = run.instances.filter(pl.col("busbw_gbps").is_not_null())
-        for op in sorted(inst["op"].unique().to_list()) if inst.height else []:
+        ops = sorted(inst["op"].unique().to_list()) if inst.height else []
+        for i, op in enumerate(ops):
             part = inst.filter(pl.col("op") == op)
             keep = _sample_index(part.height)
             fig.add_scatter(
                 x=part["bytes"].to_numpy()[keep],
-                y=part["busbw_gbps"].to_numpy()[keep],
+                y=part["busbw_gbps"].to_numpy()[keep] * factor,
                 mode="markers",
-                marker={"size": 4, "opacity": 0.5},
-                name=html.escape(f"{op} — {run.run}"),
+                marker={
+                    "size": 5,
+                    "opacity": 0.5,
+                    "color": run_colour(analysis, run),
+                    "symbol": symbols[i % len(symbols)],
+                },
+                name=html.escape(f"{op} — ") + _name(analysis, run),
             )
     return _layout(
         fig,
         "Bus bandwidth vs message size (busbw assumes a flat topology)",
-        "bytes",
-        "busbw (GB/s)",
+        "message size (bytes)",
+        f"busbw ({unit})",
         xaxis_type="log",
     )
 
@@ -176,8 +216,8 @@ def scaling(analysis: Analysis) -> go.Figure:
     )
     return _layout(
         fig,
-        "Scaling across runs",
-        "world size",
+        "Scaling across world sizes",
+        "world size (ranks)",
         "speedup vs smallest run",
         yaxis2={"overlaying": "y", "side": "right", "title": "efficiency", "range": [0, 1.1]},
     )
@@ -194,16 +234,21 @@ def _sample(values: np.ndarray) -> np.ndarray:
 
 
 def all_figures(analysis: Analysis) -> tuple[list[tuple[str, go.Figure]], list[str]]:
-    """(section title, figure) in page order, and notes on files that could not be shown."""
+    """(section title, figure) of the overview in page order, and notes on files that
+    could not be shown. Runs side by side share a figure where they share an axis; the
+    scaling curve is drawn only for a scaling study (runs of different world sizes)."""
     figs = [
-        ("Iteration time", iteration_timeline(analysis)),
+        (ITERATION_TIME, iteration_timeline(analysis)),
         ("Iteration time CDF", step_cdf(analysis)),
     ]
     for run in analysis.runs:
-        figs.append((f"Lateness heatmap — {run.run}", lateness_heatmap(run)))
-        figs.append((f"Wait and skew — {run.run}", wait_and_skew(run)))
+        figs.append(
+            (f"Lateness heatmap — {run_label(analysis, run)}", lateness_heatmap(analysis, run))
+        )
+    for run in analysis.runs:
+        figs.append((f"Wait and skew — {run_label(analysis, run)}", wait_and_skew(analysis, run)))
     figs.append(("Bus bandwidth", busbw_vs_size(analysis)))
-    if len(analysis.scaling) > 1:
+    if analysis.study == "scaling":
         figs.append(("Scaling", scaling(analysis)))
     notes: list[str] = []
     for run in analysis.runs:

@@ -1,37 +1,108 @@
 """One self-contained HTML report: plotly.js inlined, works offline.
 
+The page reads top-down the way the question goes:
+
+1. the **verdict** (``report.verdict``): the causes that cost most, who, how sure, what to
+   do first, and whether the data can be trusted — on the first screen;
+2. the **runs side by side** (one column per run; change against the baseline);
+3. the **findings**, one card per cause with a column per run, its evidence in units
+   (``report.format``) and its own small plots (``report.finding_figures``);
+4. a **timeline** of the slowest and a typical iteration of each run
+   (``report.timeline``), with the command that opens the whole trace in Perfetto;
+5. the **overview** plots (``report.figures``) and notes.
+
 Every string that comes from a trace (paths, host names, group names, evidence) is
 escaped: in HTML with ``html.escape``, and inside the JSON the page embeds, ``<``, ``>``
 and ``&`` are written as ``\\u003c`` ... so no value can close a ``<script>`` element.
-The page records script errors on ``<body data-js-error>`` and sets
-``data-plots-ready`` once every figure is drawn (the browser test reads both).
+The page records script errors on ``<body data-js-error>``, sets ``data-plots-ready``
+once every figure is drawn, and ``data-verdict-bottom`` to where the verdict ends (px
+from the top of the page): the browser test reads all three.
 """
 
 from __future__ import annotations
 
 import html
 import json
+import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from syncpace import __version__
-from syncpace.analysis import Analysis, Finding
+from syncpace.analysis import Analysis, RunComparison, RunMetrics
 from syncpace.errors import PlotlyMissing, ReportError
-from syncpace.report.terminal import pacing_line
+from syncpace.report import format as fmt
+from syncpace.report.merge import MergedFinding, merge_findings
+from syncpace.report.verdict import Cause, Verdict, build_verdict
 
 _CSS = """
-body{font-family:system-ui,sans-serif;margin:24px;max-width:1400px;color:#222}
-h1{font-size:22px} h2{font-size:18px;margin-top:32px}
-.finding{border-left:6px solid #888;padding:8px 14px;margin:10px 0;background:#fafafa}
-.critical{border-color:#c62828}.warning{border-color:#f9a825}.info{border-color:#2e7d32}
-table.ev{border-collapse:collapse;font-size:13px;margin:6px 0}
-table.ev td{border:1px solid #ddd;padding:2px 8px;vertical-align:top}
-.meta{color:#666;font-size:13px}.plot{min-height:420px}
+body{font-family:system-ui,sans-serif;margin:20px 28px;max-width:1400px;color:#222;
+ line-height:1.4}
+h1{font-size:21px;margin:0 0 2px} h2{font-size:18px;margin:28px 0 10px}
+h3{font-size:16px;margin:0 0 6px}
+.meta{color:#666;font-size:13px}
+.verdict{border:1px solid #ddd;border-left:8px solid #2e7d32;background:#fbfbf8;
+ padding:10px 18px 8px;margin:12px 0 6px}
+.verdict.critical{border-left-color:#c62828}.verdict.warning{border-left-color:#f9a825}
+.verdict h2{margin:2px 0 4px;font-size:20px}
+.verdict .timing{margin:0 0 6px;color:#444;font-size:14px}
+.verdict ol{margin:4px 0;padding-left:22px}.verdict li{margin:5px 0}
+.verdict .title{font-weight:600;font-size:16px}.verdict .cost{font-weight:600}
+.verdict .facts{font-size:14px;color:#333}.verdict .facts b{color:#555;font-weight:600}
+.verdict .why{font-size:13px;color:#555}
+.verdict p{margin:6px 0;font-size:14px}
+.quality{background:#fff4e5;border-left:4px solid #f9a825;padding:4px 8px}
+.nav a{margin-right:14px;font-size:13px}
+table.t{border-collapse:collapse;font-size:13px;margin:6px 0}
+table.t th,table.t td{border:1px solid #ddd;padding:3px 9px;vertical-align:top;text-align:left}
+table.t th{background:#f3f3f3;font-weight:600}
+table.t td.num{text-align:right;white-space:nowrap}
+.finding{border-left:6px solid #888;padding:10px 14px;margin:14px 0;background:#fafafa}
+.finding.critical{border-color:#c62828}.finding.warning{border-color:#f9a825}
+.finding.info{border-color:#2e7d32}
+.finding .sev{font-size:12px;font-weight:400;color:#666;margin-left:6px}
+.card{display:grid;grid-template-columns:minmax(420px,1fr) minmax(480px,1.2fr);gap:16px}
+.card>div,.runs-grid>div{overflow-x:auto}
+.many .card,.many .runs-grid{grid-template-columns:1fr}
+.many .plots{display:grid;grid-template-columns:1fr 1fr}
+.plots{display:flex;flex-direction:column;gap:6px}
+.plot{min-height:420px}.plot.small{min-height:300px}
+.grid2{display:grid;grid-template-columns:1fr 1fr;gap:12px}
+.runs-grid{display:grid;grid-template-columns:minmax(480px,1fr) minmax(480px,1fr);gap:16px;
+ align-items:start}
+table.runs td{max-width:330px}
+.hint{font-size:13px;color:#444;background:#f5f5f5;padding:6px 10px;font-family:monospace}
 """
 
 _ERROR_HOOK = """
 window.onerror=function(msg){document.body.setAttribute('data-js-error',String(msg));};
+window.addEventListener('unhandledrejection',function(e){
+document.body.setAttribute('data-js-error',String(e.reason));});
 """
+
+_DRAW = """
+function markVerdict(){var v=document.getElementById('verdict');if(v){
+document.body.setAttribute('data-verdict-bottom',
+String(Math.round(v.getBoundingClientRect().bottom+window.scrollY)));}}
+markVerdict();
+var plots=document.querySelectorAll('div.plot[data-figure]'),n=plots.length,done=0;
+function finished(){done++;if(done===n){markVerdict();
+document.body.setAttribute('data-plots-ready',n);}}
+if(n===0){document.body.setAttribute('data-plots-ready',0);}
+plots.forEach(function(div){
+const spec=JSON.parse(document.getElementById(div.dataset.figure).textContent);
+Plotly.newPlot(div,spec.data,spec.layout,{responsive:true,displaylogo:false})
+.then(finished).catch(function(err){document.body.setAttribute('data-js-error',String(err));});
+});
+"""
+
+_BUSBW_NOTE = (
+    "busbw uses the nccl-tests factors (all-reduce 2(n-1)/n; all-gather, reduce-scatter, "
+    "all-to-all (n-1)/n; broadcast, reduce, send/recv 1), which assume a flat topology: on "
+    "hierarchical fabrics compare like with like."
+)
+
+e = html.escape
 
 
 def _safe_json(obj: Any) -> str:
@@ -39,37 +110,8 @@ def _safe_json(obj: Any) -> str:
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
-def _finding_html(f: Finding, index: int) -> str:
-    e = html.escape
-    where = []
-    if f.ranks:
-        where.append("ranks " + e(", ".join(map(str, f.ranks))))
-    if f.nodes:
-        where.append("nodes " + e(", ".join(f.nodes)))
-    rows = "".join(
-        f"<tr><td>{e(str(k))}</td><td>{e(json.dumps(v, default=str))}</td></tr>"
-        for k, v in f.evidence.items()
-    )
-    actions = "".join(f"<li>{e(a)}</li>" for a in f.actions)
-    return (
-        f'<div class="finding {e(str(f.severity))}" id="finding-{index}">'
-        f"<b>{index}. {e(f.mode)}</b> — {e(str(f.severity))}, cost {f.cost:.1%} of the "
-        f"iteration{_cost_note(f)}, confidence {f.confidence:.2f}"
-        f"{' — ' + '; '.join(where) if where else ''}"
-        f'<div>{e(f.summary)}</div><div class="meta">run: {e(f.run)}</div>'
-        f'<table class="ev">{rows}</table><ul>{actions}</ul></div>'
-    )
-
-
-def _cost_note(f: Finding) -> str:
-    if f.cost_basis != "replay" or f.cost_error is None:
-        return ""
-    return f" (±{f.cost_error:.1%}, saved in a replay without it)"
-
-
 def what_if_html(analysis: Analysis) -> str:
     """The what-if tables: each counterfactual's predicted iteration and saving."""
-    e = html.escape
     parts = []
     for run, table in zip(analysis.runs, analysis.what_if, strict=False):
         if table is None:
@@ -88,68 +130,319 @@ def what_if_html(analysis: Analysis) -> str:
         )
     if not parts:
         return ""
-    return "<h2>What if</h2>" + "".join(parts)
+    return '<section id="what-if"><h2>What if</h2>' + "".join(parts) + "</section>"
 
 
-def render_html(analysis: Analysis) -> str:
-    try:
-        # plotly is the optional [report] extra: the figures import it at their top.
-        from plotly.offline import get_plotlyjs
 
-        from syncpace.report.figures import all_figures
-    except ImportError as exc:  # pragma: no cover - plotly is the [report] extra
-        raise PlotlyMissing("the HTML report needs plotly: pip install 'syncpace[report]'") from exc
-    e = html.escape
-    figures, notes = all_figures(analysis)
-    sections, scripts = [], []
-    for i, (title, fig) in enumerate(figures):
-        sections.append(f'<h2>{e(title)}</h2><div class="plot" id="plot-{i}"></div>')
-        scripts.append(
+class _Figures:
+    """Collects figures as they are placed: a container now, the JSON at the end."""
+
+    def __init__(self) -> None:
+        self.scripts: list[str] = []
+
+    def place(self, fig: Any, small: bool = False) -> str:
+        i = len(self.scripts)
+        self.scripts.append(
             f'<script type="application/json" id="fig-{i}">{_safe_json(fig.to_json())}</script>'
         )
-    runs = "".join(
-        f"<li>{e(r.run)}: {r.world_size} ranks, source {e(r.source)}, iteration "
-        f"{r.iteration_ns / 1e6:.2f} ms, CV {r.iteration.get('cv', 0):.3f}, network share "
-        f"{r.comm.get('network_share', 0):.0%}"
-        + (f"<br><span class='pacing'>{e(pacing_line(r.pacing))}</span>" if r.pacing else "")
-        + "</li>"
-        for r in analysis.runs
+        cls = "plot small" if small else "plot"
+        height = fig.layout.height or (300 if small else 420)
+        return (
+            f'<div class="{cls}" id="plot-{i}" data-figure="fig-{i}" '
+            f'style="min-height:{int(height)}px"></div>'
+        )
+
+
+# --------------------------------------------------------------------------- verdict
+
+
+def _cause_html(c: Cause) -> str:
+    return (
+        f'<li class="cause" data-mode="{e(c.mode)}"><span class="title">{e(c.title)}</span> — '
+        f'<span class="cost">{e(c.cost)}</span>'
+        f'<div class="facts"><b>Where:</b> {e(c.where)} &nbsp;·&nbsp; <b>How sure:</b> '
+        f"{e(c.sure)}</div>"
+        f'<div class="why">{e(c.summary)}</div></li>'
     )
-    findings = "".join(_finding_html(f, i) for i, f in enumerate(analysis.findings, 1))
-    draw = (
-        f"var n={len(figures)},done=0;for(let i=0;i<n;i++){{"
-        "const spec=JSON.parse(document.getElementById('fig-'+i).textContent);"
-        "Plotly.newPlot('plot-'+i,spec.data,spec.layout,{responsive:true})"
-        ".then(function(){done++;if(done===n){document.body.setAttribute('data-plots-ready',n);}})"
-        ".catch(function(err){document.body.setAttribute('data-js-error',String(err));});}"
+
+
+def verdict_html(v: Verdict) -> str:
+    worst = max((c.severity for c in v.causes), default=None)
+    cls = str(worst) if worst is not None else "healthy"
+    parts = [
+        f'<section id="verdict" class="verdict {e(cls)}">',
+        f"<h2>Verdict: {e(v.headline)}</h2>",
+        '<p class="timing">' + "<br>".join(e(t) for t in v.timing) + "</p>",
+    ]
+    if v.causes:
+        parts.append("<ol>" + "".join(_cause_html(c) for c in v.causes) + "</ol>")
+    if v.also:
+        also = "; ".join(f"{c.title} — {c.where}, {c.cost}" for c in v.also)
+        parts.append(f'<p class="also"><b>Also found:</b> {e(also)}</p>')
+    parts.append(f'<p class="do"><b>Do first:</b> {e(v.first_action)}</p>')
+    if v.quality:
+        items = "<br>".join(e(q) for q in v.quality)
+        parts.append(f'<p class="quality"><b>Data quality:</b> {items}</p>')
+    parts.append(f'<p class="trust meta">Data: {e(v.trust)}</p>')
+    parts.append(
+        '<p class="nav"><a href="#findings">findings and evidence</a>'
+        '<a href="#runs">runs side by side</a><a href="#timeline">timeline of iterations</a>'
+        '<a href="#overview">all plots</a></p></section>'
+    )
+    return "".join(parts)
+
+
+# --------------------------------------------------------------------------- runs
+
+
+def runs_html(analysis: Analysis, figures: _Figures, iteration_plot: Any = None) -> str:
+    names = fmt.run_names([r.run for r in analysis.runs])
+    changes = {c.run: c for c in analysis.comparison}
+    rows: list[tuple[str, list[str]]] = []
+
+    def row(label: str, cells: Sequence[str]) -> None:
+        rows.append((label, list(cells)))
+
+    runs = analysis.runs
+    row("directory", [r.run for r in runs])
+    row("ranks", [_ranks_hosts(r) for r in runs])
+    row("source", [r.source for r in runs])
+    row("iterations measured", [fmt.count(r.iteration.get("count", 0)) for r in runs])
+    row("iteration time, mean", [fmt.duration_ns(r.iteration_ns) for r in runs])
+    row("iteration time, median", [fmt.duration_ns(r.iteration.get("p50", 0)) for r in runs])
+    row("iteration time, p99", [fmt.duration_ns(r.iteration.get("p99", 0)) for r in runs])
+    row("iteration-time CV", [fmt.number(r.iteration.get("cv", 0)) for r in runs])
+    row(
+        "throughput",
+        [
+            f"{fmt.number(1e9 / r.iteration_ns)} iterations/s" if r.iteration_ns else "—"
+            for r in runs
+        ],
+    )
+    if changes:
+        row("change against the baseline", [_change(changes.get(r.run), names) for r in runs])
+        row("waiting for the last rank", [fmt.percent(changes[r.run].wait_share) for r in runs])
+    row("network busy", [fmt.percent(r.comm.get("network_share", 0)) for r in runs])
+    row("communication exposed", [fmt.percent(r.comm.get("exposed_share", 0)) for r in runs])
+    row("pacing", [fmt.pacing_line(r.pacing) if r.pacing else "off" for r in runs])
+    head = "".join(f"<th>{e(names[r.run])}</th>" for r in runs)
+    body = "".join(
+        f"<tr><th>{e(label)}</th>" + "".join(f"<td>{e(c)}</td>" for c in cells) + "</tr>"
+        for label, cells in rows
+    )
+    kind = {
+        "single": "One run.",
+        "comparison": f"{len(runs)} runs of one world size, compared with the first "
+        f"({names[runs[0].run]}) as the baseline.",
+        "scaling": f"{len(runs)} runs of {len({r.world_size for r in runs})} world sizes: "
+        "a scaling study (see the scaling plot).",
+    }[analysis.study]
+    table = (
+        f'<table class="t runs"><thead><tr><th></th>{head}</tr></thead><tbody>{body}</tbody>'
+        "</table>"
+    )
+    plot = figures.place(iteration_plot) if iteration_plot is not None else ""
+    return (
+        f'<section id="runs"><h2>Runs side by side</h2><p class="meta">{e(kind)}</p>'
+        f'<div class="runs-grid"><div>{table}</div><div>{plot}</div></div></section>'
+    )
+
+
+def _ranks_hosts(run: RunMetrics) -> str:
+    hosts = run.placement["node"].unique().sort().to_list()
+    missing = f", {len(run.missing_ranks)} without a trace" if run.missing_ranks else ""
+    return f"{run.world_size} on {len(hosts)} hosts ({fmt.names(hosts)}){missing}"
+
+
+def _change(c: RunComparison | None, names: dict[str, str]) -> str:
+    if c is None or c.iteration_change is None or c.baseline is None:
+        return "baseline"
+    faster = "faster" if c.iteration_change < 0 else "slower"
+    return (
+        f"{fmt.signed_percent(c.iteration_change)} iteration time "
+        f"({fmt.percent(abs(c.iteration_change))} {faster} than {names[c.baseline]})"
+    )
+
+
+# --------------------------------------------------------------------------- findings
+
+
+def _finding_card(
+    analysis: Analysis, m: MergedFinding, index: int, figures: _Figures, make_figures: Any
+) -> str:
+    names = fmt.run_names([r.run for r in analysis.runs])
+    places = {r.run: fmt.Places.of(r.placement) for r in analysis.runs}
+    cols = [(run, f) for run, f in m.per_run]
+    multi = len(cols) > 1
+    head = (
+        "".join(f"<th>{e(names.get(run, run))}</th>" for run, _ in cols) if multi else "<th></th>"
+    )
+
+    def cells(values: list[str | None]) -> str:
+        return "".join(f"<td>{e(v) if v is not None else '—'}</td>" for v in values)
+
+    def per_run(fn: Any) -> list[str | None]:
+        return [fn(f, places.get(run)) if f is not None else "not found" for run, f in cols]
+
+    rows = [
+        ("cost", per_run(lambda f, _: f"{fmt.percent(f.cost)} of each iteration")),
+        ("severity", per_run(lambda f, _: str(f.severity))),
+        ("how sure", per_run(lambda f, _: fmt.confidence(f.confidence))),
+        ("where", per_run(lambda f, p: fmt.where(f.ranks, f.nodes, p or fmt.Places({}, {})))),
+    ]
+    keys: list[str] = []
+    for f in m.found:
+        keys += [k for k in f.evidence if k not in keys]
+    shown = {tuple(v) for _, v in rows}
+    for key in keys:
+        values = [
+            fmt.value(key, f.evidence.get(key), places.get(run)) if f is not None else None
+            for run, f in cols
+        ]
+        if any(v is not None for v in values) and tuple(values) not in shown:
+            rows.append((fmt.label(key), values))
+    table = (
+        f'<table class="t ev"><thead><tr><th></th>{head}</tr></thead><tbody>'
+        + "".join(f"<tr><th>{e(label)}</th>{cells(vals)}</tr>" for label, vals in rows)
+        + "</tbody></table>"
+    )
+    first = m.first
+    summary = (f"{e(names.get(first.run, first.run))}: " if multi else "") + e(first.summary)
+    actions = "".join(f"<li>{e(a)}</li>" for a in m.first.actions)
+    plots = "".join(figures.place(fig, small=True) for _, fig in make_figures(analysis, m))
+    return (
+        f'<div class="finding {e(str(m.severity))}" id="finding-{index}" data-mode="{e(m.mode)}">'
+        f'<h3>{index}. {e(fmt.mode_title(m.mode))}<span class="sev">{e(str(m.severity))} · '
+        f"{e(m.mode)}</span></h3>"
+        f'<div class="card"><div><p class="summary">{summary}</p>{table}'
+        f'<b>What to do</b><ul class="actions">{actions}</ul></div>'
+        f'<div class="plots">{plots}</div></div></div>'
+    )
+
+
+# --------------------------------------------------------------------------- timeline
+
+
+def timeline_html(analysis: Analysis, figures: _Figures, named: Sequence[int]) -> str:
+    # plotly is the optional [report] extra: the timeline module imports it at its top.
+    from syncpace.report.timeline import iteration_figure, perfetto_hint
+
+    names = fmt.run_names([r.run for r in analysis.runs])
+    runs = {r.run: r for r in analysis.runs}
+    parts = [
+        '<section id="timeline"><h2>Timeline of iterations</h2><p class="meta">Per rank: '
+        "grey = compute and other work between calls, red = waiting for the last rank to "
+        "arrive, coloured = a collective transferring (by op), gold = pacing delay. Calls "
+        "in flight together take sub-rows.</p>"
+    ]
+    for sample in analysis.samples:
+        run = runs.get(sample.run)
+        if run is None or not sample.picks:
+            continue
+        places = fmt.Places.of(run.placement)
+        figs = []
+        for why, step in sample.picks:
+            title = (
+                f"{names[run.run]} — {why} iteration (step {step}, "
+                f"{fmt.duration_ns(sample.step_time_ns(step))} from first start to last end)"
+            )
+            fig = iteration_figure(sample, step, places, title=title, named=named)
+            figs.append(figures.place(fig))
+        parts.append(f'<div class="grid2">{"".join(figs)}</div>')
+        parts.append(f'<p class="hint">{e(perfetto_hint(run.run, sample.picks[0][1]))}</p>')
+    parts.append("</section>")
+    return "".join(parts)
+
+
+# --------------------------------------------------------------------------- page
+
+
+def render_html(analysis: Analysis, *, plotly_js: str | None = None) -> str:
+    """The page. ``plotly_js``: ``None`` inlines plotly.js (self-contained); a path makes
+    the page load it from there instead (relative to the page: a bundle shared by the
+    reports of one directory)."""
+    try:
+        # plotly is the optional [report] extra: the figure modules import it at their top.
+        from plotly.offline import get_plotlyjs
+
+        from syncpace.report.figures import ITERATION_TIME, all_figures
+        from syncpace.report.finding_figures import finding_figures
+    except ImportError as exc:  # pragma: no cover - plotly is the [report] extra
+        raise PlotlyMissing("the HTML report needs plotly: pip install 'syncpace[report]'") from exc
+    merged = merge_findings(analysis)
+    verdict = build_verdict(analysis, merged)
+    figures = _Figures()
+    overview, notes = all_figures(analysis)
+    # the runs' iteration times, overlaid, stand beside the runs table
+    iteration_plot = next((f for t, f in overview if t == ITERATION_TIME), None)
+    overview = [(t, f) for t, f in overview if t != ITERATION_TIME]
+    runs = runs_html(analysis, figures, iteration_plot)
+    cards = "".join(
+        _finding_card(analysis, m, i, figures, finding_figures) for i, m in enumerate(merged, 1)
+    )
+    named = sorted({r for m in merged if m.is_cause for r in m.ranks})
+    timeline = timeline_html(analysis, figures, named)
+    # two columns: runs side by side (all_figures puts each run's figure of a kind together)
+    blocks = "".join(f"<div><h3>{e(t)}</h3>{figures.place(f)}</div>" for t, f in overview)
+    run_list = ", ".join(
+        f"{fmt.run_names([x.run for x in analysis.runs])[r.run]} ({r.world_size} ranks, {r.source})"
+        for r in analysis.runs
     )
     return "".join(
         [
             "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
             "<title>syncpace report</title>",
             f"<style>{_CSS}</style><script>{_ERROR_HOOK}</script>",
-            f"<script>{get_plotlyjs()}</script></head><body>",
-            f"<h1>syncpace report</h1><p class='meta'>syncpace {e(__version__)}</p>",
-            f"<ul>{runs}</ul>",
-            "<h2>Findings</h2>",
-            findings,
+            (
+                f"<script>{get_plotlyjs()}</script>"
+                if plotly_js is None
+                else f'<script src="{e(plotly_js)}"></script>'
+            ),
+            # more than two runs: tables get the page's width, plots go below them
+            "</head><body class='many'>" if len(analysis.runs) > 2 else "</head><body>",
+            f"<h1>syncpace report</h1><p class='meta'>{e(run_list)} · syncpace "
+            f"{e(__version__)}</p>",
+            verdict_html(verdict),
+            runs,
+            '<section id="findings"><h2>Findings</h2>',
+            cards,
+            "</section>",
             what_if_html(analysis),
-            "<p class='meta'>busbw uses the nccl-tests factors (all-reduce 2(n-1)/n; "
-            "all-gather, reduce-scatter, all-to-all (n-1)/n; broadcast, reduce, send/recv 1), "
-            "which assume a flat topology: on hierarchical fabrics compare like with like.</p>",
+            timeline,
+            f'<section id="overview"><h2>Overview</h2><div class="grid2">{blocks}</div>',
+            "</section><footer>",
+            f"<p class='meta'>{e(_BUSBW_NOTE)}</p>",
             *(f"<p class='meta'>{e(note)}</p>" for note in notes),
-            *sections,
-            *scripts,
-            f"<script>{draw}</script>",
+            "</footer>",
+            *figures.scripts,
+            f"<script>{_DRAW}</script>",
             "</body></html>",
         ]
     )
 
 
-def write_html(analysis: Analysis, out: str | Path) -> Path:
+def write_html(analysis: Analysis, out: str | Path, *, shared_plotly: bool = False) -> Path:
+    """Write the report to ``out``. With ``shared_plotly`` plotly.js is not inlined but
+    written once beside it (``plotly-<version>.min.js``, kept when it is there already):
+    reports written together into one directory share the 4.8 MB bundle, and each opens
+    offline as long as the bundle stays beside it."""
     path = Path(out)
     try:
-        path.write_text(render_html(analysis), encoding="utf-8")
+        bundle = _shared_bundle(path.parent) if shared_plotly else None
+        path.write_text(render_html(analysis, plotly_js=bundle), encoding="utf-8")
     except OSError as exc:
         raise ReportError(f"{path}: cannot write the report ({exc.strerror or exc})") from exc
     return path
+
+
+def _shared_bundle(directory: Path) -> str:
+    # plotly is the optional [report] extra, imported where a report is written
+    from plotly.offline import get_plotlyjs, get_plotlyjs_version
+
+    name = f"plotly-{get_plotlyjs_version()}.min.js"
+    bundle = directory / name
+    if not bundle.exists():
+        tmp = bundle.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(get_plotlyjs(), encoding="utf-8")
+        tmp.replace(bundle)  # atomic: a concurrent writer never leaves half a bundle
+    return name

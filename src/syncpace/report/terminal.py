@@ -1,56 +1,155 @@
-"""The short ranked summary ``syncpace diagnose`` prints."""
+"""The summary ``syncpace diagnose`` prints: the verdict first, then the runs (side by
+side when there are several), the findings merged across runs, and what to do.
+
+Every number goes through ``report.format`` (the same text the HTML report shows);
+every string from a trace is escaped for rich markup.
+"""
 
 from __future__ import annotations
 
-from rich.console import Console
+from rich.console import Console, Group
 from rich.markup import escape
+from rich.panel import Panel
 from rich.table import Table
+from rich.text import Text
 
-from syncpace.analysis import Analysis, Finding, Severity
+from syncpace.analysis import Analysis, RunComparison, Severity
 from syncpace.console import make_console
+from syncpace.report import format as fmt
+from syncpace.report.format import pacing_line
+from syncpace.report.merge import MergedFinding, merge_findings
+from syncpace.report.verdict import Verdict, build_verdict
+
+__all__ = ["pacing_line", "print_analysis", "print_what_if", "verdict_panel"]
 
 _STYLE = {Severity.CRITICAL: "bold red", Severity.WARNING: "yellow", Severity.INFO: "green"}
 
 
 def print_analysis(analysis: Analysis, console: Console | None = None, actions: int = 2) -> None:
     console = console or make_console()
-    for run in analysis.runs:
+    merged = merge_findings(analysis)
+    verdict = build_verdict(analysis, merged)
+    console.print(verdict_panel(verdict))
+    print_runs(analysis, console)
+    print_findings(analysis, merged, console)
+    print_actions(merged, console, actions)
+    console.print("[dim]busbw uses the nccl-tests factors, which assume a flat topology.[/]")
+
+
+def verdict_panel(v: Verdict) -> Panel:
+    lines: list[Text] = [Text(t, style="dim") for t in v.timing]
+    for i, c in enumerate(v.causes, 1):
+        line = Text(f"{i}. ")
+        line.append(c.title, style="bold")
+        line.append(f" — {c.cost}")
+        lines.append(line)
+        lines.append(Text(f"   where: {c.where} · how sure: {c.sure}"))
+    if v.also:
+        also = "; ".join(f"{c.title} — {c.where}, {c.cost}" for c in v.also)
+        lines.append(Text("also found: ", style="bold").append(also, style="not bold"))
+    lines.append(Text("do first: ", style="bold").append(v.first_action, style="not bold"))
+    for q in v.quality:
+        lines.append(Text(f"data quality: {q}", style="yellow"))
+    lines.append(Text(f"data: {v.trust}", style="dim"))
+    worst = max((c.severity for c in v.causes), default=Severity.INFO)
+    return Panel(
+        Group(*lines),
+        title=Text(f"Verdict: {v.headline}", style="bold"),
+        title_align="left",
+        border_style=_STYLE[worst].replace("bold ", ""),
+    )
+
+
+def print_runs(analysis: Analysis, console: Console) -> None:
+    names = fmt.run_names([r.run for r in analysis.runs])
+    if len(analysis.runs) == 1:
+        run = analysis.runs[0]
         it = run.iteration
         console.print(
             f"[bold]{escape(run.run)}[/]: {run.world_size} ranks ({escape(run.source)}), "
-            f"iteration {it.get('mean', 0) / 1e6:.2f} ms (p99 {it.get('p99', 0) / 1e6:.2f}, "
-            f"CV {it.get('cv', 0):.3f}), network share {run.comm.get('network_share', 0):.0%}, "
-            f"exposed {run.comm.get('exposed_share', 0):.1%}"
+            f"iteration {fmt.duration_ns(run.iteration_ns)} (p99 "
+            f"{fmt.duration_ns(it.get('p99', 0))}, CV {fmt.number(it.get('cv', 0))}), network busy "
+            f"{fmt.percent(run.comm.get('network_share', 0))}, exposed "
+            f"{fmt.percent(run.comm.get('exposed_share', 0))}"
         )
         if run.pacing is not None:
             console.print("  " + escape(pacing_line(run.pacing)))
-    if len(analysis.scaling) > 1:
+        return
+    changes = {c.run: c for c in analysis.comparison}
+    table = Table("", *(escape(names[r.run]) for r in analysis.runs), title="runs side by side")
+    rows = [
+        ("ranks", [f"{r.world_size} ({r.source})" for r in analysis.runs]),
+        ("iteration, mean", [fmt.duration_ns(r.iteration_ns) for r in analysis.runs]),
+        ("iteration, p99", [fmt.duration_ns(r.iteration.get("p99", 0)) for r in analysis.runs]),
+        ("iteration CV", [fmt.number(r.iteration.get("cv", 0)) for r in analysis.runs]),
+        ("against baseline", [_change(changes.get(r.run), names) for r in analysis.runs]),
+        ("network busy", [fmt.percent(r.comm.get("network_share", 0)) for r in analysis.runs]),
+        ("exposed", [fmt.percent(r.comm.get("exposed_share", 0)) for r in analysis.runs]),
+        (
+            "paced steps",
+            [
+                fmt.percent(r.pacing.get("fraction_paced") or 0) if r.pacing else "off"
+                for r in analysis.runs
+            ],
+        ),
+    ]
+    for label, cells in rows:
+        table.add_row(label, *(escape(c) for c in cells))
+    console.print(table)
+    for r in analysis.runs:
+        if r.pacing is not None:
+            console.print(f"  {escape(names[r.run])}: {escape(pacing_line(r.pacing))}")
+    if analysis.scaling:
         points = ", ".join(
-            f"{p.world_size}: strong {p.strong_efficiency:.0%} / weak {p.weak_efficiency:.0%}"
+            f"{p.world_size}: strong {fmt.percent(p.strong_efficiency)} / weak "
+            f"{fmt.percent(p.weak_efficiency)}"
             for p in analysis.scaling
         )
         console.print(f"scaling efficiency by world size: {points}")
-    table = Table("#", "severity", "mode", "cost", "conf.", "where", "finding", expand=True)
-    # cost: what removing the cause saves of the iteration (replayed), ± its error
+
+
+def _change(c: RunComparison | None, names: dict[str, str]) -> str:
+    if c is None or c.iteration_change is None or c.baseline is None:
+        return "baseline"
+    return f"{fmt.signed_percent(c.iteration_change)} vs {names[c.baseline]}"
+
+
+def print_findings(analysis: Analysis, merged: list[MergedFinding], console: Console) -> None:
+    names = fmt.run_names([r.run for r in analysis.runs])
+    places = {r.run: fmt.Places.of(r.placement) for r in analysis.runs}
     multi = len(analysis.runs) > 1
-    for i, f in enumerate(analysis.findings, 1):
+    table = Table(expand=True, caption=_cost_caption(analysis, names) if multi else None)
+    for head in ("#", "severity", "mode", "cost", "conf."):
+        table.add_column(head, no_wrap=True)
+    table.add_column("where", ratio=1)
+    table.add_column("finding", ratio=2)
+    for i, m in enumerate(merged, 1):
+        costs = " / ".join(fmt.percent(f.cost) if f is not None else "—" for _, f in m.per_run)
+        first = m.first
+        where_ = fmt.where(m.ranks, m.nodes, places.get(first.run, fmt.Places({}, {})))
         table.add_row(
             str(i),
-            f"[{_STYLE[f.severity]}]{f.severity}[/]",
-            f.mode,
-            f"{f.cost:.1%}" + (f"±{f.cost_error:.1%}" if f.cost_error is not None else ""),
-            f"{f.confidence:.2f}",
-            escape(_where(f) + (f" @ {f.run}" if multi else "")),
-            escape(f.summary),
+            f"[{_STYLE[m.severity]}]{m.severity}[/]",
+            m.mode,
+            costs,
+            f"{m.confidence:.2f}",
+            escape(where_),
+            escape(first.summary),
         )
     console.print(table)
-    for f in analysis.findings[:actions]:
-        if f.mode == "healthy":
-            continue
-        console.print(f"[bold]{f.mode}[/] - what to do:")
-        for action in f.actions:
+
+
+def _cost_caption(analysis: Analysis, names: dict[str, str]) -> str:
+    runs = " / ".join(names[r.run] for r in analysis.runs)
+    return escape(f"cost: share of each iteration, per run ({runs})")
+
+
+def print_actions(merged: list[MergedFinding], console: Console, actions: int) -> None:
+    causes = sorted((m for m in merged if m.is_cause), key=lambda m: -m.cost)
+    for m in causes[:actions]:
+        console.print(f"[bold]{escape(fmt.mode_title(m.mode))}[/] - what to do:")
+        for action in m.first.actions:
             console.print(f"  - {escape(action)}")
-    console.print("[dim]busbw uses the nccl-tests factors, which assume a flat topology.[/]")
 
 
 def print_what_if(analysis: Analysis, console: Console | None = None) -> None:
@@ -88,36 +187,3 @@ def print_what_if(analysis: Analysis, console: Console | None = None) -> None:
         "±: the replay's own error (plain replay vs measured, and the spread of the "
         "replayed steps).[/]"
     )
-
-
-def pacing_line(p: dict) -> str:
-    """One line on what the pacer did and whether the A/B guard found it helps."""
-    verdict = {
-        "helps": "kept on: paced steps were faster",
-        "no_help": "turned off: no benefit shown",
-        "not_needed": "never needed (skew stayed low)",
-        "probing": "still probing",
-        None: "no A/B guard",
-    }.get(p.get("ab_state"), str(p.get("ab_state")))
-    confidence = p.get("ab_confidence")
-    gain = p.get("ab_throughput_gain")
-    detail = ""
-    if confidence is not None and gain is not None:
-        needed = p.get("ab_required")
-        of = f" of {needed:.2f} needed" if needed is not None else ""
-        detail = f" (throughput {gain:+.1%} paced vs unpaced, confidence {confidence:.2f}{of})"
-    stopped = f"; stopped: {p['errors'][0]}" if p.get("errors") else ""
-    return (
-        f"pacing ({p.get('policy')}): {p.get('fraction_paced', 0):.0%} of steps paced, "
-        f"max delay {p.get('delay_max_s', 0) * 1e3:.1f} ms (bound "
-        f"{p.get('bound_s', 0) * 1e3:.0f} ms); A/B {verdict}{detail}{stopped}"
-    )
-
-
-def _where(f: Finding) -> str:
-    parts = []
-    if f.ranks:
-        parts.append("ranks " + ",".join(map(str, f.ranks[:8])) + ("…" if len(f.ranks) > 8 else ""))
-    if f.nodes:
-        parts.append(",".join(f.nodes[:4]) + ("…" if len(f.nodes) > 4 else ""))
-    return " ".join(parts) or "-"

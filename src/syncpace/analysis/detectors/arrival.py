@@ -205,7 +205,8 @@ def _straggler_finding(ctx: Context, late: list[int]) -> Finding:
     whole = [
         n for n in nodes if set(place.filter(pl.col("node") == n)["rank"].to_list()) <= set(late)
     ]
-    where = f"node {', '.join(whole)}" if whole else f"rank{'s' if len(late) > 1 else ''} {late}"
+    ranks = ", ".join(map(str, late))
+    where = f"node {', '.join(whole)}" if whole else f"rank{'s' if len(late) > 1 else ''} {ranks}"
     replay = _not_slow(ctx, late, "straggler")
     wait = _wait_cost(ctx, late)
     excess = _excess(ctx, late)
@@ -256,8 +257,9 @@ def _locality_finding(ctx: Context, local_rank: int, ranks: list[int]) -> Findin
         "locality_variance",
         wait,
         max(_last_share(ctx, ranks), 0.5 if ctx.program is not None else 0.0),
-        f"local rank {local_rank} is slow on {len(nodes)} nodes (ranks {ranks}): a placement "
-        f"pattern, not a bad node; without it each iteration would be {cost:.1%} shorter",
+        f"local rank {local_rank} is slow on {len(nodes)} nodes (ranks "
+        f"{', '.join(map(str, ranks))}): a placement pattern, not a bad node; without it each "
+        f"iteration would be {cost:.1%} shorter",
         replay=replay,
         ranks=tuple(ranks),
         nodes=nodes,
