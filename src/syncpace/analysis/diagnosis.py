@@ -43,7 +43,7 @@ def diagnose(
             replace(f, confidence=f.confidence / 2) if f.mode in _SKEW_BASED else f
             for f in findings
         ]
-    findings = _symptoms(findings)
+    findings = _symptoms(_one_per_cause(findings))
     if not any(f.severity >= Severity.WARNING for f in findings):
         findings.append(_healthy(ctx))
     findings = order(findings)
@@ -57,6 +57,16 @@ def diagnose_run(
     pacer: PacerFactory | None = None,
 ) -> list[Finding]:
     return diagnose(metrics, thresholds, detectors, pacer).findings
+
+
+def _one_per_cause(findings: list[Finding]) -> list[Finding]:
+    """Contention that lasts makes the ranks next to the contended links end late: the
+    slow_link finding on ranks a fabric_contention finding names is the same cause seen
+    twice, and is left out."""
+    contended = {r for f in findings if f.mode == "fabric_contention" for r in f.ranks}
+    return [
+        f for f in findings if not (f.mode == "slow_link" and f.ranks and set(f.ranks) <= contended)
+    ]
 
 
 def _symptoms(findings: list[Finding]) -> list[Finding]:

@@ -113,25 +113,28 @@ def _safe_json(obj: Any) -> str:
 def what_if_html(analysis: Analysis) -> str:
     """The what-if tables: each counterfactual's predicted iteration and saving."""
     parts = []
+    names = fmt.run_names([r.run for r in analysis.runs])
     for run, table in zip(analysis.runs, analysis.what_if, strict=False):
         if table is None:
             continue
         b = table.base
         rows = "".join(
-            f"<tr><td>{e(r.description)}</td><td>{r.iteration_ns / 1e6:.2f}</td>"
-            f"<td>{r.saving_ns / 1e6:.2f}</td><td>{r.saving:.1%}</td><td>±{r.error:.1%}</td></tr>"
+            f"<tr><td>{e(r.description)}</td><td>{e(fmt.duration_ns(r.iteration_ns))}</td>"
+            f"<td>{e(fmt.duration_ns(r.saving_ns))}</td><td>{e(fmt.percent(r.saving))}</td>"
+            f"<td>± {e(fmt.percent(r.error))}</td></tr>"
             for r in table.rows
         )
         parts.append(
-            f"<p class='meta'>{e(run.run)}: measured {b.measured_ns / 1e6:.2f} ms per "
-            f"iteration, plain replay {b.replayed_ns / 1e6:.2f} ms ({b.error:+.2%})</p>"
-            "<table class='ev what-if'><tr><td>what if</td><td>iteration ms</td>"
-            f"<td>saved ms</td><td>saved</td><td>error</td></tr>{rows}</table>"
+            f"<p class='meta'>{e(names[run.run])}: measured "
+            f"{e(fmt.duration_ns(b.measured_ns))} per iteration, plain replay "
+            f"{e(fmt.duration_ns(b.replayed_ns))} ({e(fmt.signed_percent(b.error))})</p>"
+            "<table class='ev what-if'><thead><tr><th>what if</th><th>iteration</th>"
+            f"<th>saved</th><th>share</th><th>error</th></tr></thead><tbody>{rows}</tbody>"
+            "</table>"
         )
     if not parts:
         return ""
     return '<section id="what-if"><h2>What if</h2>' + "".join(parts) + "</section>"
-
 
 
 class _Figures:
