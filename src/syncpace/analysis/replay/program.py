@@ -41,7 +41,7 @@ KINDS = ("post", "wait", "join", "end")
 #: the rank's step before the recorded completion may still be where it was joined.
 JOIN_SLACK = 0.05
 #: Replays are bounded: at most this many events (a contiguous block of steps).
-MAX_EVENTS = 400_000
+MAX_EVENTS = 200_000
 
 
 @dataclass(frozen=True, eq=False)
