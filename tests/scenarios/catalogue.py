@@ -124,9 +124,9 @@ def _fabric() -> list[Scenario]:
         Scenario(name="fab-healthy", plant="nothing", job=(*DDP, *SMALL), hosts=4, fabric=STAR4),
         Scenario(
             name="whole-node",
-            plant="host h1 capped at 30 % of a CPU (cgroup): both its ranks compute slowly",
-            job=(*DDP, *SMALL, "--burn-ms", "8"),
-            faults=("straggler h1 0.3",),
+            plant="host h1 capped at 5 % of a CPU (cgroup): both its ranks compute slowly",
+            job=(*DDP, *SMALL, "--burn-ms", "2"),
+            faults=("straggler h1 0.05",),
             expected="straggler",
             expected_ranks=(2, 3),
             expected_nodes=("h1",),
@@ -157,6 +157,7 @@ def _fabric() -> list[Scenario]:
         ),
         Scenario(
             name="contention-fixed",
+            clean_expected="bandwidth_bound",
             plant="UDP at 120 Mbit/s h0<->h2 from a third into each planted phase",
             job=BIG,
             hosts=4,
@@ -169,6 +170,7 @@ def _fabric() -> list[Scenario]:
         ),
         Scenario(
             name="contention-greedy",
+            clean_expected="bandwidth_bound",
             plant="greedy TCP h1<->h3 from a third into each planted phase",
             job=BIG,
             hosts=4,
@@ -180,6 +182,7 @@ def _fabric() -> list[Scenario]:
         ),
         Scenario(
             name="slow-host-link",
+            clean_expected="bandwidth_bound",
             plant="host h1's link at 50 of 200 Mbit/s",
             job=SYNC,
             hosts=4,
@@ -192,6 +195,7 @@ def _fabric() -> list[Scenario]:
         ),
         Scenario(
             name="oversubscribed-uplink",
+            clean_expected="bandwidth_bound",
             plant="both leaf uplinks at 100 Mbit/s (1:4) under 200 Mbit/s hosts: the ring "
             "crosses them twice",
             job=SYNC,

@@ -54,7 +54,8 @@ class Scenario:
     job: tuple[str, ...] = ()
     plants: dict[str, Any] = field(default_factory=dict)  # job plants of planted phases
     clean_plants: dict[str, Any] = field(default_factory=dict)  # ... and of clean ones
-    score_clean: bool = True  # clean phases must find no cause
+    score_clean: bool = True  # clean phases are judged too
+    clean_expected: str = HEALTHY  # what a clean phase must find first
     ranks: int = 4
     hosts: int = 1
     fabric: dict[str, Any] | None = None
@@ -408,8 +409,9 @@ def score(
 
 
 def clean_of(sc: Scenario) -> Scenario:
-    """What a clean phase of ``sc`` must show: no cause."""
-    return sc.replace(expected=HEALTHY, also=(), expected_ranks=None, expected_nodes=None)
+    """What a clean phase of ``sc`` must show: no cause, or the cause the job has
+    without the plant (large transfers on slow links are bandwidth-bound)."""
+    return sc.replace(expected=sc.clean_expected, also=(), expected_ranks=None, expected_nodes=None)
 
 
 def confusion(outcomes: list[Outcome]) -> tuple[list[str], list[str], dict[tuple[str, str], int]]:
@@ -421,12 +423,15 @@ def confusion(outcomes: list[Outcome]) -> tuple[list[str], list[str], dict[tuple
 
 
 def confusion_text(outcomes: list[Outcome]) -> str:
+    """The confusion matrix as text: one column per cause found first (numbered, with a
+    legend, so long names stay readable)."""
     rows, cols, counts = confusion(outcomes)
     width = max(len(r) for r in rows) + 2
-    lines = ["planted \\ found".ljust(width) + " ".join(c[:10].rjust(10) for c in cols)]
+    lines = ["planted \\ found".ljust(width) + "".join(f"{i + 1:>5}" for i in range(len(cols)))]
     for r in rows:
-        cells = " ".join(str(counts.get((r, c), 0) or ".").rjust(10) for c in cols)
+        cells = "".join(f"{counts.get((r, c), 0) or '.':>5}" for c in cols)
         lines.append(r.ljust(width) + cells)
+    lines.append("found: " + ", ".join(f"{i + 1} {c}" for i, c in enumerate(cols)))
     return "\n".join(lines)
 
 
@@ -470,8 +475,8 @@ def predict(analysis: Analysis, name: str) -> float | None:
     prog, th = run.program, analysis.thresholds
     if prog is None:
         return None
-    kind, _, ranks = name.partition(":")
-    chosen = [int(r) for r in ranks.split(",") if r]
+    kind, _, rest = name.partition(":")
+    chosen = [int(r) for r in rest.split(",") if r.isdigit()]
     if kind in ("straggler", "locality_variance"):
         change = cf.compute_like_others(prog, chosen)
     elif kind == "slow_link":
