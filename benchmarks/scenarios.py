@@ -53,6 +53,12 @@ def main() -> int:
     p.add_argument("--where", default="local,fabric")
     p.add_argument("--out", default="runs/scenarios")
     p.add_argument("--no-bench", action="store_true")
+    p.add_argument(
+        "--rescore",
+        action="store_true",
+        help="judge the run directories already in --out again (no jobs run; the fabric's "
+        "link from the benchmarks there)",
+    )
     args = p.parse_args()
     console = Console(width=150)
     out = Path(args.out).resolve()
@@ -71,13 +77,22 @@ def main() -> int:
     cases: list[dict] = []
     failures: list[str] = []
     started = time.monotonic()
+    failed_before: set[str] = set()
+    if args.rescore and (out / "scenarios.json").exists():
+        before = json.loads((out / "scenarios.json").read_text())
+        saved = before.get("links", {})
+        links = {(int(k.split("x")[0]), k.split("x", 1)[1]): tuple(v) for k, v in saved.items()}
+        failed_before = {f.split(":")[0] for f in before.get("failed_runs", [])}
     for sc in chosen:
         link = _link(sc, links, out, log, console, args.no_bench)
         for k in range(1, args.runs + 1):
             run_dir = out / f"{sc.name}-{k}"
             t0 = time.monotonic()
             try:
-                planted.run_scenario(sc, run_dir, log)
+                if not args.rescore:
+                    planted.run_scenario(sc, run_dir, log)
+                elif not run_dir.exists() or f"{sc.name} run {k}" in failed_before:
+                    continue  # never run, or the job failed then: nothing whole to judge
             except Exception as exc:  # reported, and the suite goes on
                 console.print(f"[red]{sc.name} run {k}: {exc}[/]")
                 failures.append(f"{sc.name} run {k}: {exc}")
@@ -93,12 +108,14 @@ def main() -> int:
                 f"{sc.name} #{k} ({sc.where}, {time.monotonic() - t0:.0f} s): {marks}"
                 + (f"; counterfactual vs clean {errs}" if errs else "")
             )
+            partial = {"outcomes": [o.to_json() for o in outcomes], "cases": cases}
+            (out / "partial.json").write_text(json.dumps(partial, default=str))
     _report(console, outcomes, cases)
     summary = {
         "outcomes": [o.to_json() for o in outcomes],
         "counterfactual_vs_clean": cases,
         "links": {f"{h}x{r}": v for (h, r), v in links.items()},
-        "failed_runs": failures,
+        "failed_runs": failures or sorted(failed_before),
         "wall_s": time.monotonic() - started,
         "confusion": planted.confusion_text(outcomes) if outcomes else "",
     }
