@@ -24,6 +24,10 @@ class TraceError(SyncpaceError):
         self.problem = problem
 
 
+class TraceWriteError(TraceError):
+    """A trace file cannot be written (no such place, read-only, disk full)."""
+
+
 class ScenarioError(ConfigError):
     """A scenario file or override cannot be turned into a simulation."""
 

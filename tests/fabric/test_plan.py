@@ -6,9 +6,11 @@ import json
 
 import pytest
 
+from syncpace.cli import fabric as cli_fabric
+from syncpace.cli.main import main
 from syncpace.fabric import FabricError, build_fabric, build_spec
 from syncpace.fabric.backend import RecordingBackend
-from syncpace.fabric.lifecycle import down, up
+from syncpace.fabric.lifecycle import down, down_named, up
 from syncpace.fabric.plan import burst_bytes, down_plan, link_state_plan, set_rate_plan, up_plan
 from syncpace.fabric.state import list_fabrics, load_state, resolve_name
 
@@ -179,3 +181,25 @@ def test_resolve_name_needs_a_name_when_several_or_none(tmp_path):
         resolve_name(None, tmp_path)
     with pytest.raises(FabricError, match="no fabric named 'zz'"):
         load_state("zz", tmp_path)
+
+
+def test_down_twice_is_no_error(tmp_path):
+    backend = RecordingBackend()
+    state = up(leaf_spine(), backend, tmp_path)
+    name, removed = down_named(state.name, backend, tmp_path)
+    assert name == state.name and sorted(removed) == sorted(state.namespaces)
+    assert down_named(state.name, backend, tmp_path) == (state.name, None)  # nothing left
+    assert down_named(None, backend, tmp_path) == (None, None)  # none up at all
+    assert backend.namespaces == []
+
+
+def test_fabric_down_twice_exits_0(tmp_path, monkeypatch):
+    monkeypatch.setenv("SYNCPACE_FABRIC_STATE_DIR", str(tmp_path))
+    monkeypatch.setattr(cli_fabric, "require_root", lambda what: None)
+    backend = RecordingBackend()
+    monkeypatch.setattr(cli_fabric, "SystemBackend", lambda: backend)
+    state = up(leaf_spine(), backend, tmp_path)
+    for _ in range(2):
+        assert main(["fabric", "down", state.name]) == 0
+    assert main(["fabric", "down"]) == 0
+    assert backend.namespaces == []

@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 
 from syncpace.analysis.detectors import DETECTORS, Context, Detector
 from syncpace.analysis.detectors.arrival import rank_compute
+from syncpace.analysis.detectors.hosts import attach_host_evidence
 from syncpace.analysis.findings import SYMPTOMS, Finding, Severity, rank_findings
 from syncpace.analysis.metrics import RunMetrics
 from syncpace.analysis.replay import PacerFactory
@@ -46,7 +47,7 @@ def diagnose(
     findings = _symptoms(_one_per_cause(findings))
     if not any(f.severity >= Severity.WARNING for f in findings):
         findings.append(_healthy(ctx))
-    findings = order(findings)
+    findings = order(attach_host_evidence(findings, metrics, thresholds))
     return Diagnosis(findings, what_if_table(ctx, findings))
 
 

@@ -31,12 +31,13 @@ MODES = (
     "poor_overlap",
     "comm_dominated",
     "incomplete_trace",
+    "insufficient_data",
     "clock_uncertainty",
     "healthy",
 )
 
 #: Modes about the trace itself rather than the job: data-quality warnings.
-QUALITY_MODES = ("incomplete_trace", "clock_uncertainty")
+QUALITY_MODES = ("incomplete_trace", "insufficient_data", "clock_uncertainty")
 #: Summary symptoms: they rank after a specific cause of the same severity and are
 #: never the verdict's cause.
 SYMPTOMS = ("comm_dominated",)

@@ -7,10 +7,11 @@ from typing import Any
 
 import polars as pl
 
-from syncpace.analysis import collectives, iterations, locality, overlap
+from syncpace.analysis import collectives, hostcounters, iterations, locality, overlap
 from syncpace.analysis.replay import Program, build_program, usable
 from syncpace.trace.reader import Trace
 from syncpace.trace.summary import pacing_summary
+from syncpace.trace.validate import completeness_lines
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,7 @@ class RunMetrics:
     group_nodes: dict[str, int]
     pacing: dict[str, Any] | None = None  # the pacer's account, when the run was paced
     program: Program | None = None  # the run as the replay runs it (analysis.replay)
+    hosts: hostcounters.HostMetrics | None = None  # host counters and topology, when sampled
 
     @property
     def iteration_ns(self) -> float:
@@ -72,6 +74,7 @@ class RunMetrics:
             "collectives_by_op": _records(_by_op(inst)),
             "quality": self.quality,
             "pacing": self.pacing,
+            "hosts": self.hosts.to_json() if self.hosts is not None else None,
         }
 
 
@@ -115,10 +118,11 @@ def compute_metrics(trace: Trace, *, warmup_steps: int = 1) -> RunMetrics:
         by_local_rank=locality.by_local_rank(per_rank, place),
         iteration=iterations.distribution(global_steps["time_ns"]),
         comm=overlap.summary(ovl),
-        quality=_quality(trace, inst, uncertainty, dropped),
+        quality=_quality(trace, inst, uncertainty, dropped, global_steps.height),
         group_nodes=_group_nodes(trace.meta, place),
         pacing=pacing_summary(trace),
         program=program,
+        hosts=hostcounters.host_metrics(trace.counters, trace.hosts, trace.meta),
     )
 
 
@@ -146,7 +150,7 @@ def _clock_uncertainty(trace: Trace) -> int | None:
 
 
 def _quality(
-    trace: Trace, inst: pl.DataFrame, uncertainty: int | None, dropped: int
+    trace: Trace, inst: pl.DataFrame, uncertainty: int | None, dropped: int, steps: int
 ) -> dict[str, Any]:
     incomplete = inst.filter(~pl.col("complete")) if inst.height else inst
     mismatched = inst.filter(pl.col("bytes") != pl.col("bytes_min")) if inst.height else inst
@@ -159,6 +163,13 @@ def _quality(
         "clock_uncertainty_ns": uncertainty,
         "median_skew_ns": float(inst["skew_ns"].median() or 0.0) if inst.height else 0.0,
         "warnings": list(trace.warnings),
+        "events": trace.events.height,
+        "steps": trace.steps.height,
+        "steps_analyzed": steps,
+        "completeness": {str(r): c.to_json() for r, c in sorted(trace.completeness.items())},
+        "completeness_lines": completeness_lines(
+            trace.completeness, trace.missing_ranks, trace.world_size
+        ),
     }
 
 

@@ -88,6 +88,18 @@ class Thresholds:
     clock_trust_factor: float = setting(
         1.0, "Skews below this times the clock uncertainty are not trustworthy."
     )
+    min_steps: int = setting(
+        3, "Fewer iterations than this (after warm-up) are too few to judge a run healthy."
+    )
+    host_loss_ratio: float = setting(
+        1e-4, "Share of packets dropped or TCP segments retransmitted on a host that is named."
+    )
+    link_peak_utilisation: float = setting(
+        0.95, "NIC utilisation (in 100 ms windows) at or above which a link is saturated."
+    )
+    gpu_throttle_share: float = setting(
+        0.1, "Share of the run a GPU spent power- or thermally throttled that is named."
+    )
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -99,7 +111,14 @@ class Thresholds:
                 f"warning_cost ({self.warning_cost}) must not exceed critical_cost "
                 f"({self.critical_cost})"
             )
-        for name in ("locality_node_fraction", "sync_spread", "overlap_max_ratio", "comm_share"):
+        for name in (
+            "locality_node_fraction",
+            "sync_spread",
+            "overlap_max_ratio",
+            "comm_share",
+            "host_loss_ratio",
+            "gpu_throttle_share",
+        ):
             if getattr(self, name) > 1:
                 raise ConfigError(
                     f"threshold {name} is a fraction in 0..1, got {getattr(self, name)}"

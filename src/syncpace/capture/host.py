@@ -7,6 +7,9 @@ import socket
 from pathlib import Path
 from typing import Any
 
+#: Variables that name the NICs NCCL and gloo use.
+NIC_VARIABLES = ("NCCL_SOCKET_IFNAME", "NCCL_IB_HCA", "GLOO_SOCKET_IFNAME")
+
 
 def env_int(name: str) -> int | None:
     value = os.environ.get(name, "")
@@ -61,6 +64,10 @@ def rank_facts(rank: int, world_size: int, device: str) -> dict[str, Any]:
     except (AttributeError, OSError):
         pass
     topology["nics"] = _nics()
+    # the interfaces the job's libraries were told to use, if any
+    chosen = {k: os.environ[k] for k in NIC_VARIABLES if os.environ.get(k)}
+    if chosen:
+        topology["nic_env"] = chosen
     facts["topology"] = topology
     return facts
 
@@ -81,6 +88,7 @@ def device_facts(local_rank: int | None) -> tuple[str, dict[str, Any]]:
                     f"{props.pci_domain_id:04x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0"
                 )
             if isinstance(bus, str):
+                extra["pci_bus_id"] = bus.lower()
                 numa = _read(Path("/sys/bus/pci/devices") / bus.lower() / "numa_node")
                 extra["numa_node"] = _int_or_none(numa)
             return f"cuda:{index}", extra

@@ -25,6 +25,7 @@ from syncpace.capture.clock import ClockSync, OffsetEstimate, local_clock
 from syncpace.capture.config import TraceConfig
 from syncpace.capture.host import device_facts, env_int, rank_facts
 from syncpace.capture.log import warn_once
+from syncpace.capture.sampler import SamplerHandle, start_host_sampler
 from syncpace.capture.torch_hooks import install
 from syncpace.capture.work import TimedWork, classify
 from syncpace.config import from_env
@@ -69,6 +70,7 @@ class Tracer:
         self.controller: PacingController | None = None
         self.arrival_step = -1
         self._arrival_ns = 0
+        self._host_sampler: SamplerHandle | None = None
 
     # Process groups --------------------------------------------------------------
     def on_group(self, name: str, ranks: list[int], backend: str) -> None:
@@ -91,16 +93,8 @@ class Tracer:
             config=dataclasses.asdict(self.config),
             clock=self._clock_meta,
         )
-        out = Path(self.config.dir or "syncpace-run")
-        self.writer = RankTraceWriter(
-            out,
-            rank,
-            meta,
-            flush_interval_s=self.config.flush_interval_s,
-            max_buffered=self.config.max_buffered_events,
-            offset_ns=lambda: self._offset_ns,
-        )
-        self._clock_sync = ClockSync(
+        attach_start = time.monotonic()
+        clock_sync = ClockSync(
             _clock_store_factory(store, self.config.clock_timeout_s),
             self.clock,
             rank,
@@ -108,11 +102,42 @@ class Tracer:
             rounds=self.config.clock_rounds,
             interval_s=self.config.clock_interval_s,
             on_estimate=self._on_clock,
+            timeout_s=self.config.clock_timeout_s,
         )
-        self._clock_sync.initial()
+        out = Path(self.config.dir or "syncpace-run")
+        try:
+            self.writer = RankTraceWriter(
+                out,
+                rank,
+                meta,
+                flush_interval_s=self.config.flush_interval_s,
+                max_buffered=self.config.max_buffered_events,
+                offset_ns=lambda: self._offset_ns,
+            )
+        except Exception:
+            # Untraced from here on; the other ranks must not wait for this one.
+            clock_sync.initial(participate=False)
+            raise
+        self._clock_sync = clock_sync
+        clock_sync.initial()
+        if clock_sync.first_round is not None:
+            first = clock_sync.first_round
+            self._clock_meta["first_round"] = {
+                "waited_s": round(first.waited_s, 6),
+                "absent_ranks": list(first.absent),
+                "failed_ranks": list(first.failed),
+                "untraced_ranks": list(first.left),
+            }
         self._last_boundary = self.now()
-        self.writer.update_meta(started_ns=self._last_boundary + self._offset_ns)
-        self._clock_sync.start_periodic()
+        self.writer.update_meta(
+            started_ns=self._last_boundary + self._offset_ns,
+            attach_s=round(time.monotonic() - attach_start, 6),
+            clock=self._clock_meta,
+        )
+        clock_sync.start_periodic()
+        self._host_sampler = start_host_sampler(
+            out, rank, self.config, self.clock, self.writer.meta_path, lambda: self._offset_ns
+        )
         self._start_controller(store, rank, world_size)
         atexit.register(self.close)
         _install_sigterm(self)
@@ -208,6 +233,9 @@ class Tracer:
     def close(self) -> None:
         if self._clock_sync is not None:
             self._clock_sync.stop()
+        sampler, self._host_sampler = self._host_sampler, None
+        if sampler is not None:
+            sampler.stop()
         writer, self.writer = self.writer, None
         if writer is not None:
             final = {}

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 
-from syncpace.errors import SyncpaceError
-from syncpace.report.perfetto import write_perfetto
-from syncpace.trace.reader import load_trace
+from syncpace.cli.trace_info import print_completeness
+from syncpace.console import make_console, visible
+from syncpace.report.perfetto import export_perfetto
+from syncpace.trace.reader import read_metadata
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -14,7 +15,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "export",
         help="export a trace for other tools (Perfetto / chrome://tracing)",
         description="Convert a run directory to a Chrome trace JSON file: one track per "
-        "rank, iterations and collectives as slices. Open it at ui.perfetto.dev.",
+        "rank, iterations and collectives as slices. Open it at ui.perfetto.dev. The "
+        "trace is streamed: memory stays bounded whatever its size.",
     )
     parser.add_argument("dir", metavar="RUN_DIR", help="run directory")
     parser.add_argument(
@@ -25,11 +27,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-
-    trace = load_trace(args.dir)
-    try:
-        path = write_perfetto(trace, args.output)
-    except OSError as exc:
-        raise SyncpaceError(f"{args.output}: cannot write ({exc.strerror or exc})") from exc
-    print(f"wrote {path}")
+    index = read_metadata(args.dir)  # bad metadata fails before the output is created
+    result = export_perfetto(index.path, args.output)
+    console = make_console(stderr=True)
+    lines = result.lines(index.world_size, index.missing_ranks)
+    print_completeness(lines, list(result.warnings), console)
+    print(f"wrote {visible(result.path)} ({result.events:,} collectives, {result.steps:,} steps)")
     return 0

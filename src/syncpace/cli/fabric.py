@@ -144,11 +144,13 @@ def cmd_up(args: argparse.Namespace) -> int:
 def cmd_down(args: argparse.Namespace) -> int:
 
     require_root("syncpace fabric down")
-    names = list_fabrics() if args.all else [resolve_name(args.name)]
     backend = SystemBackend()
-    for name in names:
-        removed = lifecycle.down(load_state(name), backend)
-        print(f"fabric {name} is down ({len(removed)} namespaces removed)")
+    for name in list_fabrics() if args.all else [args.name]:
+        found, removed = lifecycle.down_named(name, backend)
+        if removed is None:
+            print(f"fabric {found} is not up; nothing to remove" if found else "no fabric is up")
+        else:
+            print(f"fabric {found} is down ({len(removed)} namespaces removed)")
     return 0
 
 

@@ -2,7 +2,10 @@
 
 Every verb lives in its own module of this package and exposes
 ``register(subparsers)``, which adds its parser and sets ``func(args) -> int``.
-Errors syncpace raises on purpose become one line on stderr and exit code 2.
+Errors syncpace raises on purpose become one line on stderr and exit code 2; so does
+an operating-system error the verb did not turn into one (a read-only or missing
+place, a full disk): the file and the system's reason, never a traceback. Error
+lines are printed with control characters escaped.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import sys
 from collections.abc import Sequence
 
 from syncpace import __version__
+from syncpace.console import visible
 from syncpace.errors import SyncpaceError
 
 #: Verb modules, in the order ``syncpace --help`` lists them.
@@ -48,7 +52,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except SyncpaceError as exc:
-        print(f"syncpace {args.verb}: error: {exc}", file=sys.stderr)
+        print(f"syncpace {args.verb}: error: {visible(exc)}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        where = f"{exc.filename}: " if exc.filename else ""
+        reason = exc.strerror or str(exc)
+        print(f"syncpace {args.verb}: error: {visible(where + reason)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"syncpace {args.verb}: interrupted", file=sys.stderr)

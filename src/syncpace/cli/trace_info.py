@@ -8,7 +8,7 @@ import json
 from rich.console import Console
 from rich.table import Table
 
-from syncpace.console import make_console
+from syncpace.console import make_console, safe
 from syncpace.trace.reader import load_trace
 from syncpace.trace.summary import TraceSummary, summarize
 
@@ -34,16 +34,21 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+#: Warnings printed in full; the rest are counted (all of them are in --json).
+MAX_WARNINGS = 20
+
+
 def print_summary(summary: TraceSummary, console: Console | None = None) -> None:
+    """Everything from the trace is escaped: names can hold markup or control codes."""
     console = console or make_console()
-    hosts = ", ".join(f"{h} ({len(r)})" for h, r in summary.hosts.items())
-    console.print(f"[bold]{summary.path}[/]: {summary.world_size} ranks on {hosts}")
+    hosts = ", ".join(f"{safe(h)} ({len(r)})" for h, r in summary.hosts.items())
+    console.print(f"[bold]{safe(summary.path)}[/]: {summary.world_size} ranks on {hosts}")
     console.print(f"steps: {summary.steps}   events: {summary.events:,}")
     if summary.missing_ranks:
         console.print(f"[red]missing ranks:[/] {summary.missing_ranks}")
     table = Table("op", "events", "bytes", title="events per op")
     for op, row in summary.events_per_op.items():
-        table.add_row(op, f"{row['count']:,}", _human_bytes(row["bytes"]))
+        table.add_row(safe(op), f"{row['count']:,}", _human_bytes(row["bytes"]))
     console.print(table)
     per_rank = "  ".join(f"r{r}:{n}" for r, n in summary.events_per_rank.items())
     console.print(f"events per rank: {per_rank}")
@@ -56,18 +61,29 @@ def print_summary(summary: TraceSummary, console: Console | None = None) -> None
     )
     if summary.pacing is not None:
         p = summary.pacing
-        ab = p["ab_state"] or "off"
-        if p["ab_confidence"] is not None:
+        ab = safe(p["ab_state"] or "off")
+        if p["ab_confidence"] is not None and p["ab_throughput_gain"] is not None:
             ab += f" (confidence {p['ab_confidence']:.2f}, gain {p['ab_throughput_gain']:+.1%})"
         console.print(
-            f"pacing: {p['policy']}, {p['fraction_paced']:.0%} of steps paced, delay total "
-            f"{p['delay_sum_s'] * 1e3:.1f} ms, max {p['delay_max_s'] * 1e3:.1f} ms "
+            f"pacing: {safe(p['policy'])}, {p['fraction_paced']:.0%} of steps paced, delay "
+            f"total {p['delay_sum_s'] * 1e3:.1f} ms, max {p['delay_max_s'] * 1e3:.1f} ms "
             f"(bound {p['bound_s'] * 1e3:.0f} ms); A/B: {ab}"
         )
         for error in p["errors"]:
-            console.print(f"[yellow]pacing stopped:[/] {error}")
-    for warning in summary.warnings:
-        console.print(f"[yellow]warning:[/] {warning}")
+            console.print(f"[yellow]pacing stopped:[/] {safe(error)}")
+    print_completeness(summary.completeness_lines, summary.warnings, console)
+
+
+def print_completeness(lines: list[str], warnings: list[str], console: Console) -> None:
+    """The loss account (declared vs found, per rank) and the reader's warnings."""
+    lossy = len(lines) > 1 or bool(warnings)
+    for i, line in enumerate(lines):
+        style = "yellow" if lossy and i else ("yellow" if lossy else "green")
+        console.print(f"[{style}]{safe(line)}[/]", soft_wrap=True)
+    for warning in warnings[:MAX_WARNINGS]:
+        console.print(f"[yellow]warning:[/] {safe(warning)}", soft_wrap=True)
+    if len(warnings) > MAX_WARNINGS:
+        console.print(f"[yellow]warning:[/] … and {len(warnings) - MAX_WARNINGS} more (see --json)")
 
 
 def _human_bytes(n: int) -> str:

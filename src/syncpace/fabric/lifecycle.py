@@ -10,7 +10,7 @@ from syncpace.fabric import cgroup
 from syncpace.fabric.backend import Backend
 from syncpace.fabric.plan import down_plan, up_plan
 from syncpace.fabric.spec import FabricSpec
-from syncpace.fabric.state import FabricState, state_dir
+from syncpace.fabric.state import FabricState, list_fabrics, load_state, state_dir
 from syncpace.fabric.topology import build_fabric
 
 
@@ -71,3 +71,22 @@ def down(state: FabricState, backend: Backend) -> list[str]:
         cgroup.remove(Path(path))
     state.delete()
     return removed
+
+
+def down_named(
+    name: str | None, backend: Backend, directory: Path | None = None
+) -> tuple[str | None, list[str] | None]:
+    """``fabric down [NAME]``: ``(name, namespaces removed)``, or ``(name, None)`` when
+    no such fabric is up, which is no error: down is idempotent, and a second
+    ``down`` of the same fabric finds nothing left to do."""
+    if name is None:
+        names = list_fabrics(directory)
+        if not names:
+            return None, None
+        if len(names) > 1:
+            raise FabricError(f"several fabrics are up ({', '.join(names)}); name one")
+        name = names[0]
+    path = (directory or state_dir()) / f"{name}.json"
+    if not path.exists():
+        return name, None
+    return name, down(load_state(name, directory), backend)

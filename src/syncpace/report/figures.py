@@ -11,6 +11,7 @@ import html
 import numpy as np
 import plotly.graph_objects as go
 import polars as pl
+from plotly.subplots import make_subplots
 
 from syncpace.analysis import Analysis, RunMetrics
 from syncpace.report import format as fmt
@@ -223,6 +224,82 @@ def scaling(analysis: Analysis) -> go.Figure:
     )
 
 
+#: At most this many NIC directions in the counters figure (the busiest first).
+_MAX_NIC_LINES = 16
+
+
+def host_nic_counters(analysis: Analysis, run: RunMetrics) -> go.Figure | None:
+    """Per-NIC utilisation and loss over time from the hosts' own counters, above the
+    iteration times on the same clock (None when no host was sampled)."""
+    hosts = run.hosts
+    if hosts is None or hosts.windows.height == 0:
+        return None
+    w = hosts.windows
+    starts = [int(w["start_ns"].min())]  # type: ignore[arg-type]
+    if run.steps.height:
+        starts.append(int(run.steps["start"].min()))  # type: ignore[arg-type]
+    t0 = min(starts)
+    busiest = (
+        w.group_by("host", "device", "direction")
+        .agg(peak=pl.col("util").max())
+        .sort("peak", descending=True, nulls_last=True)
+        .head(_MAX_NIC_LINES)
+    )
+    fig = make_subplots(
+        rows=3,
+        cols=1,
+        shared_xaxes=True,
+        vertical_spacing=0.06,
+        row_heights=[0.45, 0.25, 0.3],
+        subplot_titles=(
+            f"NIC utilisation per {hosts.window_ns / 1e6:g} ms (1 = link rate)",
+            "packets dropped and TCP segments retransmitted per window",
+            "iteration time",
+        ),
+    )
+    for host, device, direction, _peak in busiest.iter_rows():
+        part = w.filter(
+            pl.col("host") == host, pl.col("device") == device, pl.col("direction") == direction
+        ).sort("start_ns")
+        x = (part["end_ns"] - t0) / 1e9
+        label = html.escape(f"{host} {device} {direction}")
+        fig.add_scatter(x=x, y=part["util"], mode="lines", name=label, row=1, col=1)
+        if part["drops"].sum() > 0:
+            fig.add_bar(x=x, y=part["drops"], name=f"drops {label}", row=2, col=1)
+    retrans = (
+        w.group_by("host", "start_ns", "end_ns").agg(pl.col("tcp_retrans").first()).sort("start_ns")
+    )
+    for (host,), part in retrans.group_by("host", maintain_order=True):
+        if part["tcp_retrans"].sum() > 0:
+            fig.add_scatter(
+                x=(part["end_ns"] - t0) / 1e9,
+                y=part["tcp_retrans"],
+                mode="lines",
+                line={"dash": "dot"},
+                name=html.escape(f"TCP retransmits {host}"),
+                row=2,
+                col=1,
+            )
+    if run.steps.height:
+        s = run.steps.sort("step")
+        fig.add_scatter(
+            x=(s["end"] - t0) / 1e9,
+            y=s["time_ns"] / 1e6,
+            mode="lines+markers",
+            marker={"size": 3},
+            name="iteration time (ms)",
+            row=3,
+            col=1,
+        )
+    fig.update_yaxes(title_text="utilisation", row=1, col=1)
+    fig.update_yaxes(title_text="count", row=2, col=1)
+    fig.update_yaxes(title_text="ms", row=3, col=1)
+    fig.update_xaxes(title_text="time since the run began (s)", row=3, col=1)
+    fig.update_layout(template="plotly_white", height=760, barmode="stack")
+    fig.update_layout(title=f"Host counters — {_name(analysis, run)}")
+    return fig
+
+
 def _sample_index(n: int) -> np.ndarray:
     if n <= _MAX_POINTS:
         return np.arange(n)
@@ -247,6 +324,9 @@ def all_figures(analysis: Analysis) -> tuple[list[tuple[str, go.Figure]], list[s
         )
     for run in analysis.runs:
         figs.append((f"Wait and skew — {run_label(analysis, run)}", wait_and_skew(analysis, run)))
+    for run in analysis.runs:
+        if (counters := host_nic_counters(analysis, run)) is not None:
+            figs.append((f"Host NIC counters — {run_label(analysis, run)}", counters))
     figs.append(("Bus bandwidth", busbw_vs_size(analysis)))
     if analysis.study == "scaling":
         figs.append(("Scaling", scaling(analysis)))

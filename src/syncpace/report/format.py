@@ -32,6 +32,7 @@ MODE_TITLES = {
     "poor_overlap": "Poor compute/communication overlap",
     "comm_dominated": "Communication-dominated iterations",
     "incomplete_trace": "Incomplete trace",
+    "insufficient_data": "Too little data",
     "clock_uncertainty": "Clock uncertainty",
     "healthy": "Healthy",
 }

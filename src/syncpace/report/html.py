@@ -72,6 +72,8 @@ table.t td.num{text-align:right;white-space:nowrap}
  align-items:start}
 table.runs td{max-width:330px}
 .hint{font-size:13px;color:#444;background:#f5f5f5;padding:6px 10px;font-family:monospace}
+.completeness{font-size:13px;padding:4px 12px;margin:6px 0;border-left:6px solid #2e7d32}
+.completeness.lossy{border-color:#f9a825;background:#fffbe6}.completeness .warn{color:#8a6d00}
 """
 
 _ERROR_HOOK = """
@@ -360,6 +362,29 @@ def timeline_html(analysis: Analysis, figures: _Figures, named: Sequence[int]) -
 # --------------------------------------------------------------------------- page
 
 
+#: Reader warnings listed per run in the page; the rest are counted.
+MAX_WARNINGS = 50
+
+
+def _completeness_html(run: RunMetrics) -> str:
+    """Declared vs found per rank, and the reader's warnings: loss is never only in JSON."""
+    q = run.quality
+    lines = q.get("completeness_lines") or []
+    warnings = q.get("warnings") or []
+    if not lines and not warnings:
+        return ""
+    lossy = len(lines) > 1 or bool(warnings)
+    items = "".join(f"<li>{e(line.strip())}</li>" for line in lines)
+    items += "".join(f"<li class='warn'>warning: {e(w)}</li>" for w in warnings[:MAX_WARNINGS])
+    if len(warnings) > MAX_WARNINGS:
+        items += f"<li class='warn'>… and {len(warnings) - MAX_WARNINGS} more warnings</li>"
+    state = "lossy" if lossy else "complete"
+    return (
+        f"<div class='completeness {state}' data-lossy='{int(lossy)}'>"
+        f"<b>Data completeness — {e(run.run)}</b><ul>{items}</ul></div>"
+    )
+
+
 def render_html(analysis: Analysis, *, plotly_js: str | None = None) -> str:
     """The page. ``plotly_js``: ``None`` inlines plotly.js (self-contained); a path makes
     the page load it from there instead (relative to the page: a bundle shared by the
@@ -406,6 +431,7 @@ def render_html(analysis: Analysis, *, plotly_js: str | None = None) -> str:
             f"<h1>syncpace report</h1><p class='meta'>{e(run_list)} · syncpace "
             f"{e(__version__)}</p>",
             verdict_html(verdict),
+            *(_completeness_html(r) for r in analysis.runs),
             runs,
             '<section id="findings"><h2>Findings</h2>',
             cards,

@@ -1,4 +1,4 @@
-"""Chrome/Perfetto trace export: one process track per rank.
+"""Chrome/Perfetto trace export: one process track per rank, streamed.
 
 Iterations are complete ("X") slices on the rank's first thread. Collectives of one
 rank overlap each other when issued asynchronously, which "X" slices on one thread
@@ -6,49 +6,77 @@ cannot show (they must nest), so each collective is an async slice ("b"/"e") on 
 rank's track, named by op and size, with its group, sequence number, wait and transfer
 in ``args``. Times are microseconds from the start of the run. Rows are encoded by
 polars expressions, not a Python loop, so large traces export quickly.
+
+:func:`write_perfetto` on a run directory streams: each rank's Arrow streams are read
+slice by slice (memory-mapped), validated by the reader's own rules
+(:mod:`syncpace.trace.validate`), and the JSON is written as it is made. Collectives
+are matched across ranks one window of steps at a time; a window is written once
+every rank has been read :data:`LAG_STEPS` steps past it. Memory is bounded by the
+events of one window (about :data:`CHUNK_EVENTS`, at least the events of
+``LAG_STEPS + 1`` steps of all ranks), never by the length of the trace.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO, Any
 
+import numpy as np
 import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from syncpace.analysis.collectives import match
-from syncpace.trace.reader import Trace
+from syncpace.errors import ReportError
+from syncpace.trace import schema, validate
+from syncpace.trace.reader import Trace, TraceMeta, read_metadata
+
+#: Events matched and encoded together (a window of steps of every rank).
+CHUNK_EVENTS = 100_000
+#: Steps a window waits for on every rank: an event of step s can be written after
+#: events of later steps (an async call completing late).
+LAG_STEPS = 2
 
 
 def perfetto_events(trace: Trace) -> list[str]:
-    """The trace as JSON-encoded Chrome trace events (one string each)."""
+    """The trace as JSON-encoded Chrome trace events (one string each), in memory."""
     steps, events = trace.steps, trace.events
     origin = _origin(trace)
-    us = 1e-3
-    lines = [_json(m) for m in _metadata(trace)]
+    lines = [_json(m) for m in _metadata(trace.meta)]
     if steps.height:
-        frame = steps.filter(pl.col("end_ns") >= pl.col("start_ns"), pl.col("start_ns") >= 0)
-        lines += (
-            frame.select(
-                pl.struct(
-                    name=pl.format("step {}", pl.col("step")),
-                    cat=pl.lit("step"),
-                    ph=pl.lit("X"),
-                    ts=(pl.col("start_ns") - origin) * us,
-                    dur=(pl.col("end_ns") - pl.col("start_ns")) * us,
-                    pid=pl.col("rank"),
-                    tid=pl.lit(0),
-                    args=pl.struct("step", "pacing_delay_ns"),
-                ).struct.json_encode()
-            )
-            .to_series()
-            .to_list()
-        )
+        lines += _step_lines(steps, origin)
     if events.height:
-        lines += _collective_lines(events, origin)
+        lines += _collective_lines(events, origin)[0]
     return lines
 
 
-def _collective_lines(events: pl.DataFrame, origin: int) -> list[str]:
+def _step_lines(steps: pl.DataFrame, origin: int) -> list[str]:
+    frame = steps.filter(pl.col("end_ns") >= pl.col("start_ns"), pl.col("start_ns") >= 0)
+    us = 1e-3
+    return (
+        frame.select(
+            pl.struct(
+                name=pl.format("step {}", pl.col("step")),
+                cat=pl.lit("step"),
+                ph=pl.lit("X"),
+                ts=(pl.col("start_ns") - origin) * us,
+                dur=(pl.col("end_ns") - pl.col("start_ns")) * us,
+                pid=pl.col("rank"),
+                tid=pl.lit(0),
+                args=pl.struct("step", "pacing_delay_ns"),
+            ).struct.json_encode()
+        )
+        .to_series()
+        .to_list()
+    )
+
+
+def _collective_lines(events: pl.DataFrame, origin: int, first_id: int = 0) -> tuple[list, int]:
+    """JSON lines of ``events`` (all ranks of whole instances); slice ids start at
+    ``first_id``. Returns the lines and how many ids were used."""
     m = match(events)
     t = m.events
     inst = m.instances
@@ -60,7 +88,7 @@ def _collective_lines(events: pl.DataFrame, origin: int) -> list[str]:
             "last_enter": t.last_enter,
             "instance": t.instance,
         }
-    ).with_row_index("id")
+    ).with_row_index("id", offset=first_id)
     frame = frame.join(
         inst.select("group", "seq", "op", "bytes", "transfer_ns").with_row_index("instance"),
         on="instance",
@@ -88,7 +116,7 @@ def _collective_lines(events: pl.DataFrame, origin: int) -> list[str]:
     ).struct.json_encode()
     finish = pl.struct(**common, ph=pl.lit("e"), ts=(end - origin) * 1e-3).struct.json_encode()
     encoded = frame.select(b=begin, e=finish)
-    return encoded["b"].to_list() + encoded["e"].to_list()
+    return encoded["b"].to_list() + encoded["e"].to_list(), frame.height
 
 
 def _size(nbytes: pl.Expr) -> pl.Expr:
@@ -111,9 +139,9 @@ def _origin(trace: Trace) -> int:
     return min(values) if values else 0
 
 
-def _metadata(trace: Trace) -> list[dict]:
+def _metadata(metas: dict[int, dict[str, Any]]) -> list[dict]:
     out = []
-    for rank, meta in sorted(trace.meta.items()):
+    for rank, meta in sorted(metas.items()):
         label = f"rank {rank} ({meta.get('host', '?')}, local {meta.get('local_rank', '?')})"
         out.append({"name": "process_name", "ph": "M", "pid": rank, "args": {"name": label}})
         out.append(
@@ -138,12 +166,260 @@ def _json(obj: dict) -> str:
     return json.dumps(obj, separators=(",", ":"))
 
 
-def write_perfetto(trace: Trace, out: str | Path) -> Path:
-    """Write ``trace`` as a Chrome trace JSON file that Perfetto and chrome://tracing open."""
+# Streaming ---------------------------------------------------------------------------
+@dataclass
+class _Account:
+    """One rank's rows as the export read them (the reader's completeness account)."""
+
+    events: validate.Quarantine = field(default_factory=validate.Quarantine)
+    steps: validate.Quarantine = field(default_factory=validate.Quarantine)
+    streams: dict[str, validate.Stream] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    """What :func:`write_perfetto` wrote, and what it left out."""
+
+    path: Path
+    events: int
+    steps: int
+    completeness: dict[int, validate.RankCompleteness]
+    warnings: tuple[str, ...]
+    peak_window_events: int = 0  # the most events held at once (the memory bound)
+
+    def lines(self, world_size: int, missing: list[int]) -> list[str]:
+        return validate.completeness_lines(self.completeness, missing, world_size)
+
+
+def _event_slices(index: TraceMeta, rank: int, account: _Account) -> Iterator[pa.Table]:
+    v1 = index.meta[rank]["schema_version"] == 1
+    path = index.stream_paths(rank)[0]
+    stream = validate.Stream(path, schema.EVENTS_V1 if v1 else schema.EVENTS, mapped=False)
+    account.streams["events"] = stream
+    for batch in stream.batches():
+        table = pa.Table.from_batches([batch])
+        if v1:
+            table = schema.upgrade_events(table)
+        table, bad = validate.check_events(table, rank, index.world_size)
+        account.events.add(bad)
+        yield table
+
+
+def _step_slices(index: TraceMeta, rank: int, account: _Account | None) -> Iterator[pa.Table]:
+    stream = validate.Stream(index.stream_paths(rank)[1], schema.STEPS, mapped=False)
+    if account is not None:
+        account.streams["steps"] = stream
+    last = np.iinfo(np.int64).min
+    for batch in stream.batches():
+        table, bad = validate.check_steps(pa.Table.from_batches([batch]), rank)
+        steps = table.column("step").to_numpy()
+        if steps.size:  # in order, once each: a step at or below the last is damage
+            prior = np.maximum.accumulate(np.concatenate(([last], steps)))[:-1]
+            out_of_order = steps <= prior
+            if out_of_order.any():
+                bad.reasons["duplicate or backward step"] = int(out_of_order.sum())
+                table = table.filter(pa.array(~out_of_order))
+            last = max(last, int(steps.max()))
+        if account is not None:
+            account.steps.add(bad)
+        yield table
+
+
+def _stream_origin(index: TraceMeta) -> int:
+    """The earliest valid step start or call enter: a first pass, one slice at a time."""
+    best: int | None = None
+    for rank in index.ranks:
+        for table in _step_slices(index, rank, None):
+            if table.num_rows:
+                low = pc.min(pc.filter(table["start_ns"], pc.greater_equal(table["start_ns"], 0)))
+                if low.is_valid:
+                    best = low.as_py() if best is None else min(best, low.as_py())
+        for table in _event_slices(index, rank, _Account()):
+            if table.num_rows:
+                low = pc.min(table["enter_ns"]).as_py()
+                best = low if best is None else min(best, low)
+    return best or 0
+
+
+class _Windows:
+    """Events of all ranks, a window of steps at a time (see the module docstring)."""
+
+    def __init__(self, sources: dict[int, Iterator[pa.Table]], chunk_events: int) -> None:
+        self._sources = sources
+        self._chunk = chunk_events
+        self._buffers: dict[int, list[pa.Table]] = {r: [] for r in sources}
+        self._max_step = dict.fromkeys(sources, -1)
+        self._done: set[int] = set()
+        self._buffered = 0
+        self.peak = 0
+
+    def __iter__(self) -> Iterator[pl.DataFrame]:
+        emitted_below = 0
+        while len(self._done) < len(self._sources):
+            live = [r for r in self._sources if r not in self._done]
+            rank = min(live, key=lambda r: self._max_step[r])  # the rank furthest behind
+            table = next(self._sources[rank], None)
+            if table is None:
+                self._done.add(rank)
+                continue
+            if table.num_rows:
+                self._buffers[rank].append(table)
+                self._max_step[rank] = max(self._max_step[rank], pc.max(table["step"]).as_py())
+                self._buffered += table.num_rows
+                self.peak = max(self.peak, self._buffered)
+            if self._buffered >= self._chunk:
+                live = [r for r in self._sources if r not in self._done]
+                frontier = min(self._max_step[r] for r in live) - LAG_STEPS if live else None
+                if frontier is not None and frontier > emitted_below:
+                    emitted_below = frontier
+                    yield self._take(frontier)
+        rest = self._take(None)
+        if rest.height:
+            yield rest
+
+    def _take(self, below: int | None) -> pl.DataFrame:
+        """The buffered rows with ``step < below`` (all when ``below`` is None)."""
+        out = []
+        self._buffered = 0
+        for rank, tables in self._buffers.items():
+            if not tables:
+                continue
+            table = pa.concat_tables(tables)
+            if below is None:
+                out.append(table)
+                self._buffers[rank] = []
+                continue
+            early = pc.less(table["step"], below)
+            out.append(table.filter(early))
+            keep = table.filter(pc.invert(early))
+            self._buffers[rank] = [keep] if keep.num_rows else []
+            self._buffered += keep.num_rows
+        if not out:
+            return pl.DataFrame(schema=pl.from_arrow(schema.EVENTS.empty_table()).schema)
+        frame = pl.from_arrow(pa.concat_tables(out))
+        assert isinstance(frame, pl.DataFrame)
+        return frame
+
+
+class _Lines:
+    """Writes the JSON array's elements, separated, as they come."""
+
+    def __init__(self, f: IO[str]) -> None:
+        self._f = f
+        self._first = True
+
+    def write(self, lines: Iterable[str]) -> int:
+        lines = list(lines)
+        if lines:
+            self._f.write(("" if self._first else ",\n") + ",\n".join(lines))
+            self._first = False
+        return len(lines)
+
+
+def _stream_export(index: TraceMeta, f: IO[str], chunk_events: int) -> ExportResult:
+    origin = _stream_origin(index)
+    accounts = {rank: _Account() for rank in index.ranks}
+    out = _Lines(f)
+    out.write(_json(m) for m in _metadata(index.meta))
+    steps = 0
+    for rank in index.ranks:
+        for table in _step_slices(index, rank, accounts[rank]):
+            if table.num_rows:
+                frame = pl.from_arrow(table)
+                assert isinstance(frame, pl.DataFrame)
+                steps += out.write(_step_lines(frame, origin))
+    sources = {r: _event_slices(index, r, accounts[r]) for r in index.ranks}
+    windows = _Windows(sources, chunk_events)
+    next_id = 0
+    for frame in windows:
+        lines, used = _collective_lines(frame, origin, next_id)
+        next_id += used
+        out.write(lines)
+    warnings = list(index.warnings)
+    completeness = {}
+    for rank, account in accounts.items():
+        meta = index.meta[rank]
+        finished = meta.get("finished") is True
+        cut = []
+        for what, stream in account.streams.items():
+            bad = account.events if what == "events" else account.steps
+            if stream.corrupt_rows:
+                bad.reasons["in batches failing their checksum"] = stream.corrupt_rows
+                warnings.append(
+                    f"{stream.path}: {stream.corrupt_rows:,} {what} in batches failing their "
+                    "checksum left out"
+                )
+            if stream.cut:
+                cut.append(what)
+                warnings.append(f"{stream.path}: {stream.cut}")
+            elif finished and not stream.has_eos:
+                cut.append(what)
+                warnings.append(f"{stream.path}: ends without its end-of-stream marker")
+            declared = meta.get(f"{what}_written") if finished else None
+            if declared is not None and declared != stream.rows:
+                warnings.append(
+                    f"{stream.path}: {stream.rows:,} {what} found, {declared:,} declared"
+                )
+            if bad.rows:
+                warnings.append(
+                    f"{stream.path}: {bad.rows:,} of {stream.rows:,} {what} left out as invalid "
+                    f"({bad.describe()})"
+                )
+        ev, st = account.streams.get("events"), account.streams.get("steps")
+        completeness[rank] = validate.RankCompleteness(
+            rank=rank,
+            finished=finished,
+            events_declared=meta.get("events_written") if finished else None,
+            events_found=ev.rows if ev else 0,
+            events_invalid=account.events.rows,
+            events_dropped=int(meta.get("dropped_events") or 0),
+            steps_declared=meta.get("steps_written") if finished else None,
+            steps_found=st.rows if st else 0,
+            steps_invalid=account.steps.rows,
+            cut=tuple(cut),
+            write_error=meta.get("write_error"),
+        )
+    return ExportResult(
+        Path(f.name),
+        next_id,
+        steps,
+        completeness,
+        tuple(warnings),
+        windows.peak,
+    )
+
+
+def export_perfetto(
+    source: Trace | str | Path, out: str | Path, *, chunk_events: int = CHUNK_EVENTS
+) -> ExportResult:
+    """Write a Chrome trace JSON file that Perfetto and chrome://tracing open.
+
+    ``source`` is a run directory (streamed, bounded memory) or a loaded :class:`Trace`.
+    The result accounts for every rank's rows, as the reader does."""
     path = Path(out)
-    lines = perfetto_events(trace)
-    with path.open("w") as f:
-        f.write('{"displayTimeUnit":"ms","traceEvents":[\n')
-        f.write(",\n".join(lines))
-        f.write("\n]}\n")
-    return path
+    index = source if isinstance(source, Trace) else read_metadata(source)
+    try:
+        with path.open("w", encoding="utf-8") as f:
+            f.write('{"displayTimeUnit":"ms","traceEvents":[\n')
+            if isinstance(index, Trace):
+                _Lines(f).write(perfetto_events(index))
+                result = ExportResult(
+                    path,
+                    index.events.height,
+                    index.steps.height,
+                    dict(index.completeness),
+                    index.warnings,
+                )
+            else:
+                result = _stream_export(index, f, chunk_events)
+            f.write("\n]}\n")
+    except OSError as exc:
+        raise ReportError(f"{path}: cannot write the export ({exc.strerror or exc})") from exc
+    return result
+
+
+def write_perfetto(
+    source: Trace | str | Path, out: str | Path, *, chunk_events: int = CHUNK_EVENTS
+) -> Path:
+    """:func:`export_perfetto`, returning the file written."""
+    return export_perfetto(source, out, chunk_events=chunk_events).path

@@ -2,19 +2,20 @@
 side when there are several), the findings merged across runs, and what to do.
 
 Every number goes through ``report.format`` (the same text the HTML report shows);
-every string from a trace is escaped for rich markup.
+every string from a trace is escaped for rich markup and control characters
+(``console.safe``). Each run's completeness account and the reader's warnings follow
+the run: loss is printed here, not only in ``--json``.
 """
 
 from __future__ import annotations
 
 from rich.console import Console, Group
-from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
 from syncpace.analysis import Analysis, RunComparison, Severity
-from syncpace.console import make_console
+from syncpace.console import make_console, safe, visible
 from syncpace.report import format as fmt
 from syncpace.report.format import pacing_line
 from syncpace.report.merge import MergedFinding, merge_findings
@@ -37,20 +38,21 @@ def print_analysis(analysis: Analysis, console: Console | None = None, actions: 
 
 
 def verdict_panel(v: Verdict) -> Panel:
-    lines: list[Text] = [Text(t, style="dim") for t in v.timing]
+    # Text is never parsed as markup; visible() keeps control characters from traces out.
+    lines: list[Text] = [Text(visible(t), style="dim") for t in v.timing]
     for i, c in enumerate(v.causes, 1):
         line = Text(f"{i}. ")
-        line.append(c.title, style="bold")
-        line.append(f" — {c.cost}")
+        line.append(visible(c.title), style="bold")
+        line.append(visible(f" — {c.cost}"))
         lines.append(line)
-        lines.append(Text(f"   where: {c.where} · how sure: {c.sure}"))
+        lines.append(Text(visible(f"   where: {c.where} · how sure: {c.sure}")))
     if v.also:
         also = "; ".join(f"{c.title} — {c.where}, {c.cost}" for c in v.also)
-        lines.append(Text("also found: ", style="bold").append(also, style="not bold"))
-    lines.append(Text("do first: ", style="bold").append(v.first_action, style="not bold"))
+        lines.append(Text("also found: ", style="bold").append(visible(also), style="not bold"))
+    lines.append(Text("do first: ", style="bold").append(visible(v.first_action), style="not bold"))
     for q in v.quality:
-        lines.append(Text(f"data quality: {q}", style="yellow"))
-    lines.append(Text(f"data: {v.trust}", style="dim"))
+        lines.append(Text(visible(f"data quality: {q}"), style="yellow"))
+    lines.append(Text(visible(f"data: {v.trust}"), style="dim"))
     worst = max((c.severity for c in v.causes), default=Severity.INFO)
     return Panel(
         Group(*lines),
@@ -66,17 +68,18 @@ def print_runs(analysis: Analysis, console: Console) -> None:
         run = analysis.runs[0]
         it = run.iteration
         console.print(
-            f"[bold]{escape(run.run)}[/]: {run.world_size} ranks ({escape(run.source)}), "
+            f"[bold]{safe(run.run)}[/]: {run.world_size} ranks ({safe(run.source)}), "
             f"iteration {fmt.duration_ns(run.iteration_ns)} (p99 "
             f"{fmt.duration_ns(it.get('p99', 0))}, CV {fmt.number(it.get('cv', 0))}), network busy "
             f"{fmt.percent(run.comm.get('network_share', 0))}, exposed "
             f"{fmt.percent(run.comm.get('exposed_share', 0))}"
         )
         if run.pacing is not None:
-            console.print("  " + escape(pacing_line(run.pacing)))
+            console.print("  " + safe(pacing_line(run.pacing)))
+        print_loss(run.quality, console)
         return
     changes = {c.run: c for c in analysis.comparison}
-    table = Table("", *(escape(names[r.run]) for r in analysis.runs), title="runs side by side")
+    table = Table("", *(safe(names[r.run]) for r in analysis.runs), title="runs side by side")
     rows = [
         ("ranks", [f"{r.world_size} ({r.source})" for r in analysis.runs]),
         ("iteration, mean", [fmt.duration_ns(r.iteration_ns) for r in analysis.runs]),
@@ -94,11 +97,14 @@ def print_runs(analysis: Analysis, console: Console) -> None:
         ),
     ]
     for label, cells in rows:
-        table.add_row(label, *(escape(c) for c in cells))
+        table.add_row(label, *(safe(c) for c in cells))
     console.print(table)
     for r in analysis.runs:
         if r.pacing is not None:
-            console.print(f"  {escape(names[r.run])}: {escape(pacing_line(r.pacing))}")
+            console.print(f"  {safe(names[r.run])}: {safe(pacing_line(r.pacing))}")
+    for r in analysis.runs:
+        console.print(f"[bold]{safe(names[r.run])}[/]:")
+        print_loss(r.quality, console)
     if analysis.scaling:
         points = ", ".join(
             f"{p.world_size}: strong {fmt.percent(p.strong_efficiency)} / weak "
@@ -106,6 +112,24 @@ def print_runs(analysis: Analysis, console: Console) -> None:
             for p in analysis.scaling
         )
         console.print(f"scaling efficiency by world size: {points}")
+
+
+#: Reader warnings printed per run; the rest are counted (all are in --json).
+MAX_WARNINGS = 5
+
+
+def print_loss(quality: dict, console: Console) -> None:
+    """What the trace declared against what it held, per rank, and the reader's
+    warnings: loss is printed by every verb, never only in --json."""
+    lines = quality.get("completeness_lines") or []
+    warnings = quality.get("warnings") or []
+    lossy = len(lines) > 1 or bool(warnings)
+    for line in lines:
+        console.print(f"  [{'yellow' if lossy else 'dim'}]{safe(line)}[/]", soft_wrap=True)
+    for warning in warnings[:MAX_WARNINGS]:
+        console.print(f"  [yellow]warning:[/] {safe(warning)}", soft_wrap=True)
+    if len(warnings) > MAX_WARNINGS:
+        console.print(f"  [yellow]warning:[/] … and {len(warnings) - MAX_WARNINGS} more (--json)")
 
 
 def _change(c: RunComparison | None, names: dict[str, str]) -> str:
@@ -133,23 +157,23 @@ def print_findings(analysis: Analysis, merged: list[MergedFinding], console: Con
             m.mode,
             costs,
             f"{m.confidence:.2f}",
-            escape(where_),
-            escape(first.summary),
+            safe(where_),
+            safe(first.summary),
         )
     console.print(table)
 
 
 def _cost_caption(analysis: Analysis, names: dict[str, str]) -> str:
     runs = " / ".join(names[r.run] for r in analysis.runs)
-    return escape(f"cost: share of each iteration, per run ({runs})")
+    return safe(f"cost: share of each iteration, per run ({runs})")
 
 
 def print_actions(merged: list[MergedFinding], console: Console, actions: int) -> None:
     causes = sorted((m for m in merged if m.is_cause), key=lambda m: -m.cost)
     for m in causes[:actions]:
-        console.print(f"[bold]{escape(fmt.mode_title(m.mode))}[/] - what to do:")
+        console.print(f"[bold]{safe(fmt.mode_title(m.mode))}[/] - what to do:")
         for action in m.first.actions:
-            console.print(f"  - {escape(action)}")
+            console.print(f"  - {safe(action)}")
 
 
 def print_what_if(analysis: Analysis, console: Console | None = None) -> None:
@@ -158,7 +182,7 @@ def print_what_if(analysis: Analysis, console: Console | None = None) -> None:
     console = console or make_console()
     for run, table in zip(analysis.runs, analysis.what_if, strict=False):
         if table is None:
-            console.print(f"[bold]{escape(run.run)}[/]: no replay (no collectives or steps)")
+            console.print(f"[bold]{safe(run.run)}[/]: no replay (no collectives or steps)")
             continue
         b = table.base
         t = Table(
@@ -168,14 +192,14 @@ def print_what_if(analysis: Analysis, console: Console | None = None) -> None:
             "saved",
             "±",
             title=(
-                f"{escape(run.run)}: measured {b.measured_ns / 1e6:.2f} ms per iteration, "
+                f"{safe(run.run)}: measured {b.measured_ns / 1e6:.2f} ms per iteration, "
                 f"replayed {b.replayed_ns / 1e6:.2f} ms ({b.error:+.2%}, {b.steps} steps)"
             ),
             expand=False,
         )
         for row in table.rows:
             t.add_row(
-                escape(row.description),
+                safe(row.description),
                 f"{row.iteration_ns / 1e6:.2f}",
                 f"{row.saving_ns / 1e6:.2f}",
                 f"{row.saving:.1%}",

@@ -2,7 +2,8 @@
 
 Every problem is a :class:`~syncpace.errors.TraceError` naming the file and the
 problem in one line. Damage a crash can cause (a stream cut short, a rank that never
-finished) is tolerated and reported in :attr:`Trace.warnings` instead.
+finished) is tolerated and reported in :attr:`Trace.warnings` instead; rows that break
+the format are left out and counted. The rules live in :mod:`syncpace.trace.validate`.
 """
 
 from __future__ import annotations
@@ -17,15 +18,14 @@ import polars as pl
 import pyarrow as pa
 
 from syncpace.errors import TraceError
-from syncpace.trace import schema
+from syncpace.trace import schema, validate
 
-#: What a damaged Arrow file can raise while being decoded.
-_DAMAGE = (pa.ArrowException, UnicodeDecodeError, ValueError, OSError, KeyError, IndexError)
-
-#: Sanity bound: larger values are damage, not clusters.
-MAX_WORLD_SIZE = 1 << 20
+_DAMAGE = validate.DAMAGE
+MAX_WORLD_SIZE = validate.MAX_WORLD_SIZE
 
 _META_RE = re.compile(r"^rank-(\d{5,})" + re.escape(schema.META_SUFFIX) + "$")
+_SUFFIXES = "|".join(re.escape(s) for s in (schema.EVENTS_SUFFIX, schema.STEPS_SUFFIX))
+_DATA_RE = re.compile(r"^rank-(\d{5,})(?:" + _SUFFIXES + ")$")
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,12 @@ class Trace:
     events: pl.DataFrame
     steps: pl.DataFrame
     warnings: tuple[str, ...] = field(default=())
+    #: Per rank: events and steps declared, found, left out as invalid, dropped, cut.
+    completeness: dict[int, validate.RankCompleteness] = field(default_factory=dict)
+    #: Counter series of every host that ran a sampler (``host-*.counters.arrow``).
+    counters: pl.DataFrame = field(default_factory=lambda: _empty_counters())
+    #: Host name -> that host's facts (``host-*.meta.json``).
+    hosts: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def ranks(self) -> list[int]:
@@ -49,110 +55,164 @@ class Trace:
 
 
 def _read_meta(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise TraceError(path, "not valid JSON (not UTF-8 text)") from exc
-    except OSError as exc:
-        raise TraceError(path, f"cannot read: {exc.strerror or exc}") from exc
-    if not text.strip():
-        raise TraceError(path, "empty metadata file")
-    try:
-        meta = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise TraceError(path, f"not valid JSON ({exc.msg} at line {exc.lineno})") from exc
-    if not isinstance(meta, dict):
-        raise TraceError(path, "metadata is not a JSON object")
-    if meta.get("schema") != schema.SCHEMA_NAME:
-        raise TraceError(path, f"not a syncpace trace (schema is {meta.get('schema')!r})")
-    version = meta.get("schema_version")
-    if version not in schema.READABLE_VERSIONS or isinstance(version, bool):
-        readable = ", ".join(str(v) for v in schema.READABLE_VERSIONS)
-        raise TraceError(
-            path,
-            f"trace schema version {version!r} is not supported "
-            f"(this syncpace reads versions {readable})",
-        )
-    for key in schema.REQUIRED_META_KEYS:
-        if key not in meta:
-            raise TraceError(path, f"metadata lacks the key {key!r}")
-    for key in ("rank", "world_size"):
-        if not isinstance(meta[key], int) or isinstance(meta[key], bool) or meta[key] < 0:
-            raise TraceError(path, f"{key} must be a non-negative integer, got {meta[key]!r}")
-    if not 1 <= meta["world_size"] <= MAX_WORLD_SIZE:
-        raise TraceError(
-            path, f"world_size {meta['world_size']} is out of range 1..{MAX_WORLD_SIZE}"
-        )
-    if meta["rank"] >= meta["world_size"]:
-        raise TraceError(path, f"rank {meta['rank']} does not fit world size {meta['world_size']}")
-    return meta
+    return validate.read_meta(path)
 
 
 def _read_stream(path: Path, expected: pa.Schema, warnings: list[str]) -> pa.Table:
     """Read an Arrow IPC stream, keeping every complete batch of a cut-short file."""
-    if not path.exists():
+    return _read_rank_stream(path, expected, warnings)[0]
+
+
+def _read_rank_stream(
+    path: Path, expected: pa.Schema, warnings: list[str]
+) -> tuple[pa.Table, validate.Stream]:
+    if not path.exists() and not path.is_symlink():
         raise TraceError(path, "missing (the rank's metadata exists, its data file does not)")
-    if path.stat().st_size == 0:
-        raise TraceError(path, "empty file: no Arrow stream header was written")
-    batches = []
+    stream = validate.Stream(path, expected)
     try:
-        reader = pa.ipc.open_stream(pa.memory_map(str(path)))
-        got = reader.schema
-        names = got.names
-    except _DAMAGE as exc:
-        raise TraceError(path, f"not an Arrow IPC stream ({_first_line(exc)})") from exc
-    missing = [f.name for f in expected if f.name not in names]
-    if missing:
-        raise TraceError(path, f"columns missing: {', '.join(missing)}")
-    for f in expected:
-        if not got.field(f.name).type.equals(f.type):
-            raise TraceError(path, f"column {f.name!r} is {got.field(f.name).type}, not {f.type}")
-    while True:
-        try:
-            batch = reader.read_next_batch()
-            # Decoding trusts the buffers' offsets; full validation turns a damaged
-            # batch into an exception here instead of a crash later.
-            batch.validate(full=True)
-            batches.append(batch)
-        except StopIteration:
-            break
-        except _DAMAGE as exc:
-            warnings.append(
-                f"{path}: cut short after {len(batches)} complete batches "
-                f"({_first_line(exc)}); the rank probably died"
-            )
-            break
-    try:
-        table = pa.Table.from_batches(batches, schema=got) if batches else expected.empty_table()
-        return table.select(expected.names).cast(expected)
+        table = stream.read_all()
     except _DAMAGE as exc:
         raise TraceError(path, f"unreadable columns ({_first_line(exc)})") from exc
+    if stream.cut:
+        warnings.append(f"{path}: {stream.cut}")
+    return table, stream
 
 
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
+    return validate.first_line(exc)
 
 
-def load_trace(path: str | Path, *, allow_missing_ranks: bool = True) -> Trace:
-    """Load the run directory ``path``.
+def _check_rank(
+    rank: int,
+    meta: dict[str, Any],
+    stem: Path,
+    events: tuple[pa.Table, validate.Stream],
+    steps: tuple[pa.Table, validate.Stream],
+    world_size: int,
+    warnings: list[str],
+) -> tuple[pa.Table, pa.Table, validate.RankCompleteness]:
+    """Quarantine the rows that break the format, check what the metadata declares
+    against what the streams hold, and account for the rank."""
+    (ev, ev_stream), (st, st_stream) = events, steps
+    ev_kept, ev_bad = validate.check_events(ev, rank, world_size)
+    if ev_stream.corrupt_rows:
+        ev_bad.reasons["in batches failing their checksum"] = ev_stream.corrupt_rows
+    ev_kept, duplicates = validate.check_event_duplicates(ev_kept)
+    ev_bad.add(duplicates)
+    st_kept, st_bad = validate.check_steps(st, rank)
+    if st_stream.corrupt_rows:
+        st_bad.reasons["in batches failing their checksum"] = st_stream.corrupt_rows
+    st_kept, order = validate.check_step_order(st_kept)
+    st_bad.add(order)
+    for bad, stream, what in ((ev_bad, ev_stream, "events"), (st_bad, st_stream, "steps")):
+        if stream.corrupt_batches:
+            warnings.append(
+                f"{stream.path}: batch(es) {', '.join(map(str, stream.corrupt_batches[:5]))} "
+                f"fail their checksum: {stream.corrupt_rows:,} {what} left out"
+            )
+        if bad.rows:
+            warnings.append(
+                f"{stream.path}: {bad.rows:,} of {stream.rows:,} {what} left out as invalid "
+                f"({bad.describe()})"
+            )
+    finished = meta.get("finished") is True
+    cut = []
+    declared = {"events": meta.get("events_written"), "steps": meta.get("steps_written")}
+    for stream, what in ((ev_stream, "events"), (st_stream, "steps")):
+        expected = declared[what] if finished else None
+        if stream.cut:
+            cut.append(what)
+        elif finished and not stream.has_eos:
+            cut.append(what)
+            warnings.append(
+                f"{stream.path}: ends without its end-of-stream marker although rank {rank} "
+                f"finished: the stream was cut at a batch boundary"
+            )
+        if expected is not None and stream.rows != expected:
+            relation = "fewer" if stream.rows < expected else "more"
+            warnings.append(
+                f"{stream.path}: {stream.rows:,} {what} found, {relation} than the "
+                f"{expected:,} the metadata declares"
+            )
+    write_error = meta.get("write_error")
+    if write_error:
+        warnings.append(
+            f"{stem}{schema.META_SUFFIX}: rank {rank} stopped writing its trace "
+            f"({write_error}); what came after is not in the trace"
+        )
+    completeness = validate.RankCompleteness(
+        rank=rank,
+        finished=finished,
+        events_declared=declared["events"] if finished else None,
+        events_found=ev_stream.rows,
+        events_invalid=ev_bad.rows,
+        events_dropped=int(meta.get("dropped_events") or 0),
+        steps_declared=declared["steps"] if finished else None,
+        steps_found=st_stream.rows,
+        steps_invalid=st_bad.rows,
+        cut=tuple(cut),
+        write_error=write_error,
+        invalid_reasons={
+            **{f"events: {k}": v for k, v in ev_bad.reasons.items()},
+            **{f"steps: {k}": v for k, v in st_bad.reasons.items()},
+        },
+    )
+    return ev_kept, st_kept, completeness
 
-    Ranks absent from the directory are reported in ``Trace.warnings`` (or raise when
-    ``allow_missing_ranks`` is false); analysis then works on the ranks present.
-    """
+
+@dataclass(frozen=True)
+class TraceMeta:
+    """A run directory's validated metadata, without its data: what streaming readers
+    (the Perfetto export) start from."""
+
+    path: Path
+    world_size: int
+    meta: dict[int, dict[str, Any]]
+    warnings: tuple[str, ...]
+
+    @property
+    def ranks(self) -> list[int]:
+        return sorted(self.meta)
+
+    @property
+    def missing_ranks(self) -> list[int]:
+        return sorted(set(range(self.world_size)) - set(self.meta))
+
+    def stream_paths(self, rank: int) -> tuple[Path, Path]:
+        stem = self.path / schema.rank_stem(rank)
+        return Path(f"{stem}{schema.EVENTS_SUFFIX}"), Path(f"{stem}{schema.STEPS_SUFFIX}")
+
+
+def read_metadata(path: str | Path, *, allow_missing_ranks: bool = True) -> TraceMeta:
+    """Validate the directory ``path`` and every rank's metadata (not the data)."""
     root = Path(path)
     if not root.exists():
         raise TraceError(root, "no such directory")
     if not root.is_dir():
         raise TraceError(root, "not a directory (expected a syncpace run directory)")
-    meta_files = sorted(p for p in root.iterdir() if _META_RE.match(p.name))
+    try:
+        names = sorted(p.name for p in root.iterdir())
+    except OSError as exc:
+        raise TraceError(root, f"cannot list the directory: {exc.strerror or exc}") from exc
+    meta_files = [root / n for n in names if _META_RE.match(n)]
     if not meta_files:
         raise TraceError(root, "no syncpace trace here (no rank-*.meta.json files)")
     warnings: list[str] = []
     metas: dict[int, dict[str, Any]] = {}
+    meta_paths: dict[int, Path] = {}
     for meta_path in meta_files:
-        meta = _read_meta(meta_path)
         file_rank = int(_META_RE.match(meta_path.name).group(1))  # type: ignore[union-attr]
+        if file_rank in meta_paths:
+            raise TraceError(
+                meta_path,
+                f"a second metadata file for rank {file_rank} (the first is "
+                f"{meta_paths[file_rank].name}): two traces were merged into one directory",
+            )
+        meta_paths[file_rank] = meta_path
+        meta = _read_meta(meta_path)
+        edited = validate.checksum_warning(meta_path, meta)
+        if edited:
+            warnings.append(edited)
         if meta["rank"] != file_rank:
             raise TraceError(
                 meta_path, f"file is named for rank {file_rank} but says rank {meta['rank']}"
@@ -170,37 +230,96 @@ def load_trace(path: str | Path, *, allow_missing_ranks: bool = True) -> Trace:
         if not allow_missing_ranks:
             raise TraceError(root, message.split(": ", 1)[1])
         warnings.append(message)
+    for name in names:
+        data = _DATA_RE.match(name)
+        if data and int(data.group(1)) not in metas:
+            warnings.append(
+                f"{root / name}: data of rank {int(data.group(1))} without its "
+                "metadata file; left out"
+            )
+    return TraceMeta(root, world_size, metas, tuple(warnings))
+
+
+def load_trace(path: str | Path, *, allow_missing_ranks: bool = True) -> Trace:
+    """Load the run directory ``path``.
+
+    Ranks absent from the directory are reported in ``Trace.warnings`` (or raise when
+    ``allow_missing_ranks`` is false); analysis then works on the ranks present. Rows
+    that break the format are left out and counted (``Trace.completeness``).
+    """
+    index = read_metadata(path, allow_missing_ranks=allow_missing_ranks)
+    root, world_size, metas = index.path, index.world_size, index.meta
+    warnings = list(index.warnings)
     event_tables, step_tables = [], []
+    completeness: dict[int, validate.RankCompleteness] = {}
     for rank, meta in sorted(metas.items()):
         stem = root / schema.rank_stem(rank)
         events_path = Path(f"{stem}{schema.EVENTS_SUFFIX}")
         if meta["schema_version"] == 1:
-            v1 = _read_stream(events_path, schema.EVENTS_V1, warnings)
-            event_tables.append(schema.upgrade_events(v1))
+            v1, ev_stream = _read_rank_stream(events_path, schema.EVENTS_V1, warnings)
+            ev = (schema.upgrade_events(v1), ev_stream)
         else:
-            event_tables.append(_read_stream(events_path, schema.EVENTS, warnings))
-        step_tables.append(
-            _read_stream(Path(f"{stem}{schema.STEPS_SUFFIX}"), schema.STEPS, warnings)
+            ev = _read_rank_stream(events_path, schema.EVENTS, warnings)
+        st = _read_rank_stream(Path(f"{stem}{schema.STEPS_SUFFIX}"), schema.STEPS, warnings)
+        events_table, steps_table, completeness[rank] = _check_rank(
+            rank, meta, stem, ev, st, world_size, warnings
         )
+        event_tables.append(events_table)
+        step_tables.append(steps_table)
         if not meta.get("finished", False):
             warnings.append(f"{stem}{schema.META_SUFFIX}: rank {rank} did not finish cleanly")
         if meta.get("dropped_events"):
-            warnings.append(f"rank {rank} dropped {meta['dropped_events']} events (buffer full)")
+            why = "after it stopped writing" if meta.get("write_error") else "(buffer full)"
+            warnings.append(
+                f"{stem}{schema.META_SUFFIX}: rank {rank} dropped {meta['dropped_events']} "
+                f"events {why}"
+            )
     events = pl.from_arrow(pa.concat_tables(event_tables))
     steps = pl.from_arrow(pa.concat_tables(step_tables))
     assert isinstance(events, pl.DataFrame) and isinstance(steps, pl.DataFrame)
-    return Trace(root, world_size, metas, events, steps, tuple(warnings))
+    counters, hosts = load_host_files(root, warnings)
+    return Trace(
+        root, world_size, metas, events, steps, tuple(warnings), completeness, counters, hosts
+    )
+
+
+def _empty_counters() -> pl.DataFrame:
+    return pl.from_arrow(schema.COUNTERS.empty_table())  # type: ignore[return-value]
+
+
+def load_host_files(
+    root: Path, warnings: list[str]
+) -> tuple[pl.DataFrame, dict[str, dict[str, Any]]]:
+    """The host files of a run directory: counters of all hosts and each host's facts.
+
+    They are evidence beside the trace: a damaged one is a warning, never an error."""
+    hosts: dict[str, dict[str, Any]] = {}
+    tables = []
+    for meta_path in sorted(root.glob(f"{schema.HOST_PREFIX}*{schema.HOST_META_SUFFIX}")):
+        try:
+            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            warnings.append(f"{meta_path}: host facts not read ({_first_line(exc)})")
+            continue
+        if not isinstance(meta, dict) or meta.get("schema") != schema.HOST_SCHEMA_NAME:
+            warnings.append(f"{meta_path}: not a syncpace host file; ignored")
+            continue
+        host = str(meta.get("host", meta_path.name))
+        hosts[host] = meta
+        stem = meta_path.name[: -len(schema.HOST_META_SUFFIX)]
+        path = root / f"{stem}{schema.COUNTERS_SUFFIX}"
+        if not path.exists():
+            continue
+        try:
+            tables.append(_read_stream(path, schema.COUNTERS, warnings))
+        except TraceError as exc:
+            warnings.append(f"{exc}; its counters are left out")
+    if not tables:
+        return _empty_counters(), hosts
+    counters = pl.from_arrow(pa.concat_tables(tables))
+    assert isinstance(counters, pl.DataFrame)
+    return counters, hosts
 
 
 def _ranges(values: list[int]) -> str:
-    """``[0, 1, 2, 5]`` -> ``"0-2, 5"``: readable lists of ranks."""
-    parts: list[str] = []
-    start = prev = values[0]
-    for v in values[1:] + [None]:  # type: ignore[list-item]
-        if v is not None and v == prev + 1:
-            prev = v
-            continue
-        parts.append(str(start) if start == prev else f"{start}-{prev}")
-        if v is not None:
-            start = prev = v
-    return ", ".join(parts)
+    return validate.ranges(values)

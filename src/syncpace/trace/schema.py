@@ -13,6 +13,9 @@ reader derives the missing columns (:func:`upgrade_events`).
 
 from __future__ import annotations
 
+import zlib
+
+import msgspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -106,6 +109,22 @@ REQUIRED_META_KEYS = ("schema", "schema_version", "rank", "world_size", "host")
 
 NO_PEER = -1
 
+#: Key of a batch's custom metadata (and of the metadata file) holding its checksum.
+CHECKSUM_KEY = "crc32"
+
+
+def batch_checksum(batch: pa.RecordBatch) -> str:
+    """CRC-32 of a batch's row count and every buffer of its columns, as 8 hex digits.
+
+    Written with every batch (its custom metadata) and checked on reading: a flipped
+    byte in a value is otherwise a valid, wrong value."""
+    crc = zlib.crc32(batch.num_rows.to_bytes(8, "little"))
+    for column in batch.columns:
+        for buffer in column.buffers():
+            if buffer is not None:
+                crc = zlib.crc32(memoryview(buffer), crc)
+    return f"{crc:08x}"
+
 
 def rank_stem(rank: int) -> str:
     return f"rank-{rank:05d}"
@@ -120,3 +139,84 @@ def upgrade_events(table: pa.Table) -> pa.Table:
     table = table.append_column("status", status.cast(pa.string()))
     table = table.append_column("error", pa.nulls(n, pa.string()))
     return table.append_column("wait_ns", pa.array(np.full(n, -1, dtype=np.int64)))
+
+
+def meta_checksum(meta: dict) -> str:
+    """CRC-32 of the metadata's content (every key but the checksum), canonically
+    encoded (compact, keys sorted): a hand edit or a flipped byte shows."""
+    content = {k: v for k, v in meta.items() if k != CHECKSUM_KEY}
+    return f"{zlib.crc32(msgspec.json.encode(content, order='sorted')):08x}"
+
+
+# Host files ------------------------------------------------------------------------
+# One sampler per host writes, next to the rank files (see docs/telemetry.md):
+#
+# * ``host-H.meta.json``      the host's facts: NICs, PCIe topology, GPUs, the sampler;
+# * ``host-H.counters.arrow`` counter series of the host (Arrow IPC stream).
+#
+# ``H`` is the host name with every character outside ``[A-Za-z0-9._-]`` as ``_``; the
+# real name is in the file (``host`` key and column).
+
+HOST_PREFIX = "host-"
+HOST_META_SUFFIX = ".meta.json"
+COUNTERS_SUFFIX = ".counters.arrow"
+HOST_SCHEMA_NAME = "syncpace.host"
+HOST_SCHEMA_VERSION = 1
+
+#: One row per (series, sample) where the series' value changed, plus both ends of
+#: every span in which it stayed the same (the first and last sample, and the sample
+#: before each change): consecutive rows of one series give exact per-interval rates.
+COUNTERS = pa.schema(
+    [
+        ("time_ns", pa.int64()),  # rank 0's clock, like every *_ns column of the trace
+        ("host", pa.string()),
+        ("source", pa.string()),  # COUNTER_SOURCES
+        ("device", pa.string()),  # NIC, IB device, GPU PCI bus id; "" for host-wide series
+        ("port", pa.int32()),  # IB port number; -1 elsewhere
+        ("counter", pa.string()),
+        ("value", pa.int64()),
+    ],
+    metadata={"schema": HOST_SCHEMA_NAME, "schema_version": "1", "table": "counters"},
+)
+
+#: Where a series comes from, and whether its counters are cumulative (``counter``) or
+#: a reading of the moment (``gauge``); gauges of a source are listed by name.
+COUNTER_SOURCES = {
+    "nic": "/proc/net/dev (the counters of /sys/class/net/*/statistics), per interface",
+    "qdisc": "root queueing discipline of each interface (netlink, as tc -s qdisc)",
+    "tcp": "/proc/net/snmp Tcp: fields, host-wide (the host's network namespace)",
+    "udp": "/proc/net/snmp Udp: fields",
+    "tcpext": "/proc/net/netstat TcpExt: fields",
+    "ipext": "/proc/net/netstat IpExt: fields",
+    "ib": "/sys/class/infiniband/*/ports/*/counters (data counters in 4-byte words)",
+    "ib_hw": "/sys/class/infiniband/*/ports/*/hw_counters (RoCE congestion, retries)",
+    "gpu": "NVML, per GPU (device = PCI bus id)",
+    "sampler": "the sampler itself: ticks, late ticks, its own CPU time",
+}
+GAUGES = {
+    "nic": {"link_rate_bps", "speed_mbps", "oper_up", "mtu"},
+    "qdisc": {"backlog_bytes", "qlen", "rate_bps"},
+    "tcp": {"CurrEstab"},
+    "ib": {"rate_bps", "state", "phys_state"},
+    "gpu": {
+        "sm_clock_mhz",
+        "mem_clock_mhz",
+        "max_sm_clock_mhz",
+        "power_mw",
+        "power_limit_mw",
+        "temperature_c",
+        "throttle_reasons",
+        "utilization_pct",
+        "mem_utilization_pct",
+    },
+}
+
+
+def is_gauge(source: str, counter: str) -> bool:
+    return counter in GAUGES.get(source, ())
+
+
+def host_stem(host: str) -> str:
+    """``host-H``: the host name made safe as a file name."""
+    safe = "".join(c if c.isalnum() and c.isascii() or c in "._-" else "_" for c in host)
+    return HOST_PREFIX + (safe or "_")

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import polars as pl
 
 from syncpace.trace.reader import Trace
+from syncpace.trace.validate import completeness_lines
 
 
 @dataclass(frozen=True)
@@ -26,10 +27,15 @@ class TraceSummary:
     dropped_events: int
     pacing: dict[str, Any] | None
     warnings: list[str]
+    #: Per rank: events and steps declared, found, left out as invalid, dropped, cut.
+    completeness: dict[int, dict[str, Any]] = field(default_factory=dict)
+    #: The same as lines every verb prints (the whole trace, then each lossy rank).
+    completeness_lines: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["events_per_rank"] = {str(k): v for k, v in self.events_per_rank.items()}
+        data["completeness"] = {str(k): v for k, v in self.completeness.items()}
         return data
 
 
@@ -69,6 +75,10 @@ def summarize(trace: Trace) -> TraceSummary:
         dropped_events=sum(int(m.get("dropped_events", 0) or 0) for m in trace.meta.values()),
         pacing=pacing_summary(trace),
         warnings=list(trace.warnings),
+        completeness={r: c.to_json() for r, c in sorted(trace.completeness.items())},
+        completeness_lines=completeness_lines(
+            trace.completeness, trace.missing_ranks, trace.world_size
+        ),
     )
 
 
@@ -104,8 +114,10 @@ def pacing_summary(trace: Trace) -> dict[str, Any] | None:
         "fraction_paced": paced / steps.height if steps.height else 0.0,
         "delay_sum_s": float(steps["pacing_delay_ns"].sum() or 0) / 1e9 if steps.height else 0.0,
         "delay_max_s": max(float(p.get("delay_max_s") or 0) for p in per_rank),
-        "bound_s": max(float(p.get("policy_config", {}).get("max_delay_s") or 0) for p in per_rank),
-        "bound_fraction": first.get("policy_config", {}).get("max_delay_fraction"),
+        "bound_s": max(
+            float((p.get("policy_config") or {}).get("max_delay_s") or 0) for p in per_rank
+        ),
+        "bound_fraction": (first.get("policy_config") or {}).get("max_delay_fraction"),
         "ab_state": first.get("ab_state"),
         "ab_confidence": ab.get("confidence"),
         "ab_required": (first.get("controller_config") or {}).get("ab_confidence"),

@@ -4,28 +4,57 @@ Rows are appended to lock-free deques on the hot path (``deque.append`` is atomi
 and turned into Arrow record batches by a background thread. Each batch is written
 with unbuffered OS writes, so a SIGKILL leaves the file readable up to the last
 flushed batch; ``close`` writes the end-of-stream marker.
+
+A write that fails (disk full, file system gone read-only) stops the writer, never
+the job: one line is logged, later rows are counted as dropped, and the metadata
+records ``write_error`` so the trace says why it ends early. The metadata file keeps
+a reserve of trailing whitespace, so that last rewrite fits in place even when the
+disk has no block left for a new file.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
+import re
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import numpy as np
 import pyarrow as pa
 
+from syncpace.errors import TraceWriteError
 from syncpace.trace import schema
 
 log = logging.getLogger("syncpace")
 
 EventRow = tuple  # columns of schema.EVENTS, timestamps on the local clock
 StepRow = tuple  # columns of schema.STEPS, timestamps on the local clock
+
+#: Trailing whitespace after the metadata's JSON: room for an in-place rewrite.
+META_RESERVE = 1024
+
+
+def _encode_meta(meta: dict[str, Any]) -> bytes:
+    """Strict JSON (non-finite floats become null, unknown objects their str), with the
+    checksum of its content (:func:`meta_checksum`) under ``crc32``."""
+    content = {k: v for k, v in meta.items() if k != schema.CHECKSUM_KEY}
+    plain = msgspec.json.decode(msgspec.json.encode(content, enc_hook=str))
+    plain[schema.CHECKSUM_KEY] = schema.meta_checksum(plain)
+    return msgspec.json.format(msgspec.json.encode(plain, order="sorted"), indent=1)
+
+
+def _reason(exc: OSError) -> str:
+    """``No space left on device``: the system's words, also for Arrow's wrapped errors."""
+    found = re.search(r"\[errno (\d+)\]", str(exc))
+    if found:
+        return os.strerror(int(found.group(1)))
+    return exc.strerror or str(exc)
 
 
 class _Stream:
@@ -58,7 +87,10 @@ class _Stream:
                 arrays.append(pa.array(values, type=field.type))
             else:
                 arrays.append(pa.array(columns[i], type=field.type))
-        self._writer.write_batch(pa.RecordBatch.from_arrays(arrays, schema=self.schema))
+        batch = pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+        self._writer.write_batch(
+            batch, custom_metadata={schema.CHECKSUM_KEY: schema.batch_checksum(batch)}
+        )
         self.written += n
 
     def close(self) -> None:
@@ -80,7 +112,12 @@ class RankTraceWriter:
         offset_ns: Callable[[], int] = lambda: 0,
     ) -> None:
         self.dir = Path(run_dir)
-        self.dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise TraceWriteError(
+                self.dir, f"cannot create the run directory: {_reason(exc)}"
+            ) from exc
         stem = schema.rank_stem(rank)
         self.meta_path = self.dir / f"{stem}{schema.META_SUFFIX}"
         self.meta = dict(meta)
@@ -89,14 +126,17 @@ class RankTraceWriter:
         self.meta["rank"] = rank
         self.meta.setdefault("finished", False)
         self.meta.setdefault("dropped_events", 0)
-        self._events = _Stream(
-            self.dir / f"{stem}{schema.EVENTS_SUFFIX}",
-            schema.EVENTS,
-            ("enter_ns", "exit_ns", "wait_ns"),
-        )
-        self._steps = _Stream(
-            self.dir / f"{stem}{schema.STEPS_SUFFIX}", schema.STEPS, ("start_ns", "end_ns")
-        )
+        events_path = self.dir / f"{stem}{schema.EVENTS_SUFFIX}"
+        try:
+            self._events = _Stream(events_path, schema.EVENTS, ("enter_ns", "exit_ns", "wait_ns"))
+            self._steps = _Stream(
+                self.dir / f"{stem}{schema.STEPS_SUFFIX}", schema.STEPS, ("start_ns", "end_ns")
+            )
+        except OSError as exc:
+            raise TraceWriteError(
+                getattr(exc, "filename", None) or events_path,
+                f"cannot create the trace file: {_reason(exc)}",
+            ) from exc
         self._max_buffered = max_buffered
         self._offset_ns = offset_ns
         self._interval = flush_interval_s
@@ -104,7 +144,12 @@ class RankTraceWriter:
         self._closed = False
         self._wake = threading.Event()
         self.dropped = 0
-        self.write_meta()
+        #: Why writing stopped (disk full, read-only), once it has.
+        self.write_error: str | None = None
+        try:
+            self.write_meta()
+        except OSError as exc:
+            raise TraceWriteError(self.meta_path, f"cannot write: {_reason(exc)}") from exc
         self._thread = threading.Thread(target=self._run, name="syncpace-flush", daemon=True)
         self._thread.start()
 
@@ -118,22 +163,49 @@ class RankTraceWriter:
         rows.append(row)
 
     def add_step(self, row: StepRow) -> None:
-        self._steps.rows.append(row)
+        if self.write_error is None:
+            self._steps.rows.append(row)
 
     # Background ---------------------------------------------------------------
     def _run(self) -> None:
+        # Flushes start on a fixed schedule (not an interval after the previous one
+        # ended), so a row waits at most one interval plus the time to write its batch.
+        deadline = time.monotonic() + self._interval
         while not self._closed:
-            self._wake.wait(self._interval)
+            self._wake.wait(max(deadline - time.monotonic(), 0.0))
             self._wake.clear()
+            deadline = max(deadline + self._interval, time.monotonic())
             try:
                 self.flush()
-            except Exception:  # the job must not notice: log once, stop writing
-                log.exception("syncpace: trace flush failed; tracing stops for this rank")
-                self._closed = True
+            except Exception as exc:  # the job must not notice: log once, stop writing
+                self._stop_writing(exc)
+
+    def _stop_writing(self, exc: BaseException) -> None:
+        """Writing failed: say so once, count what is lost from now on, record why."""
+        reason = _reason(exc) if isinstance(exc, OSError) else f"{type(exc).__name__}: {exc}"
+        with self._lock:
+            if self.write_error is not None or self._events is None:
+                return
+            self.write_error = reason
+            self._closed = True
+            self._max_buffered = 0  # every later event is counted as dropped
+            self.dropped += len(self._events.rows)
+            self._events.rows.clear()
+            self._steps.rows.clear()
+            self.meta["write_error"] = reason
+            self.meta["dropped_events"] = self.dropped
+            self._try_write_meta_locked()  # may not fit: the reader then sees an unfinished rank
+        log.warning(
+            "syncpace: rank %s: writing the trace to %s failed (%s); tracing stops for this "
+            "rank, the job goes on",
+            self.meta.get("rank"),
+            self.dir,
+            reason,
+        )
 
     def flush(self) -> None:
         with self._lock:
-            if self._events is None:
+            if self._events is None or self.write_error is not None:
                 return
             offset = self._offset_ns()
             self._events.drain(offset)
@@ -144,34 +216,84 @@ class RankTraceWriter:
 
     # Metadata -----------------------------------------------------------------
     def update_meta(self, **fields: Any) -> None:
+        """Update and rewrite the metadata; a failed write stops the writer, quietly."""
         with self._lock:
             self.meta.update(fields)
-            self._write_meta_locked()
+            error = self._try_write_meta_locked()
+        if error is not None:
+            self._stop_writing(error)
 
     def write_meta(self) -> None:
         with self._lock:
             self._write_meta_locked()
 
+    def _try_write_meta_locked(self) -> OSError | None:
+        try:
+            self._write_meta_locked()
+        except OSError as exc:
+            return exc
+        return None
+
     def _write_meta_locked(self) -> None:
+        data = _encode_meta(self.meta) + b"\n"
         tmp = self.meta_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.meta, indent=1, sort_keys=True, default=str))
-        os.replace(tmp, self.meta_path)
+        try:
+            tmp.write_bytes(data + b" " * META_RESERVE)
+            os.replace(tmp, self.meta_path)
+        except OSError:
+            tmp.unlink(missing_ok=True)
+            if not self.meta_path.exists():
+                raise
+            self._write_meta_in_place(data)
+
+    def _write_meta_in_place(self, data: bytes) -> None:
+        """No room for a new file: overwrite the old one within its own blocks."""
+        fd = os.open(self.meta_path, os.O_WRONLY)
+        try:
+            size = os.fstat(fd).st_size
+            if len(data) > size:
+                raise OSError(28, "No space left on device (metadata grew past its reserve)")
+            os.pwrite(fd, data + b" " * (size - len(data)), 0)
+        finally:
+            os.close(fd)
 
     def close(self, **final_meta: Any) -> None:
-        """Flush everything, end both streams and mark the metadata finished. Idempotent."""
+        """Flush everything, end both streams and mark the metadata finished. Idempotent.
+
+        Never raises for a failed write: it is recorded (``write_error``) and logged."""
         if self._events is None:
             return
         self._closed = True
         self._wake.set()
-        self.flush()
+        try:
+            self.flush()
+        except Exception as exc:
+            self._stop_writing(exc)
+        failure: OSError | None = None
         with self._lock:
-            self._events.close()
-            self._steps.close()
+            if self._events is None:
+                return
             self.meta.update(final_meta)
-            self.meta["finished"] = True
-            self.meta["events_written"] = self._events.written
-            self.meta["steps_written"] = self._steps.written
-            self.meta["dropped_events"] = self.dropped
-            self._write_meta_locked()
-            self._events = None  # type: ignore[assignment]
-            self._steps = None  # type: ignore[assignment]
+            if self.write_error is None:
+                try:
+                    self._events.close()
+                    self._steps.close()
+                    self.meta["finished"] = True
+                    self.meta["events_written"] = self._events.written
+                    self.meta["steps_written"] = self._steps.written
+                    self.meta["dropped_events"] = self.dropped
+                    self._write_meta_locked()
+                except OSError as exc:
+                    failure = exc
+            else:  # the streams stay unended: the reader sees where they stop
+                self.meta["dropped_events"] = self.dropped
+                self._try_write_meta_locked()
+            if failure is None:
+                self._events = None  # type: ignore[assignment]
+                self._steps = None  # type: ignore[assignment]
+        if failure is not None:
+            self.meta["finished"] = False
+            self._stop_writing(failure)
+            with self._lock:
+                self._events = None  # type: ignore[assignment]
+                self._steps = None  # type: ignore[assignment]

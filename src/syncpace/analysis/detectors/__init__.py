@@ -16,6 +16,7 @@ Detector = Callable[[Context], list[Finding]]
 
 DETECTORS: tuple[Detector, ...] = (
     quality.incomplete_trace,
+    quality.insufficient_data,
     quality.clock_uncertainty,
     arrival.stragglers_and_locality,
     arrival.stalls,

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from syncpace.analysis.detectors.context import Context, ms
+from syncpace.analysis.detectors.context import Context, confidence_of, ms
 from syncpace.analysis.findings import Finding
 from syncpace.analysis.replay import Change
 from syncpace.analysis.replay import counterfactuals as cf
@@ -365,13 +365,13 @@ def sync_amplification(ctx: Context) -> list[Finding]:
         )
         if replay is None or replay.saving < th.sync_wait_share:
             return []
-        confidence = min(1.0, replay.saving / (2 * th.sync_wait_share))
+        confidence = confidence_of(replay.saving, th.sync_wait_share)
     else:
         # "takes turns": a rank counts when it was last in at least a quarter of its fair
         # share of iterations, and no rank is last in most of them (that is a straggler)
         if wait < th.sync_wait_share or spread < th.sync_spread or max_share >= 0.5:
             return []
-        confidence = min(1.0, spread * wait / (2 * th.sync_wait_share))
+        confidence = confidence_of(spread * wait, th.sync_wait_share)
     cost = replay.saving if replay is not None else wait
     return [
         ctx.finding(

@@ -100,6 +100,12 @@ class Context:
         )
 
 
+def confidence_of(value: float, threshold: float) -> float:
+    """``value / (2 * threshold)`` capped at 1: full confidence at twice the threshold;
+    a zero threshold (every value passes it) gives full confidence, not a division by 0."""
+    return 1.0 if threshold <= 0 else min(1.0, value / (2 * threshold))
+
+
 def ms(ns: float) -> float:
     """Nanoseconds as milliseconds rounded for evidence."""
     return round(ns / 1e6, 4)

@@ -9,7 +9,7 @@ import numpy as np
 import polars as pl
 
 from syncpace.analysis.detectors.arrival import fast_half, fast_noise
-from syncpace.analysis.detectors.context import Context, ms
+from syncpace.analysis.detectors.context import Context, confidence_of, ms
 from syncpace.analysis.findings import Finding
 from syncpace.analysis.replay import counterfactuals as cf
 from syncpace.analysis.replay.program import JOIN, WAIT
@@ -320,7 +320,7 @@ def latency_bound(ctx: Context) -> list[Finding]:
         ctx.finding(
             "latency_bound",
             share,
-            min(1.0, per_rank_step / (2 * th.latency_min_per_step)),
+            confidence_of(per_rank_step, th.latency_min_per_step),
             f"{per_rank_step:.0f} collectives per iteration below {th.latency_knee_bytes} "
             f"bytes, each ~{alpha / 1e3:.0f} us of latency; bucketed, each iteration would "
             f"be {cost:.1%} shorter",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from syncpace.analysis.detectors.context import Context, ms
+from syncpace.analysis.detectors.context import Context, confidence_of, ms
 from syncpace.analysis.findings import Finding
 from syncpace.analysis.replay import counterfactuals as cf
 
@@ -58,7 +58,7 @@ def comm_dominated(ctx: Context) -> list[Finding]:
         ctx.finding(
             "comm_dominated",
             exposed,  # network time only costs what overlap does not hide
-            min(1.0, share / (2 * th.comm_share)),
+            confidence_of(share, th.comm_share),
             f"the network is busy {share:.0%} of each iteration ({exposed:.1%} exposed): a "
             "summary of the causes above, not a cause of its own",
             replay=replay,

@@ -12,7 +12,12 @@ def incomplete_trace(ctx: Context) -> list[Finding]:
     m, q = ctx.metrics, ctx.metrics.quality
     instances = max(q["instances"], 1)
     share = q["incomplete_instances"] / instances
-    unfinished = [w for w in m.warnings if "did not finish" in w or "cut short" in w]
+    ranks = q.get("completeness", {}).values()
+    unfinished = sorted(c["rank"] for c in ranks if not c["finished"])
+    cut = sorted(c["rank"] for c in ranks if c["cut"] or c["events_missing"] or c["steps_missing"])
+    invalid = sum(c["events_invalid"] + c["steps_invalid"] for c in ranks)
+    dropped = sum(c["events_dropped"] for c in ranks)
+    write_errors = sorted(c["rank"] for c in ranks if c["write_error"])
     problems = []
     if m.missing_ranks:
         problems.append(f"{len(m.missing_ranks)} of {m.world_size} ranks have no trace")
@@ -26,19 +31,39 @@ def incomplete_trace(ctx: Context) -> list[Finding]:
             "ranks (sequence numbers out of step?)"
         )
     if unfinished:
-        problems.append(f"{len(unfinished)} files were not closed cleanly")
+        problems.append(f"ranks {_short(unfinished)} did not finish cleanly")
+    if cut:
+        problems.append(f"ranks {_short(cut)} hold less than they declare (streams cut)")
+    if write_errors:
+        problems.append(f"ranks {_short(write_errors)} stopped writing (disk full, read-only)")
+    if invalid:
+        problems.append(f"{invalid} rows left out as invalid")
+    if dropped:
+        problems.append(f"{dropped} events dropped in the job (buffer full)")
     if not problems:
         return []
-    serious = bool(m.missing_ranks) or share > _INCOMPLETE_WARN or q["size_mismatched_instances"]
+    serious = bool(
+        m.missing_ranks
+        or share > _INCOMPLETE_WARN
+        or q["size_mismatched_instances"]
+        or cut
+        or invalid
+        or write_errors
+    )
+    lossy = sorted({*m.missing_ranks, *unfinished, *cut, *write_errors})
     return [
         Finding(
             mode="incomplete_trace",
             severity=Severity.WARNING if serious else Severity.INFO,
             confidence=1.0,
             summary="trace is incomplete: " + "; ".join(problems),
-            ranks=tuple(m.missing_ranks),
+            ranks=tuple(lossy),
             evidence={
                 "missing_ranks": list(m.missing_ranks),
+                "unfinished_ranks": unfinished,
+                "cut_ranks": cut,
+                "invalid_rows": invalid,
+                "dropped_events": dropped,
                 "incomplete_instances": q["incomplete_instances"],
                 "incomplete_share": round(share, 4),
                 "size_mismatched_instances": q["size_mismatched_instances"],
@@ -53,6 +78,48 @@ def incomplete_trace(ctx: Context) -> list[Finding]:
             run=m.run,
         )
     ]
+
+
+def insufficient_data(ctx: Context) -> list[Finding]:
+    """An empty or near-empty trace is no evidence of health: say so, as a warning, so
+    the diagnosis never calls it healthy."""
+    m, q = ctx.metrics, ctx.metrics.quality
+    need = ctx.thresholds.min_steps
+    problems = []
+    if q.get("steps", 0) == 0:
+        problems.append("no iterations were recorded")
+    elif q.get("steps_analyzed", 0) < need:
+        problems.append(
+            f"only {q.get('steps_analyzed', 0)} iterations to analyse (at least {need} needed)"
+        )
+    if m.world_size > 1 and q.get("events", 0) == 0:
+        problems.append("no collectives were recorded")
+    if not problems:
+        return []
+    return [
+        Finding(
+            mode="insufficient_data",
+            severity=Severity.WARNING,
+            confidence=1.0,
+            summary="too little data to judge this run: " + "; ".join(problems),
+            evidence={
+                "steps": q.get("steps", 0),
+                "steps_analyzed": q.get("steps_analyzed", 0),
+                "events": q.get("events", 0),
+                "min_steps": need,
+            },
+            actions=(
+                "Trace more iterations (a few past the warm-up), or lower --warmup-steps.",
+                "If the job did run: check that its ranks reached init_process_group and "
+                "called optimizer.step() or syncpace.step().",
+            ),
+            run=m.run,
+        )
+    ]
+
+
+def _short(ranks: list[int]) -> str:
+    return ",".join(map(str, ranks[:8])) + ("…" if len(ranks) > 8 else "")
 
 
 def clock_uncertainty(ctx: Context) -> list[Finding]:

@@ -1,0 +1,322 @@
+"""The host sampler: its sources on fake host trees with the real layout, its change
+encoding, its file as the reader loads it, and on this machine's real kernel."""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from syncpace.analysis.hostcounters import host_metrics
+from syncpace.capture import netstats
+from syncpace.capture.clock import LocalClock
+from syncpace.capture.config import TraceConfig
+from syncpace.capture.sampler import HostSampler, start_host_sampler
+from syncpace.trace import schema
+from syncpace.trace.reader import load_host_files
+from sysfs_trees import switch_host, two_socket_host, write_netdev, write_netstat, write_snmp
+
+
+class FakeQdiscs:
+    def __init__(self) -> None:
+        self.roots: dict[int, netstats.QdiscStats] = {}
+
+    def dump(self) -> dict[int, netstats.QdiscStats]:
+        return dict(self.roots)
+
+    def close(self) -> None:
+        pass
+
+
+def tbf(bytes_: int, packets: int, drops: int, rate_bps: int | None = 50_000_000):
+    return netstats.QdiscStats("tbf", bytes_, packets, drops, 0, 0, 0, 0, rate_bps)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1_000_000_000
+
+    def __call__(self) -> int:
+        return self.t
+
+
+@pytest.fixture
+def host(tmp_path):
+    tree = switch_host(tmp_path / "root")
+    write_netdev(tree, {"lo": {}, "eth0": {}, "eth1": {}, "eth2": {}})
+    write_snmp(tree, {"OutSegs": 100, "RetransSegs": 0})
+    write_netstat(tree, {"TCPTimeouts": 0})
+    return tree
+
+
+def _sampler(tmp_path, tree, clock, qdiscs, **kw):
+    run = tmp_path / "run"
+    run.mkdir(exist_ok=True)
+    return HostSampler(
+        run, "node-a", root=tree.root, now=clock, qdisc_dumper=qdiscs, use_nvml=False, **kw
+    )
+
+
+def test_ticks_are_written_where_values_change(tmp_path, host):
+    clock, qdiscs = Clock(), FakeQdiscs()
+    qdiscs.roots[2] = tbf(0, 0, 0)
+    sampler = _sampler(tmp_path, host, clock, qdiscs, interval_s=0.01)
+    assert sampler.meta["nics"][0]["rate_source"] == "root tbf rate"
+    tx = 0
+    for tick in range(10):
+        if tick >= 5:  # the link carries 1 MB per tick from tick 5 on
+            tx += 1_000_000
+        eth0 = {"tx_bytes": tx, "tx_packets": tx // 1000}
+        write_netdev(host, {"eth0": eth0, "eth1": {}, "eth2": {}})
+        write_snmp(host, {"OutSegs": 100 + tick * 10, "RetransSegs": 3 if tick >= 7 else 0})
+        sampler.step(slow=True)
+        clock.t += 10_000_000
+    sampler.close()
+    counters, hosts = load_host_files(tmp_path / "run", [])
+    meta = hosts["node-a"]
+    assert meta["finished"] and meta["ticks"] == 10 and meta["errors"] == {}
+    tx_rows = counters.filter(pl.col("device") == "eth0", pl.col("counter") == "tx_bytes")
+    # ticks 0..4 unchanged at 0: their two ends, then every change, then nothing to add
+    times = [(t - 1_000_000_000) // 10_000_000 for t in tx_rows["time_ns"]]
+    assert times == [0, 4, 5, 6, 7, 8, 9]
+    assert tx_rows["value"].to_list() == [0, 0, 1e6, 2e6, 3e6, 4e6, 5e6]
+    retrans = counters.filter(pl.col("counter") == "RetransSegs")
+    assert [(t - 1_000_000_000) // 10_000_000 for t in retrans["time_ns"]] == [0, 6, 7, 9]
+    rx = counters.filter(pl.col("device") == "eth0", pl.col("counter") == "rx_bytes")
+    assert rx["value"].to_list() == [0, 0]  # first and last sample only
+    rate = counters.filter(pl.col("device") == "eth0", pl.col("counter") == "link_rate_bps")
+    assert set(rate["value"]) == {50_000_000}
+    # 1 MB per 10 ms is 800 Mbit/s: 16 times the 50 Mbit/s shaper
+    nic = host_metrics(counters, hosts, {}, window_ns=10_000_000).nic
+    row = nic.filter(pl.col("device") == "eth0", pl.col("direction") == "tx").row(0, named=True)
+    assert row["bytes"] == 5_000_000
+    assert row["util_peak_sample"] == pytest.approx(16.0)
+
+
+def test_speed_is_the_rate_without_a_shaper_and_a_setting_beats_both(tmp_path, host):
+    clock, qdiscs = Clock(), FakeQdiscs()
+    sampler = _sampler(tmp_path, host, clock, qdiscs, link_rates={"eth2": 5_000_000})
+    sampler.step(slow=True)
+    sampler.close()
+    counters, hosts = load_host_files(tmp_path / "run", [])
+    rates = (
+        counters.filter(pl.col("counter") == "link_rate_bps")
+        .group_by("device")
+        .agg(pl.col("value").first())
+    )
+    speed = 100_000_000_000  # the NICs' 100000 Mb/s
+    assert dict(rates.iter_rows()) == {"eth0": speed, "eth1": speed, "eth2": 5_000_000}
+    assert [n["rate_source"] for n in hosts["node-a"]["nics"]] == ["speed", "speed", "configured"]
+    assert [n["name"] for n in hosts["node-a"]["nics"]] == ["eth0", "eth1", "eth2"]  # not lo
+
+
+def test_qdisc_counters_kept_in_32_bits_are_unwrapped(tmp_path, host):
+    qdiscs = FakeQdiscs()
+    source = netstats.Qdisc(netstats.discover_nics(host.root, "eth0"), qdiscs)
+    drops = source.series.index(("qdisc", "eth0", -1, "drops"))
+    seen = []
+    for value in (2**32 - 10, 2**32 - 1, 5, 20):
+        qdiscs.roots[2] = tbf(0, 0, value)
+        seen.append(source.read()[drops])
+    assert seen == [2**32 - 10, 2**32 - 1, 2**32 + 5, 2**32 + 20]
+
+
+def _rtattr(kind: int, payload: bytes) -> bytes:
+    data = struct.pack("=HH", 4 + len(payload), kind) + payload
+    return data + b"\0" * (-len(data) % 4)
+
+
+def test_a_netlink_qdisc_message_is_parsed_as_the_kernel_lays_it_out():
+    ratespec = struct.pack("=BBHhHI", 0, 1, 0, -1, 0, 6_250_000)  # 50 Mbit/s in bytes/s
+    tbf_qopt = ratespec + ratespec + struct.pack("=III", 312_500, 100, 0)
+    stats2 = _rtattr(1, struct.pack("=QIxxxx", 123_456_789, 4321)) + _rtattr(
+        3, struct.pack("=5I", 7, 9000, 55, 2, 66)
+    )
+    attrs = _rtattr(1, b"tbf\0") + _rtattr(2, _rtattr(1, tbf_qopt)) + _rtattr(7, stats2)
+    tcm = struct.pack("=BxxxiIII", 0, 3, 0x80010000, 0xFFFFFFFF, 2)
+    body = tcm + attrs
+    message = struct.pack("=IHHII", 16 + len(body), 36, 2, 1, 0) + body
+    ifindex, parent, stats = netstats.parse_qdisc_message(message, 0, len(message))
+    assert (ifindex, parent) == (3, 0xFFFFFFFF)
+    assert stats == netstats.QdiscStats("tbf", 123_456_789, 4321, 55, 66, 2, 9000, 7, 50_000_000)
+
+
+def test_the_netlink_dump_agrees_with_tc():
+    """This machine's root qdiscs, read over netlink, against ``tc -s -j qdisc show``
+    read just before and just after (their counters only grow)."""
+    tc = ["tc", "-s", "-j", "qdisc", "show"]
+    before = {q["dev"]: q for q in json.loads(subprocess.check_output(tc)) if q.get("root")}
+    dumper = netstats.NetlinkQdiscs()
+    ours = dumper.dump()
+    dumper.close()
+    after = {q["dev"]: q for q in json.loads(subprocess.check_output(tc)) if q.get("root")}
+    index = {p.name: int((p / "ifindex").read_text()) for p in Path("/sys/class/net").iterdir()}
+    assert before and set(ours) >= {index[d] for d in before}
+    for dev, q in before.items():
+        mine = ours[index[dev]]
+        assert mine.kind == q["kind"]
+        assert q["bytes"] <= mine.bytes <= after[dev]["bytes"]
+        assert q["packets"] <= mine.packets <= after[dev]["packets"]
+        assert q["drops"] <= mine.drops <= after[dev]["drops"]
+
+
+def test_infiniband_port_and_hardware_counters(tmp_path):
+    tree = two_socket_host(tmp_path)
+    port = tmp_path / "sys/class/infiniband/mlx5_0/ports/1"
+    for name, value in (("port_xmit_data", 1000), ("port_xmit_wait", 7), ("symbol_error", 0)):
+        (port / "counters" / name).write_text(f"{value}\n")
+    (port / "hw_counters" / "np_ecn_marked_roce_packets").write_text("3\n")
+    (port / "hw_counters" / "lifespan").write_text("10\n")
+    (port / "state").write_text("4: ACTIVE\n")
+    (port / "phys_state").write_text("5: LinkUp\n")
+    ib = netstats.Infiniband(tree.root)
+    assert [p.device for p in ib.ports] == ["mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3"]
+    values = dict(zip(ib.series, ib.read(), strict=True))
+    assert values[("ib", "mlx5_0", 1, "port_xmit_wait")] == 7
+    assert values[("ib_hw", "mlx5_0", 1, "np_ecn_marked_roce_packets")] == 3
+    assert values[("ib", "mlx5_0", 1, "rate_bps")] == 200_000_000_000
+    assert values[("ib", "mlx5_0", 1, "state")] == 4
+    assert values[("ib", "mlx5_1", 1, "state")] is None  # no such file there
+    assert ("ib_hw", "mlx5_0", 1, "lifespan") not in values
+    assert ib.ports[0].pci == "0000:1c:00.0"
+    assert netstats.parse_ib_rate("25 Gb/sec (1X EDR)") == 25_000_000_000
+
+
+def test_a_host_without_the_sources_fails_open(tmp_path):
+    sampler = HostSampler(tmp_path, "bare", root=tmp_path / "empty", use_nvml=False)
+    sampler.step(slow=True)
+    sampler.close()
+    meta = json.loads((tmp_path / "host-bare.meta.json").read_text())
+    assert meta["finished"] and {"snmp", "netstat"} <= set(meta["errors"])
+    assert "No such file" in meta["errors"]["snmp"]
+
+
+def test_host_names_are_made_safe_for_file_names():
+    assert schema.host_stem("node-1.cluster") == "host-node-1.cluster"
+    assert schema.host_stem("a/b c") == "host-a_b_c"
+
+
+# On this machine's kernel ------------------------------------------------------------
+
+
+def _send_over_loopback(nbytes: int) -> None:
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    received = []
+
+    def receive() -> None:
+        conn, _ = server.accept()
+        total = 0
+        while chunk := conn.recv(1 << 16):
+            total += len(chunk)
+        received.append(total)
+        conn.close()
+
+    thread = threading.Thread(target=receive)
+    thread.start()
+    with socket.create_connection(("127.0.0.1", port)) as client:
+        client.sendall(b"\0" * nbytes)
+    thread.join(timeout=30)
+    server.close()
+    assert received == [nbytes]
+
+
+def _wait_for(condition, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.005)
+
+
+def test_loopback_traffic_shows_in_the_real_counters(tmp_path):
+    """20 MB sent over loopback through the real kernel: the sampler sees at least that
+    many bytes on ``lo`` and the TCP segments that carried them."""
+    stop = threading.Event()
+    sampler = HostSampler(
+        tmp_path, "here", nics="lo", interval_s=0.005, slow_interval_s=0.005, use_nvml=False
+    )
+    thread = threading.Thread(target=sampler.run, args=(stop,))
+    thread.start()
+    _wait_for(lambda: sampler.ticks >= 2)  # samples before the traffic
+    _send_over_loopback(20_000_000)
+    after = sampler.ticks
+    _wait_for(lambda: sampler.ticks >= after + 2)  # and after it
+    stop.set()
+    thread.join(timeout=10)
+    counters, hosts = load_host_files(tmp_path, [])
+    assert hosts["here"]["errors"] == {}
+    rx = counters.filter(pl.col("device") == "lo", pl.col("counter") == "rx_bytes")["value"]
+    assert rx.max() - rx.min() >= 20_000_000
+    segs = counters.filter(pl.col("counter") == "OutSegs")["value"]
+    assert segs.max() - segs.min() >= 20_000_000 // 65536
+
+
+def test_one_sampler_per_host_and_it_ends_with_its_rank(tmp_path):
+    config = TraceConfig(dir=str(tmp_path), host_sampler="thread", counters_interval_s=0.005)
+    meta = tmp_path / "rank-00000.meta.json"
+    first = start_host_sampler(tmp_path, 0, config, LocalClock(), meta, lambda: 0)
+    second = start_host_sampler(tmp_path, 1, config, LocalClock(), meta, lambda: 0)
+    assert first is not None and second is None
+    first.stop()
+    third = start_host_sampler(tmp_path, 1, config, LocalClock(), meta, lambda: 0)
+    assert third is not None
+    third.stop()
+    host = json.loads(next(tmp_path.glob("host-*.meta.json")).read_text())
+    assert host["finished"] and host["rank"] == 1
+
+
+_RANK = textwrap.dedent(
+    """
+    import json, os, sys, time
+    from pathlib import Path
+    from syncpace.capture.clock import LocalClock
+    from syncpace.capture.config import TraceConfig
+    from syncpace.capture.sampler import start_host_sampler
+    run = Path(sys.argv[1])
+    meta = run / "rank-00000.meta.json"
+    meta.write_text(json.dumps({"clock": {"offset_ns": 5_000_000_000}}))
+    config = TraceConfig(
+        dir=str(run), host_sampler="process", counters_interval_s=0.01,
+        counters_slow_interval_s=0.05,
+    )
+    handle = start_host_sampler(run, 0, config, LocalClock(), meta, lambda: 0)
+    print(handle.proc.pid, time.time_ns(), flush=True)
+    deadline = time.monotonic() + 30
+    def flushed():  # the child's first batch of rows is on disk
+        files = list(run.glob("host-*.counters.arrow"))
+        return files and files[0].stat().st_size > 2000
+    while not flushed() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    os._exit(0)  # as if killed: no close, no atexit
+    """
+)
+
+
+def test_the_child_process_ends_when_its_rank_dies(tmp_path):
+    rank = subprocess.run(
+        [sys.executable, "-c", _RANK, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert rank.returncode == 0, rank.stderr
+    child, started = map(int, rank.stdout.split())
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{child}").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not Path(f"/proc/{child}").exists(), "the sampler outlived its rank"
+    counters, hosts = load_host_files(tmp_path, [])
+    (meta,) = hosts.values()
+    assert meta["finished"] and meta["ticks"] > 10 and meta["errors"] == {}
+    # timestamps are on rank 0's clock: the rank's offset (5 s) was applied
+    first = int(counters["time_ns"].min())
+    assert 4.5e9 < first - started < 10e9
