@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from syncpace.analysis import Severity, analyze
+from syncpace.demo.pipeline import DemoConfig
 from syncpace.trace.writer import RankTraceWriter
 
 MS = 1_000_000
@@ -180,6 +181,8 @@ def test_exposed_communication_under_contention_is_a_symptom(tmp_path: Path) -> 
         "bandwidth_bound",
         "locality_variance",
         "real_ddp_straggler",
+        "demo/trace",
+        "demo/trace-paced",
     ],
 )
 def test_costs_are_savings_that_never_exceed_the_iteration(name: str) -> None:
@@ -197,3 +200,24 @@ def test_costs_are_savings_that_never_exceed_the_iteration(name: str) -> None:
     if every is not None:  # all causes removed at once save at least the largest one
         causes = [f.cost for f in analysis.findings if f.cost_basis == "replay" and not f.symptom]
         assert every.saving >= max(causes) - 1e-6
+
+
+def test_the_demo_ranks_its_causes_by_what_their_removal_saves() -> None:
+    """The demo's recorded run (a straggler planted at ``DemoConfig().slow_ms`` every
+    step, greedy flows across the spine): every cause is costed by a replay, causes are
+    listed by that saving with the symptoms after them, and the straggler's saving is
+    the time the job spent on the plant."""
+    demo = Path(__file__).resolve().parents[1] / "data" / "demo" / "trace"
+    analysis = analyze(demo)
+    config = DemoConfig()
+    causes = [f for f in analysis.findings if f.severity >= Severity.WARNING and not f.symptom]
+    symptoms = [f for f in analysis.findings if f.symptom]
+    assert {f.mode for f in causes} == {"fabric_contention", "straggler"}
+    assert all(f.cost_basis == "replay" for f in (*causes, *symptoms))
+    assert [f.cost for f in causes] == sorted((f.cost for f in causes), reverse=True)
+    last_cause = max(analysis.findings.index(f) for f in causes)
+    assert all(analysis.findings.index(f) > last_cause for f in symptoms)
+    (straggler,) = [f for f in causes if f.mode == "straggler"]
+    assert straggler.ranks == (config.slow_rank,)
+    row = analysis.what_if[0].row(straggler.evidence["counterfactual"]["name"])
+    assert row.saving_ns / 1e6 == pytest.approx(config.slow_ms, rel=0.1)
