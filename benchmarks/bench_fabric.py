@@ -21,7 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from syncpace.bench.config import format_size, parse_size
+from syncpace.bench.config import BenchConfig, format_size, parse_size
 from syncpace.bench.on_fabric import bench_on_fabric, busbw_fractions, host_rate_gbps
 from syncpace.fabric import build_spec
 from syncpace.fabric.backend import SystemBackend, require_root
@@ -68,11 +68,16 @@ def main() -> int:
 
 
 def _busbw(state, run_dir: Path, args) -> bool:
-    bench = bench_on_fabric(
-        state,
-        ["all_reduce", "-b", args.b, "-e", args.e, "-n", str(args.iters), "-w", "1", "--no-pairs"],
-        run_dir,
+    config = BenchConfig(
+        ops="all_reduce",
+        min_bytes=args.b,
+        max_bytes=args.e,
+        iters=args.iters,
+        warmup=1,
+        pairs=False,
+        timeout_s=300,
     )
+    bench = bench_on_fabric(state, config, run_dir)
     rate = host_rate_gbps(state)
     rows = busbw_fractions(bench, rate, "all_reduce", parse_size(args.large))
     print(f"\nall_reduce over {bench['world_size']} hosts, link rate {rate:.6g} GB/s:")
@@ -87,12 +92,9 @@ def _busbw(state, run_dir: Path, args) -> bool:
 def _slow_link(state, run_dir: Path, args) -> bool:
     slow = args.slow_host
     link = f"h{slow}-sw"
-    bench = bench_on_fabric(
-        state,
-        ["--pairs-only", "--pair-bytes", "512K", "--pair-iters", "4"],
-        run_dir,
-        faults=[parse_fault(f"rate {link} {args.slow_rate}")],
-    )
+    config = BenchConfig(pairs_only=True, pair_bytes="512K", pair_iters=4, timeout_s=300)
+    faults = [parse_fault(f"rate {link} {args.slow_rate}")]
+    bench = bench_on_fabric(state, config, run_dir, faults=faults)
     m = bench["pairs"]
     n = bench["world_size"]
     entries = sorted(

@@ -31,26 +31,21 @@ from rich.table import Table
 
 from syncpace.capture.config import TraceConfig
 from syncpace.capture.launch import traced_env
-from syncpace.control.config import ControllerConfig
-from syncpace.control.policy import PacingConfig
+from syncpace.control.config import PacingConfig
 from syncpace.ports import free_port
 from syncpace.trace import load_trace
 from syncpace.trace.summary import pacing_summary
 
 WORKER = Path(__file__).with_name("_pacing_worker.py")
 # A threshold no skew reaches: the controller gathers and decides every step, never delays.
-NEVER = PacingConfig(on_skew=10.0, off_skew=5.0)
+NEVER = PacingConfig(strategy="early", ab=False, on_skew=10.0, off_skew=5.0)
 CONFIGS = {
-    # name: (job, controller settings, policy settings)
-    "idle: tracer only": ("balanced", ControllerConfig(pace="off"), PacingConfig()),
-    "idle: pacer running": ("balanced", ControllerConfig(pace="early", ab=False), NEVER),
-    "skew: pacing off": ("skewed", ControllerConfig(pace="off"), PacingConfig()),
-    "skew: pacing on": ("skewed", ControllerConfig(pace="early", ab=False), PacingConfig()),
-    "skew: A/B-guarded": (
-        "skewed",
-        ControllerConfig(pace="early", ab=True, ab_window=10),
-        PacingConfig(),
-    ),
+    # name: (job, pacer settings)
+    "idle: tracer only": ("balanced", PacingConfig()),
+    "idle: pacer running": ("balanced", NEVER),
+    "skew: pacing off": ("skewed", PacingConfig()),
+    "skew: pacing on": ("skewed", PacingConfig(strategy="early", ab=False)),
+    "skew: A/B-guarded": ("skewed", PacingConfig(strategy="early", ab_window=10)),
 }
 
 
@@ -94,9 +89,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp, Progress(console=console) as progress:
         task = progress.add_task("alternating configurations", total=args.rounds * len(CONFIGS))
         for r in range(args.rounds):
-            for i, (name, (job, controller, policy)) in enumerate(CONFIGS.items()):
+            for i, (name, (job, pacing_config)) in enumerate(CONFIGS.items()):
                 out = Path(tmp) / f"{r}-{i}"
-                times = np.asarray(launch(args.ranks, jobs[job], out, controller, policy))
+                times = np.asarray(launch(args.ranks, jobs[job], out, pacing_config))
                 rates[name].append(1 / times.mean())
                 cvs[name].append(float(times.std() / times.mean()))
                 pacing = pacing_summary(load_trace(out))

@@ -40,10 +40,10 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "scenarios"))
 
 import catalogue  # noqa: E402
-import planted  # noqa: E402
+import suite  # noqa: E402
 
 from syncpace.analysis import Thresholds, analyze  # noqa: E402
-from syncpace.control.policy import PacingConfig, make_policy  # noqa: E402
+from syncpace.control import Pacer, PacingConfig  # noqa: E402
 
 
 def main() -> int:
@@ -73,7 +73,7 @@ def main() -> int:
     ]
     log = open(out / "jobs.log", "w")  # noqa: SIM115 - kept open for the whole run
     links: dict[tuple[int, str], tuple[float, float]] = {}
-    outcomes: list[planted.Outcome] = []
+    outcomes: list[suite.Outcome] = []
     cases: list[dict] = []
     failures: list[str] = []
     started = time.monotonic()
@@ -90,7 +90,7 @@ def main() -> int:
             t0 = time.monotonic()
             try:
                 if not args.rescore:
-                    planted.run_scenario(sc, run_dir, log)
+                    suite.run_scenario(sc, run_dir, log)
                 elif not run_dir.exists() or f"{sc.name} run {k}" in failed_before:
                     continue  # never run, or the job failed then: nothing whole to judge
             except Exception as exc:  # reported, and the suite goes on
@@ -117,7 +117,7 @@ def main() -> int:
         "links": {f"{h}x{r}": v for (h, r), v in links.items()},
         "failed_runs": failures or sorted(failed_before),
         "wall_s": time.monotonic() - started,
-        "confusion": planted.confusion_text(outcomes) if outcomes else "",
+        "confusion": suite.confusion_text(outcomes) if outcomes else "",
     }
     (out / "scenarios.json").write_text(json.dumps(summary, indent=1, default=str))
     console.print(f"{out / 'scenarios.json'} ({summary['wall_s']:.0f} s)")
@@ -130,7 +130,7 @@ def _link(sc, links, out, log, console, skip) -> tuple[float, float] | None:
     key = (sc.hosts, str(sc.fabric.get("host_rate")))
     if key not in links:
         console.print(f"benchmark: all-reduce on a star of {key[0]} hosts at {key[1]}")
-        links[key] = planted.bench_link(key[0], key[1], out / f"bench-{key[0]}-{key[1]}", log)
+        links[key] = suite.bench_link(key[0], key[1], out / f"bench-{key[0]}-{key[1]}", log)
         console.print(f"  alpha {links[key][0]:.0f} us, busbw {links[key][1] * 8e3:.1f} Mbit/s")
     return links[key]
 
@@ -138,28 +138,26 @@ def _link(sc, links, out, log, console, skip) -> tuple[float, float] | None:
 def _judge(sc, run_dir: Path, k: int, link) -> tuple[list, list[dict]]:
     th = Thresholds() if link is None else Thresholds(link_gbps=link[1], link_alpha_us=link[0])
     phases = sc.phases()
-    traces = planted.phase_traces(run_dir, [n for _, n, _ in phases])
+    traces = suite.phase_traces(run_dir, [n for _, n, _ in phases])
     analyses = [
-        analyze(t, th, pacer=lambda n: make_policy(PacingConfig(), n))
-        if kind != planted.WARMUP
-        else None
+        analyze(t, th, pacer=lambda n: Pacer(PacingConfig(), n)) if kind != suite.WARMUP else None
         for t, (kind, _, _) in zip(traces, phases, strict=True)
     ]
     outcomes, cases = [], []
     for i, ((kind, _, _), analysis) in enumerate(zip(phases, analyses, strict=True)):
-        if analysis is None or (kind == planted.CLEAN and not sc.score_clean):
+        if analysis is None or (kind == suite.CLEAN and not sc.score_clean):
             continue
-        expect = sc if kind == planted.PLANTED else planted.clean_of(sc)
-        outcomes.append(planted.score(expect, analysis, k, str(run_dir), phase=i, kind=kind))
+        expect = sc if kind == suite.PLANTED else suite.clean_of(sc)
+        outcomes.append(suite.score(expect, analysis, k, str(run_dir), phase=i, kind=kind))
     for i, ((kind, _, _), analysis) in enumerate(zip(phases, analyses, strict=True)):
-        if kind != planted.PLANTED or not sc.what_if:
+        if kind != suite.PLANTED or not sc.what_if:
             continue
         around = [
             analyses[j].runs[0].iteration_ns / 1e6
             for j in (i - 1, i + 1)
-            if 0 <= j < len(phases) and phases[j][0] == planted.CLEAN and analyses[j] is not None
+            if 0 <= j < len(phases) and phases[j][0] == suite.CLEAN and analyses[j] is not None
         ]
-        predicted = planted.predict(analysis, sc.what_if)
+        predicted = suite.predict(analysis, sc.what_if)
         if not around or predicted is None:
             continue
         clean = statistics.mean(around)
@@ -182,12 +180,12 @@ def _judge(sc, run_dir: Path, k: int, link) -> tuple[list, list[dict]]:
 def _report(console: Console, outcomes, cases) -> None:
     if outcomes:
         console.rule("confusion matrix (rows: planted; columns: first cause found)")
-        console.print(planted.confusion_text(outcomes), markup=False)
+        console.print(suite.confusion_text(outcomes), markup=False)
         for where in ("local", "fabric"):
             part = [o for o in outcomes if o.where == where]
             if not part:
                 continue
-            planted_part = [o for o in part if o.kind == planted.PLANTED]
+            planted_part = [o for o in part if o.kind == suite.PLANTED]
             console.print(
                 f"{where}: {sum(o.passed for o in part)}/{len(part)} phases pass; planted "
                 f"phases: cause first {sum(o.first for o in planted_part)}/{len(planted_part)}"

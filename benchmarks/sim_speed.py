@@ -22,7 +22,7 @@ CASES = {
 
 CHILD = r"""
 import json, sys, time
-from syncpace.control.policy import PacingConfig
+from syncpace.control.config import PacingConfig
 from syncpace.sim.scenario import from_dict
 from syncpace.sim.engine import simulate
 nodes, steps, tier = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]

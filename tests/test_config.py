@@ -45,8 +45,9 @@ def test_round_trip_through_env():
             "SYNCPACE_FLUSH_INTERVAL_S: expected float, got 'fast'",
         ),
         ({"SYNCPACE_STEP_HOOK": "maybe"}, "SYNCPACE_STEP_HOOK: expected a boolean"),
-        ({"SYNCPACE_CLOCK_ROUNDS": "0"}, "clock_rounds must be in 1..10000, got 0"),
-        ({"SYNCPACE_FLUSH_INTERVAL_S": "-1"}, "flush_interval_s must be > 0"),
+        ({"SYNCPACE_CLOCK_ROUNDS": "0"}, r"SYNCPACE_CLOCK_ROUNDS: must be in \[1, 10000\], got 0"),
+        ({"SYNCPACE_FLUSH_INTERVAL_S": "-1"}, r"SYNCPACE_FLUSH_INTERVAL_S: must be in \[0.01,"),
+        ({"SYNCPACE_FLUSH_INTERVAL_S": "nan"}, "SYNCPACE_FLUSH_INTERVAL_S: must be a finite"),
     ],
 )
 def test_bad_values_are_named(env, message):

@@ -23,7 +23,7 @@ FOUNDATION = {"errors", "_version", "config", "console", "ports", "syncpace"}
 ALLOWED: dict[str, set[str]] = {
     "trace": set(),
     "control": set(),
-    "fabric": set(),
+    "fabric": {"trace"},  # the run directory's file names (link counters)
     "analysis": {"trace"},
     "importers": {"trace"},
     "capture": {"trace", "control"},

@@ -12,7 +12,9 @@ def attach(out: str | None = None, **settings: object) -> None:
     """Trace every collective of this process; call before ``init_process_group``.
 
     ``out`` is the run directory (default ``$SYNCPACE_DIR`` or ``./syncpace-run``);
-    other keyword arguments are :class:`syncpace.capture.config.TraceConfig` fields.
+    other keyword arguments are fields of :class:`syncpace.capture.config.TraceConfig`,
+    :class:`syncpace.control.config.PacingConfig` (``strategy="early"``, ``lag``, ``ab``,
+    …) or :class:`syncpace.control.config.ControllerConfig`.
     """
     from syncpace.capture.tracer import attach as _attach  # lazy: the tracer pulls in torch
 

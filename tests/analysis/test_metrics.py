@@ -8,10 +8,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from syncpace.analysis import compute_metrics
-from syncpace.analysis.collectives import busbw_factor
 from syncpace.analysis.overlap import _union_slow, union_and_tail
 from syncpace.analysis.scaling import scaling_curve
 from syncpace.trace import load_trace
+from syncpace.trace.busbw import bus_factor as busbw_factor
 
 MS = 1_000_000
 

@@ -4,6 +4,7 @@ changes exactly what it says."""
 
 from __future__ import annotations
 
+from collections import namedtuple
 from pathlib import Path
 
 import numpy as np
@@ -107,6 +108,7 @@ def test_links_at_a_rate_cap_each_transfer_at_the_model_time(tmp_path: Path) -> 
 
 
 def test_a_pacer_delays_the_first_collective_lag_steps_later(tmp_path: Path) -> None:
+    Decided = namedtuple("Decided", "apply_at delays_s")  # what control.Pacer returns
     _, prog = program_of(blocking_job(tmp_path, {0: 20, 1: 30, 2: 20, 3: 20}, steps=8))
 
     class Hold:
@@ -115,22 +117,22 @@ def test_a_pacer_delays_the_first_collective_lag_steps_later(tmp_path: Path) -> 
         def __init__(self, world: int) -> None:
             self.world = world
 
-        def observe(self, arrivals, step_time):
+        def observe(self, step, arrivals, step_time):
             assert len(arrivals) == self.world and step_time == pytest.approx(0.035)
             assert arrivals[1] == pytest.approx(arrivals.max())  # rank 1 arrives last
-            return type("D", (), {"delays_s": np.array([0.005, 0, 0, 0])})()
+            return Decided(step + 2, np.array([0.005, 0, 0, 0]))
 
     class Late(Hold):
         """Delays the last rank: every paced iteration grows by the delay."""
 
-        def observe(self, arrivals, step_time):
-            return type("D", (), {"delays_s": np.array([0, 0.005, 0, 0])})()
+        def observe(self, step, arrivals, step_time):
+            return Decided(step + 2, np.array([0, 0.005, 0, 0]))
 
     plain = run(prog).iteration_ns
-    held = run(prog, Change(pacer=Hold, lag=2))
+    held = run(prog, Change(pacer=Hold))
     np.testing.assert_allclose(held.iteration_ns, plain)
     assert held.pacing["paced_steps"] == len(prog.steps)
-    late = run(prog, Change(pacer=Late, lag=2)).iteration_ns
+    late = run(prog, Change(pacer=Late)).iteration_ns
     # decisions from the first replayed step apply two steps later
     np.testing.assert_allclose(late[:2], plain[:2])
     np.testing.assert_allclose(late[2:], plain[2:] + 5 * MS)

@@ -7,8 +7,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from planted import SCENARIOS, generate
 from syncpace.analysis import analyze
-from syncpace.sim import SCENARIOS, generate
 
 
 def test_runs_of_growing_size_give_a_scaling_curve(tmp_path: Path) -> None:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from planted import SCENARIOS
 from syncpace.analysis import Analysis, Finding, Severity, analyze
-from syncpace.sim import SCENARIOS
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
@@ -124,8 +124,8 @@ def test_real_ddp_run_names_its_planted_straggler() -> None:
 
 
 def test_contention_over_the_whole_run_needs_the_link_rate(tmp_path) -> None:
+    from planted import generate
     from syncpace.analysis import Thresholds
-    from syncpace.sim import generate
 
     # every cross-node transfer 2.5x slower: the run's own best is slow too
     sc = SCENARIOS["fabric_contention"].replace(steps=12, cross_inflation=(2.5, 2.6))

@@ -14,6 +14,7 @@ import secrets
 
 import pytest
 
+from syncpace.bench.config import BenchConfig
 from syncpace.bench.on_fabric import bench_on_fabric, busbw_fractions, host_rate_gbps
 from syncpace.fabric import build_spec
 from syncpace.fabric.backend import SystemBackend
@@ -55,12 +56,16 @@ def fabric(tmp_path_factory):
 
 
 def test_all_reduce_busbw_approaches_the_link_rate(fabric, tmp_path):
-    bench = bench_on_fabric(
-        fabric,
-        ["all_reduce", "-b", "1M", "-e", "2M", "-n", "3", "-w", "1", "--no-pairs"],
-        tmp_path / "run",
+    config = BenchConfig(
+        ops="all_reduce",
+        min_bytes="1M",
+        max_bytes="2M",
+        iters=3,
+        warmup=1,
+        pairs=False,
         timeout_s=120,
     )
+    bench = bench_on_fabric(fabric, config, tmp_path / "run")
     fractions = [f for _, _, f in busbw_fractions(bench, host_rate_gbps(fabric))]
     print("all_reduce busbw / link rate:", [f"{f:.3f}" for f in fractions])
     assert len(fractions) == 2 and all(0.85 <= f <= 1.02 for f in fractions)
@@ -68,13 +73,11 @@ def test_all_reduce_busbw_approaches_the_link_rate(fabric, tmp_path):
 
 
 def test_a_slow_link_shows_as_the_slowest_pairs(fabric, tmp_path):
-    bench = bench_on_fabric(
-        fabric,
-        ["--pairs-only", "--pair-bytes", "512K", "--pair-iters", "4", "--slow-fraction", "0.5"],
-        tmp_path / "run",
-        faults=[parse_fault(f"rate h{SLOW}-sw 20mbit")],
-        timeout_s=120,
+    config = BenchConfig(
+        pairs_only=True, pair_bytes="512K", pair_iters=4, slow_fraction=0.5, timeout_s=120
     )
+    faults = [parse_fault(f"rate h{SLOW}-sw 20mbit")]
+    bench = bench_on_fabric(fabric, config, tmp_path / "run", faults=faults)
     m = bench["pairs"]
     entries = sorted(
         (m["bandwidth_gbps"][i][j], i, j) for i in range(HOSTS) for j in range(HOSTS) if i != j

@@ -13,11 +13,12 @@ from hypothesis import strategies as st
 
 from syncpace.bench.config import BenchConfig, parse_size
 from syncpace.bench.fit import fit_alpha_beta, fit_rows
-from syncpace.bench.ops import OPS, bus_factor, layout, reduced_table, resolve_ops
+from syncpace.bench.ops import OPS, layout, reduced_table, resolve_ops
 from syncpace.bench.pairs import flag_slow, round_robin
 from syncpace.bench.results import BenchResult, IterStats, SizeRow
 from syncpace.bench.table import footer, header, row
 from syncpace.errors import BenchError, SyncpaceError
+from syncpace.trace.busbw import bus_factor
 
 
 @pytest.mark.parametrize(

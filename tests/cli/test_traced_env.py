@@ -7,8 +7,7 @@ import sys
 
 from syncpace.capture.config import TraceConfig
 from syncpace.capture.launch import BOOTSTRAP_DIR, traced_env
-from syncpace.control.config import ControllerConfig
-from syncpace.control.policy import PacingConfig
+from syncpace.control.config import ControllerConfig, PacingConfig
 
 
 def test_traced_env_carries_every_config(tmp_path):
@@ -16,12 +15,14 @@ def test_traced_env_carries_every_config(tmp_path):
         tmp_path,
         TraceConfig(dir=str(tmp_path), flush_interval_s=0.5),
         {"PYTHONPATH": "/x"},
-        ControllerConfig(pace="early", ab=False),
-        PacingConfig(hold=2),
+        ControllerConfig(log_every=5),
+        PacingConfig(strategy="early", ab=False, hold=2),
     )
     assert env["SYNCPACE_DIR"] == str(tmp_path)
     assert env["PYTHONPATH"] == f"{BOOTSTRAP_DIR}:/x"
-    assert (env["SYNCPACE_PACE"], env["SYNCPACE_AB"], env["SYNCPACE_HOLD"]) == ("early", "0", "2")
+    pacing = (env["SYNCPACE_STRATEGY"], env["SYNCPACE_AB"], env["SYNCPACE_HOLD"])
+    assert pacing == ("early", "0", "2")
+    assert env["SYNCPACE_LOG_EVERY"] == "5"
     assert env["SYNCPACE_FLUSH_INTERVAL_S"] == "0.5"
 
 
@@ -35,7 +36,7 @@ def test_fabric_run_rejects_a_bad_pacing_value_before_anything(tmp_path):
             "fabric",
             "run",
             "--trace",
-            "--pace",
+            "--strategy",
             "fast",
             "--out",
             str(out),
@@ -48,6 +49,6 @@ def test_fabric_run_rejects_a_bad_pacing_value_before_anything(tmp_path):
     )
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
-        "syncpace fabric: error: pace must be off, early or target, got 'fast'"
+        "syncpace fabric: error: --strategy: must be one of off, early, target, got 'fast'"
     ]
     assert not out.exists()

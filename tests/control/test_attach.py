@@ -1,4 +1,4 @@
-"""syncpace.attach(pace=...) routes each setting to the right configuration."""
+"""syncpace.attach(strategy=...) routes each setting to the right configuration."""
 
 from __future__ import annotations
 
@@ -13,13 +13,14 @@ def run(code: str) -> subprocess.CompletedProcess:
 def test_attach_splits_settings(tmp_path):
     proc = run(
         "import syncpace\n"
-        f"syncpace.attach({str(tmp_path)!r}, pace='target', hold=2, flush_interval_s=0.5)\n"
+        f"syncpace.attach({str(tmp_path)!r}, strategy='target', hold=2,"
+        " channel_timeout_s=3.5, flush_interval_s=0.5)\n"
         "from syncpace.capture.tracer import TRACER as t\n"
-        "print(t.controller_config.pace, t.pacing_config.hold, t.config.flush_interval_s,"
-        " t.config.dir)\n"
+        "print(t.pacing_config.strategy, t.pacing_config.hold,"
+        " t.controller_config.channel_timeout_s, t.config.flush_interval_s, t.config.dir)\n"
     )
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split() == ["target", "2", "0.5", str(tmp_path)]
+    assert proc.stdout.split() == ["target", "2", "3.5", "0.5", str(tmp_path)]
 
 
 def test_attach_rejects_unknown_setting(tmp_path):

@@ -7,7 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from syncpace.control.policy import PacingConfig, PacingPolicy
+from syncpace.control.config import PacingConfig
+from syncpace.control.policy import PacingPolicy
 from syncpace.errors import ConfigError
 
 
@@ -121,18 +122,24 @@ def test_target_strategy_paces_towards_the_late_quantile():
 def test_deterministic():
     rng = np.random.default_rng(3)
     seq = [(rng.random(8) * 0.05, 0.1 + rng.random() * 0.01) for _ in range(50)]
-    p1, p2 = PacingPolicy(PacingConfig(hold=2), 8), PacingPolicy(PacingConfig(hold=2), 8)
+    config = PacingConfig(strategy="early", hold=2)
+    p1, p2 = PacingPolicy(config, 8), PacingPolicy(config, 8)
+    paced = 0
     for x, t in seq:
         d1, d2 = p1.observe(x, t), p2.observe(x, t)
         assert d1.active == d2.active and (d1.delays_s == d2.delays_s).all()
+        paced += int(d1.delays_s.any())
+    assert paced > 0  # the sequence is skewed enough to pace: the delays were compared
 
 
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"strategy": "fast"}, "strategy must be one of off, early, target"),
-        ({"on_skew": 0.05, "off_skew": 0.1}, "need 0 < off_skew < on_skew"),
-        ({"gain": 0}, "gain must be in"),
+        ({"strategy": "fast"}, "strategy: must be one of off, early, target, got 'fast'"),
+        ({"on_skew": 0.05, "off_skew": 0.1}, "need off_skew < on_skew"),
+        ({"gain": 0}, r"gain: must be in \(0, 1\], got 0"),
+        ({"max_delay_s": float("nan")}, "max_delay_s: must be a finite number"),
+        ({"ab_min_pairs": 5, "ab_max_pairs": 3}, "need ab_min_pairs <= ab_max_pairs"),
     ],
 )
 def test_bad_config(kwargs, message):

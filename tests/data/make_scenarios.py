@@ -1,7 +1,7 @@
 """Regenerate the saved scenario traces: ``python tests/data/make_scenarios.py``.
 
 Each directory next to this script is one seeded synthetic run from
-``syncpace.sim.scenarios`` with a planted cause (or none, ``healthy``).
+``tests/planted.py`` with a planted cause (or none, ``healthy``).
 """
 
 from __future__ import annotations
@@ -10,9 +10,10 @@ import shutil
 import sys
 from pathlib import Path
 
-from syncpace.sim import SCENARIOS, generate
-
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))  # tests/: the fixture generator beside multirank.py
+
+from planted import SCENARIOS, generate  # noqa: E402
 
 
 def main() -> int:

@@ -22,11 +22,12 @@ import pytest
 
 from syncpace.fabric import build_spec, bulk
 from syncpace.fabric.backend import SystemBackend
-from syncpace.fabric.counters import LINKS_FILE, sample
+from syncpace.fabric.counters import sample
 from syncpace.fabric.faults import Context, Scheduler, parse_fault
 from syncpace.fabric.lifecycle import down, existing_namespaces, up
 from syncpace.fabric.runner import RunOptions, run_job
 from syncpace.fabric.state import STATE_DIR_ENV, load_state
+from syncpace.trace.schema import LINKS_FILE
 
 pytestmark = pytest.mark.root
 
@@ -288,12 +289,15 @@ def test_a_link_flap_during_a_job_is_survived_or_reported(fabric, tmp_path):
     result = _run(fabric, tmp_path, command, ["flap h1-leaf0 at=5 for=2"], timeout=60)
     assert time.monotonic() - start < 60 + 15
     print(f"flap: {result.reason} after {result.elapsed_s:.1f} s {result.returncodes}")
-    assert result.reason == "completed" or result.reason.startswith("failed on")
+    # TCP rides out a 2 s outage well inside gloo's 30 s timeout: the job completes
+    assert result.reason == "completed", result.reason
+    assert result.returncodes == {f"h{i}": 0 for i in range(4)}
     log = [json.loads(x) for x in (tmp_path / "fabric-faults.jsonl").read_text().splitlines()]
     assert [(r["phase"], r["detail"]) for r in log] == [("start", "link down"), ("end", "link up")]
-    if result.reason == "completed":
-        steps = json.loads((tmp_path / "steps.json").read_text())
-        assert max(steps) >= 1.0  # the outage is visible as one long step
+    steps = json.loads((tmp_path / "steps.json").read_text())
+    assert len(steps) == 30
+    # the outage is one long step: at least most of the 2 s the link was down
+    assert max(steps) >= 1.5, max(steps)
 
 
 def test_killing_a_rank_ends_the_job_within_the_grace(fabric, tmp_path):
@@ -317,7 +321,10 @@ def test_a_cpu_straggler_is_slower(fabric, tmp_path):
     assert result.returncode == 0, result
     wall = {r: json.loads((tmp_path / str(r)).read_text()) for r in range(4)}
     print("straggler wall times for 0.5 s of CPU:", wall)
-    assert wall[3] > 2.5 * max(wall[0], wall[1], wall[2])
+    # A cap of 0.1 CPU makes 0.5 s of CPU take at least 5 s of wall time, however loaded
+    # the machine is; the uncapped hosts may be slowed by load but never capped.
+    assert wall[3] >= 0.9 * 0.5 / 0.1
+    assert wall[3] > max(wall[0], wall[1], wall[2])
     assert not list(Path("/sys/fs/cgroup").glob(f"*/syncpace-{fabric.name}"))
 
 

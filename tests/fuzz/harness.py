@@ -711,7 +711,7 @@ CLI_VERBS = {
                  "--bench", "--straggler-factor"],
     "report": ["-o", "--warmup-steps", "--comm-share"],
     "export": ["--perfetto", "-o"],
-    "simulate": ["--nodes", "--steps", "--seed", "--set", "--json", "--tier", "--pace",
+    "simulate": ["--nodes", "--steps", "--seed", "--set", "--json", "--tier", "--strategy",
                  "--max-trace-ranks", "--gpus-per-node"],
     "fabric": ["down", "status"],
 }  # fmt: skip

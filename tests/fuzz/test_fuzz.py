@@ -97,12 +97,8 @@ def test_damaged_traces(bases, snapshots, work):
     case()
 
 
-@pytest.mark.xfail(
-    reason="scenario values of the wrong type or encoding are not all refused in one line yet",
-    strict=False,
-)
 def test_damaged_scenario_files(work):
-    @settings(CI, phases=[Phase.generate])  # expected to fail for now: no shrinking
+    @settings(CI)
     @given(h.scenario_damages())
     def case(damage):
         _assert_clean(h.run_scenario_case(damage, work), damage)

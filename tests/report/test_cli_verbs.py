@@ -67,7 +67,7 @@ def _bench(path, fits) -> None:
 def test_diagnose_takes_the_link_rate_from_a_bench_result(tmp_path, capsys):
     """Contention over the whole run is invisible against the run's own best transfer;
     the bench's bus bandwidth (measured on the same fabric) makes it visible."""
-    from syncpace.sim import SCENARIOS, generate
+    from planted import SCENARIOS, generate
 
     sc = SCENARIOS["fabric_contention"].replace(steps=12, cross_inflation=(2.5, 2.6))
     run = generate(sc, tmp_path / "run")

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from planted import SCENARIOS, generate
 from syncpace.analysis import analyze
 from syncpace.report.browser import FIRST_SCREEN, dump_dom, find_chromium
 from syncpace.report.html import render_html, write_html
-from syncpace.sim import SCENARIOS, generate
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 DEMO = [DATA / "demo" / "trace", DATA / "demo" / "trace-paced"]

@@ -6,7 +6,7 @@ phases are the same job without it.
 
 from __future__ import annotations
 
-from planted import Scenario
+from suite import Scenario
 
 #: DDP over a small MLP, buckets overlapped with a sleeping backward: nothing to fix.
 DDP = ("--comm", "ddp", "--compute-ms", "40", "--bwd-ms", "20")

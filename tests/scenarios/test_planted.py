@@ -19,7 +19,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import planted  # noqa: E402
+import suite  # noqa: E402
 
 from syncpace.analysis import analyze  # noqa: E402
 
@@ -32,9 +32,9 @@ DRIFT = 0.15
 #: (phase, steps, plants, expected first mode, expected ranks)
 PHASES = [
     ("warm-up", 6, {}, None, None),  # DDP rebuilds its buckets, clocks settle: not judged
-    ("healthy", 16, {}, planted.HEALTHY, None),
+    ("healthy", 16, {}, suite.HEALTHY, None),
     ("straggler", 16, {"slow_ranks": "2", "slow_ms": 15}, "straggler", (2,)),
-    ("healthy-after", 16, {}, planted.HEALTHY, None),  # the rerun without the straggler
+    ("healthy-after", 16, {}, suite.HEALTHY, None),  # the rerun without the straggler
     ("stall", 16, {"stall_step": 8, "stall_rank": 1, "stall_ms": 1500}, "stall", (1,)),
     ("latency-bound", 12, {"small": 60}, "latency_bound", None),
     ("poor-overlap", 16, {"overlap": "poor", "bwd_ms": 90}, "poor_overlap", None),
@@ -46,9 +46,9 @@ PHASES = [
 def phases(tmp_path_factory) -> list:
     out = tmp_path_factory.mktemp("planted")
     plan = tuple((name, n, plants) for name, n, plants, _, _ in PHASES)
-    sc = planted.Scenario(name="short", plant="six phases", job=BASE, plan=plan, timeout_s=150)
-    run_dir = planted.run_scenario(sc, out / "run")
-    return planted.phase_traces(run_dir, [n for _, n, _, _, _ in PHASES])
+    sc = suite.Scenario(name="short", plant="six phases", job=BASE, plan=plan, timeout_s=150)
+    run_dir = suite.run_scenario(sc, out / "run")
+    return suite.phase_traces(run_dir, [n for _, n, _, _, _ in PHASES])
 
 
 @pytest.fixture(scope="module")
@@ -61,12 +61,12 @@ def test_each_planted_cause_comes_first(analyses) -> None:
     for name, _, plants, expected, ranks in PHASES:
         if expected is None:
             continue
-        sc = planted.Scenario(name=name, plant=str(plants), expected=expected, expected_ranks=ranks)
+        sc = suite.Scenario(name=name, plant=str(plants), expected=expected, expected_ranks=ranks)
         analysis = analyses[name]
-        outcomes.append(planted.score(sc, analysis))
+        outcomes.append(suite.score(sc, analysis))
         assert analysis.what_if[0] is not None
         assert abs(analysis.what_if[0].replay_error) < 0.01  # the plain replay, real trace
-    print("\n" + planted.confusion_text(outcomes))
+    print("\n" + suite.confusion_text(outcomes))
     missed = [(o.scenario, o.top, o.top_ranks, o.false_critical) for o in outcomes if not o.passed]
     assert not missed, missed
 
@@ -79,7 +79,7 @@ def test_the_straggler_counterfactual_predicts_the_clean_phases(analyses) -> Non
     machine's load can move a whole phase by more than the plant."""
     before, after = (analyses[n].runs[0].iteration_ns / 1e6 for n in ("healthy", "healthy-after"))
     slow = analyses["straggler"].runs[0].iteration_ns / 1e6
-    predicted = planted.predict(analyses["straggler"], "straggler:2")
+    predicted = suite.predict(analyses["straggler"], "straggler:2")
     assert predicted is not None
     print(f"\nclean {before:.1f}, {after:.1f} ms; planted {slow:.1f}; predicted {predicted:.1f}")
     if abs(before / after - 1) > DRIFT:

@@ -49,7 +49,7 @@ def test_study_json_has_both_arms(capsys) -> None:
         "3",
         "--steps",
         "30",
-        "--pace",
+        "--strategy",
         "early",
         "--json",
     )
@@ -62,7 +62,9 @@ def test_study_json_has_both_arms(capsys) -> None:
         (4, True),
     ]
     assert rows[0]["speedup"] == 1.0 and rows[0]["efficiency"] == 1.0
-    assert all({"throughput", "cv", "p99_ms", "pacing_gain"} <= set(r) for r in rows)
+    assert all({"throughput", "cv", "p99_ms", "pacing_gain", "ab_state"} <= set(r) for r in rows)
+    # the paced arm runs the live pacer: its A/B guard is still probing after 30 steps
+    assert [r["ab_state"] for r in rows] == [None, None, "probing", "probing"]
 
 
 def test_study_table_and_plot(tmp_path: Path, capsys) -> None:
@@ -76,12 +78,14 @@ def test_study_table_and_plot(tmp_path: Path, capsys) -> None:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--topology", "torus"], "topology must be one of"),
+        (["--topology", "torus"], "--topology: must be one of switch, leafspine, fattree"),
         (["--nodes", "4,x"], "--nodes expects integers"),
-        (["--pace", "sometimes"], "--pace must be one of"),
+        (["--strategy", "sometimes"], "--strategy: must be one of off, early, target"),
+        (["--oversub", "nan"], "--oversub: must be a finite number in [1, 1000], got nan"),
+        (["--set", "run.seed=-1"], "--set run.seed: must be in [0, 1e18], got -1"),
         (["--set", "noise.jitterr=0.1"], "unknown keys ['jitterr']"),
         (["--set", "nosuch.key=1"], "expected SECTION.KEY=VALUE"),
-        (["--scenario", "/nonexistent.toml"], "cannot read the scenario file"),
+        (["--scenario", "/nonexistent.toml"], "/nonexistent.toml: cannot read"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(capsys, argv: list[str], message: str) -> None:
@@ -93,11 +97,12 @@ def test_bad_input_is_one_line_and_exit_2(capsys, argv: list[str], message: str)
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("[topology]\nkind = 'ring'\n", "topology must be one of"),
+        ("[topology]\nkind = 'ring'\n", "bad.toml [topology] kind: must be one of"),
         ("[topologyy]\nnodes = 2\n", "unknown section [topologyy]"),
-        ("[noise]\njitter = 'big'\n", "jitter must be a number"),
+        ("[noise]\njitter = 'big'\n", "bad.toml [noise] jitter: must be a number, got 'big'"),
         ("[topology\n", "not valid TOML"),
-        ("[study]\nnodes = [4, -1]\n", "nodes must be a list of positive integers"),
+        ("[study]\nnodes = [4, -1]\n", "bad.toml [study] nodes: must be a list of integers"),
+        ("[study]\npace = true\n", "[study]: 'pace' is gone"),
     ],
 )
 def test_bad_scenario_file(tmp_path: Path, capsys, text: str, message: str) -> None:
@@ -115,7 +120,7 @@ def test_example_scenarios_load(path: Path) -> None:
 
 def test_reference_study_scenario_is_the_reference_setting() -> None:
     scen = scenario.load(EXAMPLES / "reference_study.toml")
-    assert scen.study_nodes == (4, 8, 16, 32, 64) and scen.study_pace
+    assert scen.study_nodes == (4, 8, 16, 32, 64) and scen.config.pacing.strategy == "early"
     assert scen.config.topology.kind == "leafspine" and scen.config.topology.oversub == 3
 
 
@@ -137,7 +142,7 @@ def test_study_writes_one_trace_per_run(tmp_path: Path, capsys) -> None:
         "2",
         "--steps",
         "12",
-        "--pace",
+        "--strategy",
         "early",
         "--out",
         str(tmp_path),

@@ -19,7 +19,7 @@ NIC = 20.0  # GB/s
 def flat(nodes: int) -> Topology:
     """One GPU per node on one switch: every rank has one NIC-limited link."""
     return Topology(
-        TopologySpec(kind="switch", nodes=nodes, gpus_per_node=1, nics_per_node=1, nic_gbs=NIC)
+        TopologySpec(kind="switch", nodes=nodes, gpus_per_node=1, nics_per_node=1, nic_gbps=NIC)
     )
 
 
@@ -58,8 +58,8 @@ def test_hierarchical_matches_formula(nodes: int, gpus: int) -> None:
             nodes=nodes,
             gpus_per_node=gpus,
             nics_per_node=gpus,
-            nic_gbs=NIC,
-            intra_gbs=intra,
+            nic_gbps=NIC,
+            intra_gbps=intra,
         )
     )
     spec = NetworkSpec(algorithm="hierarchical", alpha_us=ALPHA_US, alpha_intra_us=1.0)

@@ -86,7 +86,7 @@ def test_calibrated_simulation_of_a_clean_star():
     """Without noise the simulated iteration is compute + buckets × ring all-reduce."""
     prof = compute_profile(_table([100.0, 100.0], jitter=0.0))
     point = Point(name="p", topology="star", ranks=2, buckets=2, bucket_bytes=1 << 20)
-    cal = Calibration(source="synthetic", alpha_us=0.0, bandwidth_gbs=0.01)
+    cal = Calibration(source="synthetic", alpha_us=0.0, bandwidth_gbps=0.01)
     s = sim_stats(simulate(sim_config(point, cal, prof, steps=50)))
     ring_ms = 2 * (2 - 1) / 2 * (1 << 20) / 0.01e9 * 1e3  # 2(n−1)/n·S/B
     assert s.transfer_ms == pytest.approx(ring_ms, rel=0.01)
@@ -112,7 +112,7 @@ def test_a_flow_into_a_ranks_host_slows_its_simulated_transfers(share, factor):
     """On a 4-host star, a greedy flow h1->h0 halves the ring's rate (it shares h1's
     and h0's links with the ring); a UDP flow at 50 % leaves its wire share's rest."""
     prof = compute_profile(_table([100.0] * 4, jitter=0.0))
-    cal = Calibration(source="synthetic", alpha_us=0.0, bandwidth_gbs=0.01)
+    cal = Calibration(source="synthetic", alpha_us=0.0, bandwidth_gbps=0.01)
 
     def transfer(**kw) -> float:
         point = Point(name="p", topology="star", ranks=4, **kw)
@@ -133,7 +133,7 @@ def test_cli_refuses_unknown_points_and_short_runs(capsys):
     assert main(["validate", "--points", "star4,nope"]) == 2
     assert "unknown points ['nope']" in capsys.readouterr().err
     assert main(["validate", "--steps", "3"]) == 2
-    assert "--steps must be >= 10" in capsys.readouterr().err
+    assert "--steps: must be in [10, 100000], got 3" in capsys.readouterr().err
 
 
 def _row(point: str, passed: bool) -> Comparison:

@@ -88,7 +88,7 @@ def analyze(
     """Analyse one or several runs: of one job (equal world sizes, compared side by
     side) or of different world sizes (a scaling curve).
 
-    ``pacer`` (world size -> pacing policy, e.g. ``control.make_policy`` with a config)
+    ``pacer`` (world size -> pacer, e.g. ``control.Pacer`` with a ``PacingConfig``)
     adds a what-if row with pacing on, run live inside the replay."""
     if isinstance(traces, (Trace, str, os.PathLike)):
         traces = [traces]

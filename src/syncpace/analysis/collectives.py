@@ -17,37 +17,19 @@ import numpy as np
 import polars as pl
 
 from syncpace.analysis import kernels
+from syncpace.trace.busbw import FACTORS
 
 P2P_OPS = ("send", "recv")
 
-#: nccl-tests bus-bandwidth factors: busbw = algbw x factor(n). They assume a flat
-#: topology (every link as fast as every other), see docs/analysis.md.
-_N_MINUS_1_OVER_N = ("all_gather", "reduce_scatter", "all_to_all", "gather", "scatter")
-_UNIT = ("broadcast", "reduce", "send", "recv")
-
-
-def busbw_factor(op: str, n: int) -> float | None:
-    """The nccl-tests factor of ``op`` over ``n`` ranks (``None`` for a barrier)."""
-    if op == "all_reduce":
-        return 2 * (n - 1) / n
-    if op in _N_MINUS_1_OVER_N:
-        return (n - 1) / n
-    if op in _UNIT:
-        return 1.0
-    return None
-
 
 def _factor_expr(op: pl.Expr, n: pl.Expr) -> pl.Expr:
+    """nccl-tests' bus factor (:mod:`syncpace.trace.busbw`; it assumes a flat topology,
+    see docs/analysis.md) as a polars expression: null for an op that moves no data."""
     n = n.cast(pl.Float64)
-    return (
-        pl.when(op == "all_reduce")
-        .then(2 * (n - 1) / n)
-        .when(op.is_in(_N_MINUS_1_OVER_N))
-        .then((n - 1) / n)
-        .when(op.is_in(_UNIT))
-        .then(pl.lit(1.0))
-        .otherwise(None)
-    )
+    a, b = ({k: v[i] for k, v in FACTORS.items()} for i in (0, 1))
+    share = op.replace_strict(a, default=None, return_dtype=pl.Float64)
+    unit = op.replace_strict(b, default=None, return_dtype=pl.Float64)
+    return share * (n - 1) / n + unit
 
 
 @dataclass(frozen=True)

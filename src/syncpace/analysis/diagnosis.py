@@ -98,7 +98,7 @@ def order(findings: list[Finding]) -> list[Finding]:
 def what_if_table(ctx: Context, findings: list[Finding]) -> WhatIf | None:
     """Every finding's counterfactual, the generic ones (no jitter, ideal overlap, links
     at the run's best or the benchmarked rate, the slowest rank like the others, pacing
-    with the live policy when a policy is given), and all found causes removed at once."""
+    with the live pacer when one is given), and all found causes removed at once."""
     prog, base = ctx.program, ctx.base
     if prog is None or base is None or base.measured_ns <= 0:
         return None
@@ -123,7 +123,7 @@ def what_if_table(ctx: Context, findings: list[Finding]) -> WhatIf | None:
             lambda p: cf.compute_like_others(p, [slowest]),
         )
     if ctx.pacer is not None:
-        ctx.counterfactual("pacing", "pacing on (live policy)", cf.paced(ctx.pacer))
+        ctx.counterfactual("pacing", "pacing on (the live pacer)", cf.paced(ctx.pacer))
     causes = [
         ctx.replays[n][1]
         for f, n in zip(replayed, names, strict=True)

@@ -1,14 +1,14 @@
 """Thresholds of the diagnosis: every judgement the detectors make is a parameter here.
 
 Metrics never read these; detectors do. ``syncpace diagnose`` exposes each field as a
-flag (and a ``SYNCPACE_*`` variable), so a user can tighten or relax any rule.
+flag, so a user can tighten or relax any rule.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
-from syncpace.config import setting
+from syncpace.config import check_numbers, setting
 from syncpace.errors import ConfigError
 
 
@@ -102,26 +102,38 @@ class Thresholds:
     )
 
     def __post_init__(self) -> None:
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if value < 0:
-                raise ConfigError(f"threshold {f.name} must be >= 0, got {value}")
+        check_numbers(
+            self,
+            critical_cost="[0, 1]",
+            warning_cost="[0, 1]",
+            straggler_min_share="[0, 1]",
+            straggler_factor="[1, 1000]",
+            locality_node_fraction="[0, 1]",
+            sync_wait_share="[0, 1]",
+            sync_spread="[0, 1]",
+            stall_min_share="[0, 1000]",
+            stall_max_steps="[0, 1]",
+            lag_min_share="[0, 1]",
+            fabric_inflation="[1, 1000]",
+            fabric_skew_correlation="[0, 1]",
+            latency_knee_bytes="[0, 1099511627776]",
+            latency_min_per_step="[0, 1000000000]",
+            latency_min_share="[0, 1]",
+            bandwidth_near_best="[0, 1]",
+            bandwidth_min_exposed="[0, 1]",
+            overlap_min_exposed="[0, 1]",
+            overlap_max_ratio="[0, 1]",
+            comm_share="[0, 1]",
+            link_gbps="[0, 1000000]",
+            link_alpha_us="[0, 1000000]",
+            clock_trust_factor="[0, 1000]",
+            min_steps="[0, 1000000000]",
+            host_loss_ratio="[0, 1]",
+            link_peak_utilisation="[0, 1]",
+            gpu_throttle_share="[0, 1]",
+        )
         if self.warning_cost > self.critical_cost:
             raise ConfigError(
                 f"warning_cost ({self.warning_cost}) must not exceed critical_cost "
                 f"({self.critical_cost})"
             )
-        for name in (
-            "locality_node_fraction",
-            "sync_spread",
-            "overlap_max_ratio",
-            "comm_share",
-            "host_loss_ratio",
-            "gpu_throttle_share",
-        ):
-            if getattr(self, name) > 1:
-                raise ConfigError(
-                    f"threshold {name} is a fraction in 0..1, got {getattr(self, name)}"
-                )
-        if self.straggler_factor < 1 or self.fabric_inflation < 1:
-            raise ConfigError("straggler_factor and fabric_inflation must be >= 1")

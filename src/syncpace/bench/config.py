@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import ClassVar
 
 from syncpace.bench.ops import resolve_ops
-from syncpace.config import setting
+from syncpace.config import check_numbers, setting
 from syncpace.errors import BenchError
 
 _SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
 _MULTIPLE = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+#: The largest message size accepted (1 TiB): beyond any device's memory.
+MAX_SIZE = 1 << 40
 
 #: Accepted ``--dtype`` spellings → the canonical name (nccl-tests' where it has one).
 DTYPE_ALIASES = {
@@ -51,8 +54,8 @@ def parse_size(text: str | int, what: str = "size") -> int:
                 "(bytes, K/M/G = 1024-multiples)"
             )
         value = int(match.group(1)) * _MULTIPLE[match.group(2).lower()]
-    if value < 1:
-        raise BenchError(f"{what}: must be at least 1 byte, got {text!r}")
+    if not 1 <= value <= MAX_SIZE:
+        raise BenchError(f"{what}: must be in 1 byte..1T, got {text!r}")
     return value
 
 
@@ -65,7 +68,10 @@ def format_size(n: int) -> str:
 
 @dataclass(kw_only=True, slots=True)
 class BenchConfig:
-    """What ``syncpace bench`` measures, how long, and where it writes."""
+    """What ``syncpace bench`` measures, how long, and where it writes. Read by each rank
+    from ``SYNCPACE_BENCH_*`` variables when the launcher starts it (``--nproc``)."""
+
+    ENV_PREFIX: ClassVar[str] = "SYNCPACE_BENCH_"
 
     ops: str = setting(
         "all",
@@ -107,41 +113,35 @@ class BenchConfig:
     timeout_s: float = setting(600.0, "Bound on every wait (process group, launch join).")
 
     def __post_init__(self) -> None:
-
+        check_numbers(
+            self,
+            BenchError,
+            step_factor="[2, 1024]",
+            iters="[1, 100000]",
+            warmup="[0, 100000]",
+            gap_ms="[0, 60000]",
+            root="[0, 1000000]",
+            pair_iters="[1, 10000]",
+            slow_fraction="(0, 1)",
+            nproc="[0, 64]",
+            timeout_s="(0, 86400]",
+        )
         resolve_ops(self.ops)
         lo, hi = self.min_bytes_n, self.max_bytes_n
         if lo > hi:
             raise BenchError(f"min_bytes ({self.min_bytes}) is larger than max_bytes ({hi})")
-        if not 2 <= self.step_factor <= 1024:
-            raise BenchError(f"step_factor must be in 2..1024, got {self.step_factor}")
-        if not 1 <= self.iters <= 100_000:
-            raise BenchError(f"iters must be in 1..100000, got {self.iters}")
-        if not 0 <= self.warmup <= 100_000:
-            raise BenchError(f"warmup must be in 0..100000, got {self.warmup}")
-        if not 0 <= self.gap_ms <= 60_000:
-            raise BenchError(f"gap_ms must be in 0..60000, got {self.gap_ms}")
         if self.dtype.lower() not in DTYPE_ALIASES:
             raise BenchError(
                 f"unknown dtype {self.dtype!r}; one of {', '.join(sorted(set(DTYPE_ALIASES)))}"
             )
         if self.redop not in REDOPS:
             raise BenchError(f"unknown redop {self.redop!r}; one of {', '.join(REDOPS)}")
-        if self.root < 0:
-            raise BenchError(f"root must be >= 0, got {self.root}")
         parse_size(self.pair_bytes, "pair_bytes")
         parse_size(self.pair_latency_bytes, "pair_latency_bytes")
-        if not 1 <= self.pair_iters <= 10_000:
-            raise BenchError(f"pair_iters must be in 1..10000, got {self.pair_iters}")
-        if not 0 < self.slow_fraction < 1:
-            raise BenchError(f"slow_fraction must be in (0, 1), got {self.slow_fraction}")
         if self.backend not in ("", "gloo", "nccl"):
             raise BenchError(f"backend must be gloo or nccl, got {self.backend!r}")
-        if not 0 <= self.nproc <= 64:
-            raise BenchError(f"nproc must be in 0..64 (0: do not self-launch), got {self.nproc}")
         if self.nproc == 1:
             raise BenchError("nproc must be at least 2: a benchmark of collectives needs peers")
-        if self.timeout_s <= 0:
-            raise BenchError(f"timeout_s must be > 0, got {self.timeout_s}")
         if self.pairs_only and not self.pairs:
             raise BenchError("pairs_only needs pairs; drop --no-pairs")
 

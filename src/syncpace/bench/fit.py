@@ -14,8 +14,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from syncpace.bench.ops import bus_factor
 from syncpace.bench.results import AlphaBetaFit, SizeRow
+from syncpace.trace.busbw import bus_factor
 
 _HUBER_K = 1.345  # 95 % efficiency under Gaussian noise
 _ROUNDS = 5
@@ -76,7 +76,7 @@ def fit_rows(rows: Sequence[SizeRow], world_size: int) -> tuple[AlphaBetaFit, ..
             op,
             [r.size_bytes for r in mine],
             [r.time_us for r in mine],
-            bus_factor(op, world_size),
+            bus_factor(op, world_size) or 1.0,
         )
         if fit is not None:
             fits.append(fit)

@@ -2,7 +2,7 @@
 
 Each rank is ``python -m syncpace bench`` with the torchrun-style environment (RANK,
 WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT on a free port) and the settings passed as
-``SYNCPACE_*`` variables. Rank 0 writes to this terminal; the others to
+``SYNCPACE_BENCH_*`` variables. Rank 0 writes to this terminal; the others to
 ``bench-logs/rank-R.log`` in the run directory. The launch is bounded by
 ``timeout_s``; once one rank fails the others get a short grace, then are killed.
 """
@@ -31,7 +31,7 @@ _EXPECTED = (0, 1)
 
 
 def rank_env(config: BenchConfig, rank: int, port: int) -> dict[str, str]:
-    own = {env_name(f.name) for f in dataclasses.fields(BenchConfig)}
+    own = {env_name(BenchConfig, f.name) for f in dataclasses.fields(BenchConfig)}
     # the settings travel explicitly; tracer settings and test hooks pass through
     env = {k: v for k, v in os.environ.items() if k not in own}
     env.update(to_env(config))
@@ -46,7 +46,7 @@ def rank_env(config: BenchConfig, rank: int, port: int) -> dict[str, str]:
         PYTHONUNBUFFERED="1",
     )
     env.setdefault("OMP_NUM_THREADS", "1")  # N ranks share this machine's cores
-    env["SYNCPACE_NPROC"] = "0"  # a rank never launches ranks
+    env[env_name(BenchConfig, "nproc")] = "0"  # a rank never launches ranks
     return env
 
 

@@ -3,14 +3,17 @@ one run directory, results read back. Needs root (the fabric does)."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from syncpace.bench.config import BenchConfig
 from syncpace.bench.results import load_bench
 from syncpace.capture.config import TraceConfig
 from syncpace.capture.launch import traced_env
+from syncpace.config import to_env
 from syncpace.errors import BenchError
 from syncpace.fabric.backend import SystemBackend
 from syncpace.fabric.runner import RunOptions, run_job
@@ -19,27 +22,20 @@ from syncpace.fabric.spec import parse_rate
 
 def bench_on_fabric(
     state: Any,  # syncpace.fabric.state.FabricState
-    bench_args: Sequence[str],
+    config: BenchConfig,
     run_dir: Path,
     faults: Sequence[Any] = (),  # syncpace.fabric.faults.Fault
-    timeout_s: float = 300.0,
     echo: IO[str] | None = None,
 ) -> dict[str, Any]:
-    """Run ``syncpace bench BENCH_ARGS`` on every host of ``state``; returns ``bench.json``."""
-
+    """Run the benchmark ``config`` describes on every host of ``state`` (one rank per
+    host, its settings passed as ``SYNCPACE_BENCH_*`` variables, bounded by
+    ``config.timeout_s``); returns ``bench.json``."""
     run_dir = Path(run_dir).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
     env = traced_env(run_dir, TraceConfig(dir=str(run_dir)))
-    command = [
-        sys.executable,
-        "-m",
-        "syncpace",
-        "bench",
-        *bench_args,
-        "--timeout-s",
-        str(timeout_s),
-    ]
-    options = RunOptions(timeout_s=timeout_s + 30, faults=list(faults))
+    env.update(to_env(dataclasses.replace(config, out=str(run_dir), overwrite=True, nproc=0)))
+    command = [sys.executable, "-m", "syncpace", "bench"]
+    options = RunOptions(timeout_s=config.timeout_s + 30, faults=list(faults))
     result = run_job(state, command, run_dir, SystemBackend(), options, env, echo)
     if result.returncode != 0:
         raise BenchError(

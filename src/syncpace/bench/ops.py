@@ -10,7 +10,6 @@ wrote is counted wrong (unless the expected reduction happens to equal it).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,9 +23,9 @@ PERIOD = 3
 
 @dataclass(frozen=True, slots=True)
 class OpSpec:
+    """An op as the benchmark runs it (its bus factor: :mod:`syncpace.trace.busbw`)."""
+
     name: str
-    #: busbw = algbw × bus_factor(n): the share of the data each rank's link carries.
-    bus_factor: Callable[[int], float]
     #: The size is split into n chunks (one per rank): all_gather, reduce_scatter, all_to_all.
     chunked: bool = False
     reduces: bool = False
@@ -36,13 +35,13 @@ class OpSpec:
 OPS: dict[str, OpSpec] = {
     spec.name: spec
     for spec in (
-        OpSpec("all_reduce", lambda n: 2 * (n - 1) / n, reduces=True),
-        OpSpec("all_gather", lambda n: (n - 1) / n, chunked=True),
-        OpSpec("reduce_scatter", lambda n: (n - 1) / n, chunked=True, reduces=True),
-        OpSpec("broadcast", lambda n: 1.0, rooted=True),
-        OpSpec("reduce", lambda n: 1.0, reduces=True, rooted=True),
-        OpSpec("all_to_all", lambda n: (n - 1) / n, chunked=True),
-        OpSpec("sendrecv", lambda n: 1.0),
+        OpSpec("all_reduce", reduces=True),
+        OpSpec("all_gather", chunked=True),
+        OpSpec("reduce_scatter", chunked=True, reduces=True),
+        OpSpec("broadcast", rooted=True),
+        OpSpec("reduce", reduces=True, rooted=True),
+        OpSpec("all_to_all", chunked=True),
+        OpSpec("sendrecv"),
     )
 }
 
@@ -82,10 +81,6 @@ def layout(op: str, size_bytes: int, n: int, elsize: int) -> Layout | None:
     if count == 0:
         return None
     return Layout(count * elsize, count, count, count)
-
-
-def bus_factor(op: str, n: int) -> float:
-    return OPS[op].bus_factor(n)
 
 
 # Data ------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from syncpace.bench.results import SlowPair
+from syncpace.bench.results import SlowPair, quantile
 
 Pair = tuple[int, int]
 
@@ -156,7 +156,7 @@ def flag_slow(
         return 0.0, 0.0, (), ()
     ordered = sorted(v for _, _, v in values)
     median = statistics.median(ordered)
-    reference = _quantile(ordered, REFERENCE_QUANTILE)
+    reference = quantile(ordered, REFERENCE_QUANTILE)
     slow = sorted(
         (SlowPair(i, j, v, v / reference) for i, j, v in values if v < fraction * reference),
         key=lambda p: p.bandwidth_gbps,
@@ -166,10 +166,3 @@ def flag_slow(
         r for r in range(n) if n > 2 and all((r, j) in flagged for j in range(n) if j != r)
     )
     return median, reference, tuple(slow), suspects
-
-
-def _quantile(ordered: list[float], q: float) -> float:
-    pos = q * (len(ordered) - 1)
-    lo = int(pos)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)

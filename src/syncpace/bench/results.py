@@ -34,15 +34,16 @@ class IterStats:
         var = sum((v - mean) ** 2 for v in values) / n
         return cls(
             min_us=values[0],
-            p50_us=_quantile(values, 0.50),
-            p99_us=_quantile(values, 0.99),
+            p50_us=quantile(values, 0.50),
+            p99_us=quantile(values, 0.99),
             mean_us=mean,
             cv=math.sqrt(var) / mean if mean > 0 else 0.0,
         )
 
 
-def _quantile(sorted_values: list[float], q: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default)."""
+def quantile(sorted_values: list[float], q: float) -> float:
+    """The ``q`` quantile of sorted values, by linear interpolation between closest
+    ranks (numpy's default)."""
     pos = q * (len(sorted_values) - 1)
     lo = math.floor(pos)
     hi = min(lo + 1, len(sorted_values) - 1)

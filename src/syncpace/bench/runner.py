@@ -14,6 +14,7 @@ ranks — nccl-tests' default (``-a 1``) of averaging each rank's mean iteration
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import socket
@@ -33,8 +34,10 @@ from syncpace.bench.config import BenchConfig, parse_size
 from syncpace.bench.fit import fit_rows
 from syncpace.bench.results import BenchResult, IterStats, PairMatrix, SizeRow, write_bench
 from syncpace.bench.sync import StoreSync, default_store
+from syncpace.capture.host import env_int
 from syncpace.console import make_console
 from syncpace.errors import BenchError
+from syncpace.trace.busbw import bus_factor
 
 #: Test hook: ``RANK`` or ``OP:RANK``. On that rank, element 0 of the input of the
 #: correctness run is perturbed, so the check must count wrong elements.
@@ -53,12 +56,12 @@ _TORCH_DTYPES = {
 
 
 def _env_int(name: str, default: int | None = None) -> int:
-    value = os.environ.get(name, "")
-    if not value.isdigit():
+    value = env_int(name)
+    if value is None or value < 0:
         if default is None:
             raise BenchError(f"{name} is not set; launch with torchrun or use --nproc N")
         return default
-    return int(value)
+    return value
 
 
 def _corrupt_target(op: str, rank: int) -> bool:
@@ -155,7 +158,7 @@ class RankBench:
     def sweep(self, op: str, progress: Progress | None, task: Any) -> list[SizeRow]:
         cfg = self.config
         spec = op_table.OPS[op]
-        factor = op_table.bus_factor(op, self.world)
+        factor = bus_factor(op, self.world) or 1.0
         rows: list[SizeRow] = []
         self._print(
             table.header(
@@ -283,7 +286,7 @@ class RankBench:
             )
         rows: list[SizeRow] = []
         matrix = None
-        with progress or _Null():
+        with progress or contextlib.nullcontext():
             task = progress.add_task("bench", total=total) if progress else None
             for op in ops:
                 if progress is not None:
@@ -309,14 +312,6 @@ class RankBench:
             pairs=matrix,
             settings={k: getattr(cfg, k) for k in cfg.__dataclass_fields__},
         )
-
-
-class _Null:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 def run_rank(config: BenchConfig, json_out: bool = False) -> int:

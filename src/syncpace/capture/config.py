@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
-from syncpace.config import setting
+from syncpace.config import check_choice, check_numbers, setting
 from syncpace.errors import ConfigError
 
 
 @dataclass(kw_only=True, slots=True)
 class TraceConfig:
+    ENV_PREFIX: ClassVar[str] = "SYNCPACE_"
+
     dir: str = setting("", "Run directory the per-rank trace files are written to.")
     flush_interval_s: float = setting(
         1.0, "Seconds between background flushes; a SIGKILL loses at most this much."
@@ -59,26 +62,19 @@ class TraceConfig:
     )
 
     def __post_init__(self) -> None:
-        if self.flush_interval_s <= 0:
-            raise ConfigError(f"flush_interval_s must be > 0, got {self.flush_interval_s}")
-        if self.max_buffered_events < 1:
-            raise ConfigError(f"max_buffered_events must be >= 1, got {self.max_buffered_events}")
-        if not 1 <= self.clock_rounds <= 10_000:
-            raise ConfigError(f"clock_rounds must be in 1..10000, got {self.clock_rounds}")
-        if abs(self.clock_drift_ppm) > 100_000:
-            raise ConfigError(f"clock_drift_ppm must be within ±100000, got {self.clock_drift_ppm}")
-        if self.clock_interval_s < 0:
-            raise ConfigError(f"clock_interval_s must be >= 0, got {self.clock_interval_s}")
-        if self.clock_timeout_s <= 0:
-            raise ConfigError(f"clock_timeout_s must be > 0, got {self.clock_timeout_s}")
-        if self.host_sampler not in SAMPLER_MODES:
-            raise ConfigError(
-                f"host_sampler must be one of {', '.join(SAMPLER_MODES)}, got {self.host_sampler!r}"
-            )
-        for name in ("counters_interval_s", "counters_slow_interval_s"):
-            value = getattr(self, name)
-            if not 0.0005 <= value <= 3600:  # also refuses NaN
-                raise ConfigError(f"{name} must be in 0.0005..3600 seconds, got {value}")
+        check_numbers(
+            self,
+            flush_interval_s="[0.01, 3600]",
+            max_buffered_events="[1, 1000000000]",
+            clock_rounds="[1, 10000]",
+            clock_interval_s="[0, 86400]",
+            clock_timeout_s="(0, 3600]",
+            clock_skew_ns="[-1e18, 1e18]",
+            clock_drift_ppm="[-100000, 100000]",
+            counters_interval_s="[0.0005, 3600]",
+            counters_slow_interval_s="[0.0005, 3600]",
+        )
+        check_choice(self, "host_sampler", SAMPLER_MODES)
         parse_link_rates(self.counters_link_rate)  # raises ConfigError when malformed
 
 

@@ -30,8 +30,7 @@ from pathlib import Path
 
 from syncpace.capture.config import TraceConfig
 from syncpace.config import to_env
-from syncpace.control.config import ControllerConfig
-from syncpace.control.policy import PacingConfig
+from syncpace.control.config import ControllerConfig, PacingConfig
 from syncpace.errors import ConfigError
 
 BOOTSTRAP_DIR = Path(__file__).resolve().parent / "bootstrap"

@@ -30,9 +30,8 @@ from syncpace.capture.torch_hooks import install
 from syncpace.capture.work import TimedWork, classify
 from syncpace.config import from_env
 from syncpace.control.channel import GatherChannel
-from syncpace.control.config import ControllerConfig
+from syncpace.control.config import ControllerConfig, PacingConfig
 from syncpace.control.controller import PacingController
-from syncpace.control.policy import PacingConfig
 from syncpace.errors import ConfigError
 from syncpace.trace.writer import RankTraceWriter
 
@@ -146,7 +145,7 @@ class Tracer:
 
     def _start_controller(self, store: Any, rank: int, world_size: int) -> None:
         config = self.controller_config
-        if (config.pace == "off" and not config.log_every) or world_size < 2:
+        if (not self.pacing_config.paced and not config.log_every) or world_size < 2:
             return
         try:
             channel = GatherChannel(store, rank, world_size, 2, config.channel_timeout_s)
@@ -308,7 +307,7 @@ TRACER: Tracer | None = None
 
 def get_tracer(**overrides: Any) -> Tracer:
     """The process's tracer; ``overrides`` are fields of TraceConfig, ControllerConfig
-    or PacingConfig (e.g. ``pace="early"``), on top of ``SYNCPACE_*`` variables."""
+    or PacingConfig (e.g. ``strategy="early"``), on top of ``SYNCPACE_*`` variables."""
     global TRACER
     if TRACER is None:
         parts: list[dict[str, Any]] = [{}, {}, {}]

@@ -10,7 +10,7 @@ import json
 from syncpace.analysis import Analysis, Thresholds, analyze
 from syncpace.bench.results import load_bench, main_fit
 from syncpace.config import add_flags, from_flags
-from syncpace.control.policy import PacingConfig, PacingPolicy, make_policy
+from syncpace.control import Pacer, PacingConfig
 from syncpace.errors import ConfigError
 from syncpace.report.terminal import print_analysis, print_what_if
 
@@ -56,10 +56,10 @@ def link_of(bench: str) -> tuple[float, float]:
     return (float(alpha) if isinstance(alpha, (int, float)) and alpha >= 0 else 0.0), float(beta)
 
 
-def live_policy(world_size: int) -> PacingPolicy:
-    """The pacing policy the live controller runs, with its default settings (the
-    replay's what-if runs it)."""
-    return make_policy(PacingConfig(), world_size)
+def live_pacer(world_size: int) -> Pacer:
+    """The pacer the live controller runs (policy, lag, A/B guard), with its default
+    settings: the replay's what-if runs it."""
+    return Pacer(PacingConfig(), world_size)
 
 
 def analysis_from_args(args: argparse.Namespace) -> Analysis:
@@ -70,7 +70,7 @@ def analysis_from_args(args: argparse.Namespace) -> Analysis:
         alpha, beta = link_of(args.bench)
         alpha = thresholds.link_alpha_us or alpha
         thresholds = dataclasses.replace(thresholds, link_gbps=beta, link_alpha_us=alpha)
-    return analyze(args.dirs, thresholds, warmup_steps=args.warmup_steps, pacer=live_policy)
+    return analyze(args.dirs, thresholds, warmup_steps=args.warmup_steps, pacer=live_pacer)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

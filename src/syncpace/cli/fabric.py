@@ -13,7 +13,7 @@ from rich.table import Table
 from syncpace.capture.launch import armed_env, prepare_run_dir
 from syncpace.cli.run import add_tracing_flags, command_of, tracing_from_flags
 from syncpace.cli.trace_info import print_summary
-from syncpace.config import parse_value
+from syncpace.config import flag_name, parse_value, renamed
 from syncpace.console import make_console
 from syncpace.errors import ConfigError, FabricError
 from syncpace.fabric import lifecycle
@@ -117,11 +117,14 @@ def _spec_from_args(args: argparse.Namespace):  # -> (FabricSpec, list[Fault])
         annotation = str(field.type)
         kind = next((k for k in (int, float) if annotation.startswith(k.__name__)), str)
         try:
-            flags[field.name] = parse_value(kind, raw, "--" + field.name.replace("_", "-"))
+            flags[field.name] = parse_value(kind, raw, flag_name(field.name))
         except ConfigError as exc:
             raise FabricError(str(exc)) from exc
     faults = [fault_from_table(t, f"{args.spec}: [[fault]] {t}") for t in fault_tables]
-    return build_spec(file_values, **flags), faults
+    try:
+        return build_spec(file_values, **flags), faults
+    except FabricError as exc:  # a flag's value out of range: named as the flag
+        raise renamed(exc, {name: flag_name(name) for name in flags}) from None
 
 
 def cmd_up(args: argparse.Namespace) -> int:
@@ -199,8 +202,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     command = command_of(args, "syncpace fabric run [options] -- COMMAND [ARGS…]")
     spec, faults = _spec_from_args(args)
     faults += [parse_fault(text) for text in args.fault]
-    # Bad tracer or pacing values fail before anything is created.
-    tracing = tracing_from_flags(args) if args.trace else None
+    # Bad tracer or pacing values fail before anything is created (even without --trace).
+    tracing = tracing_from_flags(args)
+    if not args.trace:
+        tracing = None
     require_root("syncpace fabric run")
     run_dir = prepare_run_dir(args.out, args.overwrite)
     env = armed_env(run_dir, tracing) if tracing is not None else None

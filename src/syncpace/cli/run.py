@@ -12,8 +12,7 @@ from syncpace.capture.config import TraceConfig
 from syncpace.capture.launch import Tracing, armed_env, prepare_run_dir, run_command
 from syncpace.cli.trace_info import print_summary
 from syncpace.config import add_flags, from_flags
-from syncpace.control.config import ControllerConfig
-from syncpace.control.policy import PacingConfig
+from syncpace.control.config import ControllerConfig, PacingConfig
 from syncpace.errors import ConfigError
 from syncpace.trace import schema
 from syncpace.trace.reader import load_trace
@@ -41,10 +40,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def add_tracing_flags(parser: argparse.ArgumentParser) -> None:
-    """The tracer, controller and policy flags, and the trailing ``-- COMMAND``."""
+    """The tracer, pacer and controller flags, and the trailing ``-- COMMAND``."""
     add_flags(parser, TraceConfig, skip=("dir", "clock_skew_ns"))
+    add_flags(parser, PacingConfig)
     add_flags(parser, ControllerConfig)
-    add_flags(parser, PacingConfig, skip=("strategy",))
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS…]")
 
 

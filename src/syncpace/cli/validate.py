@@ -5,37 +5,19 @@ fabric, the simulator calibrated from ``syncpace bench`` and each run's own comp
 times, and the error table (mean iteration time, CV, p99, transfer time) with
 ``validation.json`` and ``validation.html`` in ``--out``. With ``--reference``: the
 reference study (4–64 nodes) with and without pacing, next to the reference's figures.
-See docs/validation.md.
+See docs/validation.md. Parsing and printing only: :mod:`syncpace.validate`.
 """
 
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
 
-from syncpace.config import add_flags, from_flags, setting
-from syncpace.errors import ConfigError
+from rich.console import Console
+
+from syncpace.config import add_flags, from_flags
 from syncpace.validate.grid import run_grid
 from syncpace.validate.reference import run_reference
-
-
-@dataclass(kw_only=True, slots=True)
-class ValidateSettings:
-    reference: bool = setting(False, "Run the reference study instead of the fabric grid.")
-    out: str = setting("runs/validate", "Grid: directory for runs, JSON and the HTML plot.")
-    points: str = setting("", "Grid: comma-separated point names (default: all).")
-    rate: str = setting("50mbit", "Grid: host link rate of every fabric.")
-    steps: int = setting(40, "Grid: steps of each real run (the first 5 are warm-up).")
-    sim_steps: int = setting(400, "Grid: iterations of each simulation.")
-    seed: int = setting(0, "Grid: seed of the simulations.")
-    scenario: str | None = setting(None, "Reference: scenario file (default: the reference).")
-    json: str | None = setting(None, "Reference: also write the rows to this JSON file.")
-
-    def __post_init__(self) -> None:
-        if self.steps < 10:
-            raise ConfigError(f"--steps must be >= 10 (5 are warm-up), got {self.steps}")
-        if self.sim_steps < 20:
-            raise ConfigError(f"--sim-steps must be >= 20, got {self.sim_steps}")
+from syncpace.validate.settings import GridSettings, ReferenceSettings
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -45,16 +27,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Compare the calibrated simulator with real runs on the emulated "
         "fabric (root), or (--reference) rerun the reference study with and without pacing.",
     )
-    add_flags(parser, ValidateSettings)
+    parser.add_argument(
+        "--reference",
+        action="store_true",
+        help="run the reference study instead of the fabric grid",
+    )
+    add_flags(parser, GridSettings)
+    add_flags(parser, ReferenceSettings)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
-    settings = from_flags(ValidateSettings, args)
     console = Console(width=max(Console().width, 150))
-    if settings.reference:
-        return run_reference(settings.scenario, settings.json, console)
-
-    return run_grid(settings, console)
+    if args.reference:
+        return run_reference(from_flags(ReferenceSettings, args), console)
+    return run_grid(from_flags(GridSettings, args), console)

@@ -1,5 +1,8 @@
-"""The coordination control layer: the pacing policy and its live controller."""
+"""The coordination control layer: the pacer (policy, lag, A/B guard) and its live
+controller."""
 
-from syncpace.control.policy import Decision, PacingConfig, PacingPolicy, make_policy
+from syncpace.control.config import ControllerConfig, PacingConfig
+from syncpace.control.pacer import Pacer
+from syncpace.control.policy import Decision, PacingPolicy
 
-__all__ = ["Decision", "PacingConfig", "PacingPolicy", "make_policy"]
+__all__ = ["ControllerConfig", "Decision", "Pacer", "PacingConfig", "PacingPolicy"]

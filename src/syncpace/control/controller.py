@@ -2,9 +2,10 @@
 
 At the end of every step the rank shares its arrival at the step's sync point (the
 first collective, before any pacing delay) and its step time over the side channel;
-``lag`` steps later every rank holds the same numbers, feeds the same deterministic
-policy and the same A/B guard, and so reaches the same decision. The decision is the
-delay this rank sleeps before its first collective of the step it applies to.
+``lag`` steps later every rank holds the same numbers, feeds them to the same
+:class:`~syncpace.control.pacer.Pacer` (policy, lag and A/B guard, the object the
+simulator runs too), and so reaches the same decision. The decision is the delay this
+rank sleeps before its first collective of the step it applies to.
 Any channel failure or timeout turns pacing off for the rest of the run and is
 logged once; the job's collectives are never touched.
 """
@@ -17,9 +18,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from syncpace.control.ab import ABGuard, Verdict
-from syncpace.control.config import ControllerConfig
-from syncpace.control.policy import PacingConfig, PacingPolicy
+from syncpace.control.ab import Verdict
+from syncpace.control.config import ControllerConfig, PacingConfig
+from syncpace.control.pacer import Pacer
 
 log = logging.getLogger("syncpace")
 
@@ -34,30 +35,15 @@ class PacingController:
     def __init__(
         self,
         config: ControllerConfig,
-        policy_config: PacingConfig,
+        pacing_config: PacingConfig,
         rank: int,
         world_size: int,
         channel: Channel,
     ) -> None:
         self.config = config
         self.rank = rank
-        strategy = config.pace
-        self.policy = PacingPolicy(
-            dataclasses.replace(policy_config, strategy=strategy), world_size
-        )
-        self.guard = (
-            ABGuard(
-                config.ab_window,
-                config.ab_min_pairs,
-                config.ab_max_pairs,
-                config.ab_confidence,
-                config.ab_settle,
-            )
-            if config.ab and strategy != "off"
-            else None
-        )
+        self.pacer = Pacer(pacing_config, world_size)
         self._channel = channel
-        self._delays: dict[int, tuple[float, float]] = {}  # step -> (delay, its bound)
         self.enabled = True
         self.error: str | None = None
         self.steps = 0
@@ -72,7 +58,8 @@ class PacingController:
 
     # Hot path: first collective of a step ------------------------------------------
     def delay_for(self, step: int) -> float:
-        delay, bound = self._delays.pop(step, (0.0, 0.0))
+        delays, bound = self.pacer.delays_for(step)
+        delay = 0.0 if delays is None else float(delays[self.rank])
         if delay > 0:
             self.paced_steps += 1
             self.delay_sum_s += delay
@@ -87,7 +74,7 @@ class PacingController:
         self.steps = step + 1
         try:
             self._channel.submit(step, [arrival_s, duration_s])
-            gathered = step - self.config.lag + 1
+            gathered = step - self.pacer.config.lag + 1
             if gathered >= 0:
                 self._decide(gathered, self._channel.collect(gathered))
         except Exception as exc:
@@ -97,30 +84,22 @@ class PacingController:
         arrivals, durations = data[:, 0], data[:, 1]
         step_time = float(durations.max())
         self._recent = (self._recent + [step_time])[-100:]
-        apply_at = step + self.config.lag
-        if np.isnan(arrivals).any():  # a rank issued no collective in that step
+        result = self.pacer.observe(step, arrivals, step_time)
+        if result is None:  # a rank issued no collective in that step
             return
-        decision = self.policy.observe(arrivals - arrivals.min(), step_time)
-        self.bound_s = decision.bound_s
-        allowed = True
-        if self.guard is not None:
-            verdict = self.guard.observe(step, step_time, decision.active)
-            if verdict is not None:
-                self.verdict = verdict
-                log.warning("syncpace: pacing A/B verdict at step %d: %s", step, verdict.state)
-            allowed = self.guard.pacing_allowed(apply_at)
-        delay = float(decision.delays_s[self.rank]) if allowed else 0.0
-        if delay > 0:
-            self._delays[apply_at] = (delay, decision.bound_s)
+        self.bound_s = result.bound_s
+        if result.verdict is not None:
+            self.verdict = result.verdict
+            log.warning("syncpace: pacing A/B verdict at step %d: %s", step, result.verdict.state)
         every = self.config.log_every
         if self.rank == 0 and every and step % every == 0:
-            self.last_line = self._live_line(step, arrivals, decision.active and allowed)
+            self.last_line = self._live_line(step, arrivals, result.pacing)
             log.warning("%s", self.last_line)
 
     def _live_line(self, step: int, arrivals: np.ndarray, pacing: bool) -> str:
         recent = np.asarray(self._recent)
         slowest = int(np.argmax(arrivals))
-        state = self.guard.state if self.guard is not None else "no A/B"
+        state = self.pacer.state
         return (
             f"syncpace step {step}: step p50 {np.median(recent) * 1e3:.1f} ms "
             f"p99 {np.quantile(recent, 0.99) * 1e3:.1f} ms, arrival skew "
@@ -133,17 +112,14 @@ class PacingController:
             log.warning("syncpace: pacing turned off for the rest of the run: %s", reason)
         self.enabled = False
         self.error = reason
-        self._delays.clear()
+        self.pacer.clear()
 
     # Reporting ---------------------------------------------------------------------------
     def summary(self) -> dict[str, Any]:
-        verdict = self.verdict or (self.guard.verdict() if self.guard is not None else None)
+        verdict = self.pacer.summary_verdict()
         return {
-            "policy": self.config.pace,
-            "policy_config": {
-                f.name: getattr(self.policy.config, f.name)
-                for f in dataclasses.fields(self.policy.config)
-            },
+            "policy": self.pacer.config.strategy,
+            "policy_config": dataclasses.asdict(self.pacer.config),
             "controller_config": dataclasses.asdict(self.config),
             "steps": self.steps,
             "paced_steps": self.paced_steps,
@@ -153,7 +129,7 @@ class PacingController:
             "bound_s": round(self.bound_s, 6),
             "bound_at_max_delay_s": round(self.bound_at_max_s, 6),
             "ab": None if verdict is None else verdict.to_json(),
-            "ab_state": None if self.guard is None else self.guard.state,
+            "ab_state": None if self.pacer.guard is None else self.pacer.guard.state,
             "enabled": self.enabled,
             "error": self.error,
         }

@@ -1,5 +1,5 @@
-"""The pacing policy: one pure, deterministic object shared by the live controller
-and the simulator (no torch, no clocks, no I/O).
+"""The pacing policy: pure and deterministic (no torch, no clocks, no I/O); the
+:class:`~syncpace.control.pacer.Pacer` wraps it with the lag and the A/B guard.
 
 Each step it is shown when every rank arrived at the synchronisation point and how
 long the step took; it answers with a delay per rank for the next step.
@@ -12,7 +12,7 @@ long the step took; it answers with a delay per rank for the next step.
 * Output: delays never above ``min(max_delay_s, max_delay_fraction × step time)``,
   never negative, all zero while off.
 
-Strategies (``strategy``):
+Strategies (``PacingConfig.strategy``):
 
 * ``off`` — never delays.
 * ``early`` — the reference's pacing: a rank that typically arrives much earlier
@@ -29,44 +29,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from syncpace.config import setting
+from syncpace.control.config import PacingConfig
 from syncpace.errors import ConfigError
-
-STRATEGIES = ("off", "early", "target")
-
-
-@dataclass(kw_only=True, slots=True)
-class PacingConfig:
-    strategy: str = setting("early", "Pacing strategy: off, early (the reference's) or target.")
-    on_skew: float = setting(
-        0.10, "Turn pacing on when arrival skew exceeds this fraction of the step time."
-    )
-    off_skew: float = setting(0.05, "Turn pacing off when skew falls below this fraction.")
-    hold: int = setting(5, "Consecutive steps beyond a threshold before switching.")
-    window: int = setting(20, "Steps of history behind the estimates.")
-    gain: float = setting(0.5, "Fraction of a rank's typical earliness that is delayed.")
-    target_quantile: float = setting(0.9, "target strategy: arrival quantile ranks pace to.")
-    max_delay_s: float = setting(0.050, "Absolute bound on any delay, in seconds.")
-    max_delay_fraction: float = setting(0.20, "Bound on any delay as a fraction of the step time.")
-
-    def __post_init__(self) -> None:
-        if self.strategy not in STRATEGIES:
-            raise ConfigError(
-                f"strategy must be one of {', '.join(STRATEGIES)}, got {self.strategy!r}"
-            )
-        if not 0 < self.off_skew < self.on_skew:
-            raise ConfigError(
-                "need 0 < off_skew < on_skew for hysteresis, "
-                f"got {self.off_skew} and {self.on_skew}"
-            )
-        if self.hold < 1 or self.window < 1:
-            raise ConfigError(f"hold and window must be >= 1, got {self.hold} and {self.window}")
-        if not 0 < self.gain <= 1:
-            raise ConfigError(f"gain must be in (0, 1], got {self.gain}")
-        if not 0 <= self.target_quantile <= 1:
-            raise ConfigError(f"target_quantile must be in 0..1, got {self.target_quantile}")
-        if self.max_delay_s < 0 or not 0 <= self.max_delay_fraction <= 1:
-            raise ConfigError("max_delay_s must be >= 0 and max_delay_fraction in 0..1")
 
 
 @dataclass(frozen=True)
@@ -136,7 +100,3 @@ class PacingPolicy:
         # target: bring everyone towards the target_quantile rank's typical arrival.
         target = np.quantile(self._earliness, 1.0 - c.target_quantile)
         return c.gain * np.maximum(self._earliness - target, 0.0)
-
-
-def make_policy(config: PacingConfig | None, world_size: int) -> PacingPolicy:
-    return PacingPolicy(config or PacingConfig(), world_size)

@@ -21,10 +21,10 @@ from pathlib import Path
 from syncpace.errors import SyncpaceError
 from syncpace.fabric import build_spec, bulk
 from syncpace.fabric.backend import SystemBackend
-from syncpace.fabric.counters import LINKS_FILE
 from syncpace.fabric.lifecycle import down, up
 from syncpace.fabric.runner import RunOptions, run_job
 from syncpace.ports import free_port
+from syncpace.trace.schema import LINKS_FILE
 
 RANKS = 4
 # Host h3 sends to both hosts of the other leaf: leaf1's uplink carries two greedy

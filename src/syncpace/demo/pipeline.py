@@ -25,10 +25,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from syncpace.analysis.api import analyze
 from syncpace.capture.config import TraceConfig
 from syncpace.capture.launch import prepare_run_dir, traced_env
-from syncpace.config import setting
+from syncpace.config import check_numbers, setting
 from syncpace.console import make_console
-from syncpace.control.config import ControllerConfig
-from syncpace.control.policy import PacingConfig
+from syncpace.control.config import PacingConfig
 from syncpace.demo.job import DemoFabric, FabricSettings, JobSpec, Monitor, run_local, uplink_load
 from syncpace.errors import FabricError, PlotlyMissing, SyncpaceError
 from syncpace.report.html import write_html
@@ -36,6 +35,7 @@ from syncpace.report.terminal import pacing_line
 from syncpace.sim import scenario as sc
 from syncpace.sim.calibrate import calibrate
 from syncpace.sim.study import plot, run_study
+from syncpace.sim.topology import TopologySpec
 from syncpace.trace.reader import load_trace
 from syncpace.trace.summary import pacing_summary
 
@@ -55,16 +55,23 @@ class DemoConfig:
     host_rate: str = setting("100mbit", "Fabric: rate of every host link.")
     oversubscription: float = setting(2.0, "Fabric: leaf uplink oversubscription.")
     contention_step: int = setting(3, "Fabric: step from which greedy flows cross the spine.")
-    pace: bool = setting(True, "Train a second time with pacing under its A/B guard.")
+    paced_run: bool = setting(True, "Train a second time with pacing under its A/B guard.")
     sim_nodes: str = setting("8,16,32,64,128,256", "Node counts of the simulated study.")
     sim_steps: int = setting(200, "Simulated iterations per scale.")
     timeout_s: float = setting(150.0, "Bound on each training run.")
 
     def __post_init__(self) -> None:
-        if not 0 <= self.slow_rank < 4:
-            raise SyncpaceError(f"slow_rank must be in 0..3, got {self.slow_rank}")
-        if self.epochs < 1 or self.max_steps < 0:
-            raise SyncpaceError("epochs must be >= 1 and max_steps >= 0")
+        check_numbers(
+            self,
+            epochs="[1, 10000]",
+            max_steps="[0, 10000000]",
+            slow_rank="[0, 3]",
+            slow_ms="[0, 100000]",
+            oversubscription="(0, 1000]",
+            contention_step="[0, 10000000]",
+            sim_steps="[2, 10000000]",
+            timeout_s="(0, 86400]",
+        )
         if 0 < self.max_steps < 12:
             raise SyncpaceError(f"max_steps must be 0 or >= 12, got {self.max_steps}")
         try:
@@ -73,8 +80,10 @@ class DemoConfig:
             raise SyncpaceError(
                 f"sim_nodes: integers like 8,64,256, got {self.sim_nodes!r}"
             ) from exc
-        if not nodes or min(nodes) < 2:
-            raise SyncpaceError(f"sim_nodes: node counts >= 2, got {self.sim_nodes!r}")
+        if not nodes or min(nodes) < 2 or max(nodes) > TopologySpec.MAX_NODES:
+            raise SyncpaceError(
+                f"sim_nodes: node counts in 2..{TopologySpec.MAX_NODES}, got {self.sim_nodes!r}"
+            )
 
     @property
     def nodes(self) -> list[int]:
@@ -177,13 +186,13 @@ def _phases(config: DemoConfig, console: Console, out: Path, fabric: Any) -> Dem
         if load:
             notes.append(load)
     paced_dir = pacing = None
-    if config.pace:
+    if config.paced_run:
         with _progress(console) as progress:
             paced_dir, _ = _train(config, progress, out / "trace-paced", fabric, paced=True)
         pacing = pacing_summary(load_trace(paced_dir))
         console.print(f"[green]✓[/] [3/5] pacing A/B: {escape(_pacing_text(pacing))}")
     else:
-        console.print("[dim]  [3/5] pacing A/B skipped (--no-pace)[/]")
+        console.print("[dim]  [3/5] pacing A/B skipped (--no-paced-run)[/]")
     with console.status("[4/5] simulating the same job at scale…"):
         study, calibration = _simulate(config, trace_dir, out)
     console.print(
@@ -234,12 +243,18 @@ def _train(config: DemoConfig, progress: Progress, run_dir: Path, fabric: Any, p
     if paced:
         # Windows short enough for a verdict within the run: 3 on/off pairs at most.
         window = max(3, steps // 8)
-        extra = [
-            ControllerConfig(
-                pace="early", ab_window=window, ab_min_pairs=2, ab_max_pairs=3, ab_settle=1
-            ),
-            PacingConfig(strategy="early", on_skew=0.05, off_skew=0.02, hold=2, window=window),
-        ]
+        pacing = PacingConfig(
+            strategy="early",
+            on_skew=0.05,
+            off_skew=0.02,
+            hold=2,
+            window=window,
+            ab_window=window,
+            ab_min_pairs=2,
+            ab_max_pairs=3,
+            ab_settle=1,
+        )
+        extra = [pacing]
     env = traced_env(run_dir, TraceConfig(dir=str(run_dir)), None, *extra)
     env["OMP_NUM_THREADS"] = "1"
     label = "[3/5] training, paced (A/B)" if paced else "[1/5] training, traced"
@@ -319,7 +334,7 @@ def _simulate(config: DemoConfig, trace_dir: Path, out: Path) -> tuple[list[dict
         )
     )
     # 4 nodes is the traced job itself: the study's first row checks the model against it.
-    study = run_study(cfg, [4, *config.nodes], cfg.pacing)
+    study = run_study(cfg, [4, *config.nodes])
     try:
         plot(study, out / "scaling.html")
     except SyncpaceError:
@@ -327,8 +342,8 @@ def _simulate(config: DemoConfig, trace_dir: Path, out: Path) -> tuple[list[dict
     parts = []
     if cal.compute_ms:
         parts.append(f"compute {cal.compute_ms:.1f} ms")
-    if cal.bandwidth_gbs:
-        parts.append(f"bandwidth {cal.bandwidth_gbs * 8e3:.0f} Mbit/s")
+    if cal.bandwidth_gbps:
+        parts.append(f"bandwidth {cal.bandwidth_gbps * 8e3:.0f} Mbit/s")
     if cal.slow_ranks:
         each = zip(cal.slow_ranks, cal.slow_factors, strict=False)
         parts.append("slow rank " + ", ".join(f"{r} x{f:.1f}" for r, f in each))

@@ -18,8 +18,7 @@ from pathlib import Path
 from syncpace.fabric.backend import Backend
 from syncpace.fabric.plan import stats_command
 from syncpace.fabric.topology import Fabric
-
-LINKS_FILE = "fabric-links.arrow"
+from syncpace.trace.schema import LINKS_FILE
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,12 +10,11 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import re
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from syncpace.config import setting
+from syncpace.config import check_numbers, load_toml, setting
 from syncpace.errors import FabricError
 
 TOPOLOGIES = ("star", "leaf-spine")
@@ -95,27 +94,27 @@ class FabricSpec:
     name: str = setting("", "Fabric name, 1-8 of [a-z0-9] (default: random 'spXXXX').")
 
     def __post_init__(self) -> None:
+        check_numbers(
+            self,
+            FabricError,
+            leaves="[1, 64]",
+            hosts="[1, 1024]",
+            oversubscription="(0, 1000]",
+            queue_ms="[1, 10000]",
+        )
         if self.topology not in TOPOLOGIES:
             raise FabricError(
                 f"unknown topology {self.topology!r}; choose one of {', '.join(TOPOLOGIES)}"
             )
         if self.topology == "star" and self.leaves not in (None, 1):
             raise FabricError(f"a star has one switch; got leaves={self.leaves}")
-        if self.leaves is not None and not 1 <= self.leaves <= 64:
-            raise FabricError(f"leaves must be in 1..64, got {self.leaves}")
-        if not 1 <= self.hosts <= 1024:
-            raise FabricError(f"hosts must be in 1..1024, got {self.hosts}")
         if self.n_hosts < 2:
             raise FabricError("a fabric needs at least 2 hosts")
         parse_rate(self.host_rate, "host_rate")
         if self.uplink_rate and self.oversubscription is not None:
             raise FabricError("give uplink_rate or oversubscription, not both")
-        if self.oversubscription is not None and not 0 < self.oversubscription <= 1000:
-            raise FabricError(f"oversubscription must be in (0, 1000], got {self.oversubscription}")
         if self.uplink_rate:
             parse_rate(self.uplink_rate, "uplink_rate")
-        if not 1 <= self.queue_ms <= 10_000:
-            raise FabricError(f"queue_ms must be in 1..10000, got {self.queue_ms}")
         if self.name and not _NAME.match(self.name):
             raise FabricError(f"name {self.name!r}: use 1-8 characters of [a-z0-9], a letter first")
         network = self.network
@@ -183,22 +182,7 @@ def build_spec(file_values: dict[str, Any] | None = None, **flags: Any) -> Fabri
 def load_spec_file(path: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Read ``[fabric]`` and ``[[fault]]`` tables of a TOML spec file."""
     path = Path(path)
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover - Python 3.10
-        try:
-            import tomli as tomllib
-        except ImportError as exc:
-            raise FabricError(
-                f"{path}: reading TOML on Python 3.10 needs 'tomli' (pip install tomli), "
-                "or give the spec as flags"
-            ) from exc
-    try:
-        data = tomllib.loads(path.read_text())
-    except OSError as exc:
-        raise FabricError(f"{path}: cannot read spec file: {exc.strerror}") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise FabricError(f"{path}: not valid TOML: {exc}") from exc
+    data = load_toml(path, FabricError)
     unknown = set(data) - {"fabric", "fault"}
     if unknown:
         raise FabricError(f"{path}: unknown tables {sorted(unknown)}; expected [fabric], [[fault]]")

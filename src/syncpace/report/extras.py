@@ -19,7 +19,8 @@ import polars as pl
 from syncpace.bench.figures import busbw_figure, pair_matrix_figure
 from syncpace.bench.results import load_bench, load_pair_matrix
 from syncpace.errors import SyncpaceError
-from syncpace.report.links import LINKS_FILE, link_series
+from syncpace.report.links import link_series
+from syncpace.trace.schema import LINKS_FILE
 
 
 def link_utilisation_figure(path: Path) -> go.Figure | None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import polars as pl
 
-LINKS_FILE = "fabric-links.arrow"
+from syncpace.trace.schema import LINKS_FILE
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,4 @@
-"""Synthetic traces: seeded scenarios with planted causes, written in the trace schema."""
-
-from syncpace.sim.scenarios import SCENARIOS, Scenario, generate
-
-__all__ = ["SCENARIOS", "Scenario", "generate"]
+"""The cluster simulator: topologies, collectives, contention, noise and the pacer,
+writing the trace schema. ``syncpace simulate`` (:mod:`.settings`) is its front door;
+:func:`~syncpace.sim.engine.simulate` runs one :class:`~syncpace.sim.engine.SimConfig`.
+"""

@@ -32,8 +32,8 @@ import polars as pl
 from syncpace.analysis.metrics import compute_metrics
 from syncpace.bench.results import load_bench, main_fit
 from syncpace.errors import ConfigError
-from syncpace.sim.collectives import BUSBW
 from syncpace.sim.engine import SimConfig
+from syncpace.trace.busbw import bus_factor
 from syncpace.trace.reader import load_trace
 
 
@@ -41,7 +41,7 @@ from syncpace.trace.reader import load_trace
 class Calibration:
     source: str
     alpha_us: float | None = None  # per collective step
-    bandwidth_gbs: float | None = None
+    bandwidth_gbps: float | None = None
     across_nodes: bool = True
     compute_ms: float | None = None
     jitter: float | None = None
@@ -59,9 +59,9 @@ class Calibration:
         if self.alpha_us is not None:
             key = "alpha_us" if self.across_nodes else "alpha_intra_us"
             net = dataclasses.replace(net, **{key: self.alpha_us})
-        if self.bandwidth_gbs:
-            key = "nic_gbs" if self.across_nodes else "intra_gbs"
-            topo = dataclasses.replace(topo, **{key: self.bandwidth_gbs})
+        if self.bandwidth_gbps:
+            key = "nic_gbps" if self.across_nodes else "intra_gbps"
+            topo = dataclasses.replace(topo, **{key: self.bandwidth_gbps})
         if self.compute_ms:
             per = self.compute_ms / wl.accumulation / max(wl.fwd_ms + wl.bwd_ms, 1e-9)
             wl = dataclasses.replace(wl, fwd_ms=wl.fwd_ms * per, bwd_ms=wl.bwd_ms * per)
@@ -109,7 +109,7 @@ def from_bench(path: str | Path) -> Calibration:
     return Calibration(
         source=f"bench:{path}",
         alpha_us=None if alpha is None else float(alpha) / steps,
-        bandwidth_gbs=None if beta is None else float(beta),
+        bandwidth_gbps=None if beta is None else float(beta),
         across_nodes=hosts > 1,
         notes=(f"{op} fit over {n} ranks on {hosts} host(s); α per step = α / {steps}",),
     )
@@ -149,7 +149,7 @@ def from_trace(path: str | Path) -> Calibration:
         alpha, bw = _fit(inst)
         n = int(inst["n"].max())  # type: ignore[arg-type]
         cal["alpha_us"] = None if alpha is None else alpha / max(2 * (n - 1), 1)
-        cal["bandwidth_gbs"] = bw
+        cal["bandwidth_gbps"] = bw
         notes.append(f"α–β from {inst.height} collectives of up to {n} ranks")
     return Calibration(source=f"trace:{path}", across_nodes=multi_node, notes=tuple(notes), **cal)
 
@@ -254,9 +254,7 @@ def _fit(inst: pl.DataFrame) -> tuple[float | None, float | None]:
     (that made β too low). α None with one size only."""
     ops = inst["op"].to_list()
     n = inst["n"].to_numpy()
-    factor = np.array(
-        [BUSBW.get(o, lambda k: 1.0)(max(int(k), 1)) for o, k in zip(ops, n, strict=True)]
-    )
+    factor = np.array([bus_factor(o, max(int(k), 1)) or 1.0 for o, k in zip(ops, n, strict=True)])
     x = inst["bytes"].to_numpy() * factor
     t = inst["service_ns"].to_numpy() / 1e3
     if np.unique(inst["bytes"].to_numpy()).size < 2:

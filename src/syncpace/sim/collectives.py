@@ -22,15 +22,6 @@ from syncpace.errors import ConfigError
 ALGORITHMS = ("ring", "tree", "rhd", "hierarchical")
 OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "all_to_all")
 
-#: nccl-tests bus-bandwidth factors (what the analysis multiplies algbw by).
-BUSBW = {
-    "all_reduce": lambda n: 2 * (n - 1) / n,
-    "reduce_scatter": lambda n: (n - 1) / n,
-    "all_gather": lambda n: (n - 1) / n,
-    "all_to_all": lambda n: (n - 1) / n,
-    "broadcast": lambda n: 1.0,
-}
-
 
 @dataclass(frozen=True)
 class Phase:

@@ -8,20 +8,23 @@ done (one stream). Every rank sees the collective end at the same time plus a fe
 completion jitter: in a ring with ``2(n-1) >= n - 1`` steps the per-rank recurrence
 ``t[r, k] = max(t[r, k-1], t[r-1, k-1]) + step`` makes every rank finish one full
 transfer after the last arrival (see :func:`ring_exits`). The optimizer follows; the
-pacing policy sees each rank's arrival at the synchronisation point and answers with
-delays for the next step.
+pacer (:class:`~syncpace.control.pacer.Pacer`, the object the live controller runs:
+policy, lag and A/B guard) sees each rank's arrival at the synchronisation point and
+answers with delays for the step ``lag`` steps later.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from syncpace.config import setting
-from syncpace.control.policy import PacingConfig, PacingPolicy
+from syncpace.config import check_numbers, setting
+from syncpace.control.config import PacingConfig
+from syncpace.control.pacer import Pacer
 from syncpace.errors import ConfigError
 from syncpace.sim.analytical import AnalyticalNetwork
 from syncpace.sim.collectives import plan
@@ -41,10 +44,9 @@ class RunSpec:
     record_events: bool = setting(True, "Keep per-rank collective times (needed for traces).")
 
     def __post_init__(self) -> None:
-        if self.steps < 1 or self.warmup < 0 or self.warmup >= self.steps:
-            raise ConfigError(
-                f"need steps >= 1 and 0 <= warmup < steps ({self.steps}, {self.warmup})"
-            )
+        check_numbers(self, steps="[1, 10000000]", seed="[0, 1e18]", warmup="[0, 10000000]")
+        if self.warmup >= self.steps:
+            raise ConfigError(f"need warmup < steps, got {self.warmup} and {self.steps}")
 
 
 @dataclass(kw_only=True)
@@ -57,7 +59,7 @@ class SimConfig:
     noise: NoiseSpec = field(default_factory=NoiseSpec)
     network: NetworkSpec = field(default_factory=NetworkSpec)
     interference: InterferenceSpec = field(default_factory=InterferenceSpec)
-    pacing: PacingConfig | None = None
+    pacing: PacingConfig = field(default_factory=PacingConfig)
     run: RunSpec = field(default_factory=RunSpec)
 
     def replace(self, **sections: Any) -> SimConfig:
@@ -71,7 +73,6 @@ class SimConfig:
                 out[f.name] = {
                     k.name: _plain(getattr(value, k.name)) for k in dataclasses.fields(value)
                 }
-        out["pacing"] = out.get("pacing")
         return out
 
 
@@ -90,7 +91,8 @@ class SimResult:
     exit_s: np.ndarray | None  # (I, K, R) bucket completion times
     bucket_bytes: np.ndarray  # (K,)
     comm_s: np.ndarray  # (I, K) collective durations
-    pacing_active: np.ndarray  # (I,) bool
+    pacing_active: np.ndarray  # (I,) bool: the policy paced and the A/B guard let it
+    ab_state: str | None = None  # the A/B guard's state at the end (None: not paced)
 
     @property
     def world_size(self) -> int:
@@ -133,7 +135,47 @@ def ring_exits(starts: np.ndarray, step_s: float, steps: int) -> np.ndarray:
     return best + steps * step_s
 
 
+def array_bytes(cfg: SimConfig) -> int:
+    """About what :func:`simulate` holds in arrays: six (steps x ranks) tables, and two
+    (steps x buckets x ranks) when events are recorded."""
+    steps, ranks = cfg.run.steps, cfg.topology.world_size
+    buckets = int(np.ceil(cfg.workload.model_mb / cfg.workload.bucket_mb - 1e-9))
+    per_step = 6 * ranks + buckets + (2 * buckets * ranks if cfg.run.record_events else 0)
+    return 8 * steps * per_step
+
+
+def memory_limit() -> int:
+    """Half of this machine's memory: the most a simulation may plan to use."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
+    except (ValueError, OSError):
+        return 8 << 30
+
+
+def check_size(cfg: SimConfig) -> None:
+    """Refuse, before allocating, a simulation too large for this machine."""
+    need, limit = array_bytes(cfg), memory_limit()
+    if need > limit:
+        raise ConfigError(
+            f"{cfg.name}: {cfg.run.steps} steps x {cfg.topology.world_size} ranks need about "
+            f"{need / 2**30:,.1f} GiB of arrays, more than the {limit / 2**30:,.1f} GiB allowed "
+            "here; lower run.steps or the node count, or set run.record_events = false"
+        )
+
+
 def simulate(cfg: SimConfig, progress: Any = None) -> SimResult:
+    """Run ``cfg``; a configuration too large for memory is refused, not attempted."""
+    check_size(cfg)
+    try:
+        return _simulate(cfg, progress)
+    except MemoryError:
+        raise ConfigError(
+            f"{cfg.name}: out of memory simulating {cfg.run.steps} steps x "
+            f"{cfg.topology.world_size} ranks; lower run.steps or the node count"
+        ) from None
+
+
+def _simulate(cfg: SimConfig, progress: Any) -> SimResult:
     topo_spec, wl, run = cfg.topology, cfg.workload, cfg.run
     topo = Topology(topo_spec, seed=run.seed)
     iters, gpus, world = run.steps, topo_spec.gpus_per_node, topo_spec.world_size
@@ -148,9 +190,7 @@ def simulate(cfg: SimConfig, progress: Any = None) -> SimResult:
     else:
         comm = np.zeros((iters, sizes.size))
         flow = FlowNetwork(topo, cfg.network, run.seed)
-    policy = None
-    if cfg.pacing is not None and cfg.pacing.strategy != "off":
-        policy = PacingPolicy(cfg.pacing, world)
+    pacer = Pacer(cfg.pacing, world) if cfg.pacing.paced else None
     rng = np.random.default_rng(np.random.SeedSequence([run.seed, 303]))
     frac = wl.ready_fraction()
     bwd_last = wl.bwd_ms * 1e-3
@@ -163,9 +203,11 @@ def simulate(cfg: SimConfig, progress: Any = None) -> SimResult:
     exits = np.zeros((iters, sizes.size, world)) if record else None
     prev_end = np.zeros(world)
     prev_bound = 0.0
-    delay = np.zeros(world)
+    no_delay = np.zeros(world)
     jitter = cfg.network.exit_jitter_us * 1e-6
     for i in range(iters):
+        scheduled = pacer.delays_for(i)[0] if pacer is not None else None
+        delay = no_delay if scheduled is None else scheduled
         work = wl.compute_s * noise.mult[i] * (1.0 + far) + noise.stall_s[i]
         # The pacer's delay is slept before the rank's first collective (inside backward,
         # which it blocks): its whole tail shifts; asleep, the rank does not poll.
@@ -188,12 +230,12 @@ def simulate(cfg: SimConfig, progress: Any = None) -> SimResult:
         end[i] = finish + wl.opt_ms * 1e-3 * noise.mult[i]
         start[i], delay_s[i] = prev_end, delay
         bound = float(end[i].max())
-        if policy is not None:
+        if pacer is not None:
             # as the live controller: arrival at the first collective, before the delay
-            decision = policy.observe(first_issue - delay, bound - prev_bound)
-            active[i] = decision.active
-            delay = decision.delays_s
+            observed = pacer.observe(i, first_issue - delay, bound - prev_bound)
+            active[i] = observed is not None and observed.pacing
         prev_end, prev_bound = end[i], bound
         if progress is not None:
             progress(i + 1, iters)
-    return SimResult(cfg, topo, start, end, delay_s, enter, exits, sizes, comm, active)
+    ab_state = pacer.guard.state if pacer is not None and pacer.guard is not None else None
+    return SimResult(cfg, topo, start, end, delay_s, enter, exits, sizes, comm, active, ab_state)

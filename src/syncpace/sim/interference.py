@@ -17,8 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from syncpace.config import setting
-from syncpace.errors import ConfigError
+from syncpace.config import check_choice, check_numbers, setting
 
 MODES = ("none", "spin")
 
@@ -29,10 +28,8 @@ class InterferenceSpec:
     slowdown: float = setting(0.3, "spin: compute slowdown with every neighbour waiting.")
 
     def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise ConfigError(f"interference mode must be one of {', '.join(MODES)}")
-        if self.slowdown < 0:
-            raise ConfigError(f"slowdown must be >= 0, got {self.slowdown}")
+        check_numbers(self, slowdown="[0, 100]")
+        check_choice(self, "mode", MODES)
 
 
 def stretch(ready: np.ndarray, gpus: int, spec: InterferenceSpec) -> np.ndarray:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from syncpace.config import setting
+from syncpace.config import check_choice, check_numbers, setting
 from syncpace.errors import ConfigError
 from syncpace.sim.collectives import ALGORITHMS, Phase
 from syncpace.sim.topology import GB, Topology
@@ -67,20 +67,18 @@ class NetworkSpec:
     )
 
     def __post_init__(self) -> None:
-        if self.tier not in TIERS:
-            raise ConfigError(f"network tier must be one of {', '.join(TIERS)}, got {self.tier!r}")
-        if self.algorithm not in ALGORITHMS:
-            raise ConfigError(
-                f"algorithm must be one of {', '.join(ALGORITHMS)}, got {self.algorithm!r}"
-            )
-        if self.alpha_us < 0 or self.alpha_intra_us < 0 or self.exit_jitter_us < 0:
-            raise ConfigError("latencies must be >= 0")
-        if not 0 <= self.background_load < 1:
-            raise ConfigError(f"background_load must be in [0, 1), got {self.background_load}")
-        if not 0 < self.background_duty <= 1 or self.background_steps < 1:
-            raise ConfigError("background_duty must be in (0, 1] and background_steps >= 1")
-        if self.background_flow_mb <= 0:
-            raise ConfigError("background_flow_mb must be > 0")
+        check_numbers(
+            self,
+            alpha_us="[0, 1e7]",
+            alpha_intra_us="[0, 1e7]",
+            background_load="[0, 1)",
+            background_duty="(0, 1]",
+            background_steps="[1, 1e7]",
+            background_flow_mb="(0, 1e7]",
+            exit_jitter_us="[0, 1e7]",
+        )
+        check_choice(self, "tier", TIERS)
+        check_choice(self, "algorithm", ALGORITHMS)
         flows = self.background_flows
         if isinstance(flows, str):  # one string: a comma-separated list
             flows = [f.strip() for f in flows.split(",") if f.strip()]
@@ -151,7 +149,7 @@ def host_traffic(topo: Topology, spec: NetworkSpec) -> HostTraffic:
     dst = np.array([f.dst for f in flows], dtype=np.int64) * g
     routes = topo.route(src, dst, topo.flow_hash(src, dst, 0))
     routes[:, 2:4] = -1  # far_up / far_dn: a GPU's own detour to its NIC
-    nic = topo.spec.nic_gbs * GB
+    nic = topo.spec.nic_gbps * GB
     fixed = np.zeros(topo.n_links)
     greedy = []
     for f, r in zip(flows, routes, strict=True):

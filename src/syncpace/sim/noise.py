@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from syncpace.config import setting
+from syncpace.config import check_choice, check_numbers, setting
 from syncpace.errors import ConfigError
 
 DISTRIBUTIONS = ("lognormal", "pareto")
@@ -44,21 +44,24 @@ class NoiseSpec:
     loader_ms: float = setting(20.0, "Median data-loader hiccup (lognormal sigma 0.5), ms.")
 
     def __post_init__(self) -> None:
-        if self.distribution not in DISTRIBUTIONS:
-            raise ConfigError(
-                f"noise distribution must be one of {', '.join(DISTRIBUTIONS)}, "
-                f"got {self.distribution!r}"
-            )
-        if self.tail_shape <= 1:
-            raise ConfigError(f"tail_shape must be > 1 (finite mean), got {self.tail_shape}")
-        for name in ("os_burst_prob", "throttle_rate", "loader_prob"):
-            if not 0 <= getattr(self, name) <= 1:
-                raise ConfigError(f"{name} must be a probability, got {getattr(self, name)}")
-        for name in ("jitter", "rank_spread", "os_burst_ms", "loader_ms"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
-        if self.slow_factor <= 0 or self.throttle_factor <= 0 or self.throttle_steps < 1:
-            raise ConfigError("slow_factor, throttle_factor > 0 and throttle_steps >= 1 needed")
+        check_numbers(
+            self,
+            jitter="[0, 10]",
+            tail_shape="(1, 1000]",
+            rank_spread="[0, 10]",
+            slow_nodes="[0, 1000000]",
+            slow_factor="(0, 1000]",
+            slow_ranks="[0, 100000000]",
+            slow_factors="(0, 1000]",
+            os_burst_prob="[0, 1]",
+            os_burst_ms="[0, 1e7]",
+            throttle_rate="[0, 1]",
+            throttle_steps="[1, 1e7]",
+            throttle_factor="(0, 1000]",
+            loader_prob="[0, 1]",
+            loader_ms="[0, 1e7]",
+        )
+        check_choice(self, "distribution", DISTRIBUTIONS)
         self.slow_nodes = tuple(int(n) for n in self.slow_nodes)
         self.slow_ranks = tuple(int(r) for r in self.slow_ranks)
         self.slow_factors = tuple(float(f) for f in self.slow_factors)
@@ -67,8 +70,6 @@ class NoiseSpec:
                 f"slow_factors needs one factor per slow rank ({len(self.slow_ranks)}), "
                 f"got {len(self.slow_factors)}"
             )
-        if any(f <= 0 for f in self.slow_factors):
-            raise ConfigError(f"slow_factors must be > 0, got {list(self.slow_factors)}")
 
 
 @dataclass(frozen=True)

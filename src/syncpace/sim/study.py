@@ -1,8 +1,12 @@
 """Scaling study: the same job at several node counts, with and without pacing.
 
-Weak scaling (the per-GPU batch is fixed): throughput = samples/s, speedup =
-throughput / throughput at the smallest scale of the same arm, efficiency = speedup /
-(nodes / smallest nodes). CV and p99 are of the global iteration time after warm-up.
+Every scale runs unpaced and, when the configuration's pacer has a strategy, paced as
+well: the same pacer (policy, lag, A/B guard) a live run uses, so the paced arm is
+what a user would get, A/B probing included.
+
+Weak scaling (the per-GPU batch is fixed): throughput = samples/s, speedup = throughput
+/ throughput at the smallest scale of the same arm, efficiency = speedup / (nodes /
+smallest nodes). CV and p99 are of the global iteration time after warm-up.
 """
 
 from __future__ import annotations
@@ -13,7 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from syncpace.control.policy import PacingConfig
 from syncpace.errors import ConfigError
 from syncpace.sim.engine import SimConfig, SimResult, simulate
 
@@ -44,33 +47,37 @@ class StudyResult:
         return [r for r in self.rows if r["pacing"] == paced]
 
 
-def at_scale(config: SimConfig, nodes: int, pacing: PacingConfig | None) -> SimConfig:
+def at_scale(config: SimConfig, nodes: int) -> SimConfig:
     topo = config.topology
     cluster = max(topo.cluster_nodes, nodes) if topo.cluster_nodes else 0
-    topo = dataclasses.replace(topo, nodes=nodes, cluster_nodes=cluster)
-    return config.replace(topology=topo, pacing=pacing)
+    return config.replace(topology=dataclasses.replace(topo, nodes=nodes, cluster_nodes=cluster))
+
+
+def arms(config: SimConfig) -> list[SimConfig]:
+    """The unpaced configuration, and the paced one when ``config`` paces."""
+    off = config.replace(pacing=dataclasses.replace(config.pacing, strategy="off"))
+    return [off, config] if config.pacing.paced else [off]
 
 
 def run_study(
     config: SimConfig,
     nodes: Sequence[int],
-    pacing: PacingConfig | None = None,
     *,
     progress: Callable[[str], None] | None = None,
     keep: Callable[[SimConfig, SimResult], None] | None = None,
 ) -> StudyResult:
-    """Simulate every scale without pacing, and with ``pacing`` when given."""
+    """Simulate every scale without pacing, and with ``config``'s pacer when it paces."""
     scales = sorted(set(nodes))
     if not scales:
         raise ConfigError("a scaling study needs at least one node count")
-    arms: list[PacingConfig | None] = [None] + ([pacing] if pacing is not None else [])
     rows: list[dict[str, Any]] = []
-    for arm in arms:
+    for arm in arms(config):
         base = None
+        paced = arm.pacing.paced
         for n in scales:
-            cfg = at_scale(config, n, arm)
+            cfg = at_scale(arm, n)
             if progress is not None:
-                progress(f"{n} nodes{' paced' if arm else ''}")
+                progress(f"{n} nodes{' paced' if paced else ''}")
             result = simulate(cfg)
             if keep is not None:
                 keep(cfg, result)
@@ -80,12 +87,13 @@ def run_study(
             rows.append(
                 {
                     **s,
-                    "pacing": arm is not None,
+                    "pacing": paced,
+                    "ab_state": result.ab_state,
                     "speedup": speedup,
                     "efficiency": speedup / (n / base["nodes"]),
                 }
             )
-    if pacing is not None:
+    if config.pacing.paced:
         plain = {r["nodes"]: r for r in rows if not r["pacing"]}
         for r in rows:
             ref = plain[r["nodes"]]
@@ -99,14 +107,17 @@ def render(study: StudyResult) -> Any:
     table = Table(title=f"scaling study: {study.name}")
     for _, title, _ in COLUMNS:
         table.add_column(title, justify="right")
-    if any("pacing_gain" in r for r in study.rows):
+    paced = any(r["pacing"] for r in study.rows)
+    if paced:
+        table.add_column("A/B", justify="right")
         table.add_column("pacing gain", justify="right")
     for r in study.rows:
         cells = [
             fmt.format(r[key]) if key != "pacing" else ("on" if r[key] else "off")
             for key, _, fmt in COLUMNS
         ]
-        if "pacing_gain" in r:
+        if paced:
+            cells.append((r["ab_state"] or "") if r["pacing"] else "")
             cells.append(f"{r['pacing_gain']:+.1%}" if r["pacing"] else "")
         table.add_row(*cells)
     return table

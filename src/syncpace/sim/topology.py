@@ -23,10 +23,11 @@ their NIC across the CPU interconnect: their network traffic passes a private li
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
-from syncpace.config import setting
+from syncpace.config import check_choice, check_numbers, setting
 from syncpace.errors import ConfigError
 
 KINDS = ("switch", "leafspine", "fattree")
@@ -38,13 +39,16 @@ GB = 1e9
 
 @dataclass(kw_only=True, slots=True)
 class TopologySpec:
+    #: The largest job the simulator takes, in nodes.
+    MAX_NODES: ClassVar[int] = 100_000
+
     kind: str = setting("leafspine", "Topology: switch, leafspine or fattree.")
     nodes: int = setting(8, "Nodes of the job.")
     gpus_per_node: int = setting(8, "GPUs (ranks) per node.")
     nics_per_node: int = setting(8, "NICs per node; GPU g uses NIC g*nics//G.")
-    nic_gbs: float = setting(25.0, "NIC rate in GB/s (bytes, not bits) per direction.")
+    nic_gbps: float = setting(25.0, "NIC rate in GB/s (bytes, not bits) per direction.")
     intra: str = setting("nvlink", "Intra-node fabric: nvlink (per-GPU ports) or pcie (shared).")
-    intra_gbs: float = setting(150.0, "nvlink: per-GPU port rate; pcie: the node's shared rate.")
+    intra_gbps: float = setting(150.0, "nvlink: per-GPU port rate; pcie: the node's shared rate.")
     nodes_per_leaf: int = setting(8, "Nodes under one leaf (edge) switch.")
     spines: int = setting(4, "leafspine: spines; fattree: aggregation switches per pod.")
     oversub: float = setting(1.0, "Leaf downlink : uplink capacity ratio (1 = non-blocking).")
@@ -64,43 +68,36 @@ class TopologySpec:
     )
 
     def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise ConfigError(f"topology must be one of {', '.join(KINDS)}, got {self.kind!r}")
-        if self.intra not in INTRA:
-            raise ConfigError(f"intra must be one of {', '.join(INTRA)}, got {self.intra!r}")
-        if self.ecmp not in ECMP:
-            raise ConfigError(f"ecmp must be one of {', '.join(ECMP)}, got {self.ecmp!r}")
-        if self.placement not in PLACEMENTS:
-            raise ConfigError(
-                f"placement must be one of {', '.join(PLACEMENTS)}, got {self.placement!r}"
-            )
-        for name in (
-            "nodes",
-            "gpus_per_node",
-            "nics_per_node",
-            "nodes_per_leaf",
-            "spines",
-            "leaves_per_pod",
-            "cores",
-        ):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        check_numbers(
+            self,
+            nodes=f"[1, {self.MAX_NODES}]",
+            gpus_per_node="[1, 1024]",
+            nics_per_node="[1, 1024]",
+            nic_gbps="(0, 1e6]",
+            intra_gbps="(0, 1e6]",
+            nodes_per_leaf=f"[1, {self.MAX_NODES}]",
+            spines="[1, 10000]",
+            oversub="[1, 1000]",
+            leaves_per_pod="[1, 10000]",
+            cores="[1, 10000]",
+            core_oversub="[1, 1000]",
+            cluster_nodes=f"[0, {10 * self.MAX_NODES}]",
+            far_gpus="[0, 1023]",
+            far_bw_factor="(0, 1]",
+            far_latency_us="[0, 1e6]",
+            far_compute_penalty="[0, 100]",
+        )
+        check_choice(self, "kind", KINDS)
+        check_choice(self, "intra", INTRA)
+        check_choice(self, "ecmp", ECMP)
+        check_choice(self, "placement", PLACEMENTS)
         if self.nics_per_node > self.gpus_per_node:
             raise ConfigError("nics_per_node cannot exceed gpus_per_node")
-        for name in ("nic_gbs", "intra_gbs"):
-            if not getattr(self, name) > 0:
-                raise ConfigError(f"{name} must be > 0, got {getattr(self, name)}")
-        if self.oversub < 1 or self.core_oversub < 1:
-            raise ConfigError("oversub and core_oversub must be >= 1 (1 = non-blocking)")
         if self.cluster_nodes and self.cluster_nodes < self.nodes:
             raise ConfigError(f"cluster_nodes ({self.cluster_nodes}) < nodes ({self.nodes})")
         self.far_gpus = tuple(int(g) for g in self.far_gpus)
         if any(not 0 <= g < self.gpus_per_node for g in self.far_gpus):
             raise ConfigError(f"far_gpus must be local ranks < {self.gpus_per_node}")
-        if not 0 < self.far_bw_factor <= 1 or self.far_latency_us < 0:
-            raise ConfigError("far_bw_factor must be in (0, 1] and far_latency_us >= 0")
-        if self.far_compute_penalty < 0:
-            raise ConfigError("far_compute_penalty must be >= 0")
 
     @property
     def world_size(self) -> int:
@@ -132,17 +129,17 @@ class Topology:
         self.pods = -(-self.leaves // s.leaves_per_pod)
         self.far = np.zeros(s.gpus_per_node, dtype=bool)
         self.far[list(s.far_gpus)] = True
-        nic = s.nic_gbs * GB
+        nic = s.nic_gbps * GB
         leaf_nics = s.nodes_per_leaf * s.nics_per_node * nic
         self._add("nic_up", s.nodes * s.nics_per_node, nic)
         self._add("nic_dn", s.nodes * s.nics_per_node, nic)
         self._add("far_up", s.nodes * s.gpus_per_node, s.far_bw_factor * nic)
         self._add("far_dn", s.nodes * s.gpus_per_node, s.far_bw_factor * nic)
         if s.intra == "nvlink":
-            self._add("gpu_up", s.nodes * s.gpus_per_node, s.intra_gbs * GB)
-            self._add("gpu_dn", s.nodes * s.gpus_per_node, s.intra_gbs * GB)
+            self._add("gpu_up", s.nodes * s.gpus_per_node, s.intra_gbps * GB)
+            self._add("gpu_dn", s.nodes * s.gpus_per_node, s.intra_gbps * GB)
         else:
-            self._add("pcie", s.nodes, s.intra_gbs * GB)
+            self._add("pcie", s.nodes, s.intra_gbps * GB)
         # Uplinks exist for the whole cluster: background traffic of other jobs uses them.
         up = leaf_nics / (s.oversub * s.spines)
         self._add("leaf_up", self.leaves * s.spines, up)
@@ -268,9 +265,9 @@ class Topology:
             "nodes": s.nodes,
             "gpus_per_node": s.gpus_per_node,
             "nics_per_node": s.nics_per_node,
-            "nic_gbs": s.nic_gbs,
+            "nic_gbps": s.nic_gbps,
             "intra": s.intra,
-            "intra_gbs": s.intra_gbs,
+            "intra_gbps": s.intra_gbps,
             "oversub": s.oversub,
             "nodes_per_leaf": s.nodes_per_leaf,
             "spines": s.spines,

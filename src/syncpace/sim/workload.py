@@ -16,11 +16,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from syncpace.config import setting
+from syncpace.config import check_choice, check_numbers, setting
 from syncpace.errors import ConfigError
 
 MIB = 1 << 20
 DTYPES = {"float32": 4, "bfloat16": 2, "float16": 2}
+#: The collectives a gradient bucket can be reduced with.
+GRADIENT_OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all")
 
 
 @dataclass(kw_only=True, slots=True)
@@ -38,19 +40,24 @@ class WorkloadSpec:
     op: str = setting("all_reduce", "Collective of each bucket.")
 
     def __post_init__(self) -> None:
-        for name in ("fwd_ms", "bwd_ms", "opt_ms"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
-        if self.model_mb <= 0 or self.bucket_mb <= 0:
-            raise ConfigError("model_mb and bucket_mb must be > 0")
-        if self.accumulation < 1 or self.batch_per_gpu < 1:
-            raise ConfigError("accumulation and batch_per_gpu must be >= 1")
-        if self.comm_dtype not in DTYPES:
-            raise ConfigError(f"comm_dtype must be one of {', '.join(DTYPES)}")
-        if self.compression < 1:
-            raise ConfigError(f"compression must be >= 1, got {self.compression}")
-        if self.op not in ("all_reduce", "reduce_scatter", "all_gather", "all_to_all"):
-            raise ConfigError(f"workload op {self.op!r} is not a gradient collective")
+        check_numbers(
+            self,
+            fwd_ms="[0, 1e7]",
+            bwd_ms="[0, 1e7]",
+            opt_ms="[0, 1e7]",
+            model_mb="(0, 1e7]",
+            bucket_mb="(0, 1e7]",
+            accumulation="[1, 100000]",
+            compression="[1, 1e6]",
+            batch_per_gpu="[1, 1e9]",
+        )
+        if self.bucket_mb * 100_000 < self.model_mb:
+            raise ConfigError(
+                f"model_mb / bucket_mb must be at most 100000 buckets, got "
+                f"{self.model_mb} / {self.bucket_mb}"
+            )
+        check_choice(self, "comm_dtype", tuple(DTYPES))
+        check_choice(self, "op", GRADIENT_OPS)
 
     def bucket_bytes(self) -> np.ndarray:
         """Wire bytes of each bucket, in issue order."""

@@ -120,7 +120,9 @@ def pacing_summary(trace: Trace) -> dict[str, Any] | None:
         "bound_fraction": (first.get("policy_config") or {}).get("max_delay_fraction"),
         "ab_state": first.get("ab_state"),
         "ab_confidence": ab.get("confidence"),
-        "ab_required": (first.get("controller_config") or {}).get("ab_confidence"),
+        # the pacer's settings hold the A/B confidence; older traces had it with the controller
+        "ab_required": (first.get("policy_config") or {}).get("ab_confidence")
+        or (first.get("controller_config") or {}).get("ab_confidence"),
         "ab_throughput_gain": ab.get("throughput_gain"),
         "enabled_ranks": sum(1 for p in per_rank if p.get("enabled")),
         "errors": sorted({p["error"] for p in per_rank if p.get("error")}),

@@ -29,6 +29,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from syncpace.bench.config import BenchConfig
 from syncpace.bench.on_fabric import bench_on_fabric
 from syncpace.capture.config import TraceConfig
 from syncpace.capture.launch import traced_env
@@ -44,29 +45,25 @@ from syncpace.sim.engine import simulate
 from syncpace.trace.reader import load_trace
 from syncpace.validate.compare import Comparison, Thresholds, compare
 from syncpace.validate.model import Point, real_stats, sim_config, sim_stats
+from syncpace.validate.settings import GridSettings
 
 WORKER = "syncpace.validate.worker"
 WARMUP = 5
 STARTED = "validate worker: started"
 # The job's collectives follow ~150 ms of idle compute: the benchmark idles as long
 # before each call, so its links start every call rested as the job's do.
-BENCH_ARGS = [
-    "all_reduce",
-    "-b",
-    "64K",
-    "-e",
-    "1M",
-    "-f",
-    "2",
-    "-n",
-    "6",
-    "-w",
-    "2",
-    "--gap-ms",
-    "150",
-    "--no-pairs",
-    "--no-check",
-]
+BENCH = BenchConfig(
+    ops="all_reduce",
+    min_bytes="64K",
+    max_bytes="1M",
+    step_factor=2,
+    iters=6,
+    warmup=2,
+    gap_ms=150,
+    pairs=False,
+    check=False,
+    timeout_s=240,
+)
 FLOW_PORT = 5401
 # Background flows beside the job. On the star from h1 into h0: they share h1's and
 # h0's host links with the ring (1->2 and 3->0). On the leaf-spine from leaf1 across
@@ -224,7 +221,7 @@ def bench_for(ranks: int, rate: str, out: Path, log: Any) -> Path:
     state = up(fabric_spec(Point(name="bench", topology="star", ranks=ranks), rate), backend)
     run_dir = out / f"bench-{ranks}"
     try:
-        bench_on_fabric(state, BENCH_ARGS, run_dir, timeout_s=240, echo=log)
+        bench_on_fabric(state, BENCH, run_dir, echo=log)
     finally:
         down(state, backend)
     return run_dir
@@ -295,33 +292,22 @@ def plot(rows: list[Comparison], path: Path) -> None:
         rows=1, cols=3, subplot_titles=("mean iteration ms", "CV", "median transfer ms")
     )
     names = [c.point for c in rows]
+    columns = (
+        lambda stats: stats.iteration_ms,
+        lambda stats: stats.cv,
+        lambda stats: stats.transfer_ms,
+    )
     for label, pick in (("real", lambda c: c.real), ("simulated", lambda c: c.sim)):
-        fig.add_bar(
-            x=names,
-            y=[pick(c).iteration_ms for c in rows],
-            name=f"{label}",
-            row=1,
-            col=1,
-            legendgroup=label,
-        )
-        fig.add_bar(
-            x=names,
-            y=[pick(c).cv for c in rows],
-            name=label,
-            row=1,
-            col=2,
-            legendgroup=label,
-            showlegend=False,
-        )
-        fig.add_bar(
-            x=names,
-            y=[pick(c).transfer_ms for c in rows],
-            name=label,
-            row=1,
-            col=3,
-            legendgroup=label,
-            showlegend=False,
-        )
+        for col, value in enumerate(columns, start=1):
+            fig.add_bar(
+                x=names,
+                y=[value(pick(c)) for c in rows],
+                name=label,
+                row=1,
+                col=col,
+                legendgroup=label,
+                showlegend=col == 1,
+            )
     fig.update_layout(title="syncpace validation: emulated fabric vs simulator", barmode="group")
     fig.write_html(path, include_plotlyjs=True, full_html=True)
 
@@ -336,9 +322,9 @@ def select(names: str) -> list[Point]:
     return [pt for pt in GRID if not wanted or pt.name in wanted]
 
 
-def run_grid(args: Any, console: Console) -> int:
-    """Run the grid for ``args`` (out, points, rate, steps, sim_steps, seed); 0 when
-    every point outside the known gaps meets the thresholds (:func:`verdict`)."""
+def run_grid(args: GridSettings, console: Console) -> int:
+    """Run the grid ``args`` describes; 0 when every point outside the known gaps meets
+    the thresholds (:func:`verdict`)."""
     grid = select(args.points)
     require_root("the validation grid")
     out = Path(args.out)

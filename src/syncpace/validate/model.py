@@ -105,14 +105,14 @@ def sim_config(
     point: Point, bench: Calibration, profile: ComputeProfile, steps: int, seed: int = 0
 ) -> SimConfig:
     """The simulator set up for ``point`` from the bench fit and the measured compute."""
-    if bench.bandwidth_gbs is None:
+    if bench.bandwidth_gbps is None:
         raise ConfigError(f"{bench.source}: the bench fit has no bandwidth")
     topo = TopologySpec(
         kind="switch" if point.topology == "star" else "leafspine",
         nodes=point.ranks,
         gpus_per_node=1,
         nics_per_node=1,
-        nic_gbs=bench.bandwidth_gbs,
+        nic_gbps=bench.bandwidth_gbps,
         nodes_per_leaf=max(point.ranks // 2, 1),
         spines=1,
         oversub=point.oversub if point.topology == "leafspine" else 1.0,

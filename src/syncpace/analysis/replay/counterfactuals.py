@@ -13,9 +13,9 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import polars as pl
 
-from syncpace.analysis.collectives import busbw_factor
 from syncpace.analysis.replay.engine import Change, PacerFactory
 from syncpace.analysis.replay.program import END, JOIN, POST, WAIT, Program
+from syncpace.trace.busbw import bus_factor
 
 
 def action_keys(prog: Program) -> np.ndarray:
@@ -79,7 +79,7 @@ def excess_gaps(prog: Program) -> tuple[np.ndarray, np.ndarray]:
 def _factor(prog: Program) -> np.ndarray:
     inst = prog.instances
     ops, ns = inst["op"].to_list(), inst["n"].to_list()
-    return np.array([busbw_factor(o, int(n)) or 0.0 for o, n in zip(ops, ns, strict=True)])
+    return np.array([bus_factor(o, int(n)) or 0.0 for o, n in zip(ops, ns, strict=True)])
 
 
 def transfers_at_rate(
@@ -213,9 +213,9 @@ def ideal_overlap(prog: Program) -> Change:
     return Change(gap=gap, wait_on=wait_on)
 
 
-def paced(factory: PacerFactory, lag: int = 2) -> Change:
-    """Pacing on with the given policy, run live inside the replay."""
-    return Change(pacer=factory, lag=lag)
+def paced(factory: PacerFactory) -> Change:
+    """Pacing on with the given pacer (policy, lag, A/B guard), run live in the replay."""
+    return Change(pacer=factory)
 
 
 def combine(changes: Sequence[Change]) -> Change:

@@ -10,10 +10,10 @@ cumulative sum and a cumulative max over a padded (rank x action) block.
 
 A WAIT or JOIN whose instance is not resolved yet (the trace's order does not show the
 dependency: equal timestamps, clocks) does not wait; :attr:`Replayed.unresolved` counts
-them. With a ``pacer`` the replay runs the pacing policy live: at the end of every
-step it is shown every rank's arrival at the step's first collective and the step
-time, and its delays go before the first collective ``lag`` steps later, as the live
-controller does.
+them. With a ``pacer`` the replay runs the pacer live: at the end of every step it is
+shown every rank's arrival at the step's first collective and the step time, and the
+delays it decides go before the first collective of the step it names (its own lag,
+and nothing while its A/B guard holds pacing off), as the live controller does.
 """
 
 from __future__ import annotations
@@ -29,12 +29,14 @@ from syncpace.analysis.replay.program import END, JOIN, POST, WAIT, Program
 
 
 class Pacer(Protocol):
-    """What the replay needs of a pacing policy (``control.policy.PacingPolicy``)."""
+    """What the replay needs of a pacer (``control.Pacer``: the policy, its lag and its
+    A/B guard). ``observe`` returns ``None`` or what it decided: ``apply_at`` (the step
+    the delays are for) and ``delays_s`` (per rank)."""
 
-    def observe(self, arrivals_s: Any, step_time_s: float) -> Any: ...
+    def observe(self, step: int, arrivals_s: Any, step_time_s: float) -> Any: ...
 
 
-#: world size -> a fresh policy object
+#: world size -> a fresh pacer
 PacerFactory = Callable[[int], Pacer]
 
 
@@ -47,7 +49,6 @@ class Change:
     wait_on: np.ndarray | None = None  # per action
     service: np.ndarray | None = None  # per instance
     pacer: PacerFactory | None = None
-    lag: int = 2
 
 
 @dataclass(frozen=True)
@@ -161,17 +162,16 @@ def _iterations(prog: Program, ret: np.ndarray) -> np.ndarray:
 
 
 class _Pacing:
-    """The pacing policy run inside the replay, as the live controller runs it."""
+    """The pacer run inside the replay, as the live controller runs it."""
 
     def __init__(self, prog: Program, change: Change, gap: np.ndarray) -> None:
         self.prog = prog
         self.gap = gap
-        self.lag = change.lag
         ranks = np.unique(prog.rank)
         self.ranks = ranks
         self.index = {int(r): i for i, r in enumerate(ranks)}
         assert change.pacer is not None
-        self.policy = change.pacer(len(ranks))
+        self.pacer = change.pacer(len(ranks))
         self.delays: dict[int, np.ndarray] = {}
         self.applied = np.zeros(prog.n_actions)
         n_steps = len(prog.steps)
@@ -219,11 +219,15 @@ class _Pacing:
         start = self.end[s - 1] if s > 0 else self.prog.start[self.ranks]
         durations = self.end[s] - start
         step_time = float(np.nanmax(durations)) / 1e9
-        decision = self.policy.observe((arrivals - arrivals.min()) / 1e9, step_time)
-        delays = np.asarray(decision.delays_s, dtype=np.float64) * 1e9
+        decided = self.pacer.observe(
+            int(self.prog.steps[s]), (arrivals - arrivals.min()) / 1e9, step_time
+        )
+        if decided is None:
+            return
+        delays = np.asarray(decided.delays_s, dtype=np.float64) * 1e9
         if delays.max(initial=0.0) > 0:
             self.paced_steps += 1
-        self.delays[int(self.prog.steps[s]) + self.lag] = delays
+        self.delays[int(decided.apply_at)] = delays
 
     def summary(self) -> dict[str, float]:
         return {

@@ -1,4 +1,8 @@
-"""A small seeded generator of data-parallel traces with planted causes.
+"""Test fixtures: seeded data-parallel traces with one planted cause each.
+
+``SCENARIOS`` holds one :class:`Planted` run per failure mode the diagnosis must name
+(and ``healthy``); :func:`generate` writes one as a trace directory. The saved copies in
+``tests/data/`` are regenerated with ``python tests/data/make_scenarios.py``.
 
 The model, per iteration and rank: forward then backward compute (lognormal jitter,
 optionally slowed per rank or per local rank); DDP-like gradient buckets issued during
@@ -8,8 +12,9 @@ the previous bucket is done; transfer = alpha + bytes x busbw factor / busbw, op
 inflated on cross-node groups; the optimizer runs once compute and communication are
 done. Files are written with the real :class:`~syncpace.trace.writer.RankTraceWriter`.
 
-The full simulator (topologies, algorithms, network sharing) replaces this later; this
-one only has to plant each failure mode clearly enough to test the diagnosis.
+This is not the simulator (``syncpace.sim``: topologies, algorithms, network sharing,
+pacing); it only plants each failure mode clearly enough to test the diagnosis, with
+the exact timings a test can check against.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from syncpace import __version__
+from syncpace.trace.busbw import bus_factor
 from syncpace.trace.writer import RankTraceWriter
 
 MIB = 1 << 20
@@ -29,7 +35,7 @@ _T0 = 1_000_000_000  # ns; first step starts 1 s into rank 0's clock
 
 
 @dataclass(frozen=True, kw_only=True)
-class Scenario:
+class Planted:
     """Parameters of one synthetic run. Times in ms, bandwidth in GB/s (= bytes/ns)."""
 
     name: str
@@ -68,15 +74,15 @@ class Scenario:
     def host(self, node: int) -> str:
         return self.hosts[node] if node < len(self.hosts) else f"node{node}"
 
-    def replace(self, **changes: Any) -> Scenario:
+    def replace(self, **changes: Any) -> Planted:
         return dataclasses.replace(self, **changes)
 
 
-SCENARIOS: dict[str, Scenario] = {
+SCENARIOS: dict[str, Planted] = {
     s.name: s
     for s in (
-        Scenario(name="healthy", description="small jitter, overlapped buckets"),
-        Scenario(
+        Planted(name="healthy", description="small jitter, overlapped buckets"),
+        Planted(
             name="straggler",
             description="rank 5 computes 15% slower in every iteration",
             slow_ranks=((5, 1.15),),
@@ -84,13 +90,13 @@ SCENARIOS: dict[str, Scenario] = {
             expected_ranks=(5,),
             expected_nodes=("node1",),
         ),
-        Scenario(
+        Planted(
             name="sync_amplification",
             description="random compute jitter (lognormal sigma 0.12) on every rank",
             jitter=0.12,
             expected_mode="sync_amplification",
         ),
-        Scenario(
+        Planted(
             name="locality_variance",
             description="local rank 2 is 12% slower on every node (far NUMA node)",
             slow_local_rank=(2, 1.12),
@@ -98,7 +104,7 @@ SCENARIOS: dict[str, Scenario] = {
             expected_ranks=(2, 6),
             expected_nodes=("node0", "node1"),
         ),
-        Scenario(
+        Planted(
             name="fabric_contention",
             description="cross-node transfers inflated 1.5-4x at random; intra-node groups clean",
             intra_bytes=8 * MIB,
@@ -106,7 +112,7 @@ SCENARIOS: dict[str, Scenario] = {
             expected_mode="fabric_contention",
             expected_nodes=("node0", "node1"),
         ),
-        Scenario(
+        Planted(
             name="latency_bound",
             description="48 tiny (8 KiB) all-reduces per iteration, unbucketed",
             steps=12,
@@ -114,13 +120,13 @@ SCENARIOS: dict[str, Scenario] = {
             alpha_us=40.0,
             expected_mode="latency_bound",
         ),
-        Scenario(
+        Planted(
             name="poor_overlap",
             description="every bucket issued after backward: no overlap",
             overlap=False,
             expected_mode="poor_overlap",
         ),
-        Scenario(
+        Planted(
             name="bandwidth_bound",
             description="large buckets (4 x 100 MiB) at link rate",
             bucket_bytes=100 * MIB,
@@ -130,7 +136,7 @@ SCENARIOS: dict[str, Scenario] = {
 }
 
 
-def generate(scenario: Scenario, out_dir: str | Path) -> Path:
+def generate(scenario: Planted, out_dir: str | Path) -> Path:
     """Write ``scenario`` as a trace directory; returns its path."""
     out = Path(out_dir)
     timeline = _simulate(scenario)
@@ -152,7 +158,7 @@ class _Timeline:
     steps: list[list[tuple]]
 
 
-def _simulate(sc: Scenario) -> _Timeline:
+def _simulate(sc: Planted) -> _Timeline:
     rng = np.random.default_rng(sc.seed)
     world = sc.world_size
     node_of = np.arange(world) // sc.gpus_per_node
@@ -219,8 +225,8 @@ def _simulate(sc: Scenario) -> _Timeline:
     return tl
 
 
-def _transfer_ns(sc: Scenario, group: str, n: int, nbytes: int, rng: np.random.Generator) -> float:
-    factor = 2 * (n - 1) / n
+def _transfer_ns(sc: Planted, group: str, n: int, nbytes: int, rng: np.random.Generator) -> float:
+    factor = bus_factor("all_reduce", n)
     cross = group == "0" and sc.nodes > 1
     busbw = sc.busbw_gbps if cross or sc.nodes == 1 else sc.intra_busbw_gbps
     ns = sc.alpha_us * 1e3 + nbytes * factor / busbw
@@ -230,7 +236,7 @@ def _transfer_ns(sc: Scenario, group: str, n: int, nbytes: int, rng: np.random.G
     return ns * noise
 
 
-def _meta(sc: Scenario, rank: int) -> dict[str, Any]:
+def _meta(sc: Planted, rank: int) -> dict[str, Any]:
     node, local = divmod(rank, sc.gpus_per_node)
     groups = {"0": {"ranks": list(range(sc.world_size)), "backend": "nccl"}}
     if sc.intra_bytes:
