@@ -7,6 +7,9 @@
 2. Throughput: a 4-rank gloo DDP job with one gradient bucket per layer (>= 50
    all-reduces per step), traced vs untraced, alternated ``--pairs`` times; the
    ratio of median step rates.
+3. The stall watchdog's share: the same DDP job traced with the watchdog off
+   (``stall_after_s=0``) in the same alternation; the ratio of traced with it to
+   traced without it is what the in-flight registry and its thread cost.
 
 Traced runs are armed exactly as ``syncpace run`` arms them (the bootstrap on
 PYTHONPATH, no code change). Figures are medians; on a shared machine only the
@@ -39,11 +42,16 @@ from syncpace.trace import load_trace
 WORKER = Path(__file__).with_name("_overhead_worker.py")
 
 
-def launch(world: int, args: list[str], trace_dir: Path | None) -> Any:
+def launch(world: int, args: list[str], trace_dir: Path | None, watchdog: bool = True) -> Any:
     port = free_port()
     base = dict(os.environ)
     if trace_dir is not None:
-        base = traced_env(trace_dir, TraceConfig(dir=str(trace_dir), clock_interval_s=0), base)
+        config = TraceConfig(
+            dir=str(trace_dir),
+            clock_interval_s=0,
+            stall_after_s=TraceConfig().stall_after_s if watchdog else 0.0,
+        )
+        base = traced_env(trace_dir, config, base)
     procs = []
     for rank in range(world):
         env = dict(
@@ -80,11 +88,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=30, help="measured DDP steps per run")
     args = parser.parse_args()
     console = Console()
-    micro: dict[str, list[float]] = {"untraced": [], "traced": [], "added": []}
-    rates = {"untraced": [], "traced": []}
+    micro: dict[str, list[float]] = {"untraced": [], "traced": [], "added": [], "added_nowd": []}
+    rates = {"untraced": [], "traced": [], "no_watchdog": []}
     per_step = []
     with tempfile.TemporaryDirectory() as tmp, Progress(console=console) as progress:
-        task = progress.add_task("alternating traced / untraced runs", total=4 * args.pairs)
+        task = progress.add_task("alternating traced / untraced runs", total=5 * args.pairs)
         for i in range(args.pairs):
             for traced in (False, True):
                 key = "traced" if traced else "untraced"
@@ -94,6 +102,9 @@ def main() -> None:
                         micro[name].append(statistics.median(blocks[name]))
                     pairs = zip(blocks["traced"], blocks["untraced"], strict=True)
                     micro["added"].append(statistics.median(a - b for a, b in pairs))
+                    nowd = launch(1, ["micro", "9", "1000"], Path(tmp) / f"mnowd{i}", False)
+                    pairs = zip(nowd["traced"], nowd["untraced"], strict=True)
+                    micro["added_nowd"].append(statistics.median(a - b for a, b in pairs))
                 progress.advance(task)
                 trace_dir = Path(tmp) / f"ddp{i}" if traced else None
                 ddp_args = ["ddp", str(args.steps), str(args.layers), str(args.hidden)]
@@ -101,13 +112,18 @@ def main() -> None:
                 rates[key].append(1 / statistics.median(times))
                 progress.advance(task)
                 if traced:
+                    plain = launch(args.ranks, ddp_args, Path(tmp) / f"nowd{i}", watchdog=False)
+                    rates["no_watchdog"].append(1 / statistics.median(plain))
+                    progress.advance(task)
                     trace = load_trace(trace_dir)
                     ar = trace.events.filter(
                         (trace.events["rank"] == 0) & (trace.events["step"] >= 4)
                     )
                     per_step.append(ar.height / max(ar["step"].n_unique(), 1))
     cost = statistics.median(micro["added"])
+    cost_nowd = statistics.median(micro["added_nowd"])
     ratio = statistics.median(rates["traced"]) / statistics.median(rates["untraced"])
+    watchdog_ratio = statistics.median(rates["traced"]) / statistics.median(rates["no_watchdog"])
     table = Table(title="tracer overhead (medians; traced and untraced alternated)")
     table.add_column("measure")
     table.add_column("untraced", justify="right")
@@ -125,12 +141,26 @@ def main() -> None:
         f"{statistics.median(rates['traced']):.2f}",
         f"ratio {ratio:.3f}",
     )
+    table.add_row(
+        "µs added per tiny all-reduce: watchdog off vs on",
+        f"+{cost_nowd:.1f}",
+        f"+{cost:.1f}",
+        f"{cost - cost_nowd:+.1f} µs/collective",
+    )
+    table.add_row(
+        "DDP steps/s traced: watchdog off vs on",
+        f"{statistics.median(rates['no_watchdog']):.2f}",
+        f"{statistics.median(rates['traced']):.2f}",
+        f"ratio {watchdog_ratio:.3f}",
+    )
     console.print(table)
     print(
         json.dumps(
             {
                 "per_collective_us": round(cost, 2),
+                "per_collective_us_watchdog_off": round(cost_nowd, 2),
                 "throughput_ratio": round(ratio, 4),
+                "watchdog_ratio": round(watchdog_ratio, 4),
                 "collectives_per_step": statistics.median(per_step),
                 "pairs": args.pairs,
             }

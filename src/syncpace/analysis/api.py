@@ -14,19 +14,22 @@ single world size is a misreading, not a measurement.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from syncpace.analysis.comparison import RunComparison, compare_runs
+from syncpace.analysis.detectors.hang import finding_of
 from syncpace.analysis.diagnosis import diagnose, order, scaling_evidence
 from syncpace.analysis.findings import Finding
+from syncpace.analysis.hang import HangAnalysis, analyze_hang, hang_input
 from syncpace.analysis.metrics import RunMetrics, compute_metrics
 from syncpace.analysis.replay import PacerFactory
 from syncpace.analysis.replay.whatif import WhatIf
 from syncpace.analysis.scaling import ScalingPoint, scaling_curve
 from syncpace.analysis.thresholds import Thresholds
 from syncpace.analysis.timeline import IterationSample, sample_iterations
+from syncpace.trace.merge import join_parts
 from syncpace.trace.reader import Trace, load_trace
 
 Study = Literal["single", "comparison", "scaling"]
@@ -94,8 +97,7 @@ def analyze(
         traces = [traces]
     thresholds = thresholds or Thresholds()
     runs, samples = [], []
-    for item in traces:
-        trace = item if isinstance(item, Trace) else load_trace(item)
+    for trace in _loaded(traces):
         run = compute_metrics(trace, warmup_steps=warmup_steps)
         runs.append(run)
         samples.append(sample_iterations(trace, run))
@@ -120,3 +122,26 @@ def analyze(
         samples=tuple(samples),
         what_if=tuple(tables),
     )
+
+
+def _loaded(traces: Sequence[Trace | str | os.PathLike[str]]) -> Iterator[Trace]:
+    """The runs, loaded one at a time; directories that each hold part of one job's
+    ranks (one per node: the same world size, disjoint ranks) are joined into one."""
+    parts = []
+    for item in traces:
+        trace = item if isinstance(item, Trace) else load_trace(item)
+        if trace.missing_ranks and len(traces) > 1:
+            parts.append(trace)
+        else:
+            yield trace
+    yield from join_parts(parts)
+
+
+def find_hang(
+    trace: Trace, thresholds: Thresholds | None = None
+) -> tuple[HangAnalysis, Finding | None]:
+    """The fast path for a job that may still be hung: only the hang measurement (no
+    other metric) and its finding, if the job stopped or its calls disagree."""
+    thresholds = thresholds or Thresholds()
+    analysis = analyze_hang(hang_input(trace))
+    return analysis, finding_of(analysis, thresholds.hang_wait_s, str(trace.path))

@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from syncpace.analysis.detectors import DETECTORS, Context, Detector
 from syncpace.analysis.detectors.arrival import rank_compute
 from syncpace.analysis.detectors.hosts import attach_host_evidence
-from syncpace.analysis.findings import SYMPTOMS, Finding, Severity, rank_findings
+from syncpace.analysis.findings import STOPPED, SYMPTOMS, Finding, Severity, rank_findings
 from syncpace.analysis.metrics import RunMetrics
 from syncpace.analysis.replay import PacerFactory
 from syncpace.analysis.replay import counterfactuals as cf
@@ -86,12 +86,18 @@ def _symptoms(findings: list[Finding]) -> list[Finding]:
 
 
 def order(findings: list[Finding]) -> list[Finding]:
-    """Severity first; ``healthy`` heads a list of notes; symptoms after causes; then
-    the cause's cost (the replayed saving), so a symptom falls below its cause."""
+    """A hang or desync first; then severity; ``healthy`` heads a list of notes;
+    symptoms after causes; then the cause's cost (the replayed saving), so a symptom
+    falls below its cause."""
     ranked = rank_findings(findings)
     return sorted(
         ranked,
-        key=lambda f: (-int(f.severity), f.mode != "healthy", f.symptom or f.mode in SYMPTOMS),
+        key=lambda f: (
+            f.mode not in STOPPED,
+            -int(f.severity),
+            f.mode != "healthy",
+            f.symptom or f.mode in SYMPTOMS,
+        ),
     )
 
 

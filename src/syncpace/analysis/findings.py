@@ -20,6 +20,8 @@ class Severity(enum.IntEnum):
 
 #: Failure modes, plus the data-quality modes that say a trace cannot be fully trusted.
 MODES = (
+    "hang",
+    "desync",
     "straggler",
     "sync_amplification",
     "stall",
@@ -41,6 +43,9 @@ QUALITY_MODES = ("incomplete_trace", "insufficient_data", "clock_uncertainty")
 #: Summary symptoms: they rank after a specific cause of the same severity and are
 #: never the verdict's cause.
 SYMPTOMS = ("comm_dominated",)
+#: A job that stopped (hung, or its ranks disagree): nothing else matters until it runs
+#: again, so these rank first whatever else is found.
+STOPPED = ("hang", "desync")
 
 
 @dataclass(frozen=True)

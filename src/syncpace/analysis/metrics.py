@@ -8,6 +8,7 @@ from typing import Any
 import polars as pl
 
 from syncpace.analysis import collectives, hostcounters, iterations, locality, overlap
+from syncpace.analysis.hang import HangAnalysis, analyze_hang, hang_input
 from syncpace.analysis.replay import Program, build_program, usable
 from syncpace.trace.reader import Trace
 from syncpace.trace.summary import pacing_summary
@@ -48,6 +49,7 @@ class RunMetrics:
     group_nodes: dict[str, int]
     pacing: dict[str, Any] | None = None  # the pacer's account, when the run was paced
     program: Program | None = None  # the run as the replay runs it (analysis.replay)
+    hang: HangAnalysis | None = None  # where each group stopped (whole run, no warm-up cut)
     hosts: hostcounters.HostMetrics | None = None  # host counters and topology, when sampled
 
     @property
@@ -81,6 +83,7 @@ class RunMetrics:
 def compute_metrics(trace: Trace, *, warmup_steps: int = 1) -> RunMetrics:
     """Measure ``trace``. The first ``warmup_steps`` iterations (setup, first-call costs)
     are left out, unless nothing would be left."""
+    hang = analyze_hang(hang_input(trace))
     steps, events = trace.steps, trace.events
     max_step = int(steps["step"].max()) if steps.height else 0  # type: ignore[arg-type]
     if warmup_steps and max_step >= warmup_steps:
@@ -122,6 +125,7 @@ def compute_metrics(trace: Trace, *, warmup_steps: int = 1) -> RunMetrics:
         group_nodes=_group_nodes(trace.meta, place),
         pacing=pacing_summary(trace),
         program=program,
+        hang=hang,
         hosts=hostcounters.host_metrics(trace.counters, trace.hosts, trace.meta),
     )
 

@@ -88,6 +88,11 @@ class Thresholds:
     clock_trust_factor: float = setting(
         1.0, "Skews below this times the clock uncertainty are not trustworthy."
     )
+    hang_wait_s: float = setting(
+        60.0,
+        "Ranks waiting in a call this long are hung, even where no stall record or "
+        "failure says so (a trace that ended with calls pending).",
+    )
     min_steps: int = setting(
         3, "Fewer iterations than this (after warm-up) are too few to judge a run healthy."
     )
@@ -127,6 +132,7 @@ class Thresholds:
             link_gbps="[0, 1000000]",
             link_alpha_us="[0, 1000000]",
             clock_trust_factor="[0, 1000]",
+            hang_wait_s="(0, 86400]",
             min_steps="[0, 1000000000]",
             host_loss_ratio="[0, 1]",
             link_peak_utilisation="[0, 1]",

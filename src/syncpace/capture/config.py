@@ -38,6 +38,16 @@ class TraceConfig:
     clock_drift_ppm: float = setting(
         0.0, "Artificial rate error of this rank's clock, ppm (tests and fabric emulation)."
     )
+    # Stall watchdog (capture/watchdog.py) -------------------------------------------
+    stall_after_s: float = setting(
+        60.0,
+        "A call in flight, or no progress at all, for this long is a stall: the rank "
+        "writes rank-R.stall.json with its calls in flight and every thread's stack "
+        "(0 disables the watchdog).",
+    )
+    stall_repeat_s: float = setting(
+        30.0, "While a stall lasts, its record is rewritten this often with fresh stacks."
+    )
     host_sampler: str = setting(
         "thread",
         "Host counters and topology, one sampler per host: 'thread' (a thread of the "
@@ -73,6 +83,8 @@ class TraceConfig:
             clock_drift_ppm="[-100000, 100000]",
             counters_interval_s="[0.0005, 3600]",
             counters_slow_interval_s="[0.0005, 3600]",
+            stall_after_s="[0, 86400]",
+            stall_repeat_s="(0, 86400]",
         )
         check_choice(self, "host_sampler", SAMPLER_MODES)
         parse_link_rates(self.counters_link_rate)  # raises ConfigError when malformed

@@ -150,6 +150,7 @@ class TracingProcessGroup(dist.ProcessGroup):
             peer,
             enter,
         )
+        recorder.in_flight.calls[id(row)] = row  # the stall watchdog's registry
         try:
             work = getattr(self._inner, method)(*args, **kwargs)
         except BaseException as exc:

@@ -215,9 +215,15 @@ def _create(opts: Any, backend_options: Any) -> Any:
     group_name = str(opts.group_id)
     device_map = _pending.get(group_name) or _state["default_map"] or {"cpu": "gloo"}
     built = []
+    by_name: dict[str, tuple[Any, Any]] = {}
     for device, name in device_map.items():
-        store = dist.PrefixStore(f"{device}/", opts.store)
-        backend, backend_type = _build_backend(name, store, opts, backend_options)
+        # One backend per backend name, registered for every device that uses it, as
+        # torch does: plain "gloo" maps cpu and cuda to gloo, and a second gloo mesh
+        # would double the rendezvous and the sockets of every group.
+        if name not in by_name:
+            store = dist.PrefixStore(f"{device}/", opts.store)
+            by_name[name] = _build_backend(name, store, opts, backend_options)
+        backend, backend_type = by_name[name]
         built.append((torch.device(device), backend_type, backend))
     default_type = next((t for _, t, _ in built if t == ProcessGroup.BackendType.NCCL), built[0][1])
     default_name = "nccl" if default_type == ProcessGroup.BackendType.NCCL else built[0][2].name()

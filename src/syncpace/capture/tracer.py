@@ -24,19 +24,25 @@ from syncpace import __version__
 from syncpace.capture.clock import ClockSync, OffsetEstimate, local_clock
 from syncpace.capture.config import TraceConfig
 from syncpace.capture.host import device_facts, env_int, rank_facts
+from syncpace.capture.inflight import InFlight
 from syncpace.capture.log import warn_once
 from syncpace.capture.sampler import SamplerHandle, start_host_sampler
 from syncpace.capture.torch_hooks import install
+from syncpace.capture.watchdog import StallWatchdog, arm_fatal_dump, disarm_fatal_dump
 from syncpace.capture.work import TimedWork, classify
 from syncpace.config import from_env
 from syncpace.control.channel import GatherChannel
 from syncpace.control.config import ControllerConfig, PacingConfig
 from syncpace.control.controller import PacingController
 from syncpace.errors import ConfigError
+from syncpace.trace import schema
+from syncpace.trace.stall import FATAL_SUFFIX, stall_path
 from syncpace.trace.writer import RankTraceWriter
 
 #: Clock estimates kept in the metadata (one every clock_interval_s).
 MAX_CLOCK_SAMPLES = 200
+#: Statuses of a call that raised: the watchdog keeps the stacks of that moment.
+_FAILED = ("failed", "timed_out", "aborted")
 
 
 class Tracer:
@@ -69,6 +75,10 @@ class Tracer:
         self.controller: PacingController | None = None
         self.arrival_step = -1
         self._arrival_ns = 0
+        # Stall watchdog: the registry is fed on the hot path, the thread reads it.
+        self.in_flight = InFlight()
+        self.watchdog: StallWatchdog | None = None
+        self._fatal: Any = None
         self._host_sampler: SamplerHandle | None = None
 
     # Process groups --------------------------------------------------------------
@@ -138,6 +148,7 @@ class Tracer:
             out, rank, self.config, self.clock, self.writer.meta_path, lambda: self._offset_ns
         )
         self._start_controller(store, rank, world_size)
+        self._start_watchdog(out, rank, world_size, str(meta.get("host", "")))
         atexit.register(self.close)
         _install_sigterm(self)
         if self.config.step_hook:
@@ -154,6 +165,30 @@ class Tracer:
             )
         except Exception as exc:  # the job runs unpaced
             warn_once("controller", "pacing disabled: cannot open its channel: %s", exc)
+
+    def _start_watchdog(self, out: Path, rank: int, world_size: int, host: str) -> None:
+        if self.config.stall_after_s <= 0 or self.writer is None:
+            return
+        writer = self.writer
+        try:
+            self.watchdog = StallWatchdog(
+                self.in_flight,
+                now=self.now,
+                offset_ns=lambda: self._offset_ns,
+                progress=lambda: (self.step, self._last_boundary),
+                flush=writer.flush,
+                path=stall_path(out, rank),
+                rank=rank,
+                world_size=world_size,
+                host=host,
+                stall_after_s=self.config.stall_after_s,
+                stall_repeat_s=self.config.stall_repeat_s,
+            )
+            self.watchdog.start()
+            self._fatal = arm_fatal_dump(out / f"{schema.rank_stem(rank)}{FATAL_SUFFIX}")
+        except Exception as exc:  # the job runs without stall records
+            warn_once("watchdog-start", "stall watchdog disabled: %s", exc)
+            self.watchdog = None
 
     # Sync points -------------------------------------------------------------------
     def arrive(self) -> int:
@@ -189,10 +224,12 @@ class Tracer:
         """Wrap ``work`` so that ``row`` (an event without its exit) is recorded once
         its completion is observed (see :mod:`syncpace.capture.work`)."""
         if self.writer is None:
+            self.in_flight.forget(row)
             return work
         if work is None:  # coalesced calls return no work of their own
             self._record(row, "call", "completed", None, -1)
             return work
+        self.in_flight.works[id(row)] = work
         return TimedWork(work, row, self._record, self.now)
 
     def raised(self, row: tuple, exc: BaseException) -> None:
@@ -200,12 +237,23 @@ class Tracer:
         if self.writer is not None:
             status, error = classify(exc)
             self._record(row, "call", status, error, -1)
+        else:
+            self.in_flight.forget(row)
 
     def _record(self, row: tuple, how: str, status: str, error: str | None, wait_ns: int) -> None:
         writer = self.writer
-        if writer is not None:
-            exit_ns = -1 if status == "unobserved" else self.now()
-            writer.add_event(row + (exit_ns, how, status, error, wait_ns))
+        if writer is None:
+            self.in_flight.forget(row)
+            return
+        exit_ns = -1 if status == "unobserved" else self.now()
+        event = row + (exit_ns, how, status, error, wait_ns)
+        writer.add_event(event)
+        in_flight, key = self.in_flight, id(row)  # InFlight.recorded, inlined: hot path
+        in_flight.calls.pop(key, None)
+        in_flight.works.pop(key, None)
+        in_flight.last[row[2]] = event
+        if status in _FAILED and self.watchdog is not None:
+            self.watchdog.on_failure(event)
 
     # Iterations --------------------------------------------------------------------
     def on_step(self, manual: bool = False) -> None:
@@ -232,6 +280,14 @@ class Tracer:
     def close(self) -> None:
         if self._clock_sync is not None:
             self._clock_sync.stop()
+        watchdog, self.watchdog = self.watchdog, None
+        if watchdog is not None:
+            watchdog.stop()
+        fatal, self._fatal = self._fatal, None
+        try:
+            disarm_fatal_dump(fatal)
+        except Exception as exc:
+            warn_once("fatal-dump", "cannot remove the fatal-signal dump: %s", exc)
         sampler, self._host_sampler = self._host_sampler, None
         if sampler is not None:
             sampler.stop()

@@ -12,6 +12,7 @@ from syncpace.bench.results import load_bench, main_fit
 from syncpace.config import add_flags, from_flags
 from syncpace.control import Pacer, PacingConfig
 from syncpace.errors import ConfigError
+from syncpace.importers.flight_recorder import is_dump_dir, load_flight_recorder
 from syncpace.report.terminal import print_analysis, print_what_if
 
 
@@ -70,7 +71,9 @@ def analysis_from_args(args: argparse.Namespace) -> Analysis:
         alpha, beta = link_of(args.bench)
         alpha = thresholds.link_alpha_us or alpha
         thresholds = dataclasses.replace(thresholds, link_gbps=beta, link_alpha_us=alpha)
-    return analyze(args.dirs, thresholds, warmup_steps=args.warmup_steps, pacer=live_pacer)
+    # Flight Recorder dump directories are read as runs too (the same hang finding).
+    runs = [load_flight_recorder([d]) if is_dump_dir(d) else d for d in args.dirs]
+    return analyze(runs, thresholds, warmup_steps=args.warmup_steps, pacer=live_pacer)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

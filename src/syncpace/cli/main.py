@@ -25,6 +25,7 @@ VERBS = (
     "run",
     "trace_info",
     "diagnose",
+    "hang",
     "report",
     "export",
     "fabric",

@@ -2,6 +2,8 @@
 
 The page reads top-down the way the question goes:
 
+0. a **hang or desync**, when the job stopped (``report.hang``): the group and call, the
+   missing and the waiting ranks, the stacks — before anything else;
 1. the **verdict** (``report.verdict``): the causes that cost most, who, how sure, what to
    do first, and whether the data can be trusted — on the first screen;
 2. the **runs side by side** (one column per run; change against the baseline);
@@ -32,6 +34,7 @@ from syncpace import __version__
 from syncpace.analysis import Analysis, RunComparison, RunMetrics
 from syncpace.errors import PlotlyMissing, ReportError
 from syncpace.report import format as fmt
+from syncpace.report.hang import hang_html, stopped
 from syncpace.report.merge import MergedFinding, merge_findings
 from syncpace.report.verdict import Cause, Verdict, build_verdict
 
@@ -72,6 +75,9 @@ table.t td.num{text-align:right;white-space:nowrap}
  align-items:start}
 table.runs td{max-width:330px}
 .hint{font-size:13px;color:#444;background:#f5f5f5;padding:6px 10px;font-family:monospace}
+.hang{border:3px solid #c62828;padding:4px 16px;background:#fff5f5;margin:12px 0}
+.hang table.ev td{border:1px solid #ddd;padding:2px 8px;vertical-align:top;font-size:13px}
+pre.stack{font-size:12px;background:#f4f4f4;padding:6px;overflow-x:auto}
 .completeness{font-size:13px;padding:4px 12px;margin:6px 0;border-left:6px solid #2e7d32}
 .completeness.lossy{border-color:#f9a825;background:#fffbe6}.completeness .warn{color:#8a6d00}
 """
@@ -430,6 +436,7 @@ def render_html(analysis: Analysis, *, plotly_js: str | None = None) -> str:
             "</head><body class='many'>" if len(analysis.runs) > 2 else "</head><body>",
             f"<h1>syncpace report</h1><p class='meta'>{e(run_list)} · syncpace "
             f"{e(__version__)}</p>",
+            hang_html(hang) if (hang := stopped(analysis.findings)) is not None else "",
             verdict_html(verdict),
             *(_completeness_html(r) for r in analysis.runs),
             runs,

@@ -18,6 +18,7 @@ from syncpace.analysis import Analysis, RunComparison, Severity
 from syncpace.console import make_console, safe, visible
 from syncpace.report import format as fmt
 from syncpace.report.format import pacing_line
+from syncpace.report.hang import print_hang, stopped
 from syncpace.report.merge import MergedFinding, merge_findings
 from syncpace.report.verdict import Verdict, build_verdict
 
@@ -28,6 +29,9 @@ _STYLE = {Severity.CRITICAL: "bold red", Severity.WARNING: "yellow", Severity.IN
 
 def print_analysis(analysis: Analysis, console: Console | None = None, actions: int = 2) -> None:
     console = console or make_console()
+    hang = stopped(analysis.findings)
+    if hang is not None:  # a job that stopped: say so before anything else
+        print_hang(hang, console)
     merged = merge_findings(analysis)
     verdict = build_verdict(analysis, merged)
     console.print(verdict_panel(verdict))

@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from syncpace.errors import TraceError
 from syncpace.trace import schema, validate
+from syncpace.trace.stall import StallRecord, load_stalls
 
 _DAMAGE = validate.DAMAGE
 MAX_WORLD_SIZE = validate.MAX_WORLD_SIZE
@@ -44,6 +45,8 @@ class Trace:
     counters: pl.DataFrame = field(default_factory=lambda: _empty_counters())
     #: Host name -> that host's facts (``host-*.meta.json``).
     hosts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: Stall records by rank (``rank-R.stall.json``, see :mod:`syncpace.trace.stall`).
+    stalls: dict[int, StallRecord] = field(default_factory=dict)
 
     @property
     def ranks(self) -> list[int]:
@@ -278,8 +281,19 @@ def load_trace(path: str | Path, *, allow_missing_ranks: bool = True) -> Trace:
     steps = pl.from_arrow(pa.concat_tables(step_tables))
     assert isinstance(events, pl.DataFrame) and isinstance(steps, pl.DataFrame)
     counters, hosts = load_host_files(root, warnings)
+    stalls, stall_warnings = load_stalls(root)
+    warnings.extend(stall_warnings)
     return Trace(
-        root, world_size, metas, events, steps, tuple(warnings), completeness, counters, hosts
+        root,
+        world_size,
+        metas,
+        events,
+        steps,
+        tuple(warnings),
+        completeness,
+        counters,
+        hosts,
+        stalls,
     )
 
 

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from syncpace.analysis.detectors import arrival, network, overlap, quality
+from syncpace.analysis.detectors import arrival, hang, network, overlap, quality
 from syncpace.analysis.detectors.context import Context
 from syncpace.analysis.findings import Finding
 
 Detector = Callable[[Context], list[Finding]]
 
 DETECTORS: tuple[Detector, ...] = (
+    hang.hang_or_desync,
     quality.incomplete_trace,
     quality.insufficient_data,
     quality.clock_uncertainty,
