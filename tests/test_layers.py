@@ -24,9 +24,10 @@ ALLOWED: dict[str, set[str]] = {
     "trace": set(),
     "control": set(),
     "fabric": {"trace"},  # the run directory's file names (link counters)
+    "monitor": set(),
     "analysis": {"trace"},
     "importers": {"trace"},
-    "capture": {"trace", "control"},
+    "capture": {"trace", "control", "monitor"},
     "bench": {"trace", "capture", "fabric"},
     "sim": {"trace", "control", "analysis", "bench"},
     "report": {"trace", "analysis", "bench"},
@@ -44,6 +45,7 @@ ALLOWED: dict[str, set[str]] = {
         "report",
         "validate",
         "demo",
+        "monitor",
     },
 }
 

@@ -94,6 +94,7 @@ def test_discovery_finds_the_configuration_of_every_layer():
         "PacingConfig",
         "ControllerConfig",
         "BenchConfig",
+        "MonitorConfig",
         "Thresholds",
         "FabricSpec",
         "TopologySpec",
@@ -117,6 +118,7 @@ def test_only_what_runs_in_the_job_reads_the_environment():
         "PacingConfig",
         "ControllerConfig",
         "BenchConfig",
+        "MonitorConfig",
     }
 
 

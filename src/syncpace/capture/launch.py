@@ -32,11 +32,12 @@ from syncpace.capture.config import TraceConfig
 from syncpace.config import to_env
 from syncpace.control.config import ControllerConfig, PacingConfig
 from syncpace.errors import ConfigError
+from syncpace.monitor import MonitorConfig
 
 BOOTSTRAP_DIR = Path(__file__).resolve().parent / "bootstrap"
 
-#: Everything a traced job is configured with: tracer, controller, pacing policy.
-Tracing = tuple[TraceConfig, ControllerConfig, PacingConfig]
+#: Everything a traced job is configured with: tracer, controller, pacing policy, monitor.
+Tracing = tuple[TraceConfig, ControllerConfig, PacingConfig, MonitorConfig]
 
 
 LOCK_NAME = "syncpace.lock"
@@ -206,9 +207,9 @@ def armed_env(
     run_dir: Path, tracing: Tracing, base: dict[str, str] | None = None
 ) -> dict[str, str]:
     """``traced_env`` for ``run_dir`` with all of ``tracing``."""
-    trace, controller, pacing = tracing
+    trace, *others = tracing
     trace = dataclasses.replace(trace, dir=str(run_dir))
-    return traced_env(run_dir, trace, base, controller, pacing)
+    return traced_env(run_dir, trace, base, *others)
 
 
 def run_command(command: list[str], env: dict[str, str]) -> int:

@@ -138,6 +138,9 @@ class TracingProcessGroup(dist.ProcessGroup):
         recorder = self._recorder
         # The first call of a step is its sync point: arrival noted, pacing applied.
         enter = recorder.now() if recorder.arrival_step == recorder.step else recorder.arrive()
+        if recorder.paused:  # tracing switched off at runtime: the call passes through
+            recorder.paused_events += 1
+            return getattr(self._inner, method)(*args, **kwargs)
         row = (
             recorder.rank,
             recorder.step,

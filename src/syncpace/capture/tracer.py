@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
+import json
 import math
 import os
 import signal
@@ -25,7 +26,10 @@ from syncpace.capture.clock import ClockSync, OffsetEstimate, local_clock
 from syncpace.capture.config import TraceConfig
 from syncpace.capture.host import device_facts, env_int, rank_facts
 from syncpace.capture.inflight import InFlight
-from syncpace.capture.log import warn_once
+from syncpace.capture.log import log, warn_once
+from syncpace.capture.metrics import PrometheusMetrics
+from syncpace.capture.monitor import LiveMonitor
+from syncpace.capture.runtime_control import Control, ControlWatcher, describe
 from syncpace.capture.sampler import SamplerHandle, start_host_sampler
 from syncpace.capture.torch_hooks import install
 from syncpace.capture.watchdog import StallWatchdog, arm_fatal_dump, disarm_fatal_dump
@@ -35,6 +39,7 @@ from syncpace.control.channel import GatherChannel
 from syncpace.control.config import ControllerConfig, PacingConfig
 from syncpace.control.controller import PacingController
 from syncpace.errors import ConfigError
+from syncpace.monitor import MonitorConfig
 from syncpace.trace import schema
 from syncpace.trace.stall import FATAL_SUFFIX, stall_path
 from syncpace.trace.writer import RankTraceWriter
@@ -51,6 +56,7 @@ class Tracer:
         config: TraceConfig,
         controller_config: ControllerConfig | None = None,
         pacing_config: PacingConfig | None = None,
+        monitor_config: MonitorConfig | None = None,
     ) -> None:
         self.config = config
         self.clock = local_clock(config.clock_skew_ns, config.clock_drift_ppm)
@@ -80,6 +86,14 @@ class Tracer:
         self.watchdog: StallWatchdog | None = None
         self._fatal: Any = None
         self._host_sampler: SamplerHandle | None = None
+        self.monitor_config = monitor_config or MonitorConfig()
+        self.monitor: LiveMonitor | None = None
+        self.metrics: PrometheusMetrics | None = None
+        self.paused = False  # tracing switched off through the control file
+        self.paused_events = 0
+        self._paused_steps: list[list[int]] = []
+        self._control: ControlWatcher | None = None
+        self._control_meta: dict[str, Any] = {}
 
     # Process groups --------------------------------------------------------------
     def on_group(self, name: str, ranks: list[int], backend: str) -> None:
@@ -149,6 +163,12 @@ class Tracer:
         )
         self._start_controller(store, rank, world_size)
         self._start_watchdog(out, rank, world_size, str(meta.get("host", "")))
+        self._start_monitor(store, rank, world_size, meta)
+        if self.monitor_config.control_poll_s:
+            self._control = ControlWatcher(
+                self.writer.dir, self.monitor_config.control_poll_s, self._on_control
+            )
+            self._control.start()
         atexit.register(self.close)
         _install_sigterm(self)
         if self.config.step_hook:
@@ -165,6 +185,66 @@ class Tracer:
             )
         except Exception as exc:  # the job runs unpaced
             warn_once("controller", "pacing disabled: cannot open its channel: %s", exc)
+
+    def _start_monitor(self, store: Any, rank: int, world_size: int, meta: dict) -> None:
+        config = self.monitor_config
+        host, local_rank = str(meta.get("host")), meta.get("local_rank")
+        if config.metrics_port:
+            try:
+                port = config.metrics_port + int(local_rank or 0)
+                self.metrics = PrometheusMetrics(
+                    port, config.metrics_addr, rank=rank, host=host, local_rank=local_rank or 0
+                )
+                self.writer.update_meta(metrics_url=self.metrics.url or None)
+            except Exception as exc:  # the job runs without an endpoint
+                warn_once("metrics", "no Prometheus endpoint: %s", exc)
+        if not config.monitor_every or world_size < 2:
+            return
+        try:
+            where = Placement(store, rank, host, local_rank, config.monitor_timeout_s)
+            width = 2 * config.monitor_every + 1  # arrivals, step times, control version
+            channel = GatherChannel(
+                store, rank, world_size, width, config.monitor_timeout_s, name="monitor"
+            )
+            self.monitor = LiveMonitor(
+                config,
+                rank,
+                world_size,
+                channel,
+                record_path=self.writer.dir / f"{schema.rank_stem(rank)}{schema.MONITOR_SUFFIX}",
+                where=where.lookup,
+                metrics=self.metrics,
+            )
+        except Exception as exc:  # the job runs unmonitored
+            warn_once("monitor", "live monitor disabled: %s", exc)
+
+    def _on_control(self, control: Control) -> None:
+        """A new control file (the watcher's thread): local changes now, shared ones
+        through the monitor once every rank holds the same version."""
+        if control.tracing is not None and control.tracing == self.paused:
+            self.paused = not control.tracing
+            if self.paused:
+                self._paused_steps.append([self.step, -1])
+            elif self._paused_steps:
+                self._paused_steps[-1][1] = self.step
+            log.warning(
+                "syncpace: tracing %s at step %d (control file)",
+                "paused" if self.paused else "resumed",
+                self.step,
+            )
+        if control.monitor and self.monitor is not None:
+            self.monitor.propose(control.version, control.monitor)
+        self._control_meta = describe(control)
+        writer = self.writer
+        if writer is not None:
+            writer.update_meta(control=self._control_state())
+
+    def _control_state(self) -> dict[str, Any]:
+        return {
+            **self._control_meta,
+            "paused_steps": self._paused_steps,
+            "paused_events": self.paused_events,
+        }
 
     def _start_watchdog(self, out: Path, rank: int, world_size: int, host: str) -> None:
         if self.config.stall_after_s <= 0 or self.writer is None:
@@ -252,6 +332,9 @@ class Tracer:
         in_flight.calls.pop(key, None)
         in_flight.works.pop(key, None)
         in_flight.last[row[2]] = event
+        metrics = self.metrics
+        if metrics is not None and exit_ns >= 0:
+            metrics.on_collective(row[2], row[5], row[6], (exit_ns - row[9]) / 1e9)
         if status in _FAILED and self.watchdog is not None:
             self.watchdog.on_failure(event)
 
@@ -271,11 +354,16 @@ class Tracer:
             self.pacing_delay_ns = 0
             self.step += 1
             self._last_boundary = end
-        controller = self.controller
-        if controller is not None:
+        controller, monitor = self.controller, self.monitor
+        if controller is not None or monitor is not None:
             arrived = self.arrival_step == step
             arrival_s = (self._arrival_ns + self._offset_ns) / 1e9 if arrived else math.nan
-            controller.on_step_end(step, arrival_s, (end - start) / 1e9)
+            if controller is not None:
+                controller.on_step_end(step, arrival_s, (end - start) / 1e9)
+            if monitor is not None:
+                monitor.on_step_end(step, arrival_s, (end - start) / 1e9)
+        elif self.metrics is not None:
+            self.metrics.on_step(step, (end - start) / 1e9)
 
     def close(self) -> None:
         if self._clock_sync is not None:
@@ -296,10 +384,46 @@ class Tracer:
             final = {}
             if self.controller is not None:
                 final["pacing"] = self.controller.summary()
+            if self.monitor is not None:
+                final["monitor"] = self.monitor.summary()
+            if self._control is not None:
+                self._control.stop()
+                final["control"] = self._control_state()
             try:
                 writer.close(**final)
             except Exception as exc:
                 warn_once("close", "closing the trace failed: %s", exc)
+
+
+class Placement:
+    """Where each rank runs, published once in the job's store so that a detection can
+    name the straggler's node and local rank. Published and read on a dedicated client
+    connection; a rank that never published is skipped without waiting."""
+
+    def __init__(
+        self, store: Any, rank: int, host: str, local_rank: int | None, timeout_s: float
+    ) -> None:
+        attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+        self._key = f"where/{attempt}/"
+        factory = _clock_store_factory(store, timeout_s)
+        self._client: Any = factory() if factory is not None else None
+        if self._client is not None:
+            self._client.set(f"{self._key}{rank}", json.dumps([host, local_rank]))
+        self._known: dict[int, tuple[str, int | None]] = {rank: (host, local_rank)}
+
+    def lookup(self, rank: int) -> tuple[str, int | None] | None:
+        if rank in self._known:
+            return self._known[rank]
+        key = f"{self._key}{rank}"
+        try:
+            if self._client is None or not self._client.check([key]):
+                return None
+            host, local = json.loads(self._client.get(key))
+        except Exception as exc:
+            warn_once("placement", "cannot look up where rank %d runs: %s", rank, exc)
+            return None
+        self._known[rank] = (str(host), local if isinstance(local, int) else None)
+        return self._known[rank]
 
 
 def _clock_store_factory(store: Any, timeout_s: float) -> Any:
@@ -366,8 +490,8 @@ def get_tracer(**overrides: Any) -> Tracer:
     or PacingConfig (e.g. ``strategy="early"``), on top of ``SYNCPACE_*`` variables."""
     global TRACER
     if TRACER is None:
-        parts: list[dict[str, Any]] = [{}, {}, {}]
-        classes = (TraceConfig, ControllerConfig, PacingConfig)
+        parts: list[dict[str, Any]] = [{}, {}, {}, {}]
+        classes = (TraceConfig, ControllerConfig, PacingConfig, MonitorConfig)
         for name, value in overrides.items():
             for part, cls in zip(parts, classes, strict=True):
                 if name in cls.__dataclass_fields__:

@@ -14,6 +14,7 @@ from syncpace.cli.trace_info import print_summary
 from syncpace.config import add_flags, from_flags
 from syncpace.control.config import ControllerConfig, PacingConfig
 from syncpace.errors import ConfigError
+from syncpace.monitor import MonitorConfig
 from syncpace.trace import schema
 from syncpace.trace.reader import load_trace
 from syncpace.trace.summary import summarize
@@ -44,6 +45,7 @@ def add_tracing_flags(parser: argparse.ArgumentParser) -> None:
     add_flags(parser, TraceConfig, skip=("dir", "clock_skew_ns"))
     add_flags(parser, PacingConfig)
     add_flags(parser, ControllerConfig)
+    add_flags(parser, MonitorConfig)
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS…]")
 
 
@@ -63,6 +65,7 @@ def tracing_from_flags(args: argparse.Namespace) -> Tracing:
         from_flags(TraceConfig, args),
         from_flags(ControllerConfig, args),
         from_flags(PacingConfig, args),
+        from_flags(MonitorConfig, args),
     )
 
 

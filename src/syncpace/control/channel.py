@@ -29,12 +29,20 @@ def _break_at(rank: int) -> int | None:
 
 
 class GatherChannel:
-    def __init__(self, store: Any, rank: int, world_size: int, width: int, timeout_s: float):
+    def __init__(
+        self,
+        store: Any,
+        rank: int,
+        world_size: int,
+        width: int,
+        timeout_s: float,
+        name: str = "pace",
+    ):
         import torch.distributed as dist
 
         attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
         self._pg = dist.ProcessGroupGloo(
-            dist.PrefixStore(f"syncpace/pace/{attempt}/", store),
+            dist.PrefixStore(f"syncpace/{name}/{attempt}/", store),
             rank,
             world_size,
             timeout=timedelta(seconds=timeout_s),

@@ -28,6 +28,8 @@ READABLE_VERSIONS = (1, 2)
 META_SUFFIX = ".meta.json"
 EVENTS_SUFFIX = ".events.arrow"
 STEPS_SUFFIX = ".steps.arrow"
+#: Live detections (one JSON object a line), written by the in-job monitor.
+MONITOR_SUFFIX = ".monitor.jsonl"
 #: Per-direction link counters of a run on the emulated fabric (``syncpace.fabric.counters``).
 LINKS_FILE = "fabric-links.arrow"
 

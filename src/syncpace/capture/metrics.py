@@ -1,0 +1,147 @@
+"""Prometheus metrics of one rank, served over HTTP for the cluster's scraper.
+
+One endpoint per rank, on ``metrics_port + LOCAL_RANK`` (so the ranks of a node never
+collide, and a scrape config lists ``host:port`` per local rank). Every series carries
+the labels clusters already join on — ``rank``, ``host``, ``local_rank`` — and the
+collective series add ``group`` and ``op``, as NCCL's inspector and the DCGM exporter
+label theirs. Names follow Prometheus conventions (base units, ``_total`` counters).
+
+The hot path never touches a Prometheus object: per-collective bytes and time are
+summed into a plain dict and folded into the counters once a step.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from syncpace.capture.log import warn_once
+
+#: Step-time histogram buckets, seconds: 1 ms … ~100 s, four per decade.
+STEP_BUCKETS = tuple(round(10 ** (e / 4 - 3), 6) for e in range(21))
+
+
+class PrometheusMetrics:
+    """Owns a private registry and its HTTP server; every update is cheap and local."""
+
+    def __init__(self, port: int, addr: str, *, rank: int, host: str, local_rank: int) -> None:
+        # prometheus-client is the optional [monitor] extra.
+        from prometheus_client import (
+            CollectorRegistry,
+            Counter,
+            Gauge,
+            Histogram,
+            start_http_server,
+        )
+
+        self.labels = {"rank": str(rank), "host": host, "local_rank": str(local_rank)}
+        names = list(self.labels)
+        registry = self.registry = CollectorRegistry()
+        self._step = Gauge(
+            "syncpace_step", "Iterations this rank completed.", names, registry=registry
+        ).labels(**self.labels)
+        self._step_s = Histogram(
+            "syncpace_step_duration_seconds",
+            "Iteration time seen by this rank.",
+            names,
+            buckets=STEP_BUCKETS,
+            registry=registry,
+        ).labels(**self.labels)
+        self._last_step_s = Gauge(
+            "syncpace_last_step_seconds",
+            "This rank's latest iteration time.",
+            names,
+            registry=registry,
+        ).labels(**self.labels)
+        self._lateness = Gauge(
+            "syncpace_arrival_lateness_seconds",
+            "Mean time this rank reached the step's sync point after the first rank "
+            "(last monitor window).",
+            names,
+            registry=registry,
+        ).labels(**self.labels)
+        self._wait = Gauge(
+            "syncpace_wait_ratio",
+            "Mean share of the step this rank waited for the last rank (last monitor window).",
+            names,
+            registry=registry,
+        ).labels(**self.labels)
+        self._finding = Gauge(
+            "syncpace_finding",
+            "Share of the iteration a live finding about this rank costs (0 when none).",
+            names + ["mode"],
+            registry=registry,
+        )
+        self._finding.labels(**self.labels, mode="straggler").set(0.0)
+        coll = names + ["group", "op"]
+        self._bytes = Counter(
+            "syncpace_collective_bytes",
+            "Bytes this rank's collectives moved (nccl-tests size).",
+            coll,
+            registry=registry,
+        )
+        self._seconds = Counter(
+            "syncpace_collective_seconds",
+            "Time this rank spent inside collectives.",
+            coll,
+            registry=registry,
+        )
+        self._calls = Counter(
+            "syncpace_collective_calls",
+            "Collective calls this rank completed.",
+            coll,
+            registry=registry,
+        )
+        self._algbw = Gauge(
+            "syncpace_collective_algbw_bytes_per_second",
+            "Bytes over time inside the call, per op and group, over the last step.",
+            coll,
+            registry=registry,
+        )
+        self._pending: dict[tuple[str, str], list[float]] = {}
+        self._lock = threading.Lock()  # completions arrive on the backends' threads too
+        self.server: Any = None
+        self.url = ""
+        try:
+            started = start_http_server(port, addr=addr, registry=registry)
+            self.server = started[0] if isinstance(started, tuple) else None
+            self.url = f"http://{addr}:{port}/metrics"
+        except OSError as exc:
+            warn_once("metrics-port", "no Prometheus endpoint on port %d: %s", port, exc)
+
+    # Hot path: plain arithmetic only ----------------------------------------------------
+    def on_collective(self, group: str, op: str, nbytes: int, seconds: float) -> None:
+        with self._lock:
+            slot = self._pending.get((group, op))
+            if slot is None:
+                self._pending[(group, op)] = [float(nbytes), seconds, 1.0]
+            else:
+                slot[0] += nbytes
+                slot[1] += seconds
+                slot[2] += 1
+
+    # Once a step / window -----------------------------------------------------------------
+    def on_step(self, step: int, step_s: float) -> None:
+        self._step.set(step + 1)
+        self._step_s.observe(step_s)
+        self._last_step_s.set(step_s)
+        with self._lock:
+            pending, self._pending = self._pending, {}
+        for (group, op), (nbytes, seconds, calls) in pending.items():
+            labels = {**self.labels, "group": group, "op": op}
+            self._bytes.labels(**labels).inc(nbytes)
+            self._seconds.labels(**labels).inc(seconds)
+            self._calls.labels(**labels).inc(calls)
+            if seconds > 0:
+                self._algbw.labels(**labels).set(nbytes / seconds)
+
+    def on_window(self, lateness_s: float, wait_fraction: float, straggler_cost: float) -> None:
+        self._lateness.set(lateness_s)
+        self._wait.set(wait_fraction)
+        self._finding.labels(**self.labels, mode="straggler").set(straggler_cost)
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+            self.server = None

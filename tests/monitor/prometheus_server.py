@@ -1,0 +1,89 @@
+"""A real Prometheus server for tests: started on a free port, scraping given targets.
+
+Debian's ``prometheus`` package provides the binary (CI installs it). The server keeps
+its data in a temporary directory and is stopped, and waited for, on exit.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from syncpace.ports import free_port
+
+
+def find_prometheus() -> str | None:
+    return shutil.which("prometheus")
+
+
+@contextmanager
+def prometheus(
+    binary: str, targets: list[str], workdir: Path, interval_s: float = 0.25
+) -> Iterator[str]:
+    """Yield the server's base URL once it is ready; it scrapes ``targets``."""
+    interval = f"{int(interval_s * 1000)}ms"
+    config = workdir / "prometheus.yml"
+    config.write_text(
+        "global:\n"
+        f"  scrape_interval: {interval}\n"
+        f"  scrape_timeout: {interval}\n"
+        "scrape_configs:\n"
+        "  - job_name: syncpace\n"
+        "    static_configs:\n"
+        f"      - targets: {json.dumps(targets)}\n"
+    )
+    port = free_port()
+    log = open(workdir / "prometheus.log", "w")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen(
+        [
+            binary,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={workdir / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"prometheus exited: {(workdir / 'prometheus.log').read_text()}")
+            try:
+                with urllib.request.urlopen(f"{url}/-/ready", timeout=1) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("prometheus did not become ready within 30 s")
+            time.sleep(0.1)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+def query_range(url: str, query: str, start: float, end: float, step_s: float) -> list[dict]:
+    """The ``result`` of ``/api/v1/query_range`` (matrix: one entry per series)."""
+    params = urllib.parse.urlencode(
+        {"query": query, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step_s}"}
+    )
+    with urllib.request.urlopen(f"{url}/api/v1/query_range?{params}", timeout=10) as r:
+        body = json.load(r)
+    if body.get("status") != "success":
+        raise RuntimeError(f"query {query!r} failed: {body}")
+    return body["data"]["result"]

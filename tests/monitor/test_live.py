@@ -1,0 +1,173 @@
+"""The live monitor in a real 4-rank gloo job, scraped by a real Prometheus server.
+
+Rank 1 straggles from step SLOW_FROM to SLOW_TO (a sleep in its loop, nothing else
+differs). The truth is the job's own schedule: the live line, the detections in the
+trace and the gauge Prometheus scraped must show the straggler within the documented
+delay of its start and clear within it of its end, and name nobody else.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import socket
+from pathlib import Path
+
+import pytest
+from tests.monitor.prometheus_server import find_prometheus, prometheus, query_range
+from tests.multirank import run_ranks
+
+from syncpace.capture.monitor import LAG_STEPS
+from syncpace.monitor import OnlineDetector
+from syncpace.trace import load_trace
+
+WORKER = Path(__file__).resolve().parent / "workers" / "straggle.py"
+DASHBOARD = Path(__file__).resolve().parents[2] / "examples" / "grafana" / "syncpace-dashboard.json"
+WORLD, STEPS, SLOW_FROM, SLOW_TO, EVERY = 4, 130, 40, 85, 5
+SCRAPE_S = 0.25
+
+
+def free_port_block(n: int) -> int:
+    """A base port with ``n`` consecutive free ports."""
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            base = s.getsockname()[1]
+        if base + n >= 65535:
+            continue
+        try:
+            socks = []
+            for i in range(n):
+                sock = socket.socket()
+                socks.append(sock)
+                sock.bind(("127.0.0.1", base + i))
+            return base
+        except OSError:
+            continue
+        finally:
+            for sock in socks:
+                sock.close()
+    raise RuntimeError("no block of free ports")
+
+
+def delay_bound() -> int:
+    """Steps from a change to its detection: the window, the gather lag and the CUSUM."""
+    detector = OnlineDetector(WORLD)
+    return EVERY + LAG_STEPS + math.ceil(detector.h / (1 - detector.k))
+
+
+@pytest.fixture(scope="module")
+def live_run(tmp_path_factory):
+    binary = find_prometheus()
+    if binary is None:
+        if os.environ.get("CI"):
+            pytest.fail("CI is set but prometheus is not installed (apt-get install prometheus)")
+        pytest.skip("prometheus is not installed (apt-get install -y prometheus)")
+    work = tmp_path_factory.mktemp("live")
+    base = free_port_block(WORLD)
+    targets = [f"127.0.0.1:{base + r}" for r in range(WORLD)]
+    env = {
+        "TRACE_DIR": str(work / "trace"),
+        "SYNCPACE_MONITOR_EVERY": str(EVERY),
+        "SYNCPACE_METRICS_PORT": str(base),
+        "SYNCPACE_METRICS_ADDR": "127.0.0.1",
+    }
+    with prometheus(binary, targets, work, SCRAPE_S) as url:
+        results = run_ranks(
+            WORKER, WORLD, [str(STEPS), str(SLOW_FROM), str(SLOW_TO)], timeout=120, env=env
+        )
+        times = {}
+        for line in results[1].stdout.splitlines():
+            if line.startswith("STEP "):
+                _, step, t = line.split()
+                times[int(step)] = float(t)
+        series = query_range(
+            url,
+            'syncpace_finding{mode="straggler"}',
+            min(times.values()) - 1,
+            max(times.values()) + 1,
+            SCRAPE_S,
+        )
+        steps_seen = query_range(
+            url, "syncpace_step", min(times.values()), max(times.values()) + 1, SCRAPE_S
+        )
+        dashboard = {}
+        for panel in json.loads(DASHBOARD.read_text())["panels"]:
+            for target in panel["targets"]:
+                expr = target["expr"].replace("$job", ".*").replace("$host", ".*")
+                expr = expr.replace("[2m]", "[2s]")  # the run lasts seconds, not hours
+                dashboard[(panel["title"], target["refId"])] = query_range(
+                    url, expr, min(times.values()), max(times.values()) + 1, SCRAPE_S
+                )
+    return results, times, series, steps_seen, work / "trace", dashboard
+
+
+def step_at(times: dict[int, float], t: float) -> int:
+    """The job's step under way at wall time ``t`` (steps end at ``times[step]``)."""
+    return min((s for s, end in times.items() if end >= t), default=max(times))
+
+
+def test_the_live_line_names_the_straggler_within_the_delay(live_run):
+    results, *_ = live_run
+    log = results[0].stderr
+    bound = delay_bound()
+    start = re.search(
+        r"syncpace step (\d+): straggler: rank 1 \(node (\S+), local rank 1\) "
+        r"late in (\d+)% of the last (\d+) steps, costing ([\d.]+)%",
+        log,
+    )
+    stop = re.search(r"syncpace step (\d+): straggler over: rank 1 ", log)
+    assert start and stop, log[-3000:]
+    assert SLOW_FROM <= int(start.group(1)) <= SLOW_FROM + bound
+    assert SLOW_TO <= int(stop.group(1)) <= SLOW_TO + bound
+    assert start.group(2) == socket.gethostname()
+    assert int(start.group(3)) >= 90
+    assert len(re.findall(r"straggler: rank", log)) == 1  # nobody else, once
+    for other in results[1:]:  # only the lowest rank logs
+        assert "straggler:" not in other.stderr
+
+
+def test_every_rank_records_the_same_detections(live_run):
+    *_, trace_dir, _ = live_run
+    records = [
+        [
+            json.loads(line)
+            for line in (trace_dir / f"rank-{r:05d}.monitor.jsonl").read_text().splitlines()
+        ]
+        for r in range(WORLD)
+    ]
+    assert all(r == records[0] for r in records)
+    stragglers = [r for r in records[0] if r["kind"] == "straggler"]
+    assert [(r["state"], r["rank"]) for r in stragglers] == [("start", 1), ("stop", 1)]
+    assert SLOW_FROM <= stragglers[0]["since_step"] <= SLOW_FROM + 3
+    # A window is collected LAG_STEPS after its last step: the final one never is.
+    assert load_trace(trace_dir).meta[0]["monitor"]["windows"] == STEPS // EVERY - 1
+
+
+def test_prometheus_scraped_the_gauge_rise_and_clear(live_run):
+    _, times, series, steps_seen, _, _ = live_run
+    by_rank = {s["metric"]["rank"]: [(float(t), float(v)) for t, v in s["values"]] for s in series}
+    assert set(by_rank) == {str(r) for r in range(WORLD)}
+    for rank in ("0", "2", "3"):
+        assert max(v for _, v in by_rank[rank]) == 0.0
+    raised = [t for t, v in by_rank["1"] if v > 0]
+    assert raised, by_rank["1"]
+    bound = delay_bound() + math.ceil(SCRAPE_S / 0.03)  # plus one scrape interval of steps
+    first, last = step_at(times, raised[0]), step_at(times, raised[-1])
+    assert SLOW_FROM <= first <= SLOW_FROM + bound
+    assert SLOW_TO - 5 <= last <= SLOW_TO + bound
+    peak = max(v for _, v in by_rank["1"])
+    assert 0.15 < peak < 0.7  # 20 ms of a 50–70 ms step waited for rank 1 alone
+    labels = next(s["metric"] for s in series if s["metric"]["rank"] == "1")
+    assert labels["host"] == socket.gethostname() and labels["local_rank"] == "1"
+    final = {s["metric"]["rank"]: max(float(v) for _, v in s["values"]) for s in steps_seen}
+    assert all(v >= STEPS - 10 for v in final.values()), final
+
+
+def test_every_query_of_the_example_dashboard_runs_and_finds_series(live_run):
+    *_, dashboard = live_run
+    assert len(dashboard) >= 8
+    empty = [key for key, result in dashboard.items() if not result]
+    assert empty == [], f"dashboard queries with no series on a live job: {empty}"
