@@ -16,6 +16,7 @@ PYTHONPATH, no code change). Figures are medians; on a shared machine only the
 ratios measured side by side mean anything.
 
     python benchmarks/tracer_overhead.py [--pairs 5] [--ranks 4] [--layers 64]
+    python benchmarks/tracer_overhead.py --continuous   # the same, in always-on mode
 """
 
 from __future__ import annotations
@@ -42,6 +43,9 @@ from syncpace.trace import load_trace
 WORKER = Path(__file__).with_name("_overhead_worker.py")
 
 
+CONTINUOUS = False  # --continuous: traced runs in always-on mode (rotation, monitor)
+
+
 def launch(world: int, args: list[str], trace_dir: Path | None, watchdog: bool = True) -> Any:
     port = free_port()
     base = dict(os.environ)
@@ -50,6 +54,8 @@ def launch(world: int, args: list[str], trace_dir: Path | None, watchdog: bool =
             dir=str(trace_dir),
             clock_interval_s=0,
             stall_after_s=TraceConfig().stall_after_s if watchdog else 0.0,
+            continuous=CONTINUOUS,
+            segment_s=5.0,
         )
         base = traced_env(trace_dir, config, base)
     procs = []
@@ -86,7 +92,12 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=96, help="DDP layers (~ buckets per step)")
     parser.add_argument("--hidden", type=int, default=64, help="width of each layer")
     parser.add_argument("--steps", type=int, default=30, help="measured DDP steps per run")
+    parser.add_argument(
+        "--continuous", action="store_true", help="trace in always-on mode (rotation, monitor)"
+    )
     args = parser.parse_args()
+    global CONTINUOUS
+    CONTINUOUS = args.continuous
     console = Console()
     micro: dict[str, list[float]] = {"untraced": [], "traced": [], "added": [], "added_nowd": []}
     rates = {"untraced": [], "traced": [], "no_watchdog": []}
@@ -124,7 +135,8 @@ def main() -> None:
     cost_nowd = statistics.median(micro["added_nowd"])
     ratio = statistics.median(rates["traced"]) / statistics.median(rates["untraced"])
     watchdog_ratio = statistics.median(rates["traced"]) / statistics.median(rates["no_watchdog"])
-    table = Table(title="tracer overhead (medians; traced and untraced alternated)")
+    mode = "always-on" if args.continuous else "traced"
+    table = Table(title=f"tracer overhead, {mode} (medians; traced and untraced alternated)")
     table.add_column("measure")
     table.add_column("untraced", justify="right")
     table.add_column("traced", justify="right")
@@ -163,6 +175,7 @@ def main() -> None:
                 "watchdog_ratio": round(watchdog_ratio, 4),
                 "collectives_per_step": statistics.median(per_step),
                 "pairs": args.pairs,
+                "continuous": args.continuous,
             }
         )
     )

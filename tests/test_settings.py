@@ -107,6 +107,7 @@ def test_discovery_finds_the_configuration_of_every_layer():
         "GridSettings",
         "ReferenceSettings",
         "DemoConfig",
+        "ImportConfig",
     } <= names
     assert len(NUMERIC) > 100
 

@@ -35,8 +35,9 @@ def test_half_the_ranks_cannot_write_their_trace(tmp_path):
     untraced_s, _ = timed({})
     traced_s, results = timed(traced)
     print(f"untraced {untraced_s:.1f} s, half the ranks unable to write {traced_s:.1f} s")
-    # Before, rank 0 waited the clock timeout (30 s) for each failed rank in turn.
-    assert traced_s - untraced_s < 5.0
+    # Before, rank 0 waited the clock timeout (30 s) for each failed rank in turn: ten
+    # times the untraced run. A ratio, since a loaded machine slows both runs alike.
+    assert traced_s < 2.5 * untraced_s
     for r in (1, 3):
         lines = [x for x in results[r].stderr.splitlines() if "syncpace" in x]
         assert len(lines) == 1, results[r].stderr

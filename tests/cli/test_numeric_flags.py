@@ -30,6 +30,8 @@ POSITIONAL = {
     "command": ["--", "true"],
     "dir": [str(DATA)],
     "dirs": [str(DATA)],
+    "format": ["kineto"],
+    "sources": [str(DATA), "--out", "out"],  # import: its required --out with its sources
 }
 WORK = [
     "syncpace.cli.run.run_command",
@@ -42,6 +44,7 @@ WORK = [
     "syncpace.cli.bench.run_rank",
     "syncpace.cli.simulate.simulate",
     "syncpace.cli.simulate.run_study",
+    "syncpace.cli.import_traces.convert",
 ]
 
 

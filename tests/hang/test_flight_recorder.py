@@ -23,6 +23,7 @@ from syncpace.importers.flight_recorder import (
     load_flight_recorder,
     read_dump,
 )
+from syncpace.trace import load_trace
 
 WORLD = 4
 T0 = 1_764_590_000_000_000_000
@@ -226,3 +227,38 @@ def test_the_hang_verb_on_dumps(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("syncpace hang: error: ") and "nccl_trace_rank_1" in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_converted_dumps_give_the_same_hang(tmp_path, capsys):
+    """`syncpace import flight-recorder` writes the dumps as a run directory: the same
+    calls, a stall record per rank, and the same hang as the dumps read in place."""
+    (tmp_path / "dumps").mkdir()
+    dumps = dataloader_hang(tmp_path / "dumps")
+    out = tmp_path / "run"
+    assert main(["import", "flight-recorder", str(dumps), "--out", str(out)]) == 0
+    capsys.readouterr()
+    direct, converted = load_flight_recorder([dumps]), load_trace(out)
+    assert converted.warnings == ()
+    key = ["rank", "group", "seq", "op", "bytes", "dtype", "status", "enter_ns", "exit_ns"]
+    assert (
+        converted.events.select(key).sort(key).to_dicts()
+        == direct.events.select(key).sort(key).to_dicts()
+    )
+    assert len(converted.events) == 4 * 5 + 3
+    assert {r: s.to_json() for r, s in converted.stalls.items()} == {
+        r: s.to_json() for r, s in direct.stalls.items()
+    }
+    imported = converted.meta[0]["import"]
+    assert imported["format"] == "flight-recorder"
+    assert any("iterations" in m for m in imported["missing"])
+    (_, want), (_, got) = find_hang(direct), find_hang(converted)
+    assert (
+        (got.mode, got.ranks, got.evidence["seq"], got.evidence["waiting"])
+        == (
+            want.mode,
+            want.ranks,
+            want.evidence["seq"],
+            want.evidence["waiting"],
+        )
+        == ("hang", (2,), 5, [0, 1, 3])
+    )

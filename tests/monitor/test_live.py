@@ -93,6 +93,16 @@ def live_run(tmp_path_factory):
         steps_seen = query_range(
             url, "syncpace_step", min(times.values()), max(times.values()) + 1, SCRAPE_S
         )
+        bandwidth = {
+            kind: query_range(
+                url,
+                f'syncpace_collective_{kind}_bytes_per_second{{op="all_reduce"}}',
+                min(times.values()),
+                max(times.values()) + 1,
+                SCRAPE_S,
+            )
+            for kind in ("algbw", "busbw")
+        }
         dashboard = {}
         for panel in json.loads(DASHBOARD.read_text())["panels"]:
             for target in panel["targets"]:
@@ -101,7 +111,7 @@ def live_run(tmp_path_factory):
                 dashboard[(panel["title"], target["refId"])] = query_range(
                     url, expr, min(times.values()), max(times.values()) + 1, SCRAPE_S
                 )
-    return results, times, series, steps_seen, work / "trace", dashboard
+    return results, times, series, steps_seen, work / "trace", dashboard, bandwidth
 
 
 def step_at(times: dict[int, float], t: float) -> int:
@@ -130,7 +140,7 @@ def test_the_live_line_names_the_straggler_within_the_delay(live_run):
 
 
 def test_every_rank_records_the_same_detections(live_run):
-    *_, trace_dir, _ = live_run
+    *_, trace_dir, _, _ = live_run
     records = [
         [
             json.loads(line)
@@ -147,7 +157,7 @@ def test_every_rank_records_the_same_detections(live_run):
 
 
 def test_prometheus_scraped_the_gauge_rise_and_clear(live_run):
-    _, times, series, steps_seen, _, _ = live_run
+    _, times, series, steps_seen, _, _, _ = live_run
     by_rank = {s["metric"]["rank"]: [(float(t), float(v)) for t, v in s["values"]] for s in series}
     assert set(by_rank) == {str(r) for r in range(WORLD)}
     for rank in ("0", "2", "3"):
@@ -167,7 +177,24 @@ def test_prometheus_scraped_the_gauge_rise_and_clear(live_run):
 
 
 def test_every_query_of_the_example_dashboard_runs_and_finds_series(live_run):
-    *_, dashboard = live_run
+    *_, dashboard, _ = live_run
     assert len(dashboard) >= 8
     empty = [key for key, result in dashboard.items() if not result]
     assert empty == [], f"dashboard queries with no series on a live job: {empty}"
+
+
+def test_bus_bandwidth_is_the_algorithm_bandwidth_times_the_ops_bus_factor(live_run):
+    """nccl-tests' definition: an all-reduce over n ranks moves 2(n-1)/n of its bytes
+    over each rank's link."""
+    *_, bandwidth = live_run
+    series = {
+        kind: {s["metric"]["rank"]: dict(s["values"]) for s in result}
+        for kind, result in bandwidth.items()
+    }
+    assert set(series["busbw"]) == {str(r) for r in range(WORLD)}
+    for rank, alg in series["algbw"].items():
+        bus = series["busbw"][rank]
+        common = sorted(set(alg) & set(bus))
+        assert len(common) >= 3
+        for t in common:
+            assert float(bus[t]) == pytest.approx(float(alg[t]) * 2 * (WORLD - 1) / WORLD)

@@ -27,11 +27,22 @@ WORKER = Path(__file__).resolve().parent / "workers" / "steady.py"
         ('{"monitor": {"monitor_every": 3}}', "monitor.monitor_every is not a runtime setting"),
         ('{"monitor": {"monitor_jump": NaN}}', "monitor.monitor_jump must be in 0..1e6"),
         ('{"monitor": {"monitor_jump": true}}', "monitor.monitor_jump must be a number"),
+        ('{"pacing": 1}', "'pacing' must be true or false"),
+        ('{"keep": 300}', "'keep' must be an object with before_s and/or after_s"),
+        ('{"keep": {"before": 3}}', "'keep' must be an object"),
+        ('{"keep": {"before_s": -1}}', "keep.before_s must be seconds in 0..31536000"),
+        ('{"keep": {"after_s": NaN}}', "keep.after_s must be seconds"),
     ],
 )
 def test_bad_control_files_are_refused_naming_the_problem(text, problem):
     with pytest.raises(ValueError, match=f"^ctl: .*{problem}"):
         parse(text, "ctl")
+
+
+def test_pacing_and_keep_are_read():
+    control = parse('{"pacing": false, "keep": {"before_s": 300}}', "ctl")
+    assert control.pacing is False and control.keep == (300.0, 0.0)
+    assert parse("{}", "ctl").keep is None and parse("{}", "ctl").pacing is None
 
 
 def test_the_same_content_gives_the_same_version_on_every_rank():

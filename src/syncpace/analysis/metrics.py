@@ -148,9 +148,11 @@ def _group_nodes(meta: dict[int, dict[str, Any]], place: pl.DataFrame) -> dict[s
 
 
 def _clock_uncertainty(trace: Trace) -> int | None:
+    """The worst rank's clock uncertainty; ``None`` when any rank's offset is unknown
+    (its skews against the others cannot be trusted, however well the rest align)."""
     values = [(m.get("clock") or {}).get("uncertainty_ns") for r, m in trace.meta.items() if r != 0]
     known = [int(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
-    return max(known) if known else None
+    return max(known) if known and len(known) == len(values) else None
 
 
 def _quality(

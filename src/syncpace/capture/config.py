@@ -7,6 +7,7 @@ from typing import ClassVar
 
 from syncpace.config import check_choice, check_numbers, setting
 from syncpace.errors import ConfigError
+from syncpace.trace.segments import RotationPolicy
 
 
 @dataclass(kw_only=True, slots=True)
@@ -71,9 +72,40 @@ class TraceConfig:
         "empty: a root tbf shaper's rate, else the interface's speed.",
     )
 
+    # Always-on mode (trace/segments.py) ----------------------------------------------
+    continuous: bool = setting(
+        False,
+        "Always-on mode: rotate each rank's events through segments within a disk budget, "
+        "keep per-step summaries of the whole run, and run the live monitor.",
+    )
+    segment_s: float = setting(60.0, "Always-on: seconds of events per segment file.")
+    keep_s: float = setting(
+        600.0,
+        "Always-on: keep the events of the last this many seconds in full (and the pinned "
+        "windows); 0 keeps whatever the budget allows.",
+    )
+    disk_budget_mb: float = setting(
+        512.0, "Always-on: bound on one rank's event segments on disk, MiB."
+    )
+    anomaly_keep_s: float = setting(
+        120.0,
+        "Always-on: when the live monitor sees a straggler start or an iteration-time "
+        "jump, keep full detail from this long before it to this long after.",
+    )
+
+    def rotation(self) -> RotationPolicy | None:
+        """The writer's rotation in always-on mode, ``None`` otherwise."""
+        if not self.continuous:
+            return None
+        return RotationPolicy(self.segment_s, self.keep_s, int(self.disk_budget_mb * 2**20))
+
     def __post_init__(self) -> None:
         check_numbers(
             self,
+            segment_s="[0.01, 86400]",
+            keep_s="[0, 31536000]",
+            disk_budget_mb="[1, 16777216]",
+            anomaly_keep_s="[0, 86400]",
             flush_interval_s="[0.01, 3600]",
             max_buffered_events="[1, 1000000000]",
             clock_rounds="[1, 10000]",

@@ -16,6 +16,7 @@ import threading
 from typing import Any
 
 from syncpace.capture.log import warn_once
+from syncpace.trace.busbw import bus_factor
 
 #: Step-time histogram buckets, seconds: 1 ms … ~100 s, four per decade.
 STEP_BUCKETS = tuple(round(10 ** (e / 4 - 3), 6) for e in range(21))
@@ -98,7 +99,15 @@ class PrometheusMetrics:
             coll,
             registry=registry,
         )
+        self._busbw = Gauge(
+            "syncpace_collective_busbw_bytes_per_second",
+            "Bus bandwidth (nccl-tests' definition: algbw times the op's bus factor for the "
+            "group size), per op and group, over the last step.",
+            coll,
+            registry=registry,
+        )
         self._pending: dict[tuple[str, str], list[float]] = {}
+        self._group_sizes: dict[str, int] = {}
         self._lock = threading.Lock()  # completions arrive on the backends' threads too
         self.server: Any = None
         self.url = ""
@@ -110,8 +119,11 @@ class PrometheusMetrics:
             warn_once("metrics-port", "no Prometheus endpoint on port %d: %s", port, exc)
 
     # Hot path: plain arithmetic only ----------------------------------------------------
-    def on_collective(self, group: str, op: str, nbytes: int, seconds: float) -> None:
+    def on_collective(
+        self, group: str, op: str, nbytes: int, seconds: float, group_size: int = 0
+    ) -> None:
         with self._lock:
+            self._group_sizes[group] = group_size
             slot = self._pending.get((group, op))
             if slot is None:
                 self._pending[(group, op)] = [float(nbytes), seconds, 1.0]
@@ -134,6 +146,10 @@ class PrometheusMetrics:
             self._calls.labels(**labels).inc(calls)
             if seconds > 0:
                 self._algbw.labels(**labels).set(nbytes / seconds)
+                size = self._group_sizes.get(group, 0)
+                factor = bus_factor(op, size) if size >= 1 else None
+                if factor is not None:
+                    self._busbw.labels(**labels).set(nbytes / seconds * factor)
 
     def on_window(self, lateness_s: float, wait_fraction: float, straggler_cost: float) -> None:
         self._lateness.set(lateness_s)

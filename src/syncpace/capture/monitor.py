@@ -56,8 +56,10 @@ class LiveMonitor:
         record_path: Path | None,
         where: Where = lambda _rank: None,
         metrics: MetricsSink | None = None,
+        on_detection: Callable[[Detection], None] | None = None,
     ) -> None:
         self.config = config
+        self._on_detection = on_detection
         self.rank = rank
         self.every = config.monitor_every
         self.detector = OnlineDetector(
@@ -120,6 +122,8 @@ class LiveMonitor:
         for detection in self.detector.observe(window):
             self.detections.append(detection)
             self._write(detection)
+            if self._on_detection is not None:
+                self._on_detection(detection)
             if self.rank == 0:
                 log.warning("%s", self.describe(detection))
         if self._metrics is not None:

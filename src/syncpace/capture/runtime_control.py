@@ -10,6 +10,11 @@ Keys (all optional; see docs/monitoring.md):
 
 * ``"tracing": false`` — stop recording collectives (steps still are; the pause is
   counted and the paused step ranges are in the metadata), ``true`` resumes;
+* ``"pacing": false`` — stop applying pacing delays (the pacer keeps deciding, so
+  ``true`` resumes at once and the same on every rank);
+* ``"keep": {"before_s": 300, "after_s": 600}`` — always-on mode: keep the events of
+  the last 300 s and the next 600 s in full, beyond the rotation's window (a new
+  version of the file keeps a new window);
 * ``"monitor": {"monitor_sensitivity": 6, ...}`` — the live detector's thresholds.
   They change every rank's detector, so they apply only once every rank has read the
   same file: each rank reports the version it holds in its next gathered window.
@@ -40,6 +45,8 @@ class Control:
 
     version: int  # a stable number for the file's content, shared by every rank
     tracing: bool | None = None
+    pacing: bool | None = None
+    keep: tuple[float, float] | None = None  # (before_s, after_s)
     monitor: dict[str, float] = field(default_factory=dict)
 
 
@@ -51,12 +58,16 @@ def parse(text: str, source: str) -> Control:
         raise ValueError(f"{source}: not valid JSON ({exc.msg} at line {exc.lineno})") from exc
     if not isinstance(data, dict):
         raise ValueError(f"{source}: expected a JSON object")
-    unknown = sorted(set(data) - {"tracing", "monitor"})
+    unknown = sorted(set(data) - {"tracing", "pacing", "keep", "monitor"})
     if unknown:
         raise ValueError(f"{source}: unknown keys {', '.join(unknown)}")
-    tracing = data.get("tracing")
-    if tracing is not None and not isinstance(tracing, bool):
-        raise ValueError(f"{source}: 'tracing' must be true or false, got {tracing!r}")
+    switches = {}
+    for key in ("tracing", "pacing"):
+        value = data.get(key)
+        if value is not None and not isinstance(value, bool):
+            raise ValueError(f"{source}: '{key}' must be true or false, got {value!r}")
+        switches[key] = value
+    keep = _keep(data.get("keep"), source)
     monitor = data.get("monitor") or {}
     if not isinstance(monitor, dict):
         raise ValueError(f"{source}: 'monitor' must be an object")
@@ -72,7 +83,21 @@ def parse(text: str, source: str) -> Control:
     digest = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).digest()
     # 2**52 keeps the version exact when it travels as a float64 in the gathered window.
     version = int.from_bytes(digest[:8], "big") % (1 << 52) or 1
-    return Control(version, tracing, values)
+    return Control(version, switches["tracing"], switches["pacing"], keep, values)
+
+
+def _keep(value: Any, source: str) -> tuple[float, float] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict) or set(value) - {"before_s", "after_s"}:
+        raise ValueError(f"{source}: 'keep' must be an object with before_s and/or after_s")
+    seconds = []
+    for key in ("before_s", "after_s"):
+        x = value.get(key, 0)
+        if isinstance(x, bool) or not isinstance(x, (int, float)) or not 0 <= x <= 31536000:
+            raise ValueError(f"{source}: keep.{key} must be seconds in 0..31536000, got {x!r}")
+        seconds.append(float(x))
+    return seconds[0], seconds[1]
 
 
 def trusted(path: Path) -> str | None:
@@ -146,4 +171,10 @@ class ControlWatcher:
 
 
 def describe(control: Control) -> dict[str, Any]:
-    return {"version": control.version, "tracing": control.tracing, "monitor": control.monitor}
+    return {
+        "version": control.version,
+        "tracing": control.tracing,
+        "pacing": control.pacing,
+        "keep": list(control.keep) if control.keep else None,
+        "monitor": control.monitor,
+    }

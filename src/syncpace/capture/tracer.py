@@ -40,10 +40,13 @@ from syncpace.control.config import ControllerConfig, PacingConfig
 from syncpace.control.controller import PacingController
 from syncpace.errors import ConfigError
 from syncpace.monitor import MonitorConfig
+from syncpace.monitor.detector import Detection
 from syncpace.trace import schema
 from syncpace.trace.stall import FATAL_SUFFIX, stall_path
 from syncpace.trace.writer import RankTraceWriter
 
+#: The live monitor's window in always-on mode, unless set (steps).
+CONTINUOUS_MONITOR_EVERY = 10
 #: Clock estimates kept in the metadata (one every clock_interval_s).
 MAX_CLOCK_SAMPLES = 200
 #: Statuses of a call that raised: the watchdog keeps the stacks of that moment.
@@ -71,6 +74,10 @@ class Tracer:
             "offset_ns": None,
             "uncertainty_ns": None,
             "samples": [],
+            # local time = CLOCK_MONOTONIC + base_ns: relates the trace to wall-clock
+            # timelines (the profiler's, host telemetry) before the offset to rank 0
+            "base_ns": self.clock.base_ns,
+            "base_error_ns": self.clock.anchor_error_ns,
         }
         self._clock_sync: ClockSync | None = None
         self._last_boundary = 0
@@ -87,6 +94,10 @@ class Tracer:
         self._fatal: Any = None
         self._host_sampler: SamplerHandle | None = None
         self.monitor_config = monitor_config or MonitorConfig()
+        if self.config.continuous and not self.monitor_config.monitor_every:
+            self.monitor_config = dataclasses.replace(
+                self.monitor_config, monitor_every=CONTINUOUS_MONITOR_EVERY
+            )
         self.monitor: LiveMonitor | None = None
         self.metrics: PrometheusMetrics | None = None
         self.paused = False  # tracing switched off through the control file
@@ -136,6 +147,8 @@ class Tracer:
                 flush_interval_s=self.config.flush_interval_s,
                 max_buffered=self.config.max_buffered_events,
                 offset_ns=lambda: self._offset_ns,
+                rotation=self.config.rotation(),
+                summaries=self.config.continuous,
             )
         except Exception:
             # Untraced from here on; the other ranks must not wait for this one.
@@ -214,9 +227,26 @@ class Tracer:
                 record_path=self.writer.dir / f"{schema.rank_stem(rank)}{schema.MONITOR_SUFFIX}",
                 where=where.lookup,
                 metrics=self.metrics,
+                on_detection=self._on_detection,
             )
         except Exception as exc:  # the job runs unmonitored
             warn_once("monitor", "live monitor disabled: %s", exc)
+
+    def _flush_for_stall(self) -> None:
+        """The watchdog saw a stall or a failed call: keep full detail around it
+        (always-on mode), and flush so the record and the trace agree."""
+        writer, keep = self.writer, self.config.anomaly_keep_s
+        if writer is None:
+            return
+        if keep > 0:
+            writer.pin(keep, keep, "stall", self.step)
+        writer.flush()
+
+    def _on_detection(self, detection: Detection) -> None:
+        """Something started: keep full detail around it (always-on mode)."""
+        writer, keep = self.writer, self.config.anomaly_keep_s
+        if writer is not None and detection.state == "start" and keep > 0:
+            writer.pin(keep, keep, f"{detection.kind} {detection.state}", detection.step)
 
     def _on_control(self, control: Control) -> None:
         """A new control file (the watcher's thread): local changes now, shared ones
@@ -232,6 +262,11 @@ class Tracer:
                 "paused" if self.paused else "resumed",
                 self.step,
             )
+        if control.pacing is not None and self.controller is not None:
+            self.controller.suspended = not control.pacing
+        writer = self.writer
+        if control.keep is not None and writer is not None:
+            writer.pin(*control.keep, "control file", self.step)
         if control.monitor and self.monitor is not None:
             self.monitor.propose(control.version, control.monitor)
         self._control_meta = describe(control)
@@ -249,14 +284,13 @@ class Tracer:
     def _start_watchdog(self, out: Path, rank: int, world_size: int, host: str) -> None:
         if self.config.stall_after_s <= 0 or self.writer is None:
             return
-        writer = self.writer
         try:
             self.watchdog = StallWatchdog(
                 self.in_flight,
                 now=self.now,
                 offset_ns=lambda: self._offset_ns,
                 progress=lambda: (self.step, self._last_boundary),
-                flush=writer.flush,
+                flush=self._flush_for_stall,
                 path=stall_path(out, rank),
                 rank=rank,
                 world_size=world_size,
@@ -334,7 +368,7 @@ class Tracer:
         in_flight.last[row[2]] = event
         metrics = self.metrics
         if metrics is not None and exit_ns >= 0:
-            metrics.on_collective(row[2], row[5], row[6], (exit_ns - row[9]) / 1e9)
+            metrics.on_collective(row[2], row[5], row[6], (exit_ns - row[9]) / 1e9, row[3])
         if status in _FAILED and self.watchdog is not None:
             self.watchdog.on_failure(event)
 

@@ -24,6 +24,7 @@ VERBS = (
     "demo",
     "run",
     "trace_info",
+    "import_traces",
     "diagnose",
     "hang",
     "report",

@@ -71,6 +71,18 @@ def print_summary(summary: TraceSummary, console: Console | None = None) -> None
         )
         for error in p["errors"]:
             console.print(f"[yellow]pacing stopped:[/] {safe(error)}")
+    if summary.rotation is not None:
+        r = summary.rotation
+        pins = ", ".join(f"{safe(reason)} at step {step}" for reason, step in r["pins"][:5])
+        console.print(
+            f"always-on: segments of {r['segment_s']:g} s, the last {r['keep_s']:g} s kept, "
+            f"budget {_human_bytes(r['budget_bytes_per_rank'])} a rank; "
+            f"{r['segments_removed']:,} of {r['segments_written']:,} segments rotated out "
+            f"({r['events_removed']:,} events, {_human_bytes(r['bytes_removed'])}); "
+            f"per-step summaries of {r['summary_steps']:,} steps"
+            + (f"; kept in full around: {pins}" if pins else ""),
+            soft_wrap=True,
+        )
     print_completeness(summary.completeness_lines, summary.warnings, console)
 
 

@@ -45,6 +45,7 @@ class PacingController:
         self.pacer = Pacer(pacing_config, world_size)
         self._channel = channel
         self.enabled = True
+        self.suspended = False
         self.error: str | None = None
         self.steps = 0
         self.paced_steps = 0
@@ -59,6 +60,8 @@ class PacingController:
     # Hot path: first collective of a step ------------------------------------------
     def delay_for(self, step: int) -> float:
         delays, bound = self.pacer.delays_for(step)
+        if self.suspended:  # switched off from outside: decide on, delay nothing
+            return 0.0
         delay = 0.0 if delays is None else float(delays[self.rank])
         if delay > 0:
             self.paced_steps += 1

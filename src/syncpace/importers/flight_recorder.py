@@ -32,12 +32,13 @@ not aligned across ranks.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import io
 import json
 import os
 import pickle
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,10 +46,12 @@ from typing import Any
 import polars as pl
 
 from syncpace.errors import TraceError
+from syncpace.importers.config import ImportConfig
+from syncpace.importers.tracebuild import INPUT_COLUMNS, ImportResult, RankInput, write_trace
 from syncpace.trace import schema
 from syncpace.trace.merge import join_parts, merge_traces
 from syncpace.trace.reader import Trace, load_trace
-from syncpace.trace.stall import Call, Frame, StallRecord
+from syncpace.trace.stall import Call, Frame, StallRecord, stall_path, write_stall
 
 #: The format version this importer was written against (torch 2.13).
 KNOWN_VERSION = "2.10"
@@ -450,3 +453,83 @@ def load_run(paths: Sequence[str | os.PathLike[str]], world_size: int | None = N
         traces.append(load_flight_recorder(dumps, world_size))
     joined = join_parts(traces)
     return joined[0] if len(joined) == 1 else merge_traces(joined)
+
+
+# As a run directory (syncpace import flight-recorder) ---------------------------------
+
+#: What a Flight Recorder dump cannot tell, said in the converted trace's metadata.
+CANNOT_TELL = [
+    "iterations (Flight Recorder records none: the whole dump is one step)",
+    "completion times (the watchdog's discovery of them, not the backend's)",
+    "each rank's current stack (only the stacks that issued its calls)",
+    "failed gloo calls (gloo marks them retired)",
+]
+
+
+def _shifted(record: StallRecord, offset_ns: int) -> StallRecord:
+    """``record`` with its times moved by ``offset_ns`` (onto rank 0's clock)."""
+
+    def t(ns: int) -> int:
+        return ns + offset_ns if ns >= 0 else ns
+
+    def call(c: Call) -> Call:
+        return dataclasses.replace(c, enter_ns=t(c.enter_ns), exit_ns=t(c.exit_ns))
+
+    return dataclasses.replace(
+        record,
+        since_ns=t(record.since_ns),
+        written_ns=t(record.written_ns),
+        in_flight=tuple(call(c) for c in record.in_flight),
+        last_completed={g: call(c) for g, c in record.last_completed.items()},
+    )
+
+
+def convert(
+    srcs: Sequence[str | os.PathLike[str]],
+    out_dir: str | os.PathLike[str],
+    *,
+    config: ImportConfig | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    world_size: int | None = None,
+) -> ImportResult:
+    """Flight Recorder dumps (files or directories) as a syncpace run directory: the
+    events every command reads, and each rank's stall record (``rank-R.stall.json``)
+    for ``hang``; written by the run-directory writer the other formats share."""
+    config = config or ImportConfig()
+    dumps = load_dumps(srcs)
+    trace = to_trace(dumps, world_size, " + ".join(str(p) for p in srcs))
+    total = sum(d.path.stat().st_size for d in dumps)
+    inputs = []
+    for i, d in enumerate(dumps):
+        own = trace.events.filter(pl.col("rank") == d.rank)
+        events = own.with_columns(call_ns=pl.col("enter_ns")).select(
+            [pl.col(c).cast(t) for c, t in INPUT_COLUMNS.items()]
+        )
+        meta = trace.meta[d.rank]
+        inputs.append(
+            RankInput(
+                rank=d.rank,
+                events=events,
+                groups=meta["groups"],
+                files=[str(d.path)],
+                extra_meta={"flight_recorder": meta["flight_recorder"]},
+            )
+        )
+        if progress is not None:
+            progress(sum(x.path.stat().st_size for x in dumps[: i + 1]), total)
+    result = write_trace(
+        inputs,
+        out_dir,
+        fmt="flight-recorder",
+        source="flight_recorder",
+        config=config,
+        world_size=trace.world_size,
+        missing=list(CANNOT_TELL),
+        warnings=list(trace.warnings),
+        input_bytes=total,
+    )
+    for rank, record in trace.stalls.items():
+        meta_file = result.out_dir / f"{schema.rank_stem(rank)}{schema.META_SUFFIX}"
+        offset = int(json.loads(meta_file.read_text())["clock"].get("offset_ns") or 0)
+        write_stall(stall_path(result.out_dir, rank), _shifted(record, offset))
+    return result

@@ -9,6 +9,7 @@ the format are left out and counted. The rules live in :mod:`syncpace.trace.vali
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +20,7 @@ import pyarrow as pa
 
 from syncpace.errors import TraceError
 from syncpace.trace import schema, validate
+from syncpace.trace.segments import add_interval
 from syncpace.trace.stall import StallRecord, load_stalls
 
 _DAMAGE = validate.DAMAGE
@@ -26,7 +28,7 @@ MAX_WORLD_SIZE = validate.MAX_WORLD_SIZE
 
 _META_RE = re.compile(r"^rank-(\d{5,})" + re.escape(schema.META_SUFFIX) + "$")
 _SUFFIXES = "|".join(re.escape(s) for s in (schema.EVENTS_SUFFIX, schema.STEPS_SUFFIX))
-_DATA_RE = re.compile(r"^rank-(\d{5,})(?:" + _SUFFIXES + ")$")
+_DATA_RE = re.compile(r"^rank-(\d{5,})(?:" + _SUFFIXES + r"|\.events\.\d{6}\.arrow)$")
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,8 @@ class Trace:
     hosts: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: Stall records by rank (``rank-R.stall.json``, see :mod:`syncpace.trace.stall`).
     stalls: dict[int, StallRecord] = field(default_factory=dict)
+    #: Per rank and step summaries of the whole run (always-on mode), else empty.
+    summaries: pl.DataFrame = field(default_factory=lambda: _empty_summaries())
 
     @property
     def ranks(self) -> list[int]:
@@ -79,6 +83,72 @@ def _read_rank_stream(
     if stream.cut:
         warnings.append(f"{path}: {stream.cut}")
     return table, stream
+
+
+@dataclass
+class _Joined:
+    """The segments of one rank's rotated events, read as one stream (what
+    :func:`_check_rank` needs of a :class:`validate.Stream`)."""
+
+    path: Path
+    rows: int = 0
+    cut: str | None = None
+    has_eos: bool = True
+    corrupt_rows: int = 0
+    corrupt_batches: list[int] = field(default_factory=list)
+
+
+def segment_files(root: Path) -> dict[int, list[Path]]:
+    """Rank -> its rotated events segments after the first, in order (one listing)."""
+    found: dict[int, list[tuple[int, Path]]] = {}
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return {}
+    for name in names:
+        m = schema.SEGMENT_RE.match(name)
+        if m:
+            found.setdefault(int(m.group(1)), []).append((int(m.group(2)), root / name))
+    return {rank: [p for _, p in sorted(v)] for rank, v in found.items()}
+
+
+def _read_segments(
+    first: Path, later: list[Path], meta: dict[str, Any], warnings: list[str]
+) -> tuple[pa.Table, validate.Stream | _Joined]:
+    """A rank's events: one file, or the segments rotation kept (the first may be gone)."""
+    if not later and not meta.get("segments"):
+        return _read_rank_stream(first, schema.EVENTS, warnings)
+    paths = ([first] if first.exists() else []) + later
+    joined = _Joined(first.with_name(first.name.replace(".events.arrow", ".events.*.arrow")))
+    tables = []
+    for i, path in enumerate(paths):
+        table, stream = _read_rank_stream(path, schema.EVENTS, warnings)
+        tables.append(table)
+        joined.rows += stream.rows
+        joined.corrupt_rows += stream.corrupt_rows
+        joined.corrupt_batches += [f"{path.name}:{b}" for b in stream.corrupt_batches]
+        if i == len(paths) - 1:
+            joined.cut, joined.has_eos = stream.cut, stream.has_eos
+        elif not stream.has_eos and not stream.cut:
+            warnings.append(f"{path}: a closed segment ends without its end-of-stream marker")
+    table = pa.concat_tables(tables) if tables else schema.EVENTS.empty_table()
+    return table, joined
+
+
+def _rotated_steps(metas: dict[int, dict[str, Any]]) -> list[list[int]]:
+    """Steps whose events rotation removed on some rank, merged."""
+    intervals: list[list[int]] = []
+    for meta in metas.values():
+        for first, last in (meta.get("segments") or {}).get("removed_steps", []):
+            add_interval(intervals, int(first), int(last))
+    return intervals
+
+
+def _in_intervals(column: str, intervals: list[list[int]]) -> pl.Expr:
+    expr = pl.lit(False)
+    for first, last in intervals:
+        expr = expr | pl.col(column).is_between(first, last)
+    return expr
 
 
 def _first_line(exc: BaseException) -> str:
@@ -120,7 +190,12 @@ def _check_rank(
             )
     finished = meta.get("finished") is True
     cut = []
-    declared = {"events": meta.get("events_written"), "steps": meta.get("steps_written")}
+    rotated = int((meta.get("segments") or {}).get("removed_events", 0))
+    written = meta.get("events_written")
+    declared = {
+        "events": written - rotated if written is not None else None,
+        "steps": meta.get("steps_written"),
+    }
     for stream, what in ((ev_stream, "events"), (st_stream, "steps")):
         expected = declared[what] if finished else None
         if stream.cut:
@@ -155,6 +230,7 @@ def _check_rank(
         steps_invalid=st_bad.rows,
         cut=tuple(cut),
         write_error=write_error,
+        events_rotated=rotated,
         invalid_reasons={
             **{f"events: {k}": v for k, v in ev_bad.reasons.items()},
             **{f"steps: {k}": v for k, v in st_bad.reasons.items()},
@@ -199,7 +275,9 @@ def read_metadata(path: str | Path, *, allow_missing_ranks: bool = True) -> Trac
         raise TraceError(root, f"cannot list the directory: {exc.strerror or exc}") from exc
     meta_files = [root / n for n in names if _META_RE.match(n)]
     if not meta_files:
-        raise TraceError(root, "no syncpace trace here (no rank-*.meta.json files)")
+        raise TraceError(
+            root, "no syncpace trace here (no rank-*.meta.json files)" + _foreign_hint(root)
+        )
     warnings: list[str] = []
     metas: dict[int, dict[str, Any]] = {}
     meta_paths: dict[int, Path] = {}
@@ -255,6 +333,7 @@ def load_trace(path: str | Path, *, allow_missing_ranks: bool = True) -> Trace:
     warnings = list(index.warnings)
     event_tables, step_tables = [], []
     completeness: dict[int, validate.RankCompleteness] = {}
+    segments = segment_files(root)
     for rank, meta in sorted(metas.items()):
         stem = root / schema.rank_stem(rank)
         events_path = Path(f"{stem}{schema.EVENTS_SUFFIX}")
@@ -262,7 +341,7 @@ def load_trace(path: str | Path, *, allow_missing_ranks: bool = True) -> Trace:
             v1, ev_stream = _read_rank_stream(events_path, schema.EVENTS_V1, warnings)
             ev = (schema.upgrade_events(v1), ev_stream)
         else:
-            ev = _read_rank_stream(events_path, schema.EVENTS, warnings)
+            ev = _read_segments(events_path, segments.get(rank, []), meta, warnings)
         st = _read_rank_stream(Path(f"{stem}{schema.STEPS_SUFFIX}"), schema.STEPS, warnings)
         events_table, steps_table, completeness[rank] = _check_rank(
             rank, meta, stem, ev, st, world_size, warnings
@@ -280,6 +359,22 @@ def load_trace(path: str | Path, *, allow_missing_ranks: bool = True) -> Trace:
     events = pl.from_arrow(pa.concat_tables(event_tables))
     steps = pl.from_arrow(pa.concat_tables(step_tables))
     assert isinstance(events, pl.DataFrame) and isinstance(steps, pl.DataFrame)
+    summaries = load_summaries(root, metas, warnings)
+    rotated = _rotated_steps(metas)
+    if rotated:
+        # A step some rank lost events of cannot be matched across ranks: analyse the
+        # steps every rank still holds in full; the summaries cover the rest.
+        removed = steps.filter(_in_intervals("step", rotated))["step"].n_unique()
+        events = events.filter(~_in_intervals("step", rotated))
+        steps = steps.filter(~_in_intervals("step", rotated))
+        spans = ", ".join(f"{a}-{b}" if a != b else str(a) for a, b in rotated[:5])
+        spans += ", ..." if len(rotated) > 5 else ""
+        warnings.append(
+            f"{root}: the events of {removed:,} steps ({spans}) "
+            f"were rotated out (always-on mode keeps the recent and the pinned segments); "
+            f"the analysis covers the {steps['step'].n_unique():,} steps kept in full, "
+            f"the per-step summaries ({summaries.height:,} rows) the whole run"
+        )
     counters, hosts = load_host_files(root, warnings)
     stalls, stall_warnings = load_stalls(root)
     warnings.extend(stall_warnings)
@@ -294,7 +389,30 @@ def load_trace(path: str | Path, *, allow_missing_ranks: bool = True) -> Trace:
         counters,
         hosts,
         stalls,
+        summaries,
     )
+
+
+def load_summaries(
+    root: Path, metas: dict[int, dict[str, Any]], warnings: list[str]
+) -> pl.DataFrame:
+    """Every rank's per-step summaries (``rank-R.summary.arrow``), where written."""
+    tables = []
+    for rank in sorted(metas):
+        path = root / f"{schema.rank_stem(rank)}{schema.SUMMARY_SUFFIX}"
+        if not path.exists():
+            continue
+        try:
+            tables.append(_read_stream(path, schema.SUMMARY, warnings))
+        except TraceError as exc:
+            warnings.append(f"{exc}; its summaries are left out")
+    frame = pl.from_arrow(pa.concat_tables(tables) if tables else schema.SUMMARY.empty_table())
+    assert isinstance(frame, pl.DataFrame)
+    return frame
+
+
+def _empty_summaries() -> pl.DataFrame:
+    return pl.from_arrow(schema.SUMMARY.empty_table())  # type: ignore[return-value]
 
 
 def _empty_counters() -> pl.DataFrame:
@@ -333,6 +451,34 @@ def load_host_files(
     counters = pl.from_arrow(pa.concat_tables(tables))
     assert isinstance(counters, pl.DataFrame)
     return counters, hosts
+
+
+#: Names other tools give their traces -> the ``syncpace import`` format that reads them.
+_FOREIGN = (
+    (re.compile(r"\.pt\.trace\.json(\.gz)?$"), "kineto"),
+    (re.compile(r"^.+-pid\d+\.log$"), "nccl-inspector"),
+)
+
+
+def _foreign_hint(root: Path, limit: int = 500) -> str:
+    """``"; it holds …: run syncpace import …"`` when ``root`` holds another tool's
+    traces (by their usual names, or a JSON file that starts like a Chrome trace)."""
+    for i, path in enumerate(sorted(root.rglob("*"))):
+        if i >= limit:
+            break
+        fmt = next((f for pattern, f in _FOREIGN if pattern.search(path.name)), None)
+        if fmt is None and path.suffix == ".json" and path.is_file():
+            try:
+                with open(path, "rb") as f:
+                    fmt = "kineto" if b'"traceEvents"' in f.read(1 << 16) else None
+            except OSError:
+                fmt = None
+        if fmt is not None:
+            return (
+                f"; it holds {fmt} files ({path.name}): convert them first with "
+                f"`syncpace import {fmt} {root} --out RUN_DIR`"
+            )
+    return ""
 
 
 def _ranges(values: list[int]) -> str:

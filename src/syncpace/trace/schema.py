@@ -13,6 +13,7 @@ reader derives the missing columns (:func:`upgrade_events`).
 
 from __future__ import annotations
 
+import re
 import zlib
 
 import msgspec
@@ -30,6 +31,8 @@ EVENTS_SUFFIX = ".events.arrow"
 STEPS_SUFFIX = ".steps.arrow"
 #: Live detections (one JSON object a line), written by the in-job monitor.
 MONITOR_SUFFIX = ".monitor.jsonl"
+#: Per-step summaries of one rank for the whole run (always-on mode), beside the events.
+SUMMARY_SUFFIX = ".summary.arrow"
 #: Per-direction link counters of a run on the emulated fabric (``syncpace.fabric.counters``).
 LINKS_FILE = "fabric-links.arrow"
 
@@ -95,6 +98,15 @@ TIMING_SOURCES = (
     "cuda_event",  # CUDA events around the collective on its stream (device time)
     "nccl_hook",  # NCCL completion hook (watchdog saw the device finish)
     "simulated",  # written by the simulator
+    # Imported from other tools' traces (docs/imports.md); a row's enter and exit always
+    # come from one source:
+    "profiler_host",  # PyTorch profiler: the c10d call began / gloo's work span ended
+    "profiler_call",  # PyTorch profiler: the call began / returned (no completion seen)
+    "profiler_device",  # PyTorch profiler: the NCCL kernel's start / end on the GPU
+    "inspector_kernel_gpu",  # NCCL Inspector: kernel time from the GPU's global timer
+    "inspector_kernel_cpu",  # NCCL Inspector: kernel start/stop as the host saw them
+    "inspector_collective_cpu",  # NCCL Inspector: the collective's host-side start/stop
+    "inspector_unknown",  # NCCL Inspector records older than coll_timing_source
 )
 
 #: What became of a call (``status``). Every status but ``completed`` describes a call
@@ -107,6 +119,23 @@ STATUSES = (
     "unobserved",  # the work was dropped without its completion being observed
     "pending",  # entered, and the trace ended (crash, hang, kill) before it completed
 )
+
+#: One row per rank and step, derived from that step's events as they are written: what
+#: stays of every step after its events have rotated out (always-on mode).
+SUMMARY = pa.schema(
+    [
+        ("rank", pa.int32()),
+        ("step", pa.int64()),
+        ("calls", pa.int32()),
+        ("bytes", pa.int64()),
+        ("comm_ns", pa.int64()),  # sum of the calls' durations (enter to exit)
+        ("blocked_ns", pa.int64()),  # sum of the time callers waited on the work
+        ("longest_ns", pa.int64()),  # the longest call of the step
+        ("failed", pa.int32()),  # calls that did not complete
+    ],
+    metadata={"schema": SCHEMA_NAME, "schema_version": str(SCHEMA_VERSION), "table": "summary"},
+)
+
 
 #: Keys every ``rank-R.meta.json`` must carry.
 REQUIRED_META_KEYS = ("schema", "schema_version", "rank", "world_size", "host")
@@ -132,6 +161,18 @@ def batch_checksum(batch: pa.RecordBatch) -> str:
 
 def rank_stem(rank: int) -> str:
     return f"rank-{rank:05d}"
+
+
+def segment_name(rank: int, index: int) -> str:
+    """The events file of one segment of a rank's rotated trace (always-on mode):
+    ``rank-00003.events.000017.arrow``. Segment 0 is the plain events file."""
+    if index == 0:
+        return f"{rank_stem(rank)}{EVENTS_SUFFIX}"
+    return f"{rank_stem(rank)}.events.{index:06d}.arrow"
+
+
+#: A segment file's name: rank and index.
+SEGMENT_RE = re.compile(r"^rank-(\d{5,})\.events\.(\d{6})\.arrow$")
 
 
 def upgrade_events(table: pa.Table) -> pa.Table:

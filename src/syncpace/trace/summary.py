@@ -27,6 +27,8 @@ class TraceSummary:
     dropped_events: int
     pacing: dict[str, Any] | None
     warnings: list[str]
+    #: Always-on mode: what rotation kept and removed over all ranks, else None.
+    rotation: dict[str, Any] | None = None
     #: Per rank: events and steps declared, found, left out as invalid, dropped, cut.
     completeness: dict[int, dict[str, Any]] = field(default_factory=dict)
     #: The same as lines every verb prints (the whole trace, then each lossy rank).
@@ -75,6 +77,7 @@ def summarize(trace: Trace) -> TraceSummary:
         dropped_events=sum(int(m.get("dropped_events", 0) or 0) for m in trace.meta.values()),
         pacing=pacing_summary(trace),
         warnings=list(trace.warnings),
+        rotation=rotation_summary(trace),
         completeness={r: c.to_json() for r, c in sorted(trace.completeness.items())},
         completeness_lines=completeness_lines(
             trace.completeness, trace.missing_ranks, trace.world_size
@@ -126,4 +129,28 @@ def pacing_summary(trace: Trace) -> dict[str, Any] | None:
         "ab_throughput_gain": ab.get("throughput_gain"),
         "enabled_ranks": sum(1 for p in per_rank if p.get("enabled")),
         "errors": sorted({p["error"] for p in per_rank if p.get("error")}),
+    }
+
+
+def rotation_summary(trace: Trace) -> dict[str, Any] | None:
+    """Always-on mode over all ranks: segments written and removed, events and bytes
+    removed, pinned windows, summary rows; ``None`` for a run without rotation."""
+    accounts = [m["segments"] for m in trace.meta.values() if m.get("segments")]
+    if not accounts:
+        return None
+    first = accounts[0]
+    return {
+        "segment_s": first["segment_s"],
+        "keep_s": first["keep_s"],
+        "budget_bytes_per_rank": first["budget_bytes"],
+        "segments_written": sum(a["written"] for a in accounts),
+        "segments_removed": sum(a["removed"] for a in accounts),
+        "events_removed": sum(a["removed_events"] for a in accounts),
+        "bytes_removed": sum(a["removed_bytes"] for a in accounts),
+        "pins": sorted(
+            {(p["reason"], p["step"]) for a in accounts for p in a.get("pins", [])},
+            key=lambda pin: pin[1],
+        ),
+        "summary_rows": trace.summaries.height,
+        "summary_steps": int(trace.summaries["step"].n_unique()) if trace.summaries.height else 0,
     }

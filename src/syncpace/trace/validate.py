@@ -100,6 +100,20 @@ class Pacing(msgspec.Struct):
     error: str | None = None
 
 
+class Segments(msgspec.Struct):
+    """What rotation removed from a rank's events (always-on mode)."""
+
+    segment_s: float
+    keep_s: float
+    budget_bytes: NonNeg
+    written: NonNeg
+    removed: NonNeg
+    removed_events: NonNeg
+    removed_bytes: NonNeg
+    removed_steps: list[tuple[Int64, Int64]] = []
+    pins: list[dict[str, Any]] = []
+
+
 class RankMeta(msgspec.Struct):
     """``rank-R.meta.json``, versions 1 and 2 (they share the metadata)."""
 
@@ -127,6 +141,8 @@ class RankMeta(msgspec.Struct):
     topology: dict[str, Any] | None = None
     config: dict[str, Any] | None = None
     pacing: Pacing | None = None
+    segments: Segments | None = None
+    summaries_written: NonNeg | None = None
 
 
 _DECODER = msgspec.json.Decoder()
@@ -532,6 +548,8 @@ class RankCompleteness:
     cut: tuple[str, ...] = ()  # the streams that ended early ("events", "steps")
     write_error: str | None = None  # why the rank stopped writing, when it said so
     invalid_reasons: dict[str, int] = field(default_factory=dict)
+    #: Written, then removed by design: old segments of a rotated (always-on) trace.
+    events_rotated: int = 0
 
     @property
     def events_missing(self) -> int:

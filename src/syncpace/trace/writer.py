@@ -30,6 +30,8 @@ import pyarrow as pa
 
 from syncpace.errors import TraceWriteError
 from syncpace.trace import schema
+from syncpace.trace.segments import RotationPolicy, SegmentedEvents
+from syncpace.trace.stepsummary import StepSummaries, summary_path
 
 log = logging.getLogger("syncpace")
 
@@ -72,10 +74,11 @@ class _Stream:
         self._writer.write_batch(pa.RecordBatch.from_pylist([], schema=arrow_schema))
         self.written = 0
 
-    def drain(self, offset_ns: int) -> None:
+    def drain(self, offset_ns: int) -> pa.RecordBatch | None:
+        """Write the buffered rows as one batch, and return it (None when there were none)."""
         n = len(self.rows)
         if n == 0:
-            return
+            return None
         rows = [self.rows.popleft() for _ in range(n)]
         columns = list(zip(*rows, strict=True))
         arrays = []
@@ -92,6 +95,10 @@ class _Stream:
             batch, custom_metadata={schema.CHECKSUM_KEY: schema.batch_checksum(batch)}
         )
         self.written += n
+        return batch
+
+    def size(self) -> int:
+        return self._sink.tell()
 
     def close(self) -> None:
         self._writer.close()
@@ -110,6 +117,8 @@ class RankTraceWriter:
         flush_interval_s: float = 1.0,
         max_buffered: int = 1_000_000,
         offset_ns: Callable[[], int] = lambda: 0,
+        rotation: RotationPolicy | None = None,
+        summaries: bool = False,
     ) -> None:
         self.dir = Path(run_dir)
         try:
@@ -127,11 +136,24 @@ class RankTraceWriter:
         self.meta.setdefault("finished", False)
         self.meta.setdefault("dropped_events", 0)
         events_path = self.dir / f"{stem}{schema.EVENTS_SUFFIX}"
+
+        def open_events(path: Path) -> _Stream:
+            return _Stream(path, schema.EVENTS, ("enter_ns", "exit_ns", "wait_ns"))
+
+        self._summaries: StepSummaries | None = None
         try:
-            self._events = _Stream(events_path, schema.EVENTS, ("enter_ns", "exit_ns", "wait_ns"))
+            self._events: _Stream | SegmentedEvents = (
+                open_events(events_path)
+                if rotation is None
+                else SegmentedEvents(self.dir, rank, open_events, rotation)
+            )
             self._steps = _Stream(
                 self.dir / f"{stem}{schema.STEPS_SUFFIX}", schema.STEPS, ("start_ns", "end_ns")
             )
+            if summaries:
+                self._summaries = StepSummaries(
+                    summary_path(self.dir, rank), rank, lambda p: _Stream(p, schema.SUMMARY, ())
+                )
         except OSError as exc:
             raise TraceWriteError(
                 getattr(exc, "filename", None) or events_path,
@@ -208,11 +230,32 @@ class RankTraceWriter:
             if self._events is None or self.write_error is not None:
                 return
             offset = self._offset_ns()
-            self._events.drain(offset)
+            batch = self._events.drain(offset)
             self._steps.drain(offset)
-            if self.dropped != self.meta["dropped_events"]:
+            if self._summaries is not None:
+                if batch is not None:
+                    self._summaries.add(batch)
+                self._summaries.flush()
+            rotated = isinstance(self._events, SegmentedEvents) and self._events.changed
+            if rotated:
+                self.meta["segments"] = self._events.account.to_json()
+                self._events.changed = False
+            if rotated or self.dropped != self.meta["dropped_events"]:
                 self.meta["dropped_events"] = self.dropped
                 self._write_meta_locked()
+
+    def pin(self, before_s: float, after_s: float, reason: str, step: int) -> None:
+        """Keep full detail from ``before_s`` ago to ``after_s`` ahead (rotated traces)."""
+        with self._lock:
+            if isinstance(self._events, SegmentedEvents):
+                self._events.pin(before_s, after_s, reason, step)
+
+    def disk_bytes(self) -> int:
+        """Bytes the events files take now (all kept segments)."""
+        events = self._events
+        if isinstance(events, SegmentedEvents):
+            return events.disk_bytes()
+        return events.size() if events is not None else 0
 
     # Metadata -----------------------------------------------------------------
     def update_meta(self, **fields: Any) -> None:
@@ -278,6 +321,11 @@ class RankTraceWriter:
                 try:
                     self._events.close()
                     self._steps.close()
+                    if self._summaries is not None:
+                        self._summaries.close()
+                        self.meta["summaries_written"] = self._summaries.written
+                    if isinstance(self._events, SegmentedEvents):
+                        self.meta["segments"] = self._events.account.to_json()
                     self.meta["finished"] = True
                     self.meta["events_written"] = self._events.written
                     self.meta["steps_written"] = self._steps.written
@@ -297,3 +345,21 @@ class RankTraceWriter:
             with self._lock:
                 self._events = None  # type: ignore[assignment]
                 self._steps = None  # type: ignore[assignment]
+
+
+def write_table(path: str | Path, table: pa.Table, max_rows: int = 1 << 16) -> None:
+    """``table`` as one Arrow IPC stream of batches of at most ``max_rows``, each with its
+    checksum, for producers that hold a whole table (converters, trace tools).
+
+    A slice of a table (what ``to_batches`` and ``filter`` give) keeps its parent's
+    buffers, so its checksum would not be that of the batch the reader decodes, which
+    holds only the slice's bytes: each batch is checksummed as it comes back from its
+    IPC encoding."""
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as writer:
+        for batch in table.to_batches(max_chunksize=max_rows) or [
+            pa.RecordBatch.from_pylist([], schema=table.schema)
+        ]:
+            batch = pa.ipc.read_record_batch(batch.serialize(), table.schema)
+            writer.write_batch(
+                batch, custom_metadata={schema.CHECKSUM_KEY: schema.batch_checksum(batch)}
+            )
