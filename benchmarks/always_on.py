@@ -19,7 +19,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -27,43 +26,23 @@ import time
 from pathlib import Path
 
 import plotly.graph_objects as go
+from _ranks import spawn_ranks
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
 from syncpace.capture.config import TraceConfig
 from syncpace.capture.launch import traced_env
-from syncpace.ports import free_port
 from syncpace.trace import load_trace, schema
 
 WORKER = Path(__file__).with_name("_always_on_worker.py")
 
 
 def launch(world: int, seconds: float, trace_dir: Path | None, config: TraceConfig) -> list:
-    port = free_port()
-    base = dict(os.environ, OMP_NUM_THREADS="1")
+    base = dict(os.environ)
     if trace_dir is not None:
         base = traced_env(trace_dir, config, base)
-    procs = []
-    for rank in range(world):
-        env = dict(
-            base,
-            RANK=str(rank),
-            WORLD_SIZE=str(world),
-            LOCAL_RANK=str(rank),
-            MASTER_ADDR="127.0.0.1",
-            MASTER_PORT=str(port),
-        )
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, str(WORKER), str(seconds)],
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-        )
-    return procs
+    return spawn_ranks(world, [str(WORKER), str(seconds)], base)
 
 
 def finish(procs: list, timeout: float) -> list[float]:

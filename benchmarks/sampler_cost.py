@@ -31,13 +31,13 @@ import time
 from pathlib import Path
 
 import polars as pl
+from _ranks import spawn_ranks
 from rich.console import Console
 from rich.table import Table
 
 from syncpace.capture.clock import LocalClock
 from syncpace.capture.config import TraceConfig
 from syncpace.capture.launch import traced_env
-from syncpace.ports import free_port
 from syncpace.trace.reader import load_host_files
 
 
@@ -129,27 +129,7 @@ def ddp_rate(sampler: str, interval_s: float, ranks: int = 4) -> float:
             dir=tmp, clock_interval_s=0, host_sampler=sampler, counters_interval_s=interval_s
         )
         base = traced_env(Path(tmp), config, dict(os.environ))
-        port = free_port()
-        procs = []
-        for rank in range(ranks):
-            env = dict(
-                base,
-                RANK=str(rank),
-                WORLD_SIZE=str(ranks),
-                LOCAL_RANK=str(rank),
-                MASTER_ADDR="127.0.0.1",
-                MASTER_PORT=str(port),
-                OMP_NUM_THREADS="1",
-            )
-            procs.append(
-                subprocess.Popen(
-                    [sys.executable, str(WORKER), "ddp", "30", "96", "64"],
-                    env=env,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    text=True,
-                )
-            )
+        procs = spawn_ranks(ranks, [str(WORKER), "ddp", "30", "96", "64"], base)
         outputs = [p.communicate(timeout=600) for p in procs]
         for p, (_out, err) in zip(procs, outputs, strict=True):
             if p.returncode not in (0, -6):  # -6: gloo's rare abort after teardown

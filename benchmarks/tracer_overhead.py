@@ -25,19 +25,17 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
+from _ranks import spawn_ranks
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
 from syncpace.capture.config import TraceConfig
 from syncpace.capture.launch import traced_env
-from syncpace.ports import free_port
 from syncpace.trace import load_trace
 
 WORKER = Path(__file__).with_name("_overhead_worker.py")
@@ -47,7 +45,6 @@ CONTINUOUS = False  # --continuous: traced runs in always-on mode (rotation, mon
 
 
 def launch(world: int, args: list[str], trace_dir: Path | None, watchdog: bool = True) -> Any:
-    port = free_port()
     base = dict(os.environ)
     if trace_dir is not None:
         config = TraceConfig(
@@ -58,26 +55,7 @@ def launch(world: int, args: list[str], trace_dir: Path | None, watchdog: bool =
             segment_s=5.0,
         )
         base = traced_env(trace_dir, config, base)
-    procs = []
-    for rank in range(world):
-        env = dict(
-            base,
-            RANK=str(rank),
-            WORLD_SIZE=str(world),
-            LOCAL_RANK=str(rank),
-            MASTER_ADDR="127.0.0.1",
-            MASTER_PORT=str(port),
-            OMP_NUM_THREADS="1",
-        )
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, str(WORKER), *args],
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-        )
+    procs = spawn_ranks(world, [str(WORKER), *args], base)
     outputs = [p.communicate(timeout=600) for p in procs]
     for p, (_out, err) in zip(procs, outputs, strict=True):
         if p.returncode not in (0, -6):  # -6: gloo's rare abort after teardown

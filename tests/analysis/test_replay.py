@@ -4,6 +4,7 @@ changes exactly what it says."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections import namedtuple
 from pathlib import Path
 
@@ -11,9 +12,10 @@ import numpy as np
 import pytest
 
 from syncpace.analysis import compute_metrics
-from syncpace.analysis.replay import Change, run
+from syncpace.analysis.replay import Change, program, run, same_program
 from syncpace.analysis.replay import counterfactuals as cf
 from syncpace.analysis.replay.whatif import baseline, evaluate
+from syncpace.analysis.streaming import same_metrics, stream_metrics
 from syncpace.trace import load_trace
 from syncpace.trace.writer import RankTraceWriter
 
@@ -241,3 +243,27 @@ def test_combined_changes_never_save_less_than_each(tmp_path: Path) -> None:
     for one in (a, b):
         assert both.saving >= evaluate(prog, base, "one", "one", one).saving - 1e-12
     assert both.iteration_ns == pytest.approx(22.5 * MS, rel=1e-6)
+
+
+@pytest.mark.parametrize("name", ["straggler", "real_ddp_straggler", "poor_overlap"])
+@pytest.mark.parametrize("window_events", [1, 1_000_000])
+def test_streamed_program_is_the_loaded_one(
+    name: str, window_events: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run read a window at a time replays the same program as the run read whole,
+    also when the replay covers only a block of the steps (its events read again)."""
+    monkeypatch.setattr(program, "MAX_EVENTS", 1)  # the first two steps only
+    loaded = compute_metrics(load_trace(DATA / name))
+    streamed, _ = stream_metrics(DATA / name, window_events=window_events)
+    assert loaded.program is not None and streamed.program is not None
+    assert list(loaded.program.steps) == sorted(loaded.steps["step"].to_list())[:2]
+    assert same_program(loaded.program, streamed.program)
+    assert same_metrics(loaded, streamed) == []
+    # and the comparison can fail: one gap changed, or another block of steps
+    gap = streamed.program.gap.copy()
+    gap[len(gap) // 2] += 1.0
+    assert not same_program(loaded.program, dataclasses.replace(streamed.program, gap=gap))
+    monkeypatch.setattr(program, "MAX_EVENTS", 10**9)
+    whole, _ = stream_metrics(DATA / name, window_events=window_events)
+    assert whole.program is not None and len(whole.program.steps) > 2
+    assert not same_program(loaded.program, whole.program)

@@ -127,9 +127,9 @@ def test_a_fixed_rate_flow_holds_its_rate_and_tcp_gets_the_rest(fabric):
     assert abs(tcp.bps - (RATE - 30e6)) / (RATE - 30e6) <= 2 * TOLERANCE
 
 
-def measure_under_fault(fabric, fault: str, pair: tuple[str, str], log: Path):
-    """A 2 s greedy flow over ``pair`` once ``fault`` is in force (the scheduler logs
-    its start), then the fault undone; the flow's result."""
+def measure_under_fault(fabric, fault: str, pair: tuple[str, str], log: Path, seconds: float = 2.0):
+    """A greedy flow of ``seconds`` over ``pair`` once ``fault`` is in force (the
+    scheduler logs its start), then the fault undone; the flow's result."""
     ctx = Context(fabric=fabric.fabric, backend=SystemBackend(), launcher_pids=list)
     scheduler = Scheduler([parse_fault(fault)], ctx, log)
     scheduler.start()
@@ -137,7 +137,7 @@ def measure_under_fault(fabric, fault: str, pair: tuple[str, str], log: Path):
         deadline = time.monotonic() + 10
         while not log.exists() and time.monotonic() < deadline:
             time.sleep(0.05)
-        (result,) = bulk.measure(fabric.fabric, [pair], seconds=2.0)
+        (result,) = bulk.measure(fabric.fabric, [pair], seconds=seconds)
     finally:
         scheduler.stop()
     return result
@@ -156,7 +156,8 @@ def test_a_fixed_rate_flow_fault_takes_its_share_and_ends(fabric, tmp_path):
 
 def test_a_rate_fault_changes_the_link_and_is_undone(fabric, tmp_path):
     fault = "rate h0-leaf0 10mbit at=0"
-    slow = measure_under_fault(fabric, fault, ("h0", "h1"), tmp_path / "faults.jsonl")
+    # 4 s: at 10 Mbit/s the flow's start-up (connect, slow start) is a tenth of 2 s
+    slow = measure_under_fault(fabric, fault, ("h0", "h1"), tmp_path / "faults.jsonl", 4.0)
     (fast,) = bulk.measure(fabric.fabric, [("h0", "h1")], seconds=2.0)
     print(f"rate fault: {slow.bps / 1e6:.2f} Mbit/s at 10mbit, {fast.bps / 1e6:.2f} after")
     assert abs(slow.bps - 10e6) / 10e6 <= TOLERANCE

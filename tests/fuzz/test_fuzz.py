@@ -80,6 +80,8 @@ KNOWN = [
     h.Damage("v1", "batch_cut", "rank-00003.events.arrow", (0, False)),
     h.Damage("run", "flip", "rank-00001.events.arrow", (1500, 4)),
     h.Damage("writer", "flip", "rank-00001.meta.json", (92, 68)),
+    h.Damage("v1", "null", "rank-00000.events.arrow", (1, 0)),  # a null step, streamed
+    h.Damage("writer", "null", "rank-00000.events.arrow", (1, 0)),
 ]
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from concurrent.futures import ThreadPoolExecutor
 
+import polars as pl
 import pytest
 from jobs import CULPRIT, WORLD, Job, constants, line_of
 
@@ -141,7 +142,12 @@ def test_size_mismatch(jobs):
     # gloo aborts the rank that receives the larger message: it died of SIGABRT
     aborted = [r.rank for r in job.ranks if r.returncode == -6]
     assert len(aborted) == 1, [r.returncode for r in job.ranks]
-    assert set(sides[str(4 * numel)]) == set(OTHERS) - set(aborted)
+    # the aborted rank's call is in its trace all the same: its crash journal held it
+    # in flight when it died, and the reader recovered it as pending
+    assert set(sides[str(4 * numel)]) == set(OTHERS)
+    events = load_trace(job.trace_dir).events
+    stuck = events.filter(pl.col("rank") == aborted[0], pl.col("seq") == PLANTED_SEQ)
+    assert stuck.select("op", "bytes", "status").rows() == [("all_reduce", 4 * numel, "pending")]
     assert CULPRIT in finding.ranks and aborted[0] in finding.ranks
     died = {m["rank"]: m for m in finding.evidence["missing"]}
     assert died[aborted[0]]["state"] == "died"

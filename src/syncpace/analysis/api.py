@@ -27,10 +27,11 @@ from syncpace.analysis.metrics import RunMetrics, compute_metrics
 from syncpace.analysis.replay import PacerFactory
 from syncpace.analysis.replay.whatif import WhatIf
 from syncpace.analysis.scaling import ScalingPoint, scaling_curve
+from syncpace.analysis.streaming import stream_metrics
 from syncpace.analysis.thresholds import Thresholds
 from syncpace.analysis.timeline import IterationSample, sample_iterations
 from syncpace.trace.merge import join_parts
-from syncpace.trace.reader import Trace, load_trace
+from syncpace.trace.reader import Trace, load_trace, read_metadata
 
 Study = Literal["single", "comparison", "scaling"]
 
@@ -91,17 +92,24 @@ def analyze(
     """Analyse one or several runs: of one job (equal world sizes, compared side by
     side) or of different world sizes (a scaling curve).
 
+    Directories that hold parts of one job (each node wrote its own) are loaded as
+    that one job (:func:`syncpace.trace.merge.group_dirs`): comparisons and scaling
+    studies are across different jobs only.
+
     ``pacer`` (world size -> pacer, e.g. ``control.Pacer`` with a ``PacingConfig``)
     adds a what-if row with pacing on, run live inside the replay."""
     if isinstance(traces, (Trace, str, os.PathLike)):
         traces = [traces]
     thresholds = thresholds or Thresholds()
     runs, samples = [], []
-    for trace in _loaded(traces):
-        run = compute_metrics(trace, warmup_steps=warmup_steps)
+    for item in _loaded(traces):
+        if isinstance(item, Trace):
+            run = compute_metrics(item, warmup_steps=warmup_steps)
+            sample = sample_iterations(item, run)
+        else:  # a whole run directory: a window of steps at a time, memory stays bounded
+            run, sample = stream_metrics(item, warmup_steps=warmup_steps)
         runs.append(run)
-        samples.append(sample_iterations(trace, run))
-        del trace  # one loaded trace at a time
+        samples.append(sample)
     curve = scaling_curve(
         [(r.run, r.world_size, r.iteration_ns / 1e9, r.iteration.get("cv", 0.0)) for r in runs]
     )
@@ -124,11 +132,20 @@ def analyze(
     )
 
 
-def _loaded(traces: Sequence[Trace | str | os.PathLike[str]]) -> Iterator[Trace]:
-    """The runs, loaded one at a time; directories that each hold part of one job's
-    ranks (one per node: the same world size, disjoint ranks) are joined into one."""
+def _loaded(
+    traces: Sequence[Trace | str | os.PathLike[str]],
+) -> Iterator[Trace | str | os.PathLike[str]]:
+    """The runs, one at a time: loaded traces as they are, run directories as paths (to
+    be streamed); directories that each hold part of one job's ranks (one per node: one
+    job id, or without one the same world size and disjoint ranks) are loaded and joined
+    into one."""
     parts = []
     for item in traces:
+        if not isinstance(item, Trace) and (
+            len(traces) == 1 or not read_metadata(item).missing_ranks
+        ):
+            yield item
+            continue
         trace = item if isinstance(item, Trace) else load_trace(item)
         if trace.missing_ranks and len(traces) > 1:
             parts.append(trace)

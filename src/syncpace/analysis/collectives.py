@@ -1,8 +1,10 @@
 """Collective instances: the same call matched across ranks by (group, sequence number).
 
-Point-to-point calls count their sequence numbers per (group, peer pair), so a send and
-its recv are matched by (group, seq, pair). Only ranks that have the event take part;
-an instance with fewer members than expected is kept and flagged incomplete.
+Point-to-point calls count their sequence numbers per (group, peer, direction): the
+k-th send from a to b and the k-th receive at b from a are one transfer, matched by
+(group, directed pair a→b, seq); a two-way pipeline's sends and receives in the other
+direction are other instances. Only ranks that have the event take part; an instance
+with fewer members than expected is kept and flagged incomplete.
 
 The matching runs on numpy arrays with a dense instance index (see ``kernels``): it is
 the one pass over every event, so it has to be fast.
@@ -56,8 +58,30 @@ class Matched:
     dropped: int  # events without a usable rank, step, sequence number or enter time
 
 
-def match(events: pl.DataFrame) -> Matched:
-    """Match ``events`` (schema ``EVENTS``) into collective instances."""
+def call_key() -> list[pl.Expr]:
+    """Expressions naming one call across its ranks: its group and sequence number and,
+    for point-to-point calls, the direction (source, destination) of the transfer."""
+    send = pl.col("op") == "send"
+    p2p = pl.col("op").is_in(P2P_OPS)
+    src = pl.when(send).then(pl.col("rank")).otherwise(pl.col("peer"))
+    dst = pl.when(send).then(pl.col("peer")).otherwise(pl.col("rank"))
+    return [
+        pl.col("group"),
+        pl.col("seq"),
+        pl.when(p2p).then(src).otherwise(-1).alias("_src"),
+        pl.when(p2p).then(dst).otherwise(-1).alias("_dst"),
+    ]
+
+
+def call_steps(events: pl.DataFrame) -> pl.Expr:
+    """Per event: the first step index any rank made its call in (a call one rank
+    makes just before a boundary and another just after is one call, of one step)."""
+    return pl.col("step").min().over(call_key())
+
+
+def usable_events(events: pl.DataFrame) -> pl.DataFrame:
+    """The events matching can use (a rank, step, sequence number and enter time), in
+    their order: ``match`` numbers its per-event arrays over exactly these."""
     usable = (
         (pl.col("rank") >= 0)
         & (pl.col("step") >= 0)
@@ -65,7 +89,15 @@ def match(events: pl.DataFrame) -> Matched:
         & (pl.col("enter_ns") >= 0)
     )
     mask = events.select(usable.all()).item() if events.height else True
-    ev = events if mask else events.filter(usable)  # filtering copies every column: skip it
+    return events if mask else events.filter(usable)  # filtering copies every column: skip it
+
+
+def match(events: pl.DataFrame, *, previous_exit: np.ndarray | None = None) -> Matched:
+    """Match ``events`` (schema ``EVENTS``) into collective instances.
+
+    ``previous_exit`` (indexed by rank, -1 for none): the exit of each rank's call just
+    before the first of ``events``, when they are a window of a longer trace."""
+    ev = usable_events(events)
     dropped = events.height - ev.height
     rank = ev["rank"].to_numpy()
     step = ev["step"].to_numpy()
@@ -100,7 +132,7 @@ def match(events: pl.DataFrame) -> Matched:
         last_enter=last[inst],
         tail_start=kernels.maximum(rs, enter, rs_size),
     )
-    frame = _instances(ev, times, size, pair, first, last)
+    frame = _instances(ev, times, size, pair, first, last, previous_exit)
     return Matched(frame, times, dropped)
 
 
@@ -113,13 +145,19 @@ def _group_codes(groups: pl.Series) -> np.ndarray:
 
 
 def _pair(ev: pl.DataFrame) -> np.ndarray | None:
-    """The peer pair of each send/recv (-1 for collectives), or None when there are none."""
+    """The directed pair (source << 32 | destination) of each send/recv (-1 for
+    collectives), or None when there are none. A send goes from its rank to its peer,
+    a receive from its peer to its rank."""
     if ev.height == 0 or not ev["op"].is_in(P2P_OPS).any():
         return None
-    lo = pl.min_horizontal("rank", "peer").cast(pl.Int64)
-    hi = pl.max_horizontal("rank", "peer").cast(pl.Int64)
+    rank, peer = pl.col("rank").cast(pl.Int64), pl.col("peer").cast(pl.Int64)
+    send = pl.col("op") == "send"
+    src = pl.when(send).then(rank).otherwise(peer)
+    dst = pl.when(send).then(peer).otherwise(rank)
     is_p2p = pl.col("op").is_in(P2P_OPS) & (pl.col("peer") >= 0)
-    return ev.select(pl.when(is_p2p).then(lo * (1 << 32) + hi).otherwise(-1)).to_series().to_numpy()
+    return (
+        ev.select(pl.when(is_p2p).then(src * (1 << 32) + dst).otherwise(-1)).to_series().to_numpy()
+    )
 
 
 def _instances(
@@ -129,6 +167,7 @@ def _instances(
     pair: np.ndarray | None,
     first_enter: np.ndarray,
     last_enter: np.ndarray,
+    previous_exit: np.ndarray | None = None,
 ) -> pl.DataFrame:
     idx = t.instance
     first_row = np.full(size, len(idx), dtype=np.int64)  # a representative event each
@@ -141,7 +180,7 @@ def _instances(
     # How much of the last arriver's lateness it spent on its own since its previous
     # call completed (compute, data loading) rather than inherited from a collective
     # that ended late for it: its own gap beyond the first arriver's.
-    gap = _own_gap(t)
+    gap = _own_gap(t, previous_exit)
     first = t.enter == t.first_enter
     gap_first = np.full(size, -1, dtype=np.int64)
     gap_first[idx[first]] = gap[first]
@@ -174,11 +213,18 @@ def _instances(
     return _derive(frame)
 
 
-def _own_gap(t: EventTimes) -> np.ndarray:
-    """Per event: time since the same rank's previous call completed (-1 when unknown)."""
+def _own_gap(t: EventTimes, previous_exit: np.ndarray | None = None) -> np.ndarray:
+    """Per event: time since the same rank's previous call completed (-1 when unknown).
+    ``previous_exit``: per rank, the exit of the call before the first one here."""
     gap = np.full(len(t.enter), -1, dtype=np.int64)
-    if len(t.enter) < 2:
-        return gap
+    if len(t.enter) >= 2:
+        _gaps(t, gap)
+    if previous_exit is not None and len(t.enter):
+        _first_gaps(t, previous_exit, gap)
+    return gap
+
+
+def _gaps(t: EventTimes, gap: np.ndarray) -> None:
     d_rank, d_enter = np.diff(t.rank), np.diff(t.enter)
     # Traces come rank by rank in completion order, which is nearly always enter order:
     # checking that costs one pass, sorting 10M events several.
@@ -191,7 +237,33 @@ def _own_gap(t: EventTimes) -> np.ndarray:
     ok = (rank[1:] == rank[:-1]) & (prev_exit >= 0)
     own = np.where(ok, np.maximum(enter[1:] - prev_exit, 0), -1)
     gap[where] = own
-    return gap
+
+
+def _first_gaps(t: EventTimes, previous_exit: np.ndarray, gap: np.ndarray) -> None:
+    """The gap of each rank's first call (by enter) since its call before the window."""
+    # The first row of each rank among those with its smallest enter (a stable sort's
+    # first), by two scatters instead of a sort of the whole window.
+    size = len(previous_exit)
+    low = kernels.minimum(t.rank, t.enter, size)
+    cand = np.flatnonzero(t.enter == low[t.rank])
+    row = kernels.minimum(t.rank[cand], cand, size)
+    head = row[row < len(t.enter)]
+    prev = previous_exit[t.rank[head]]
+    ok = prev >= 0
+    gap[head[ok]] = np.maximum(t.enter[head[ok]] - prev[ok], 0)
+
+
+#: The columns of an instance that :func:`derive` computes the others from.
+BASE_COLUMNS = (
+    "group", "seq", "pair", "op", "step", "group_size", "bytes", "bytes_min", "n",
+    "first_enter", "last_enter", "last_rank", "late_own_ns", "exit", "exit_bounded",
+)  # fmt: skip
+
+
+def derive(instances: pl.DataFrame) -> pl.DataFrame:
+    """The derived columns of instances from :data:`BASE_COLUMNS` (windows of a run
+    concatenated: queueing looks back across them)."""
+    return _derive(instances.select(BASE_COLUMNS))
 
 
 def _derive(inst: pl.DataFrame) -> pl.DataFrame:

@@ -166,7 +166,8 @@ def _healthy(ctx: Context) -> Finding:
         severity=Severity.INFO,
         confidence=1.0,
         summary=(
-            f"no scaling problem found: iteration {m.iteration_ns / 1e6:.2f} ms, "
+            f"no scaling problem found ({m.parallelism.describe()}): "
+            f"iteration {m.iteration_ns / 1e6:.2f} ms, "
             f"CV {m.iteration.get('cv', 0.0):.3f}, "
             f"network share {m.comm.get('network_share', 0.0):.0%}"
         ),
@@ -175,6 +176,7 @@ def _healthy(ctx: Context) -> Finding:
             "iteration_cv": round(m.iteration.get("cv", 0.0), 4),
             "network_share": round(m.comm.get("network_share", 0.0), 4),
             "exposed_share": round(m.comm.get("exposed_share", 0.0), 4),
+            "parallelism": m.parallelism.describe(),
         },
         actions=("Nothing to fix; re-check at larger scale.",),
         run=m.run,

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import polars as pl
@@ -609,6 +609,11 @@ def _point(inp: HangInput, group: str, seq: int, observed_until: int) -> HangPoi
             ranks.append(_place(inp, rank, group, seq, last.get(rank), failed_at))
             continue
         rec = inp.stalls.get(rank)
+        if call.status == "pending" and rec is not None and rec.kind == "fatal":
+            # killed by a fatal signal inside the call: its crash journal held the call
+            placed = _place(inp, rank, group, seq, last.get(rank), failed_at)
+            ranks.append(replace(placed, call=call))
+            continue
         stack, source = _stack(rec, group, seq)
         ranks.append(
             RankAt(

@@ -1,8 +1,16 @@
-"""Iteration metrics: time per rank and global, throughput, spread and percentiles."""
+"""Iteration metrics: time per rank and global, throughput, spread and percentiles.
+
+Only work inside iterations counts here. Calls a rank makes after its last iteration
+boundary (a checkpoint's all-gathers after the last ``optimizer.step()``, evaluation,
+teardown barriers) belong to no iteration: :func:`split_trailing` keeps them apart,
+and :func:`trailing_summary` says what they were.
+"""
 
 from __future__ import annotations
 
 import polars as pl
+
+from syncpace.analysis.collectives import call_key
 
 
 def rank_steps(steps: pl.DataFrame) -> pl.DataFrame:
@@ -84,3 +92,48 @@ def per_rank_summary(
         .with_columns(pl.col("last_share").fill_null(0.0))
         .sort("rank")
     )
+
+
+def split_trailing(events: pl.DataFrame, steps: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """``events`` split into those inside an iteration and the trailing ones.
+
+    A call is trailing when every rank that made it made it after its own last
+    iteration boundary (its step index is past the rank's last ended step): a
+    checkpoint after the last ``optimizer.step()``. A call some rank made inside an
+    iteration (a side thread's all-reduce that one rank issued just before its last
+    boundary and another just after) stays in, whole. A trace without any boundary
+    has no trailing part: all of it is one unbounded stretch."""
+    if steps.height == 0 or events.height == 0:
+        return events, events.clear()
+    last = steps.group_by("rank").agg(last_step=pl.col("step").max())
+    late = pl.col("last_step").is_not_null() & (pl.col("step") > pl.col("last_step"))
+    marked = events.join(last, on="rank", how="left").with_columns(_late=late)
+    if not marked["_late"].any():
+        return events, events.clear()
+    # one call, all its ranks (see collectives.call_key)
+    marked = marked.with_columns(_trailing=pl.col("_late").all().over(call_key()))
+    helpers = ["last_step", "_late", "_trailing"]
+    inside = marked.filter(~pl.col("_trailing")).drop(helpers)
+    return inside, marked.filter(pl.col("_trailing")).drop(helpers)
+
+
+def trailing_summary(trailing: pl.DataFrame) -> dict[str, object]:
+    """What happened after the last iteration: calls per rank, ops, bytes, time span."""
+    if trailing.height == 0:
+        return {}
+    ranks = max(trailing["rank"].n_unique(), 1)
+    ops = trailing.group_by("op").agg(n=pl.len()).sort("n", descending=True)
+    entered = trailing.filter(pl.col("enter_ns") >= 0)["enter_ns"]
+    exited = trailing.filter(pl.col("exit_ns") >= 0)["exit_ns"]
+    span = (
+        float(exited.max() - entered.min())  # type: ignore[operator]
+        if entered.len() and exited.len()
+        else 0.0
+    )
+    return {
+        "calls": trailing.height,
+        "calls_per_rank": round(trailing.height / ranks, 2),
+        "ops": {row["op"]: row["n"] for row in ops.iter_rows(named=True)},
+        "bytes": int(trailing["bytes"].sum()),
+        "span_ns": max(span, 0.0),
+    }

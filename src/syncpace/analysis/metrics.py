@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
 
-from syncpace.analysis import collectives, hostcounters, iterations, locality, overlap
+from syncpace.analysis import (
+    collectives,
+    hostcounters,
+    iterations,
+    locality,
+    overlap,
+    parallelism,
+)
 from syncpace.analysis.hang import HangAnalysis, analyze_hang, hang_input
-from syncpace.analysis.replay import Program, build_program, usable
+from syncpace.analysis.parallelism import Parallelism
+from syncpace.analysis.replay import Program, build_program
 from syncpace.trace.reader import Trace
 from syncpace.trace.summary import pacing_summary
 from syncpace.trace.validate import completeness_lines
@@ -48,6 +56,12 @@ class RunMetrics:
     quality: dict[str, Any]
     group_nodes: dict[str, int]
     pacing: dict[str, Any] | None = None  # the pacer's account, when the run was paced
+    #: calls after the last iteration boundary, kept out of every figure above
+    trailing: dict[str, Any] = field(default_factory=dict)
+    #: what the groups' shape and the ops seen say of the job's parallelism
+    parallelism: Parallelism = field(default_factory=Parallelism)
+    #: iteration boundaries seen (step rows), before the warm-up was left out
+    boundaries: int = 0
     program: Program | None = None  # the run as the replay runs it (analysis.replay)
     hang: HangAnalysis | None = None  # where each group stopped (whole run, no warm-up cut)
     hosts: hostcounters.HostMetrics | None = None  # host counters and topology, when sampled
@@ -76,6 +90,9 @@ class RunMetrics:
             "collectives_by_op": _records(_by_op(inst)),
             "quality": self.quality,
             "pacing": self.pacing,
+            "after_last_iteration": self.trailing,
+            "parallelism": self.parallelism.to_json(),
+            "iteration_boundaries": self.boundaries,
             "hosts": self.hosts.to_json() if self.hosts is not None else None,
         }
 
@@ -85,19 +102,63 @@ def compute_metrics(trace: Trace, *, warmup_steps: int = 1) -> RunMetrics:
     are left out, unless nothing would be left."""
     hang = analyze_hang(hang_input(trace))
     steps, events = trace.steps, trace.events
+    boundaries = steps.height
     max_step = int(steps["step"].max()) if steps.height else 0  # type: ignore[arg-type]
     if warmup_steps and max_step >= warmup_steps:
         steps = steps.filter(pl.col("step") >= warmup_steps)
-        events = events.filter(pl.col("step") >= warmup_steps)
+        # by call, not by event: a call some rank made in the warm-up is left out whole
+        events = events.filter(collectives.call_steps(events) >= warmup_steps)
+    events, trailing = iterations.split_trailing(events, steps)
     rank_steps = iterations.rank_steps(steps)
     global_steps = iterations.global_steps(rank_steps)
+    parallel = parallelism.infer(trace.meta, events, trace.world_size, global_steps.height)
     matched = collectives.match(events)
-    inst, dropped = matched.instances, matched.dropped
     rank_step = collectives.rank_step_arrivals(matched)
-    last = collectives.last_arrivers(rank_step)
-    ovl = overlap.with_step_time(overlap.rank_step_comm(matched), rank_steps)
-    program = build_program(usable(events), matched.events, inst, rank_steps, global_steps)
+    comm = overlap.rank_step_comm(matched)
+    inst, dropped = matched.instances, matched.dropped
+    program = build_program(
+        collectives.usable_events(events), matched.events, inst, rank_steps, global_steps, rank_step
+    )
     del matched, events, steps  # the per-event arrays are the largest objects: free them
+    return from_parts(
+        trace,
+        rank_steps=rank_steps,
+        instances=inst,
+        dropped=dropped,
+        rank_step=rank_step,
+        comm=comm,
+        events=trace.events.height,
+        trailing=iterations.trailing_summary(trailing),
+        parallel=parallel,
+        boundaries=boundaries,
+        hang=hang,
+        program=program,
+    )
+
+
+def from_parts(
+    trace: Trace,
+    *,
+    rank_steps: pl.DataFrame,
+    instances: pl.DataFrame,
+    dropped: int,
+    rank_step: pl.DataFrame,
+    comm: pl.DataFrame,
+    events: int,
+    trailing: dict[str, Any],
+    parallel: parallelism.Parallelism,
+    boundaries: int,
+    hang: HangAnalysis | None = None,
+    program: Program | None = None,
+) -> RunMetrics:
+    """The run's metrics from its per-event results (instances, per (rank, step)
+    arrivals and communication) — computed on the whole trace at once, or window by
+    window and concatenated (:mod:`syncpace.analysis.streaming`). ``trace`` supplies
+    metadata, steps, warnings and host files; ``events``: how many it holds."""
+    inst = instances
+    global_steps = iterations.global_steps(rank_steps)
+    last = collectives.last_arrivers(rank_step)
+    ovl = overlap.with_step_time(comm, rank_steps)
     per_rank = iterations.per_rank_summary(rank_steps, rank_step, last)
     place = locality.placement(trace.meta)
     uncertainty = _clock_uncertainty(trace)
@@ -121,9 +182,12 @@ def compute_metrics(trace: Trace, *, warmup_steps: int = 1) -> RunMetrics:
         by_local_rank=locality.by_local_rank(per_rank, place),
         iteration=iterations.distribution(global_steps["time_ns"]),
         comm=overlap.summary(ovl),
-        quality=_quality(trace, inst, uncertainty, dropped, global_steps.height),
+        quality=_quality(trace, inst, uncertainty, dropped, global_steps.height, events),
         group_nodes=_group_nodes(trace.meta, place),
         pacing=pacing_summary(trace),
+        trailing=trailing,
+        parallelism=parallel,
+        boundaries=boundaries,
         program=program,
         hang=hang,
         hosts=hostcounters.host_metrics(trace.counters, trace.hosts, trace.meta),
@@ -156,20 +220,31 @@ def _clock_uncertainty(trace: Trace) -> int | None:
 
 
 def _quality(
-    trace: Trace, inst: pl.DataFrame, uncertainty: int | None, dropped: int, steps: int
+    trace: Trace,
+    inst: pl.DataFrame,
+    uncertainty: int | None,
+    dropped: int,
+    steps: int,
+    events: int,
 ) -> dict[str, Any]:
     incomplete = inst.filter(~pl.col("complete")) if inst.height else inst
-    mismatched = inst.filter(pl.col("bytes") != pl.col("bytes_min")) if inst.height else inst
+    # ranks of an all-to-all send what they route (uneven in MoE): only other ops must agree
+    sized = pl.col("op") != "all_to_all"
+    mismatched = inst.filter(sized, pl.col("bytes") != pl.col("bytes_min")) if inst.height else inst
     return {
         "missing_ranks": trace.missing_ranks,
         "instances": inst.height,
         "incomplete_instances": incomplete.height,
+        # made by fewer than half their ranks: not a rank that died, a sequence out of step
+        "minority_instances": incomplete.filter(pl.col("n") * 2 < pl.col("expected")).height
+        if incomplete.height
+        else 0,
         "size_mismatched_instances": mismatched.height,
         "unusable_events": dropped,
         "clock_uncertainty_ns": uncertainty,
         "median_skew_ns": float(inst["skew_ns"].median() or 0.0) if inst.height else 0.0,
         "warnings": list(trace.warnings),
-        "events": trace.events.height,
+        "events": events,
         "steps": trace.steps.height,
         "steps_analyzed": steps,
         "completeness": {str(r): c.to_json() for r, c in sorted(trace.completeness.items())},

@@ -16,7 +16,9 @@ class TraceConfig:
 
     dir: str = setting("", "Run directory the per-rank trace files are written to.")
     flush_interval_s: float = setting(
-        1.0, "Seconds between background flushes; a SIGKILL loses at most this much."
+        1.0,
+        "Seconds between background flushes into the Arrow streams (what a killed rank "
+        "has not flushed is recovered from its journal).",
     )
     max_buffered_events: int = setting(
         1_000_000, "Events held in memory before new ones are dropped (and counted)."
@@ -29,6 +31,16 @@ class TraceConfig:
     )
     clock_timeout_s: float = setting(
         30.0, "Bound on any wait of the clock protocol; past it alignment fails open."
+    )
+    journal_slots: int = setting(
+        65536,
+        "Records of the memory-mapped crash journal (96 bytes each; 0 disables it): a rank "
+        "killed by a signal keeps every record made before it died.",
+    )
+    close_timeout_s: float = setting(
+        2.0,
+        "Bound on the wait at close for completions still being delivered (a backend "
+        "thread's callback racing destroy_process_group).",
     )
     step_hook: bool = setting(
         True, "Mark iterations at every optimizer.step(); syncpace.step() overrides it."
@@ -117,7 +129,13 @@ class TraceConfig:
             counters_slow_interval_s="[0.0005, 3600]",
             stall_after_s="[0, 86400]",
             stall_repeat_s="(0, 86400]",
+            close_timeout_s="[0, 600]",
+            journal_slots="[0, 16777216]",
         )
+        if 0 < self.journal_slots < 256:  # 0 is off; a ring smaller than this is no use
+            raise ConfigError(
+                f"journal_slots must be 0 (off) or in 256..{1 << 24}, got {self.journal_slots}"
+            )
         check_choice(self, "host_sampler", SAMPLER_MODES)
         parse_link_rates(self.counters_link_rate)  # raises ConfigError when malformed
 

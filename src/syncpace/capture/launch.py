@@ -9,9 +9,11 @@ validation grid) builds its environment here.
 A run directory is exclusive: :func:`prepare_run_dir` takes ``syncpace.lock`` in it
 (an ``flock`` held for the life of the process, with the owner's pid, host and start
 time written inside), so a second launcher into the same directory refuses at once
-instead of interleaving its writes with the first's. A lock whose owner is gone is
-stale and taken over: the kernel drops the ``flock`` of a killed process, and where
-the file system keeps no locks, a pid that no longer runs on this host says so.
+instead of interleaving its writes with the first's (``--join``, the nodes of one job
+sharing a directory, is the exception: each rank writes only its own files). A lock
+whose owner is gone is stale and taken over: the kernel drops the ``flock`` of a
+killed process, and where the file system keeps no locks, a pid that no longer runs
+on this host says so.
 """
 
 from __future__ import annotations
@@ -157,27 +159,39 @@ def lock_run_dir(run_dir: Path) -> RunLock:
     raise ConfigError(f"{path}: the lock kept changing hands; try again")
 
 
-def prepare_run_dir(out: str | None, overwrite: bool) -> Path:
+def prepare_run_dir(out: str | None, overwrite: bool, join: bool = False) -> Path:
     """The run directory, created and locked for this process (:func:`lock_run_dir`);
     an existing trace in it is refused or, with ``overwrite``, its rank files are
-    removed."""
+    removed. With ``join`` (the launches of one job's nodes sharing a directory) it is
+    neither locked nor cleared: each rank writes its own files, and an exclusive lock
+    would turn away every node after the first."""
     run_dir = Path(out or time.strftime("syncpace-run-%Y%m%d-%H%M%S")).resolve()
     if run_dir.exists() and not run_dir.is_dir():
         raise ConfigError(f"{run_dir}: exists and is not a directory")
+    if join and overwrite:
+        raise ConfigError("--join and --overwrite exclude each other")
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ConfigError(f"{run_dir}: cannot create the run directory: {exc.strerror}") from exc
+    if join:
+        return run_dir
     lock = lock_run_dir(run_dir)
     try:
         existing = sorted(run_dir.glob("rank-*"))
         if existing and not overwrite:
             raise ConfigError(
                 f"{run_dir}: already holds a trace ({len(existing)} rank files); "
-                "choose another --out or pass --overwrite"
+                "choose another --out, pass --overwrite, or --join when the nodes of one "
+                "job share this directory"
             )
         for path in existing:
-            if path.name.startswith("rank-") and path.suffix in (".json", ".arrow", ".tmp"):
+            if path.name.startswith("rank-") and path.suffix in (
+                ".json",
+                ".arrow",
+                ".tmp",
+                ".journal",
+            ):
                 path.unlink()
         for path in sorted(run_dir.glob("host-*")):  # the host sampler's files of a replaced run
             if path.suffix in (".json", ".arrow", ".tmp", ".lock"):

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from syncpace.capture.dynamo import keep_out
 from syncpace.trace.schema import NO_PEER
 
 Recorder = Any  # syncpace.capture.tracer.Tracer; typed loosely to avoid an import cycle
@@ -99,6 +100,7 @@ class TracingProcessGroup(dist.ProcessGroup):
         self._group = ""
         self._seq = 0
         self._p2p_seq: dict[tuple[str, int], int] = {}
+        self._coalesced: list[tuple[tuple, int]] | None = None
 
     # Identity ------------------------------------------------------------------
     def getBackendName(self) -> str:  # noqa: N802 - name fixed by torch
@@ -113,15 +115,33 @@ class TracingProcessGroup(dist.ProcessGroup):
         super()._set_group_name(name)
         self._recorder.on_group(name, self._global_ranks, self._backend_name)
 
+    def _set_group_desc(self, desc: str) -> None:
+        self._inner._set_group_desc(desc)
+        super()._set_group_desc(desc)
+        self._recorder.on_group(self._group, self._global_ranks, self._backend_name, desc)
+
     @property
     def group_name(self) -> str:
         return self._group
 
     def _start_coalescing(self, *args: Any) -> Any:
-        return self._inner._start_coalescing(*args)
+        """The backend batches the calls that follow until ``_end_coalescing``
+        (NCCL's group start/end); their events complete with the batch's work."""
+        result = self._inner._start_coalescing(*args)
+        self._coalesced = []
+        return result
 
     def _end_coalescing(self, *args: Any) -> Any:
-        return self._inner._end_coalescing(*args)
+        calls, self._coalesced = self._coalesced, None
+        try:
+            work = self._inner._end_coalescing(*args)
+        except BaseException as exc:
+            for row, token in calls or ():
+                self._recorder.raised(row, exc, token)
+            raise
+        if not calls:
+            return work
+        return self._recorder.completed_batch(work, calls)
 
     # Tracing -------------------------------------------------------------------
     def _call(
@@ -139,7 +159,7 @@ class TracingProcessGroup(dist.ProcessGroup):
         # The first call of a step is its sync point: arrival noted, pacing applied.
         enter = recorder.now() if recorder.arrival_step == recorder.step else recorder.arrive()
         if recorder.paused:  # tracing switched off at runtime: the call passes through
-            recorder.paused_events += 1
+            recorder.skip_paused()
             return getattr(self._inner, method)(*args, **kwargs)
         row = (
             recorder.rank,
@@ -153,13 +173,17 @@ class TracingProcessGroup(dist.ProcessGroup):
             peer,
             enter,
         )
-        recorder.in_flight.calls[id(row)] = row  # the stall watchdog's registry
+        token = recorder.begin(row)  # the journal's and the stall watchdog's registries
         try:
             work = getattr(self._inner, method)(*args, **kwargs)
         except BaseException as exc:
-            recorder.raised(row, exc)
+            recorder.raised(row, exc, token)
             raise
-        return recorder.completed(work, row)
+        coalesced = self._coalesced
+        if coalesced is not None:  # completes with the batch: see _end_coalescing
+            coalesced.append((row, token))
+            return work
+        return recorder.completed(work, row, token)
 
     def _collective(
         self, method: str, op: str, arg: int, times_size: bool, args: tuple, kwargs: dict
@@ -207,3 +231,6 @@ for _method, (_op, _arg, _times) in _COLLECTIVES.items():
     setattr(TracingProcessGroup, _method, _make_collective(_method, _op, _arg, _times))
 for _method, (_op, _peer) in _POINT_TO_POINT.items():
     setattr(TracingProcessGroup, _method, _make_p2p(_method, _op, _peer))
+
+# Frames C++ enters while a compiled region runs: Dynamo must run them, not compile them.
+keep_out(TracingProcessGroup)

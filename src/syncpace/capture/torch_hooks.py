@@ -56,14 +56,58 @@ def install(tracer: Tracer) -> None:
     original_destroy = c10d.destroy_process_group
     patched_destroy = _wrap_destroy(original_destroy)
     c10d.destroy_process_group = patched_destroy
+    original_batch = c10d.batch_isend_irecv
+    patched_batch = _wrap_batch_isend_irecv(original_batch)
+    c10d.batch_isend_irecv = patched_batch
     dist = sys.modules.get("torch.distributed")
     for name, original, patched in (
         ("get_backend", original_get_backend, patched_get_backend),
         ("destroy_process_group", original_destroy, patched_destroy),
+        ("batch_isend_irecv", original_batch, patched_batch),
     ):
         if getattr(dist, name, None) is original:
             setattr(dist, name, patched)
     _state["installed"] = True
+    _name_mesh_dims()
+
+
+def _name_mesh_dims() -> None:
+    """Note which mesh dimension (``tp``, ``dp``, …) each process group serves.
+
+    DeviceMesh creates (or, for a dimension spanning the world, reuses) one group per
+    dimension in ``DeviceMesh._init_one_process_group``; the wrapper records the
+    dimension's name against the group it returns, so the trace names the
+    parallelism even where the group is the default one. Done once
+    ``torch.distributed.device_mesh`` is loaded (at install when attached
+    explicitly, at the default group otherwise: the import hook runs earlier).
+    """
+    if _state.get("mesh_named"):
+        return
+    mesh = sys.modules.get("torch.distributed.device_mesh")
+    cls = getattr(mesh, "DeviceMesh", None)
+    raw = getattr(cls, "__dict__", {}).get("_init_one_process_group")
+    if not isinstance(raw, staticmethod):
+        return
+    original = raw.__func__
+    try:
+        signature = inspect.signature(original)
+    except (TypeError, ValueError):
+        return
+
+    @functools.wraps(original)
+    def init_one_process_group(*args: Any, **kwargs: Any) -> Any:
+        name = original(*args, **kwargs)
+        try:
+            dim = signature.bind(*args, **kwargs).arguments.get("dim_name")
+            tracer = _state["tracer"]
+            if name is not None and dim is not None and tracer is not None:
+                tracer.on_mesh_dim(str(name), str(dim))
+        except Exception as exc:
+            warn_once("mesh", "cannot name this torch version's mesh dimensions: %s", exc)
+        return name
+
+    cls._init_one_process_group = staticmethod(init_one_process_group)
+    _state["mesh_named"] = True
 
 
 def _device_map(backend: Any) -> dict[str, str]:
@@ -118,6 +162,7 @@ def _wrap_helper(original: Any) -> Any:
 
 
 def _on_default(pg: Any, store: Any, device_map: dict[str, str]) -> None:
+    _name_mesh_dims()
     tracer: Tracer = _state["tracer"]
     try:
         tracer.on_default_group(pg.rank(), pg.size(), store, _config_string(device_map))
@@ -163,10 +208,52 @@ def _wrap_destroy(original: Any) -> Any:
         if group is None or group is GroupMember.WORLD:
             tracer = _state["tracer"]
             if tracer is not None:
-                tracer.close()
+                tracer.close("destroy")
         return original(group)
 
     return destroy_process_group
+
+
+def _wrap_batch_isend_irecv(original: Any) -> Any:
+    """Keep NCCL's coalesced path for batched point-to-point calls.
+
+    ``batch_isend_irecv`` coalesces (NCCL group start/end: one launch, no deadlock
+    between a rank's sends and receives) only when ``type(group) is ProcessGroup``,
+    which a traced group is not: it would issue the calls one by one. For a traced
+    group whose backend supports coalescing this runs the same coalesced branch;
+    everything else goes to torch's own function.
+    """
+    from torch.distributed import distributed_c10d as c10d
+
+    @functools.wraps(original)
+    def batch_isend_irecv(p2p_op_list: list[Any]) -> Any:
+        try:
+            group = p2p_op_list[0].group or c10d._get_default_group()
+            device = p2p_op_list[0].tensor.device
+            coalesce = _is_traced(group) and _supports_coalescing(group, device)
+        except Exception:  # torch's function reports bad input in its own words
+            coalesce = False
+        if not coalesce:
+            return original(p2p_op_list)
+        c10d._check_p2p_op_list(p2p_op_list)
+        with c10d._coalescing_manager(group, device, async_ops=True) as cm:
+            for op in p2p_op_list:
+                peer = {"group_dst" if op.op is c10d.isend else "group_src": op.group_peer}
+                op.op(op.tensor, group=op.group, tag=op.tag, **peer)
+        return cm.works
+
+    return batch_isend_irecv
+
+
+def _supports_coalescing(group: Any, device: Any) -> bool:
+    """Whether ``group``'s backend for ``device`` batches calls (NCCL does, gloo not)."""
+    return bool(group._get_backend(device).supports_coalescing)
+
+
+def _is_traced(group: Any) -> bool:
+    from syncpace.capture.process_group import TracingProcessGroup  # torch is loaded here
+
+    return isinstance(group, TracingProcessGroup)
 
 
 def _build_backend(name: str, store: Any, opts: Any, backend_options: Any) -> tuple[Any, Any]:

@@ -15,6 +15,7 @@ import json
 import math
 import os
 import signal
+import sys
 import threading
 import time
 from datetime import timedelta
@@ -26,6 +27,7 @@ from syncpace.capture.clock import ClockSync, OffsetEstimate, local_clock
 from syncpace.capture.config import TraceConfig
 from syncpace.capture.host import device_facts, env_int, rank_facts
 from syncpace.capture.inflight import InFlight
+from syncpace.capture.job import agree_job_id, launcher_facts
 from syncpace.capture.log import log, warn_once
 from syncpace.capture.metrics import PrometheusMetrics
 from syncpace.capture.monitor import LiveMonitor
@@ -42,6 +44,7 @@ from syncpace.errors import ConfigError
 from syncpace.monitor import MonitorConfig
 from syncpace.monitor.detector import Detection
 from syncpace.trace import schema
+from syncpace.trace.journal import NO_SLOT
 from syncpace.trace.stall import FATAL_SUFFIX, stall_path
 from syncpace.trace.writer import RankTraceWriter
 
@@ -88,6 +91,10 @@ class Tracer:
         self.controller: PacingController | None = None
         self.arrival_step = -1
         self._arrival_ns = 0
+        self._live: dict[int, tuple[tuple, Any]] = {}  # token -> (row, work) in flight
+        self._armed = 0  # completion callbacks attached and not yet run
+        self._armed_cv = threading.Condition()
+        self._closing = False
         # Stall watchdog: the registry is fed on the hot path, the thread reads it.
         self.in_flight = InFlight()
         self.watchdog: StallWatchdog | None = None
@@ -107,8 +114,20 @@ class Tracer:
         self._control_meta: dict[str, Any] = {}
 
     # Process groups --------------------------------------------------------------
-    def on_group(self, name: str, ranks: list[int], backend: str) -> None:
-        self.groups[name] = {"ranks": list(ranks), "backend": backend}
+    def on_group(self, name: str, ranks: list[int], backend: str, desc: str | None = None) -> None:
+        entry = self.groups.setdefault(name, {})
+        entry.update(ranks=list(ranks), backend=backend)
+        if desc is not None:
+            entry["desc"] = desc  # torch's group description: "mesh_tp", "default_pg", ...
+        if self.writer is not None:
+            self.writer.update_meta(groups=self.groups)
+
+    def on_mesh_dim(self, name: str, dim: str) -> None:
+        """Group ``name`` serves the DeviceMesh dimension ``dim`` (``tp``, ``dp``, …)."""
+        entry = self.groups.setdefault(name, {})
+        dims = entry.setdefault("mesh_dims", [])
+        if dim not in dims:
+            dims.append(dim)
         if self.writer is not None:
             self.writer.update_meta(groups=self.groups)
 
@@ -126,8 +145,12 @@ class Tracer:
             groups=self.groups,
             config=dataclasses.asdict(self.config),
             clock=self._clock_meta,
+            launcher=launcher_facts(),
         )
-        attach_start = time.monotonic()
+        attach_start = time.monotonic()  # the job id's agreement is part of attaching
+        meta["job_id"], meta["job_id_source"] = agree_job_id(
+            store, rank, self.config.clock_timeout_s
+        )
         clock_sync = ClockSync(
             _clock_store_factory(store, self.config.clock_timeout_s),
             self.clock,
@@ -147,6 +170,7 @@ class Tracer:
                 flush_interval_s=self.config.flush_interval_s,
                 max_buffered=self.config.max_buffered_events,
                 offset_ns=lambda: self._offset_ns,
+                journal_slots=self.config.journal_slots,
                 rotation=self.config.rotation(),
                 summaries=self.config.continuous,
             )
@@ -254,9 +278,9 @@ class Tracer:
         if control.tracing is not None and control.tracing == self.paused:
             self.paused = not control.tracing
             if self.paused:
-                self._paused_steps.append([self.step, -1])
-            elif self._paused_steps:
-                self._paused_steps[-1][1] = self.step
+                self._paused_steps.append([-1, -1])  # filled in by the calls it skips
+            elif self._paused_steps and self._paused_steps[-1][0] < 0:
+                self._paused_steps.pop()  # paused and resumed between two calls
             log.warning(
                 "syncpace: tracing %s at step %d (control file)",
                 "paused" if self.paused else "resumed",
@@ -273,6 +297,18 @@ class Tracer:
         writer = self.writer
         if writer is not None:
             writer.update_meta(control=self._control_state())
+
+    def skip_paused(self) -> None:
+        """A call passed through untraced: its step is in the current pause's range
+        ([first, last + 1) of the steps with a skipped call: a pause that starts or ends
+        within a step covers that step only if one of its calls was skipped)."""
+        self.paused_events += 1
+        ranges = self._paused_steps
+        if ranges:
+            current = ranges[-1]
+            if current[0] < 0:
+                current[0] = self.step
+            current[1] = self.step + 1
 
     def _control_state(self) -> dict[str, Any]:
         return {
@@ -334,34 +370,61 @@ class Tracer:
             self.writer.update_meta(clock=self._clock_meta)
 
     # Hot path ----------------------------------------------------------------------
-    def completed(self, work: Any, row: tuple) -> Any:
+    def begin(self, row: tuple) -> int:
+        """A call is entered (``row``: its event without the exit): its token. The
+        journal holds it as in flight until its record is made, and the stall
+        watchdog's registry (:class:`~syncpace.capture.inflight.InFlight`) until then."""
+        self.in_flight.calls[id(row)] = row
+        writer = self.writer
+        return writer.begin(row) if writer is not None else NO_SLOT
+
+    def completed(self, work: Any, row: tuple, token: int = NO_SLOT) -> Any:
         """Wrap ``work`` so that ``row`` (an event without its exit) is recorded once
         its completion is observed (see :mod:`syncpace.capture.work`)."""
         if self.writer is None:
             self.in_flight.forget(row)
             return work
         if work is None:  # coalesced calls return no work of their own
-            self._record(row, "call", "completed", None, -1)
+            self._record(row, "call", "completed", None, -1, token)
             return work
+        self._live[token] = (row, work)
         self.in_flight.works[id(row)] = work
-        return TimedWork(work, row, self._record, self.now)
+        return TimedWork(work, row, token, self._record, self)
 
-    def raised(self, row: tuple, exc: BaseException) -> None:
+    def completed_batch(self, work: Any, calls: list[tuple[tuple, int]]) -> Any:
+        """The work of a coalesced batch: every call of ``calls`` completes with it."""
+        if self.writer is None:
+            for row, _token in calls:
+                self.in_flight.forget(row)
+            return work
+        if work is None:
+            self._record_batch(calls, "call", "completed", None, -1, NO_SLOT)
+            return work
+        for row, token in calls:
+            self._live[token] = (row, work)
+            self.in_flight.works[id(row)] = work
+        return TimedWork(work, calls, NO_SLOT, self._record_batch, self)
+
+    def raised(self, row: tuple, exc: BaseException, token: int = NO_SLOT) -> None:
         """The call itself raised: record it as failed (the caller re-raises)."""
         if self.writer is not None:
             status, error = classify(exc)
-            self._record(row, "call", status, error, -1)
+            self._record(row, "call", status, error, -1, token)
         else:
             self.in_flight.forget(row)
 
-    def _record(self, row: tuple, how: str, status: str, error: str | None, wait_ns: int) -> None:
+    def _record(
+        self, row: tuple, how: str, status: str, error: str | None, wait_ns: int, token: int
+    ) -> None:
+        if self._live.pop(token, None) is None and self._closing:
+            return  # closing has recorded it already (as pending or aborted)
         writer = self.writer
         if writer is None:
             self.in_flight.forget(row)
             return
         exit_ns = -1 if status == "unobserved" else self.now()
         event = row + (exit_ns, how, status, error, wait_ns)
-        writer.add_event(event)
+        writer.add_event(event, token)
         in_flight, key = self.in_flight, id(row)  # InFlight.recorded, inlined: hot path
         in_flight.calls.pop(key, None)
         in_flight.works.pop(key, None)
@@ -371,6 +434,19 @@ class Tracer:
             metrics.on_collective(row[2], row[5], row[6], (exit_ns - row[9]) / 1e9, row[3])
         if status in _FAILED and self.watchdog is not None:
             self.watchdog.on_failure(event)
+
+    def _record_batch(
+        self, calls: list, how: str, status: str, error: str | None, wait_ns: int, _token: int
+    ) -> None:
+        for row, token in calls:
+            self._record(row, how, status, error, wait_ns, token)
+
+    def armed(self, delta: int) -> None:
+        """A completion callback was attached (+1) or has run (-1)."""
+        with self._armed_cv:
+            self._armed += delta
+            if self._armed <= 0:
+                self._armed_cv.notify_all()
 
     # Iterations --------------------------------------------------------------------
     def on_step(self, manual: bool = False) -> None:
@@ -399,7 +475,11 @@ class Tracer:
         elif self.metrics is not None:
             self.metrics.on_step(step, (end - start) / 1e9)
 
-    def close(self) -> None:
+    def close(self, reason: str = "exit") -> None:
+        """End the trace: wait (bounded by ``close_timeout_s``) for completions still
+        being delivered, record calls still in flight, close the files. ``reason`` is
+        ``exit``, ``signal`` or ``destroy`` (the default group is being destroyed:
+        what is still in flight is aborted with it)."""
         if self._clock_sync is not None:
             self._clock_sync.stop()
         watchdog, self.watchdog = self.watchdog, None
@@ -413,9 +493,15 @@ class Tracer:
         sampler, self._host_sampler = self._host_sampler, None
         if sampler is not None:
             sampler.stop()
+        if self.writer is None or self._closing:
+            return
+        try:
+            self._settle(reason)
+        except Exception as exc:
+            warn_once("settle", "recording the calls in flight at close failed: %s", exc)
         writer, self.writer = self.writer, None
         if writer is not None:
-            final = {}
+            final: dict[str, Any] = {"closed_by": reason}
             if self.controller is not None:
                 final["pacing"] = self.controller.summary()
             if self.monitor is not None:
@@ -427,6 +513,35 @@ class Tracer:
                 writer.close(**final)
             except Exception as exc:
                 warn_once("close", "closing the trace failed: %s", exc)
+
+    def _settle(self, reason: str) -> None:
+        """Let pending completion callbacks run, then record what is still in flight."""
+        deadline = time.monotonic() + self.config.close_timeout_s
+        with self._armed_cv:
+            while self._armed > 0:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._armed_cv.wait(left)
+        self._closing = True
+        writer = self.writer
+        for token in list(self._live):
+            entry = self._live.pop(token, None)
+            if entry is None or writer is None:
+                continue
+            row, work = entry
+            done = False
+            try:
+                done = bool(work.is_completed())
+            except Exception:
+                pass
+            if done:  # finished, but nobody looked: no completion time to give
+                status, error = "unobserved", None
+            elif reason == "destroy":
+                status, error = "aborted", "in flight when the process group was destroyed"
+            else:
+                status, error = "pending", None
+            writer.add_event(row + (-1, "unobserved", status, error, -1), token)
 
 
 class Placement:
@@ -486,11 +601,35 @@ def _clock_store_factory(store: Any, timeout_s: float) -> Any:
     return connect
 
 
+#: (module, function) of callers whose optimizer.step() is no training iteration: torch's
+#: distributed checkpoint initialises optimizer state by stepping with zero grads, lr 0.
+_NOT_ITERATIONS = (("torch.distributed.checkpoint.state_dict", "_init_optim_state"),)
+
+
+def _not_an_iteration(depth: int = 8) -> bool:
+    """Whether the optimizer step being hooked was called by a _NOT_ITERATIONS caller."""
+    frame = sys._getframe(2)
+    for _ in range(depth):
+        if frame is None:
+            return False
+        name = frame.f_code.co_name
+        if any(
+            name == fn and frame.f_globals.get("__name__") == mod for mod, fn in _NOT_ITERATIONS
+        ):
+            return True
+        frame = frame.f_back
+    return False
+
+
 def _install_step_hook(tracer: Tracer) -> None:
+    def on_optimizer_step(*_: Any) -> None:
+        if not _not_an_iteration():
+            tracer.on_step()
+
     try:
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
-        register_optimizer_step_post_hook(lambda *_: tracer.on_step())
+        register_optimizer_step_post_hook(on_optimizer_step)
     except Exception as exc:
         warn_once("step_hook", "no optimizer step hook (%s); call syncpace.step()", exc)
 
@@ -503,7 +642,7 @@ def _install_sigterm(tracer: Tracer) -> None:
         return
 
     def on_sigterm(signum: int, frame: Any) -> None:
-        tracer.close()
+        tracer.close("signal")
         if callable(previous):
             previous(signum, frame)
         else:

@@ -20,13 +20,23 @@ exact.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from torch._C._distributed_c10d import Work
 
-#: record(row, timing, status, error, wait_ns)
-Record = Callable[[tuple, str, str, "str | None", int], None]
+from syncpace.capture.dynamo import keep_out
+
+#: record(row, timing, status, error, wait_ns, token)
+Record = Callable[[Any, str, str, "str | None", int, int], None]
+
+
+class Sink(Protocol):
+    """What a TimedWork reports to (the tracer)."""
+
+    def now(self) -> int: ...
+    def armed(self, delta: int) -> None: ...
 
 
 def classify(exc: BaseException) -> tuple[str, str]:
@@ -41,23 +51,28 @@ def classify(exc: BaseException) -> tuple[str, str]:
 
 
 class TimedWork(Work):
-    def __init__(self, inner: Any, row: tuple, record: Record, now: Callable[[], int]) -> None:
+    """``row`` is the event without its exit (or, with a recorder of coalesced calls,
+    the list of them); ``token`` its in-flight token (see ``RankTraceWriter.begin``)."""
+
+    def __init__(self, inner: Any, row: Any, token: int, record: Record, sink: Sink) -> None:
         super().__init__()
         self._inner = inner
-        self._row: tuple | None = row
+        self._row: Any = row
+        self._token = token
         self._record = record
-        self._now = now
+        self._sink = sink
+        self._now = sink.now
 
     def _observed(self, how: str, wait_ns: int = -1) -> None:
         row, self._row = self._row, None
         if row is not None:
-            self._record(row, how, "completed", None, wait_ns)
+            self._record(row, how, "completed", None, wait_ns, self._token)
 
     def _raised(self, exc: BaseException, wait_ns: int) -> None:
         row, self._row = self._row, None
         if row is not None:
             status, error = classify(exc)
-            self._record(row, "wait", status, error, wait_ns)
+            self._record(row, "wait", status, error, wait_ns, self._token)
 
     def wait(self, timeout: Any = None) -> bool:
         waited = self._now()
@@ -73,19 +88,12 @@ class TimedWork(Work):
         future = self._inner.get_future()
         row, self._row = self._row, None
         if row is not None:
-            # From here the future's callback alone records this event.
-            record = self._record
-
-            def done(fut: Any) -> None:
-                try:
-                    fut.value()
-                except BaseException as exc:
-                    status, error = classify(exc)
-                    record(row, "future", status, error, -1)
-                    return
-                record(row, "future", "completed", None, -1)
-
-            future.add_done_callback(done)
+            # From here the future's callback alone records this event; until it has
+            # run, closing the trace waits for it (bounded).
+            self._sink.armed(1)
+            future.add_done_callback(
+                functools.partial(_future_done, row, self._token, self._record, self._sink)
+            )
         return future
 
     def is_completed(self) -> bool:
@@ -118,4 +126,22 @@ class TimedWork(Work):
     def __del__(self) -> None:
         row, self._row = getattr(self, "_row", None), None
         if row is not None:
-            self._record(row, "unobserved", "unobserved", None, -1)
+            self._record(row, "unobserved", "unobserved", None, -1, self._token)
+
+
+def _future_done(row: Any, token: int, record: Record, sink: Sink, fut: Any) -> None:
+    """A traced work's future completed (on the backend's thread)."""
+    try:
+        try:
+            fut.value()
+        except BaseException as exc:
+            status, error = classify(exc)
+            record(row, "future", status, error, -1, token)
+            return
+        record(row, "future", "completed", None, -1, token)
+    finally:
+        sink.armed(-1)
+
+
+# Frames C++ enters while a compiled region runs: Dynamo must run them, not compile them.
+keep_out(TimedWork, _future_done)

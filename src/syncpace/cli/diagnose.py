@@ -22,8 +22,9 @@ def add_analysis_arguments(parser: argparse.ArgumentParser) -> None:
         "dirs",
         nargs="+",
         metavar="RUN_DIR",
-        help="run directories; several runs of one world size are compared side by side "
-        "(the first is the baseline), runs of different world sizes form a scaling curve",
+        help="run directories; the directories of one job (one per node) are read as that "
+        "job; several runs of one world size are compared side by side (the first is the "
+        "baseline), runs of different world sizes form a scaling curve",
     )
     parser.add_argument(
         "--warmup-steps",

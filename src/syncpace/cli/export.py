@@ -7,6 +7,7 @@ import argparse
 from syncpace.cli.trace_info import print_completeness
 from syncpace.console import make_console, visible
 from syncpace.report.perfetto import export_perfetto
+from syncpace.trace.merge import load_job
 from syncpace.trace.reader import read_metadata
 
 
@@ -18,7 +19,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "rank, iterations and collectives as slices. Open it at ui.perfetto.dev. The "
         "trace is streamed: memory stays bounded whatever its size.",
     )
-    parser.add_argument("dir", metavar="RUN_DIR", help="run directory")
+    parser.add_argument(
+        "dirs",
+        nargs="+",
+        metavar="RUN_DIR",
+        help="run directory (or the directories of one job, one per node)",
+    )
     parser.add_argument(
         "--perfetto", action="store_true", required=True, help="Chrome/Perfetto trace JSON"
     )
@@ -27,10 +33,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    index = read_metadata(args.dir)  # bad metadata fails before the output is created
-    result = export_perfetto(index.path, args.output)
+    if len(args.dirs) == 1:
+        index = read_metadata(args.dirs[0])  # bad metadata fails before the output is made
+        source, world_size, missing = index.path, index.world_size, index.missing_ranks
+    else:  # one job's per-node directories: read together, in memory
+        trace = load_job(args.dirs)
+        source, world_size, missing = trace, trace.world_size, trace.missing_ranks
+    result = export_perfetto(source, args.output)
     console = make_console(stderr=True)
-    lines = result.lines(index.world_size, index.missing_ranks)
+    lines = result.lines(world_size, missing)
     print_completeness(lines, list(result.warnings), console)
     print(f"wrote {visible(result.path)} ({result.events:,} collectives, {result.steps:,} steps)")
     return 0

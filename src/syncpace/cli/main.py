@@ -18,12 +18,14 @@ from collections.abc import Sequence
 from syncpace import __version__
 from syncpace.console import visible
 from syncpace.errors import SyncpaceError
+from syncpace.trace.chunks import prefer_jemalloc
 
 #: Verb modules, in the order ``syncpace --help`` lists them.
 VERBS = (
     "demo",
     "run",
     "trace_info",
+    "merge",
     "import_traces",
     "diagnose",
     "hang",
@@ -51,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    prefer_jemalloc()  # the process's allocator for large reads (see the function)
     try:
         return int(args.func(args) or 0)
     except SyncpaceError as exc:

@@ -35,6 +35,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="replace the trace files of an existing run directory instead of refusing",
     )
+    parser.add_argument(
+        "--join",
+        action="store_true",
+        help="the directory is shared by the launches of one job's nodes: add this "
+        "launch's ranks to it (see docs/multinode.md)",
+    )
     parser.add_argument("--quiet", action="store_true", help="do not print the trace summary")
     add_tracing_flags(parser)
     parser.set_defaults(func=run)
@@ -72,7 +78,7 @@ def tracing_from_flags(args: argparse.Namespace) -> Tracing:
 def run(args: argparse.Namespace) -> int:
     command = command_of(args, "syncpace run [--out DIR] -- COMMAND [ARGS…]")
     tracing = tracing_from_flags(args)  # bad values fail before anything is created
-    run_dir = prepare_run_dir(args.out, args.overwrite)
+    run_dir = prepare_run_dir(args.out, args.overwrite, args.join)
     code = run_command(command, armed_env(run_dir, tracing))
     print(f"syncpace run: trace in {run_dir}", file=sys.stderr)
     if not args.quiet and any(run_dir.glob(f"rank-*{schema.META_SUFFIX}")):

@@ -21,6 +21,8 @@ from typing import Any
 
 import polars as pl
 
+from syncpace.trace.validate import ranges
+
 #: What to call a failure mode in a sentence (unknown modes: the name with spaces).
 MODE_TITLES = {
     "straggler": "Straggler",
@@ -293,19 +295,7 @@ def where(ranks: Sequence[int], nodes: Sequence[str], places: Places) -> str:
 
 def rank_ranges(ranks: Iterable[int]) -> str:
     """[0, 1, 2, 5] -> '0–2, 5'."""
-    values = sorted(set(ranks))
-    if not values:
-        return ""
-    parts: list[str] = []
-    start = prev = values[0]
-    for v in [*values[1:], None]:
-        if v is not None and v == prev + 1:
-            prev = v
-            continue
-        parts.append(str(start) if start == prev else f"{start}–{prev}")
-        if v is not None:
-            start = prev = v
-    return ", ".join(parts)
+    return ranges(sorted(set(ranks)), dash="–")
 
 
 def names(items: Sequence[Any], limit: int = _LIST_MAX) -> str:
@@ -453,6 +443,20 @@ def evidence_rows(
         if text is not None:
             rows.append((label(key), text))
     return rows
+
+
+# --------------------------------------------------------------------------- trailing work
+
+
+def trailing_line(t: dict) -> str:
+    """One line on the calls after the last iteration boundary (kept out of the figures)."""
+    if not t:
+        return "none"
+    ops = ", ".join(f"{op} ×{n}" for op, n in list(t.get("ops", {}).items())[:4])
+    return (
+        f"{number(t.get('calls_per_rank', 0))} calls per rank ({ops}) over "
+        f"{duration_ns(t.get('span_ns', 0))}, not counted in the iteration figures"
+    )
 
 
 # --------------------------------------------------------------------------- pacing

@@ -235,6 +235,8 @@ def runs_html(analysis: Analysis, figures: _Figures, iteration_plot: Any = None)
         row("waiting for the last rank", [fmt.percent(changes[r.run].wait_share) for r in runs])
     row("network busy", [fmt.percent(r.comm.get("network_share", 0)) for r in runs])
     row("communication exposed", [fmt.percent(r.comm.get("exposed_share", 0)) for r in runs])
+    row("parallelism", [r.parallelism.describe() for r in runs])
+    row("after the last iteration", [fmt.trailing_line(r.trailing) for r in runs])
     row("pacing", [fmt.pacing_line(r.pacing) if r.pacing else "off" for r in runs])
     head = "".join(f"<th>{e(names[r.run])}</th>" for r in runs)
     body = "".join(

@@ -29,10 +29,11 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from syncpace.analysis.collectives import match
+from syncpace.analysis.collectives import match, usable_events
 from syncpace.errors import ReportError
 from syncpace.trace import schema, validate
-from syncpace.trace.reader import Trace, TraceMeta, read_metadata
+from syncpace.trace.journal import journal_path
+from syncpace.trace.reader import Trace, TraceMeta, load_trace, read_metadata
 
 #: Events matched and encoded together (a window of steps of every rank).
 CHUNK_EVENTS = 100_000
@@ -77,7 +78,8 @@ def _step_lines(steps: pl.DataFrame, origin: int) -> list[str]:
 def _collective_lines(events: pl.DataFrame, origin: int, first_id: int = 0) -> tuple[list, int]:
     """JSON lines of ``events`` (all ranks of whole instances); slice ids start at
     ``first_id``. Returns the lines and how many ids were used."""
-    m = match(events)
+    ev = usable_events(events)
+    m = match(ev)
     t = m.events
     inst = m.instances
     frame = pl.DataFrame(
@@ -87,16 +89,25 @@ def _collective_lines(events: pl.DataFrame, origin: int, first_id: int = 0) -> t
             "exit": t.exit,
             "last_enter": t.last_enter,
             "instance": t.instance,
+            # each event's own op: a transfer's send and recv are one instance
+            "op": ev["op"],
+            "peer": ev["peer"],
+            "status": ev["status"],
         }
     ).with_row_index("id", offset=first_id)
     frame = frame.join(
-        inst.select("group", "seq", "op", "bytes", "transfer_ns").with_row_index("instance"),
+        inst.select("group", "seq", "bytes", "transfer_ns").with_row_index("instance"),
         on="instance",
         how="left",
     )
     end = pl.when(pl.col("exit") >= pl.col("enter")).then(pl.col("exit")).otherwise(pl.col("enter"))
     common = {
-        "name": pl.format("{} {}", pl.col("op"), _size(pl.col("bytes"))),
+        "name": pl.format("{} {}", pl.col("op"), _size(pl.col("bytes")))
+        + pl.when(pl.col("op") == "send")
+        .then(pl.format(" to {}", pl.col("peer")))
+        .when(pl.col("op") == "recv")
+        .then(pl.format(" from {}", pl.col("peer")))
+        .otherwise(pl.lit("")),
         "cat": pl.lit("collective"),
         "id": pl.col("id"),
         "pid": pl.col("rank"),
@@ -110,6 +121,8 @@ def _collective_lines(events: pl.DataFrame, origin: int, first_id: int = 0) -> t
             "group",
             "seq",
             "bytes",
+            "peer",
+            "status",
             wait_ns=pl.col("last_enter") - pl.col("enter"),
             transfer_ns=pl.col("transfer_ns"),
         ),
@@ -389,15 +402,36 @@ def _stream_export(index: TraceMeta, f: IO[str], chunk_events: int) -> ExportRes
     )
 
 
+def _left_journals(index: TraceMeta) -> bool:
+    """Whether a rank that did not finish left its crash journal: what it recorded last
+    is there, not in its streams."""
+    return any(
+        not meta.get("finished") and journal_path(index.path, rank).exists()
+        for rank, meta in index.meta.items()
+    )
+
+
+def _rotated(index: TraceMeta) -> bool:
+    """Whether the run was traced in always-on mode (its events in segments)."""
+    return any(meta.get("segments") for meta in index.meta.values())
+
+
 def export_perfetto(
     source: Trace | str | Path, out: str | Path, *, chunk_events: int = CHUNK_EVENTS
 ) -> ExportResult:
     """Write a Chrome trace JSON file that Perfetto and chrome://tracing open.
 
-    ``source`` is a run directory (streamed, bounded memory) or a loaded :class:`Trace`.
+    ``source`` is a run directory (streamed, bounded memory; loaded whole when a rank
+    that died left its crash journal, or when it was traced in always-on mode) or a
+    loaded :class:`Trace` (such as one job's per-node directories,
+    :func:`~syncpace.trace.merge.load_job`).
     The result accounts for every rank's rows, as the reader does."""
     path = Path(out)
     index = source if isinstance(source, Trace) else read_metadata(source)
+    if isinstance(index, TraceMeta) and (_left_journals(index) or _rotated(index)):
+        # A dead rank's journal and rotated segments are read only by the reader; a
+        # rotated run is bounded by its disk budget.
+        index = load_trace(index.path)
     try:
         with path.open("w", encoding="utf-8") as f:
             f.write('{"displayTimeUnit":"ms","traceEvents":[\n')

@@ -78,6 +78,9 @@ def print_runs(analysis: Analysis, console: Console) -> None:
             f"{fmt.percent(run.comm.get('network_share', 0))}, exposed "
             f"{fmt.percent(run.comm.get('exposed_share', 0))}"
         )
+        console.print("  parallelism: " + safe(run.parallelism.describe()))
+        if run.trailing:
+            console.print("  after the last iteration: " + safe(fmt.trailing_line(run.trailing)))
         if run.pacing is not None:
             console.print("  " + safe(pacing_line(run.pacing)))
         print_loss(run.quality, console)
@@ -92,6 +95,11 @@ def print_runs(analysis: Analysis, console: Console) -> None:
         ("against baseline", [_change(changes.get(r.run), names) for r in analysis.runs]),
         ("network busy", [fmt.percent(r.comm.get("network_share", 0)) for r in analysis.runs]),
         ("exposed", [fmt.percent(r.comm.get("exposed_share", 0)) for r in analysis.runs]),
+        ("parallelism", [r.parallelism.describe() for r in analysis.runs]),
+        (
+            "after last iteration",
+            [fmt.trailing_line(r.trailing) if r.trailing else "—" for r in analysis.runs],
+        ),
         (
             "paced steps",
             [

@@ -8,10 +8,9 @@ the format are left out and counted. The rules live in :mod:`syncpace.trace.vali
 
 from __future__ import annotations
 
-import json
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ import polars as pl
 import pyarrow as pa
 
 from syncpace.errors import TraceError
-from syncpace.trace import schema, validate
+from syncpace.trace import journal, schema, validate
 from syncpace.trace.segments import add_interval
 from syncpace.trace.stall import StallRecord, load_stalls
 
@@ -177,6 +176,21 @@ def _check_rank(
         st_bad.reasons["in batches failing their checksum"] = st_stream.corrupt_rows
     st_kept, order = validate.check_step_order(st_kept)
     st_bad.add(order)
+    account = account_rank(rank, meta, stem, (ev_stream, ev_bad), (st_stream, st_bad), warnings)
+    return ev_kept, st_kept, account
+
+
+def account_rank(
+    rank: int,
+    meta: dict[str, Any],
+    stem: Path,
+    events: tuple[validate.Stream, validate.Quarantine],
+    steps: tuple[validate.Stream, validate.Quarantine],
+    warnings: list[str],
+) -> validate.RankCompleteness:
+    """Check what the metadata declares against what the streams held (read to their
+    end) and what was quarantined; warn of every gap, and account for the rank."""
+    (ev_stream, ev_bad), (st_stream, st_bad) = events, steps
     for bad, stream, what in ((ev_bad, ev_stream, "events"), (st_bad, st_stream, "steps")):
         if stream.corrupt_batches:
             warnings.append(
@@ -218,7 +232,7 @@ def _check_rank(
             f"{stem}{schema.META_SUFFIX}: rank {rank} stopped writing its trace "
             f"({write_error}); what came after is not in the trace"
         )
-    completeness = validate.RankCompleteness(
+    return validate.RankCompleteness(
         rank=rank,
         finished=finished,
         events_declared=declared["events"] if finished else None,
@@ -236,7 +250,34 @@ def _check_rank(
             **{f"steps: {k}": v for k, v in st_bad.reasons.items()},
         },
     )
-    return ev_kept, st_kept, completeness
+
+
+def _recover(
+    rank: int,
+    meta: dict[str, Any],
+    stem: Path,
+    events: validate.Stream,
+    steps: validate.Stream,
+    world_size: int,
+    warnings: list[str],
+) -> tuple[pa.Table, pa.Table, pa.Table] | None:
+    """What a rank that died left in its crash journal beyond its streams: events,
+    calls in flight (``pending``) and steps, held to the same rules as the streams."""
+    recovered = journal.recover_rank(stem, rank, meta, events.journal_hi, steps.journal_hi)
+    if recovered is None:
+        return None
+    warnings.append(f"{stem}{journal.JOURNAL_SUFFIX}: {recovered.note}")
+    events_rec, bad = validate.check_events(recovered.events, rank, world_size)
+    pending, bad_pending = validate.check_events(recovered.pending, rank, world_size)
+    bad.add(bad_pending)
+    steps_rec, bad_steps = validate.check_steps(recovered.steps, rank)
+    for quarantine, what in ((bad, "events"), (bad_steps, "steps")):
+        if quarantine.rows:
+            warnings.append(
+                f"{stem}{journal.JOURNAL_SUFFIX}: {quarantine.rows:,} recovered {what} left "
+                f"out as invalid ({quarantine.describe()})"
+            )
+    return events_rec, pending, steps_rec
 
 
 @dataclass(frozen=True)
@@ -350,6 +391,17 @@ def load_trace(path: str | Path, *, allow_missing_ranks: bool = True) -> Trace:
         step_tables.append(steps_table)
         if not meta.get("finished", False):
             warnings.append(f"{stem}{schema.META_SUFFIX}: rank {rank} did not finish cleanly")
+            recovered = _recover(rank, meta, stem, ev[1], st[1], world_size, warnings)
+            if recovered is not None:
+                events_rec, pending, steps_rec = recovered
+                event_tables += [events_rec, pending]
+                step_tables.append(steps_rec)
+                completeness[rank] = replace(
+                    completeness[rank],
+                    events_recovered=events_rec.num_rows,
+                    steps_recovered=steps_rec.num_rows,
+                    calls_pending=pending.num_rows,
+                )
         if meta.get("dropped_events"):
             why = "after it stopped writing" if meta.get("write_error") else "(buffer full)"
             warnings.append(
@@ -393,6 +445,32 @@ def load_trace(path: str | Path, *, allow_missing_ranks: bool = True) -> Trace:
     )
 
 
+def rank_warnings(rank: int, meta: dict[str, Any], stem: Path) -> list[str]:
+    """What a rank's metadata says went wrong: it did not finish, it dropped events."""
+    out = []
+    if not meta.get("finished", False):
+        out.append(f"{stem}{schema.META_SUFFIX}: rank {rank} did not finish cleanly")
+    if meta.get("dropped_events"):
+        why = "after it stopped writing" if meta.get("write_error") else "(buffer full)"
+        out.append(
+            f"{stem}{schema.META_SUFFIX}: rank {rank} dropped {meta['dropped_events']} events {why}"
+        )
+    return out
+
+
+def _read_evidence(
+    path: Path, expected: pa.Schema, what: str, warnings: list[str]
+) -> pa.Table | None:
+    """A file beside the trace (summaries, counters): absent is fine, damaged a warning."""
+    if not path.exists():
+        return None
+    try:
+        return _read_stream(path, expected, warnings)
+    except TraceError as exc:
+        warnings.append(f"{exc}; its {what} are left out")
+        return None
+
+
 def load_summaries(
     root: Path, metas: dict[int, dict[str, Any]], warnings: list[str]
 ) -> pl.DataFrame:
@@ -400,12 +478,9 @@ def load_summaries(
     tables = []
     for rank in sorted(metas):
         path = root / f"{schema.rank_stem(rank)}{schema.SUMMARY_SUFFIX}"
-        if not path.exists():
-            continue
-        try:
-            tables.append(_read_stream(path, schema.SUMMARY, warnings))
-        except TraceError as exc:
-            warnings.append(f"{exc}; its summaries are left out")
+        table = _read_evidence(path, schema.SUMMARY, "summaries", warnings)
+        if table is not None:
+            tables.append(table)
     frame = pl.from_arrow(pa.concat_tables(tables) if tables else schema.SUMMARY.empty_table())
     assert isinstance(frame, pl.DataFrame)
     return frame
@@ -429,23 +504,24 @@ def load_host_files(
     tables = []
     for meta_path in sorted(root.glob(f"{schema.HOST_PREFIX}*{schema.HOST_META_SUFFIX}")):
         try:
-            meta = json.loads(meta_path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            warnings.append(f"{meta_path}: host facts not read ({_first_line(exc)})")
-            continue
-        if not isinstance(meta, dict) or meta.get("schema") != schema.HOST_SCHEMA_NAME:
-            warnings.append(f"{meta_path}: not a syncpace host file; ignored")
+            meta = validate.read_host_meta(meta_path)
+        except TraceError as exc:
+            warnings.append(f"{exc}; its facts and counters are left out")
             continue
         host = str(meta.get("host", meta_path.name))
         hosts[host] = meta
         stem = meta_path.name[: -len(schema.HOST_META_SUFFIX)]
-        path = root / f"{stem}{schema.COUNTERS_SUFFIX}"
-        if not path.exists():
-            continue
-        try:
-            tables.append(_read_stream(path, schema.COUNTERS, warnings))
-        except TraceError as exc:
-            warnings.append(f"{exc}; its counters are left out")
+        table = _read_evidence(
+            root / f"{stem}{schema.COUNTERS_SUFFIX}", schema.COUNTERS, "counters", warnings
+        )
+        if table is not None:
+            kept, bad = validate.check_counters(table)
+            if bad.rows:
+                warnings.append(
+                    f"{root / f'{stem}{schema.COUNTERS_SUFFIX}'}: {bad.rows:,} of "
+                    f"{table.num_rows:,} counter rows left out as invalid ({bad.describe()})"
+                )
+            tables.append(kept)
     if not tables:
         return _empty_counters(), hosts
     counters = pl.from_arrow(pa.concat_tables(tables))

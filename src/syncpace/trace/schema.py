@@ -144,16 +144,24 @@ NO_PEER = -1
 
 #: Key of a batch's custom metadata (and of the metadata file) holding its checksum.
 CHECKSUM_KEY = "crc32"
+#: Key of a batch's custom metadata holding, for a batch made from the crash journal,
+#: the first journal sequence number it does not cover (see ``trace/journal.py``).
+JOURNAL_HI_KEY = "journal_hi"
 
 
 def batch_checksum(batch: pa.RecordBatch) -> str:
     """CRC-32 of a batch's row count and every buffer of its columns, as 8 hex digits.
 
     Written with every batch (its custom metadata) and checked on reading: a flipped
-    byte in a value is otherwise a valid, wrong value."""
+    byte in a value is otherwise a valid, wrong value. A column without nulls is
+    summed without its validity bitmap: the IPC writer leaves an all-valid bitmap out
+    (what ``take`` makes, for one), so the file's batch would otherwise not match."""
     crc = zlib.crc32(batch.num_rows.to_bytes(8, "little"))
     for column in batch.columns:
-        for buffer in column.buffers():
+        buffers = column.buffers()
+        if column.null_count == 0:
+            buffers = buffers[1:]
+        for buffer in buffers:
             if buffer is not None:
                 crc = zlib.crc32(memoryview(buffer), crc)
     return f"{crc:08x}"

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from syncpace.trace import schema
 
@@ -42,6 +43,8 @@ class Stream(Protocol):
     written: int
 
     def drain(self, offset_ns: int) -> pa.RecordBatch | None: ...
+
+    def write_table(self, table: pa.Table, hi: int) -> pa.Table: ...
 
     def size(self) -> int: ...
 
@@ -163,10 +166,19 @@ class SegmentedEvents:
 
     def drain(self, offset_ns: int) -> pa.RecordBatch | None:
         batch = self._stream.drain(offset_ns)
+        self._written(batch)
+        return batch
+
+    def write_table(self, table: pa.Table, hi: int) -> pa.Table:
+        """Rows from the crash journal (see the writer), rotated like drained ones."""
+        self._written(self._stream.write_table(table, hi))
+        return table
+
+    def _written(self, batch: pa.RecordBatch | pa.Table | None) -> None:
         segment = self._segments[-1]
         if batch is not None and batch.num_rows:
-            steps = batch.column("step").to_numpy()
-            lo, hi = int(steps.min()), int(steps.max())
+            steps = pc.min_max(batch.column("step"))
+            lo, hi = steps["min"].as_py(), steps["max"].as_py()
             segment.first_step = lo if segment.first_step < 0 else min(segment.first_step, lo)
             segment.last_step = max(segment.last_step, hi)
             segment.rows += batch.num_rows
@@ -178,7 +190,6 @@ class SegmentedEvents:
             age_s >= self.policy.segment_s or segment.bytes >= self.policy.max_segment_bytes
         ):
             self._rotate(now)
-        return batch
 
     def _rotate(self, now: int) -> None:
         self._stream.close()

@@ -37,9 +37,11 @@ class StepSummaries:
         self._latest = -1
         self.written = 0
 
-    def add(self, batch: pa.RecordBatch) -> None:
+    def add(self, batch: pa.RecordBatch | pa.Table) -> None:
         if not batch.num_rows:
             return
+        if isinstance(batch, pa.Table):
+            batch = batch.combine_chunks().to_batches()[0]
         steps = batch.column("step").to_numpy()
         enter = batch.column("enter_ns").to_numpy()
         exit_ = batch.column("exit_ns").to_numpy()

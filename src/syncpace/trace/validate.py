@@ -58,6 +58,8 @@ SLICE_ROWS = 1 << 16
 #: What a damaged Arrow file can raise while being decoded.
 DAMAGE = (pa.ArrowException, UnicodeDecodeError, ValueError, OSError, KeyError, IndexError)
 
+_READ_OPTIONS = pa.ipc.IpcReadOptions(use_threads=False)
+
 #: The Arrow IPC end-of-stream marker: continuation token, zero length.
 _EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
 
@@ -85,6 +87,13 @@ class Clock(msgspec.Struct):
 class Group(msgspec.Struct):
     ranks: list[NonNeg]
     backend: str | None = None
+    desc: Text | None = None  # torch's group description: "default_pg", "mesh_tp"
+    mesh_dims: list[Text] = []  # the DeviceMesh dimensions the group serves
+
+
+class JournalSizes(msgspec.Struct):
+    slots: NonNeg
+    inflight_slots: NonNeg
 
 
 class Pacing(msgspec.Struct):
@@ -141,6 +150,12 @@ class RankMeta(msgspec.Struct):
     topology: dict[str, Any] | None = None
     config: dict[str, Any] | None = None
     pacing: Pacing | None = None
+    job_id: Text | None = None  # the same on every rank of one job (trace/merge.py)
+    job_id_source: Text | None = None
+    launcher: dict[str, Text] | None = None
+    journal: JournalSizes | None = None
+    journal_overflow: NonNeg = 0
+    closed_by: Text | None = None
     segments: Segments | None = None
     summaries_written: NonNeg | None = None
 
@@ -183,6 +198,65 @@ def read_meta(path: Path) -> dict[str, Any]:
     if typed.rank >= typed.world_size:
         raise TraceError(path, f"rank {typed.rank} does not fit world size {typed.world_size}")
     return meta
+
+
+class TopologyNic(msgspec.Struct):
+    name: Text
+    numa_node: Int64 | None = None
+    pci: Text | None = None
+    ib_devices: list[Text] = []
+    netdevs: list[Text] = []
+
+
+class TopologyGpu(msgspec.Struct):
+    name: Text
+    pci: Text
+    numa_node: Int64 | None = None
+
+
+class HostTopology(msgspec.Struct):
+    gpus: list[TopologyGpu] = []
+    nics: list[TopologyNic] = []
+    matrix: dict[Text, dict[Text, Text]] = {}
+    numa_nodes: dict[Text, Text] = {}
+
+
+class HostMeta(msgspec.Struct):
+    """``host-H.meta.json``: what the analysis reads of it, typed."""
+
+    schema: str
+    host: Text = ""
+    topology: HostTopology | None = None
+    nvml: dict[str, Any] | None = None
+
+
+def read_host_meta(path: Path) -> dict[str, Any]:
+    """A host's facts, validated like a rank's metadata (the same bounds and one-line
+    errors): the plain dict it was written as."""
+    data = read_regular(path, MAX_META_BYTES, "host file")
+    try:
+        meta = _DECODER.decode(data)
+    except msgspec.ValidationError as exc:
+        raise TraceError(path, f"not usable JSON ({_msgspec_reason(exc)})") from exc
+    except msgspec.DecodeError as exc:
+        raise TraceError(path, f"not valid JSON ({_msgspec_reason(exc)})") from exc
+    except RecursionError as exc:
+        raise TraceError(path, "not usable JSON (nested too deeply)") from exc
+    if not isinstance(meta, dict) or meta.get("schema") != schema.HOST_SCHEMA_NAME:
+        raise TraceError(path, "not a syncpace host file")
+    try:
+        msgspec.convert(meta, HostMeta, strict=True)
+    except msgspec.ValidationError as exc:
+        raise TraceError(path, f"invalid host facts: {_msgspec_reason(exc)}") from exc
+    return meta
+
+
+def check_counters(table: pa.Table) -> tuple[pa.Table, Quarantine]:
+    """Counter rows a reading can use: no nulls, a time, a known source."""
+    rules = _nulls(table, ())
+    rules.append(("time before 0", _np(table.column("time_ns"), -1) < 0))
+    rules.append(("unknown source", _not_in(table.column("source"), tuple(schema.COUNTER_SOURCES))))
+    return _apply(table, rules)
 
 
 def checksum_warning(path: Path, meta: dict[str, Any]) -> str | None:
@@ -280,6 +354,13 @@ class Stream:
         #: Rows of complete batches whose checksum did not match (left out), and where.
         self.corrupt_rows = 0
         self.corrupt_batches: list[int] = []
+        #: The record batch the last slice came from (its number in the stream, from 0).
+        self.batch = -1
+        #: Byte offset of that batch's message in the file.
+        self.offset = -1
+        #: The highest ``journal_hi`` of the intact batches (1 when none carries one):
+        #: a dead rank's crash journal holds what the stream lacks from there on.
+        self.journal_hi = 1
         self._file: _Capped | None = None
         fd, size = open_regular(path, MAX_STREAM_BYTES, "data file")
         try:
@@ -289,16 +370,20 @@ class Stream:
             self.has_eos = size >= len(_EOS) and os.pread(fd, len(_EOS), size - len(_EOS)) == _EOS
             if mapped:
                 try:
-                    source: Any = pa.py_buffer(mmap.mmap(fd, size, access=mmap.ACCESS_READ))
+                    mapped_file = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
                 except (OSError, ValueError) as exc:
                     raise TraceError(path, f"cannot map the data file: {exc}") from exc
+                source: Any = pa.BufferReader(pa.py_buffer(mapped_file))
             else:
                 self._file = _Capped(os.dup(fd), size)
                 source = pa.PythonFile(self._file, mode="r")
         finally:
             os.close(fd)
+        self._source = source
         try:
-            self._reader = pa.ipc.open_stream(source)
+            # One thread: a batch's columns are too small to be worth a thread pool's
+            # dispatch (it doubles the cost of decoding a flush-sized batch).
+            self._reader = pa.ipc.open_stream(source, options=_READ_OPTIONS)
             got = self._reader.schema
             got.names  # noqa: B018 - decoding the names is what fails on damaged ones
             check_schema(path, got, expected)
@@ -323,13 +408,15 @@ class Stream:
             while True:
                 index += 1
                 try:
+                    at = self._source.tell()
                     batch, custom = self._reader.read_next_batch_with_custom_metadata()
                     # Decoding trusts the buffers' offsets; full validation turns a damaged
                     # batch into an exception here instead of a crash later.
                     batch.validate(full=True)
                     written = (custom or {}).get(schema.CHECKSUM_KEY.encode())
                     intact = written is None or written.decode() == schema.batch_checksum(batch)
-                    batch = batch.select(names).cast(self.expected)
+                    if not batch.schema.equals(self.expected):
+                        batch = batch.select(names).cast(self.expected)
                 except StopIteration:
                     return
                 except DAMAGE as exc:
@@ -339,6 +426,19 @@ class Stream:
                 if not intact:
                     self.corrupt_rows += batch.num_rows
                     self.corrupt_batches.append(index)
+                    continue
+                self.batch = index
+                self.offset = at
+                hi = (custom or {}).get(schema.JOURNAL_HI_KEY.encode())
+                if hi is not None and hi.isdigit():
+                    self.journal_hi = max(self.journal_hi, int(hi))
+                if not batch.num_rows:
+                    continue
+                if batch.num_rows <= SLICE_ROWS:
+                    # handed over, not kept in this frame while it waits: a reader of many
+                    # streams at once would otherwise hold one decoded batch of each
+                    held, batch = [batch], None
+                    yield held.pop()
                     continue
                 for start in range(0, batch.num_rows, SLICE_ROWS):
                     yield batch.slice(start, SLICE_ROWS)
@@ -455,6 +555,21 @@ def _nulls(table: Any, nullable: tuple[str, ...]) -> list[tuple[str, np.ndarray]
 
 def check_events(table: Any, rank: int, world_size: int) -> tuple[Any, Quarantine]:
     """The rows of an events table (or batch) that keep the format's invariants."""
+    return _apply(table, event_rules(table, rank, world_size))
+
+
+def events_valid(table: Any, ranks: np.ndarray, world_size: int) -> np.ndarray:
+    """Per row of an events table holding many ranks' rows (``ranks``: the rank each
+    row's file belongs to), whether it keeps every invariant of :func:`check_events`:
+    one pass over a window of every rank, instead of one per rank and batch."""
+    bad = np.zeros(table.num_rows, dtype=bool)
+    for _, flags in event_rules(table, ranks, world_size):
+        bad |= flags
+    return ~bad
+
+
+def event_rules(table: Any, rank: Any, world_size: int) -> list[tuple[str, np.ndarray]]:
+    """The rules of :func:`check_events`, in order: (reason, rows breaking it)."""
     col = table.column
     enter, exit_, wait = _np(col("enter_ns")), _np(col("exit_ns")), _np(col("wait_ns"))
     status = col("status")
@@ -481,7 +596,7 @@ def check_events(table: Any, rank: int, world_size: int) -> tuple[Any, Quarantin
         ("call longer than a week", (exit_ >= enter) & (exit_ - enter > MAX_SPAN_NS)),
         ("wait_ns out of range", (wait != -1) & ((wait < enter) | (wait > MAX_TIME_NS))),
     ]
-    return _apply(table, rules)
+    return rules
 
 
 def check_steps(table: Any, rank: int) -> tuple[Any, Quarantine]:
@@ -548,6 +663,11 @@ class RankCompleteness:
     cut: tuple[str, ...] = ()  # the streams that ended early ("events", "steps")
     write_error: str | None = None  # why the rank stopped writing, when it said so
     invalid_reasons: dict[str, int] = field(default_factory=dict)
+    #: From a dead rank's crash journal: completed (or failed) calls and steps its
+    #: streams lack, and calls still in flight when it died (status ``pending``).
+    events_recovered: int = 0
+    steps_recovered: int = 0
+    calls_pending: int = 0
     #: Written, then removed by design: old segments of a rotated (always-on) trace.
     events_rotated: int = 0
 
@@ -564,11 +684,11 @@ class RankCompleteness:
 
     @property
     def events_kept(self) -> int:
-        return self.events_found - self.events_invalid
+        return self.events_found - self.events_invalid + self.events_recovered + self.calls_pending
 
     @property
     def steps_kept(self) -> int:
-        return self.steps_found - self.steps_invalid
+        return self.steps_found - self.steps_invalid + self.steps_recovered
 
     @property
     def lossy(self) -> bool:
@@ -641,12 +761,17 @@ def completeness_lines(
             parts.append(f"{c.events_invalid:,} events invalid")
         if c.steps_invalid:
             parts.append(f"{c.steps_invalid:,} steps invalid")
+        if c.events_recovered or c.steps_recovered or c.calls_pending:
+            parts.append(
+                f"{c.events_recovered:,} events and {c.steps_recovered:,} steps recovered "
+                f"from its crash journal, {c.calls_pending:,} calls in flight"
+            )
         lines.append(f"  rank {c.rank}: " + "; ".join(parts))
     return lines
 
 
-def ranges(values: list[int]) -> str:
-    """``[0, 1, 2, 5]`` -> ``"0-2, 5"``: readable lists of ranks."""
+def ranges(values: list[int], dash: str = "-") -> str:
+    """``[0, 1, 2, 5]`` -> ``"0-2, 5"`` (sorted, distinct values): readable rank lists."""
     if not values:
         return ""
     parts: list[str] = []
@@ -655,7 +780,7 @@ def ranges(values: list[int]) -> str:
         if v is not None and v == prev + 1:
             prev = v
             continue
-        parts.append(str(start) if start == prev else f"{start}-{prev}")
+        parts.append(str(start) if start == prev else f"{start}{dash}{prev}")
         if v is not None:
             start = prev = v
     return ", ".join(parts)

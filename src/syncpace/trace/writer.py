@@ -1,9 +1,17 @@
 """Per-rank trace writer: append-only Arrow IPC streams, bounded memory, periodic flush.
 
-Rows are appended to lock-free deques on the hot path (``deque.append`` is atomic)
-and turned into Arrow record batches by a background thread. Each batch is written
-with unbuffered OS writes, so a SIGKILL leaves the file readable up to the last
-flushed batch; ``close`` writes the end-of-stream marker.
+Without a journal, rows are appended to lock-free deques on the hot path
+(``deque.append`` is atomic) and turned into Arrow record batches by a background
+thread. Each batch is written with unbuffered OS writes, so a SIGKILL leaves the file
+readable up to the last flushed batch; ``close`` writes the end-of-stream marker.
+
+With a journal (``journal_slots > 0``, what the tracer uses), every row is packed into
+the memory-mapped crash journal (:mod:`syncpace.trace.journal`) instead, and the
+flusher turns the journal's new records into the same Arrow batches, each tagged with
+the journal position it covers (and, like every batch, its checksum). A rank that dies
+loses nothing but a record being packed at that instant; a clean close deletes the
+journal. Rows that find the ring full fall back to the deques (kept, but not
+crash-proof; counted in the metadata).
 
 A write that fails (disk full, file system gone read-only) stops the writer, never
 the job: one line is logged, later rows are counted as dropped, and the metadata
@@ -14,6 +22,7 @@ disk has no block left for a new file.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import re
@@ -29,11 +38,15 @@ import numpy as np
 import pyarrow as pa
 
 from syncpace.errors import TraceWriteError
+from syncpace.trace import journal as jr
 from syncpace.trace import schema
 from syncpace.trace.segments import RotationPolicy, SegmentedEvents
 from syncpace.trace.stepsummary import StepSummaries, summary_path
 
 log = logging.getLogger("syncpace")
+
+#: Tokens of calls without a journal slot start here, apart from the journal's entries.
+_OWN_TOKENS = 1 << 46
 
 EventRow = tuple  # columns of schema.EVENTS, timestamps on the local clock
 StepRow = tuple  # columns of schema.STEPS, timestamps on the local clock
@@ -73,6 +86,20 @@ class _Stream:
         # there now, so a rank killed before its first flush still leaves a valid stream.
         self._writer.write_batch(pa.RecordBatch.from_pylist([], schema=arrow_schema))
         self.written = 0
+
+    def write_table(self, table: pa.Table, hi: int) -> pa.Table:
+        """A batch made from the journal, tagged with the journal position it covers."""
+        if table.num_rows:
+            for batch in table.to_batches():
+                self._writer.write_batch(
+                    batch,
+                    custom_metadata={
+                        schema.CHECKSUM_KEY: schema.batch_checksum(batch),
+                        schema.JOURNAL_HI_KEY: str(hi),
+                    },
+                )
+            self.written += table.num_rows
+        return table
 
     def drain(self, offset_ns: int) -> pa.RecordBatch | None:
         """Write the buffered rows as one batch, and return it (None when there were none)."""
@@ -117,6 +144,8 @@ class RankTraceWriter:
         flush_interval_s: float = 1.0,
         max_buffered: int = 1_000_000,
         offset_ns: Callable[[], int] = lambda: 0,
+        journal_slots: int = 0,
+        inflight_slots: int = 4096,
         rotation: RotationPolicy | None = None,
         summaries: bool = False,
     ) -> None:
@@ -159,6 +188,20 @@ class RankTraceWriter:
                 getattr(exc, "filename", None) or events_path,
                 f"cannot create the trace file: {_reason(exc)}",
             ) from exc
+        self.rank = rank
+        self._tokens = itertools.count(1)
+        self.journal: jr.Journal | None = None
+        if journal_slots > 0:
+            try:
+                self.journal = jr.Journal(
+                    jr.journal_path(self.dir, rank),
+                    rank,
+                    ring_slots=journal_slots,
+                    inflight_slots=inflight_slots,
+                )
+                self.meta["journal"] = {"slots": journal_slots, "inflight_slots": inflight_slots}
+            except (OSError, ValueError) as exc:  # the trace still works, without the journal
+                log.warning("syncpace: no crash journal for rank %d: %s", rank, exc)
         self._max_buffered = max_buffered
         self._offset_ns = offset_ns
         self._interval = flush_interval_s
@@ -176,8 +219,39 @@ class RankTraceWriter:
         self._thread.start()
 
     # Hot path -----------------------------------------------------------------
-    def add_event(self, row: EventRow) -> None:
-        rows = self._events.rows
+    def begin(self, row: tuple) -> int:
+        """A call entered (``row`` is its event without the exit): a token for
+        :meth:`add_event` or :meth:`release`. A rank that dies before the call
+        completes leaves it in the journal as ``pending``."""
+        journal = self.journal
+        if journal is not None:
+            try:
+                return journal.begin(row)
+            except Exception:  # never into the job
+                pass
+        return ((_OWN_TOKENS + next(self._tokens)) << 16) | jr.NO_SLOT
+
+    def release(self, token: int) -> None:
+        """The call of ``token`` will not be recorded after all."""
+        journal = self.journal
+        if journal is not None and token & 0xFFFF != jr.NO_SLOT:
+            try:
+                journal.release(token)
+            except Exception:  # closed meanwhile: nothing left to release
+                pass
+
+    def add_event(self, row: EventRow, token: int = jr.NO_SLOT) -> None:
+        journal = self.journal
+        if journal is not None:
+            try:
+                if journal.event(row, token):
+                    return
+            except Exception:  # a bad row: keep it in memory, the journal stays sound
+                self.release(token)
+        stream = self._events
+        if stream is None:  # closed meanwhile (a late completion): nothing to add to
+            return
+        rows = stream.rows
         if len(rows) >= self._max_buffered:
             self.dropped += 1
             self._wake.set()
@@ -185,8 +259,16 @@ class RankTraceWriter:
         rows.append(row)
 
     def add_step(self, row: StepRow) -> None:
-        if self.write_error is None:
-            self._steps.rows.append(row)
+        journal = self.journal  # after a write error too: a dead rank's journal is read
+        if journal is not None:
+            try:
+                if journal.step(row):
+                    return
+            except Exception:
+                pass
+        stream = self._steps
+        if stream is not None and self.write_error is None:
+            stream.rows.append(row)
 
     # Background ---------------------------------------------------------------
     def _run(self) -> None:
@@ -230,18 +312,44 @@ class RankTraceWriter:
             if self._events is None or self.write_error is not None:
                 return
             offset = self._offset_ns()
+            journal = self.journal
+            written: list[pa.Table | pa.RecordBatch] = []
+            if journal is not None:
+                records, hi = journal.take()
+                if len(records):
+                    kinds = records["kind"]
+                    written.append(
+                        self._events.write_table(
+                            jr.events_table(
+                                records[kinds == jr.EVENT], self.rank, journal.strings, offset
+                            ),
+                            hi,
+                        )
+                    )
+                    self._steps.write_table(
+                        jr.steps_table(records[kinds == jr.STEP], self.rank, offset), hi
+                    )
+                journal.advance(hi)
             batch = self._events.drain(offset)
+            if batch is not None:
+                written.append(batch)
             self._steps.drain(offset)
             if self._summaries is not None:
-                if batch is not None:
-                    self._summaries.add(batch)
+                for part in written:
+                    self._summaries.add(part)
                 self._summaries.flush()
             rotated = isinstance(self._events, SegmentedEvents) and self._events.changed
             if rotated:
                 self.meta["segments"] = self._events.account.to_json()
                 self._events.changed = False
-            if rotated or self.dropped != self.meta["dropped_events"]:
+            overflow = journal.overflow if journal is not None else 0
+            if rotated or (self.dropped, overflow) != (
+                self.meta["dropped_events"],
+                self.meta.get("journal_overflow", 0),
+            ):
                 self.meta["dropped_events"] = self.dropped
+                if overflow:
+                    self.meta["journal_overflow"] = overflow
                 self._write_meta_locked()
 
     def pin(self, before_s: float, after_s: float, reason: str, step: int) -> None:
@@ -333,6 +441,10 @@ class RankTraceWriter:
                     self._write_meta_locked()
                 except OSError as exc:
                     failure = exc
+                else:
+                    if self.journal is not None:
+                        # the streams hold everything now: the journal is no longer needed
+                        self.journal.close(remove=True)
             else:  # the streams stay unended: the reader sees where they stop
                 self.meta["dropped_events"] = self.dropped
                 self._try_write_meta_locked()

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from syncpace.analysis.detectors import advice
 from syncpace.analysis.detectors.arrival import fast_half, fast_noise
 from syncpace.analysis.detectors.context import Context, confidence_of, ms
 from syncpace.analysis.findings import Finding
@@ -333,12 +334,7 @@ def latency_bound(ctx: Context) -> list[Finding]:
                 "knee_bytes_threshold": th.latency_knee_bytes,
                 "estimated_knee_bytes": int(alpha * bandwidth) if bandwidth else None,
             },
-            actions=(
-                "Bucket small tensors: raise DDP bucket_cap_mb, flatten parameters, or "
-                "coalesce calls (torch.distributed all_reduce_coalesced / _coalescing_manager).",
-                "Move per-step scalar syncs (metrics, loss logging) off the critical path "
-                "or do them every N steps.",
-            ),
+            actions=advice.latency_bound(m.parallelism),
         )
     ]
 
@@ -426,13 +422,7 @@ def bandwidth_bound(ctx: Context) -> list[Finding]:
             f"iteration would be {cost:.1%} shorter",
             replay=replay,
             evidence=evidence,
-            actions=(
-                "Send fewer bytes: BF16/FP16 gradient communication (DDP comm hooks), "
-                "PowerSGD or other compression.",
-                "Hierarchical all-reduce (reduce inside nodes first) or sharding "
-                "(FSDP/ZeRO) to cut cross-node volume.",
-                "Faster or more NICs per node if the link is the limit.",
-            ),
+            actions=advice.bandwidth_bound(m.parallelism),
         )
     ]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from syncpace.analysis.detectors import advice
 from syncpace.analysis.detectors.context import Context, confidence_of, ms
 from syncpace.analysis.findings import Finding
 from syncpace.analysis.replay import counterfactuals as cf
@@ -30,13 +31,9 @@ def poor_overlap(ctx: Context) -> list[Finding]:
                 "exposed_share": round(exposed, 4),
                 "network_share": round(comm.get("network_share", 0.0), 4),
                 "exposed_ms_per_iteration": ms(comm.get("exposed_ns_per_step", 0.0)),
+                "parallelism": ctx.metrics.parallelism.describe(),
             },
-            actions=(
-                "Let gradients be reduced during backward: DDP with default bucketing, no "
-                "manual all-reduce after loss.backward(); FSDP with backward prefetch.",
-                "Avoid no_sync()/gradient accumulation patterns that push all communication "
-                "to the last micro-batch, or make buckets smaller so the first start earlier.",
-            ),
+            actions=advice.poor_overlap(ctx.metrics.parallelism),
         )
     ]
 
@@ -68,10 +65,6 @@ def comm_dominated(ctx: Context) -> list[Finding]:
                 "exposed_share": round(exposed, 4),
                 "threshold": th.comm_share,
             },
-            actions=(
-                "Cut communication volume (BF16 comm, compression, sharding) or raise "
-                "compute per step (larger per-rank batch) so it amortises.",
-                "See the bandwidth/latency findings for which side to attack.",
-            ),
+            actions=advice.comm_dominated(ctx.metrics.parallelism),
         )
     ]

@@ -40,12 +40,19 @@ def incomplete_trace(ctx: Context) -> list[Finding]:
         problems.append(f"{invalid} rows left out as invalid")
     if dropped:
         problems.append(f"{dropped} events dropped in the job (buffer full)")
+    minority = q.get("minority_instances", 0)
+    if minority:
+        problems.append(
+            f"{minority} collectives were made by fewer than half of their ranks "
+            "(sequence numbers out of step?)"
+        )
     if not problems:
         return []
     serious = bool(
         m.missing_ranks
         or share > _INCOMPLETE_WARN
         or q["size_mismatched_instances"]
+        or minority
         or cut
         or invalid
         or write_errors
@@ -67,6 +74,7 @@ def incomplete_trace(ctx: Context) -> list[Finding]:
                 "incomplete_instances": q["incomplete_instances"],
                 "incomplete_share": round(share, 4),
                 "size_mismatched_instances": q["size_mismatched_instances"],
+                "minority_instances": minority,
                 "reader_warnings": list(m.warnings)[:20],
             },
             actions=(
@@ -86,7 +94,13 @@ def insufficient_data(ctx: Context) -> list[Finding]:
     m, q = ctx.metrics, ctx.metrics.quality
     need = ctx.thresholds.min_steps
     problems = []
-    if q.get("steps", 0) == 0:
+    if q.get("steps", 0) == 0 and q.get("instances", 0):
+        problems.append(
+            f"no iteration boundary was seen in {q['instances']} collectives: no "
+            "optimizer.step() ran under the tracer, so there are no per-iteration figures; "
+            "call syncpace.step() at the end of each iteration"
+        )
+    elif q.get("steps", 0) == 0:
         problems.append("no iterations were recorded")
     elif q.get("steps_analyzed", 0) < need:
         problems.append(
@@ -107,11 +121,15 @@ def insufficient_data(ctx: Context) -> list[Finding]:
                 "steps_analyzed": q.get("steps_analyzed", 0),
                 "events": q.get("events", 0),
                 "min_steps": need,
+                "collectives": q.get("instances", 0),
             },
             actions=(
                 "Trace more iterations (a few past the warm-up), or lower --warmup-steps.",
                 "If the job did run: check that its ranks reached init_process_group and "
                 "called optimizer.step() or syncpace.step().",
+                "Mark iterations by hand where no optimizer.step() runs under the tracer "
+                "(evaluation, a custom update): import syncpace; call syncpace.step() once "
+                "at the end of every iteration.",
             ),
             run=m.run,
         )

@@ -8,7 +8,7 @@ time saved if it were removed, with the plain replay's own error beside it.
 """
 
 from syncpace.analysis.replay.engine import Change, Pacer, PacerFactory, Replayed, run
-from syncpace.analysis.replay.program import Program, build_program, usable
+from syncpace.analysis.replay.program import Program, build_program, replayed_steps, same_program
 
 __all__ = [
     "Change",
@@ -17,6 +17,7 @@ __all__ = [
     "Program",
     "Replayed",
     "build_program",
+    "replayed_steps",
     "run",
-    "usable",
+    "same_program",
 ]

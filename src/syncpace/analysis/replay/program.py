@@ -28,6 +28,7 @@ completing is not waited on: the time it took stays in the next gap.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -105,15 +106,54 @@ class Program:
         return np.unique(self.rank)
 
 
-def usable(events: pl.DataFrame) -> pl.DataFrame:
-    """The events ``collectives.match`` keeps (same rule)."""
-    keep = (
-        (pl.col("rank") >= 0)
-        & (pl.col("step") >= 0)
-        & (pl.col("seq") >= 0)
-        & (pl.col("enter_ns") >= 0)
-    )
-    return events.filter(keep) if events.height else events
+#: Program fields indexed by instance id, and those holding instance ids.
+_PER_INSTANCE = ("service", "stream", "concurrency", "end_measured")
+_INSTANCE_IDS = ("inst", "batch_inst")
+
+
+def same_program(a: Program | None, b: Program | None) -> bool:
+    """Whether two programs of one run are the same program: every action and
+    instance equal, instances named by (group, pair, seq) rather than by their row in
+    the run's frame (which differs between a run read whole and one read a window at a
+    time)."""
+    if a is None or b is None:
+        return a is b
+    ka, kb = _instance_keys(a), _instance_keys(b)
+    for f in dataclasses.fields(Program):
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        if f.name == "instances":
+            continue
+        if f.name in _INSTANCE_IDS:
+            x, y = _named(x, ka), _named(y, kb)
+        elif f.name in _PER_INSTANCE:
+            x, y = x[np.argsort(ka)], y[np.argsort(kb)]
+        elif f.name in ("member_ptr", "member_action"):
+            continue  # compared as the members of each named instance below
+        if isinstance(x, np.ndarray):
+            if x.shape != y.shape or not np.array_equal(x, y, equal_nan=x.dtype.kind == "f"):
+                return False
+        elif x != y:
+            return False
+    return _members(a, ka) == _members(b, kb)
+
+
+def _instance_keys(p: Program) -> np.ndarray:
+    """Per instance id: its rank among the run's instances by (group, pair, seq)."""
+    canon = p.instances.select(pl.struct("group", "pair", "seq").rank("dense"))
+    return canon.to_series().to_numpy().astype(np.int64)
+
+
+def _named(ids: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    return np.where(ids >= 0, keys[np.maximum(ids, 0)], -1)
+
+
+def _members(p: Program, keys: np.ndarray) -> dict[int, tuple[int, ...]]:
+    ptr, act = p.member_ptr, p.member_action
+    return {
+        int(keys[k]): tuple(act[ptr[k] : ptr[k + 1]].tolist())
+        for k in range(len(ptr) - 1)
+        if ptr[k + 1] > ptr[k]
+    }
 
 
 def build_program(
@@ -122,34 +162,45 @@ def build_program(
     instances: pl.DataFrame,
     rank_steps: pl.DataFrame,
     global_steps: pl.DataFrame,
+    rank_step: pl.DataFrame,
     *,
-    max_events: int = MAX_EVENTS,
+    max_events: int | None = None,
 ) -> Program | None:
     """The program of a run (``None`` when there is nothing to replay).
 
-    ``events`` are the events ``times`` was matched from (``usable`` ones, aligned row
-    by row); ``rank_steps`` and ``global_steps`` are the iteration frames of the same
-    window (``analysis.iterations``).
+    ``events`` are the events ``times`` was matched from (``collectives.usable_events``,
+    aligned row by row), at least those of the steps :func:`replayed_steps` picks;
+    ``times.instance`` indexes rows of ``instances``, the run's instance frame. The
+    iteration frames ``rank_steps``, ``global_steps`` and ``rank_step``
+    (``analysis.iterations``, ``collectives.rank_step_arrivals``) are the whole run's.
     """
     if events.height != len(times.rank) or events.height == 0 or rank_steps.height == 0:
         return None
-    steps = np.sort(rank_steps["step"].unique().to_numpy())
-    steps = _window(events["step"].to_numpy(), steps, max_events)
+    steps = replayed_steps(rank_steps, rank_step, max_events)
     in_window = np.isin(times.step, steps)
     rank_steps = rank_steps.filter(pl.col("step").is_in(steps.tolist()))
     base = int(rank_steps["start_ns"].min())  # type: ignore[arg-type]
     ev = _event_table(events, times, instances, in_window, base)
     if ev.height == 0:
         return None
-    acts, violations = _actions(ev, rank_steps, base)
+    acts, violations = _actions(ev, instances, rank_steps, base)
     return _assemble(acts, ev, instances, rank_steps, global_steps, steps, base, violations)
 
 
-def _window(event_steps: np.ndarray, steps: np.ndarray, max_events: int) -> np.ndarray:
-    """The first contiguous block of ``steps`` whose events fit in ``max_events``."""
-    if len(event_steps) <= max_events:
+def replayed_steps(
+    rank_steps: pl.DataFrame, rank_step: pl.DataFrame, max_events: int | None = None
+) -> np.ndarray:
+    """The steps a run's replay covers: the first contiguous block of its steps whose
+    events (``rank_step``'s ``collectives`` per rank and step) fit in ``max_events``
+    (:data:`MAX_EVENTS`), at least two. The same steps whether the run was read whole
+    or a window at a time."""
+    max_events = MAX_EVENTS if max_events is None else max_events
+    steps = np.sort(rank_steps["step"].unique().to_numpy())
+    if rank_step.height == 0 or int(rank_step["collectives"].sum()) <= max_events:
         return steps
-    counts = np.bincount(np.searchsorted(steps, event_steps).clip(0, len(steps) - 1))
+    per = rank_step.group_by("step").agg(pl.col("collectives").sum())
+    at = np.searchsorted(steps, per["step"].to_numpy()).clip(0, len(steps) - 1)
+    counts = np.bincount(at, weights=per["collectives"].to_numpy(), minlength=len(steps))
     keep = int(np.searchsorted(np.cumsum(counts), max_events, side="right"))
     return steps[: max(keep, 2)]
 
@@ -199,8 +250,12 @@ def _event_table(
     return frame.with_columns(blocking=blocking)
 
 
-def _actions(ev: pl.DataFrame, rank_steps: pl.DataFrame, base: int) -> tuple[pl.DataFrame, int]:
-    """The sorted actions of every rank with their measured gaps."""
+def _actions(
+    ev: pl.DataFrame, instances: pl.DataFrame, rank_steps: pl.DataFrame, base: int
+) -> tuple[pl.DataFrame, int]:
+    """The sorted actions of every rank with their measured gaps. Ties (one rank's
+    actions at the same time) go by the instance's (group, pair, seq), not its row in
+    ``instances``: the order is the same however the run's frame was put together."""
     ends = rank_steps.select(
         "rank",
         "step",
@@ -230,7 +285,10 @@ def _actions(ev: pl.DataFrame, rank_steps: pl.DataFrame, base: int) -> tuple[pl.
     acts = pl.concat([*parts, ends_rows(ends)], how="vertical_relaxed")
     # at equal times a JOIN comes first: it is the wait the action after it needed
     order = pl.col("kind").replace_strict({JOIN: 0, POST: 1, WAIT: 2, END: 3})
-    acts = acts.with_columns(_order=order).sort("rank", "t", "_order", "inst").drop("_order")
+    canon = instances.select(pl.struct("group", "pair", "seq").rank("dense")).to_series()
+    key = np.r_[-1, canon.to_numpy().astype(np.int64)]  # END (inst -1) first
+    acts = acts.with_columns(_order=order, _key=pl.Series(key[acts["inst"].to_numpy() + 1]))
+    acts = acts.sort("rank", "t", "_order", "_key").drop("_order", "_key")
     inst_end = ev.group_by("inst").agg(pl.col("inst_end").first())
     acts = acts.join(inst_end, on="inst", how="left", maintain_order="left")
     # measured returns: POST and END at once, WAIT when its work is done, JOIN when the

@@ -1,0 +1,996 @@
+"""A run's events a window of steps at a time: the reader for analyses that stream.
+
+Two passes over each rank's files, both with bounded memory:
+
+1. :func:`scan_rank` reads one rank's streams to their end, record batch by record
+   batch (memory-mapped), and applies every rule of the loader
+   (:mod:`syncpace.trace.validate`: schema, CRC-32 per batch, row invariants, duplicate
+   calls, step order, declared versus found). It keeps the rank's steps (one row per
+   iteration), its completeness account and warnings, the *index* of its events — per
+   record batch: where the batch's message starts, the range of steps its valid rows
+   cover, and which rows were left out (only where some were) — and per step the
+   rank's last call (for measures that look one call back across a window boundary).
+2. :func:`read_window` reads the events of steps ``[lo, hi)`` of every rank from the
+   index: only the batches that cover them, decoded message by message, with the
+   scan's quarantine applied. A :class:`BatchCache` keeps the one batch per rank that
+   reaches into the next window, so a sequential reader decodes each batch once.
+
+A rank's events may come in several files (rotated segments); :func:`rank_files` lists
+them in order, and everything below works on that list. Memory is bounded by one
+window's events plus one batch per rank, never by the length of the trace.
+"""
+
+from __future__ import annotations
+
+import resource
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from syncpace.errors import TraceError
+from syncpace.trace import schema, validate
+from syncpace.trace.reader import (
+    TraceMeta,
+    _read_rank_stream,
+    account_rank,
+    rank_warnings,
+    segment_files,
+)
+
+#: Rows validated together (the rules cost per call, not per row: batch them up).
+CHECK_ROWS = 1 << 16
+#: Rows of many ranks validated together by a :class:`Sweep`.
+GROUP_ROWS = 1 << 18
+#: The columns the analysis reads from events (the others stay undecoded in memory).
+ANALYSIS_COLUMNS = (
+    "rank",
+    "step",
+    "group",
+    "group_size",
+    "seq",
+    "op",
+    "bytes",
+    "peer",
+    "enter_ns",
+    "exit_ns",
+    "status",
+    "timing",
+    "wait_ns",
+)
+
+
+def segments(index: TraceMeta) -> dict[int, list[Path]]:
+    """Rotated event segments after the first (``schema.segment_name``) per rank, in
+    segment order: one listing of the directory for all ranks."""
+    return segment_files(index.path)
+
+
+def rank_files(
+    index: TraceMeta, rank: int, rotated: dict[int, list[Path]] | None = None
+) -> tuple[list[Path], Path]:
+    """A rank's event files, in order, and its steps file: ``rank-R.events.arrow``,
+    then its later segments (``rotated``: :func:`segments`, listed when not given)."""
+    events, steps = index.stream_paths(rank)
+    later = (segments(index) if rotated is None else rotated).get(rank, [])
+    files = [events] if events.exists() or events.is_symlink() or not later else []
+    return files + later, steps
+
+
+@dataclass(frozen=True)
+class EventFile:
+    """The index of one events file: one entry per record batch with valid rows."""
+
+    path: Path
+    v1: bool
+    arrow_schema: pa.Schema  # as written (columns may come in another order)
+    offsets: np.ndarray  # byte offset of each batch's message
+    lo: np.ndarray  # smallest step of its valid rows
+    hi: np.ndarray  # largest step
+    rows: np.ndarray  # valid rows
+    keep: dict[int, np.ndarray] = field(default_factory=dict)  # entry -> rows kept
+
+
+@dataclass(frozen=True)
+class RankScan:
+    """One rank read to its end: steps, account, warnings and the index of its events."""
+
+    rank: int
+    files: tuple[EventFile, ...]
+    steps: pa.Table
+    completeness: validate.RankCompleteness
+    warnings: tuple[str, ...]
+    events: int  # valid events
+    #: Per step with events: the rank's last call by enter time (ties: the later row),
+    #: its enter and exit (-1 when the call did not complete).
+    tail_step: np.ndarray
+    tail_enter: np.ndarray
+    tail_exit: np.ndarray
+
+    def batches(self, lo: int, hi: int) -> list[tuple[int, int]]:
+        """(file, entry) of the batches holding events of steps ``[lo, hi)``."""
+        out = []
+        for f, ef in enumerate(self.files):
+            hit = np.flatnonzero((ef.hi >= lo) & (ef.lo < hi))
+            out.extend((f, int(e)) for e in hit)
+        return out
+
+
+class _Offsets:
+    """Byte offsets of a stream's record batch messages, found by walking the messages
+    (headers only: bodies are neither copied nor decompressed)."""
+
+    def __init__(self, path: Path) -> None:
+        self._source = pa.memory_map(str(path))
+        self._count = -1
+        self._at = 0
+
+    def of(self, batch: int) -> int:
+        while self._count < batch:
+            at = self._source.tell()
+            message = pa.ipc.read_message(self._source)
+            if message.type == "record batch":
+                self._count += 1
+                self._at = at
+        return self._at
+
+    def close(self) -> None:
+        self._source.close()
+
+
+class _Seen:
+    """The calls a rank has written so far, for the loader's duplicate rule (first
+    occurrence in file order wins). Per call key (group, op, peer), the sequence
+    numbers seen, as sorted disjoint intervals: a rank's numbers count up, so each key
+    usually holds one interval, whatever the length of the run."""
+
+    def __init__(self) -> None:
+        self._lo: dict[tuple[Any, ...], np.ndarray] = {}
+        self._hi: dict[tuple[Any, ...], np.ndarray] = {}
+
+    def first(self, table: pa.Table) -> np.ndarray:
+        """Mask of the rows of ``table`` whose call was not seen before; remembers them."""
+        n = table.num_rows
+        keep = np.ones(n, dtype=bool)
+        if n == 0:
+            return keep
+        seq = table.column("seq").to_numpy()
+        bounds = [pc.min_max(table.column(c)) for c in ("group", "op", "peer")]
+        if all(b["min"] == b["max"] for b in bounds):  # the usual case: one kind of call
+            key = (bounds[0]["min"].as_py(), bounds[1]["min"].as_py(), str(bounds[2]["min"]))
+            parts: list[tuple[tuple[Any, ...], Any]] = [(key, slice(None))]
+        else:
+            code = pc.dictionary_encode(
+                pc.binary_join_element_wise(
+                    table.column("group"),
+                    table.column("op"),
+                    pc.cast(table.column("peer"), pa.string()),
+                    "\x00",
+                )
+            ).combine_chunks()
+            idx = code.indices.to_numpy()
+            parts = [
+                (tuple(str(v).split("\x00")), np.flatnonzero(idx == i))
+                for i, v in enumerate(code.dictionary.to_pylist())
+            ]
+        for key, rows in parts:
+            s = seq[rows]
+            ok = self._first(key, s)
+            if not ok.all():
+                sub = keep[rows]
+                sub &= ok
+                keep[rows] = sub
+        return keep
+
+    def _first(self, key: tuple[Any, ...], s: np.ndarray) -> np.ndarray:
+        lo, hi = self._lo.get(key), self._hi.get(key)
+        increasing = len(s) < 2 or bool(np.all(s[1:] > s[:-1]))
+        if increasing and (hi is None or s[0] > hi[-1]):
+            ok = np.ones(len(s), dtype=bool)
+        else:
+            ok = np.zeros(len(s), dtype=bool)
+            _, first = np.unique(s, return_index=True)
+            ok[first] = True
+            if lo is not None and hi is not None:
+                at = np.searchsorted(lo, s, side="right") - 1
+                ok &= ~((at >= 0) & (s <= hi[np.maximum(at, 0)]))
+        self._remember(key, np.unique(s[ok]) if not increasing else s[ok])
+        return ok
+
+    def extend(self, key: tuple[Any, ...], first: int, last: int) -> bool:
+        """Remember the numbers ``first..last`` (all new) of ``key`` if they go on where
+        the key's numbers stopped (or it has none): what :meth:`first` would do for them.
+        False, changing nothing, when they do not (then call :meth:`first`)."""
+        hi = self._hi.get(key)
+        if hi is None:
+            self._lo[key] = np.array([first], dtype=np.int64)
+            self._hi[key] = np.array([last], dtype=np.int64)
+            return True
+        if first == hi[-1] + 1:
+            hi[-1] = last
+            return True
+        return False
+
+    def _remember(self, key: tuple[Any, ...], new: np.ndarray) -> None:
+        if len(new) == 0:
+            return
+        lo, hi = self._lo.get(key), self._hi.get(key)
+        contiguous = bool(new[-1] - new[0] == len(new) - 1)
+        if lo is not None and hi is not None and contiguous and new[0] == hi[-1] + 1:
+            hi[-1] = new[-1]  # the usual case: the run goes on
+            return
+        cut = np.flatnonzero(np.diff(new) != 1) + 1
+        new_lo, new_hi = new[np.r_[0, cut]], new[np.r_[cut - 1, len(new) - 1]]
+        if lo is not None and hi is not None:
+            new_lo, new_hi = np.concatenate((lo, new_lo)), np.concatenate((hi, new_hi))
+            order = np.argsort(new_lo, kind="stable")
+            new_lo, new_hi = new_lo[order], new_hi[order]
+            reach = np.maximum.accumulate(new_hi)
+            start = np.r_[True, new_lo[1:] > reach[:-1] + 1]
+            group = np.cumsum(start) - 1
+            merged_hi = np.full(int(group[-1]) + 1, np.iinfo(np.int64).min, dtype=np.int64)
+            np.maximum.at(merged_hi, group, new_hi)
+            new_lo, new_hi = new_lo[start], merged_hi
+        self._lo[key], self._hi[key] = new_lo.astype(np.int64), new_hi.astype(np.int64)
+
+
+def scan_rank(
+    index: TraceMeta, rank: int, rotated: dict[int, list[Path]] | None = None
+) -> RankScan:
+    """Read and validate rank ``rank``'s files to their end (see the module docstring).
+    Raises :class:`~syncpace.errors.TraceError` where :func:`load_trace` would."""
+    meta = index.meta[rank]
+    stem = index.path / schema.rank_stem(rank)
+    event_paths, steps_path = rank_files(index, rank, rotated)
+    if not event_paths:
+        event_paths = [index.stream_paths(rank)[0]]
+    v1 = meta["schema_version"] == 1
+    expected = schema.EVENTS_V1 if v1 else schema.EVENTS
+    warnings: list[str] = []
+    ev_bad = validate.Quarantine()
+    seen = _Seen()
+    files: list[EventFile] = []
+    tails: list[np.ndarray] = []
+    first_stream: validate.Stream | None = None
+    total = 0
+    for path in event_paths:
+        if not path.exists() and not path.is_symlink():
+            raise TraceError(path, "missing (the rank's metadata exists, its data file does not)")
+        stream = validate.Stream(path, expected)
+        first_stream = first_stream or stream
+        walker = _Offsets(path)
+        entries: dict[str, list[Any]] = {"offsets": [], "lo": [], "hi": [], "rows": []}
+        keep: dict[int, np.ndarray] = {}
+        pending: list[tuple[int, pa.RecordBatch]] = []
+
+        def flush(
+            pending: list[tuple[int, pa.RecordBatch]] = pending,
+            walker: _Offsets = walker,
+            entries: dict[str, list[Any]] = entries,
+            keep: dict[int, np.ndarray] = keep,
+        ) -> None:
+            nonlocal total
+            if not pending:
+                return
+            table = pa.Table.from_batches([b for _, b in pending])
+            if v1:
+                table = schema.upgrade_events(table)
+            n = table.num_rows
+            table = table.append_column("__row", pa.array(np.arange(n, dtype=np.int64)))
+            kept, bad = validate.check_events(table, rank, index.world_size)
+            ev_bad.add(bad)
+            mask = np.zeros(n, dtype=bool)
+            mask[kept.column("__row").to_numpy()] = True
+            first = seen.first(kept)
+            if not first.all():
+                ev_bad.reasons["duplicate call"] = ev_bad.reasons.get("duplicate call", 0) + int(
+                    (~first).sum()
+                )
+                mask[kept.column("__row").to_numpy()[~first]] = False
+                kept = kept.filter(pa.array(first))
+            total += kept.num_rows
+            step = pc.fill_null(table.column("step"), -1).to_numpy()
+            if kept.num_rows:
+                tails.append(_tails(kept))
+            start = 0
+            for batch_no, batch in _merge_slices(pending):
+                end = start + batch.num_rows
+                m, s = mask[start:end], step[start:end]
+                rows = int(m.sum())
+                if rows:
+                    at = len(entries["offsets"])
+                    entries["offsets"].append(walker.of(batch_no))
+                    entries["lo"].append(int(s[m].min()))
+                    entries["hi"].append(int(s[m].max()))
+                    entries["rows"].append(rows)
+                    if rows < len(m):
+                        keep[at] = m.copy()
+                start = end
+            pending.clear()
+
+        try:
+            rows_pending = 0
+            for piece in stream.batches():
+                pending.append((stream.batch, piece))
+                rows_pending += piece.num_rows
+                if rows_pending >= CHECK_ROWS:
+                    flush()
+                    rows_pending = 0
+            flush()
+        except validate.DAMAGE as exc:
+            raise TraceError(path, f"unreadable columns ({validate.first_line(exc)})") from exc
+        finally:
+            walker.close()
+        if stream.cut:
+            warnings.append(f"{path}: {stream.cut}")
+        if stream.corrupt_rows:
+            ev_bad.reasons["in batches failing their checksum"] = (
+                ev_bad.reasons.get("in batches failing their checksum", 0) + stream.corrupt_rows
+            )
+        files.append(
+            EventFile(
+                path,
+                v1,
+                stream._reader.schema,
+                np.array(entries["offsets"], dtype=np.int64),
+                np.array(entries["lo"], dtype=np.int64),
+                np.array(entries["hi"], dtype=np.int64),
+                np.array(entries["rows"], dtype=np.int64),
+                keep,
+            )
+        )
+        if len(event_paths) > 1 and stream is not first_stream:
+            _fold(first_stream, stream)
+    assert first_stream is not None
+    st_table, st_stream = _read_rank_stream(steps_path, schema.STEPS, warnings)
+    st_kept, st_bad = validate.check_steps(st_table, rank)
+    if st_stream.corrupt_rows:
+        st_bad.reasons["in batches failing their checksum"] = st_stream.corrupt_rows
+    st_kept, order = validate.check_step_order(st_kept)
+    st_bad.add(order)
+    account = account_rank(rank, meta, stem, (first_stream, ev_bad), (st_stream, st_bad), warnings)
+    warnings.extend(rank_warnings(rank, meta, stem))
+    step, enter, exit_ = _reduce_tails(tails)
+    return RankScan(
+        rank, tuple(files), st_kept, account, tuple(warnings), total, step, enter, exit_
+    )
+
+
+def _merge_slices(
+    pending: list[tuple[int, pa.RecordBatch]],
+) -> list[tuple[int, pa.RecordBatch | pa.Table]]:
+    """The slices of ``pending`` joined back into their record batches, in order."""
+    out: list[tuple[int, Any]] = []
+    for batch_no, piece in pending:
+        if out and out[-1][0] == batch_no:
+            out[-1] = (batch_no, _Rows(out[-1][1].num_rows + piece.num_rows))
+        else:
+            out.append((batch_no, _Rows(piece.num_rows)))
+    return out
+
+
+@dataclass(frozen=True)
+class _Rows:
+    num_rows: int
+
+
+def _fold(into: validate.Stream, other: validate.Stream) -> None:
+    """Account a later segment's stream in the first one's (rows, cuts, checksums)."""
+    into.rows += other.rows
+    into.corrupt_rows += other.corrupt_rows
+    into.corrupt_batches.extend(other.corrupt_batches)
+    into.cut = into.cut or other.cut
+    into.has_eos = other.has_eos
+
+
+def _tails(kept: pa.Table) -> np.ndarray:
+    """Per step of ``kept``: (step, enter, exit) of the last call by enter (ties: later)."""
+    step = kept.column("step").to_numpy()
+    enter = kept.column("enter_ns").to_numpy()
+    exit_ = kept.column("exit_ns").to_numpy()
+    done = pc.equal(kept.column("status"), "completed").to_numpy(zero_copy_only=False)
+    exit_ = np.where(done, exit_, -1)
+    if len(step) > 1 and np.all(step[1:] >= step[:-1]):
+        change = np.r_[step[1:] != step[:-1], True]
+        if np.all((enter[1:] >= enter[:-1]) | change[:-1]):  # in order: the last row wins
+            pick = np.flatnonzero(change)
+            return np.stack((step[pick], enter[pick], exit_[pick]), axis=1)
+    order = np.lexsort((np.arange(len(step)), enter, step))
+    last = np.r_[step[order][1:] != step[order][:-1], True]
+    pick = order[last]
+    return np.stack((step[pick], enter[pick], exit_[pick]), axis=1)
+
+
+def _reduce_tails(tails: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    if not tails:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, empty
+    rows = np.concatenate(tails)
+    order = np.lexsort((np.arange(len(rows)), rows[:, 1], rows[:, 0]))
+    rows = rows[order]
+    last = np.r_[rows[1:, 0] != rows[:-1, 0], True]
+    rows = rows[last]
+    return rows[:, 0].copy(), rows[:, 1].copy(), rows[:, 2].copy()
+
+
+def carry(scans: list[RankScan], world_size: int, first: int, lo: int) -> np.ndarray:
+    """Per rank (indexed by rank): the exit of its last call in steps ``[first, lo)``
+    (-1 when there is none or it did not complete): the call before a window's first."""
+    out = np.full(world_size, -1, dtype=np.int64)
+    for scan in scans:
+        sel = (scan.tail_step >= first) & (scan.tail_step < lo)
+        if sel.any():
+            enter, exit_ = scan.tail_enter[sel], scan.tail_exit[sel]
+            best = len(enter) - 1 - int(np.argmax(enter[::-1]))  # latest, later step on ties
+            out[scan.rank] = exit_[best]
+    return out
+
+
+class BatchCache:
+    """The decoded batch of each rank that reaches past the window just read, kept for
+    the next one (one batch per rank: the bounded leftover of a sequential reader)."""
+
+    def __init__(self) -> None:
+        self._held: dict[tuple[int, int, int], pa.RecordBatch] = {}
+
+    def get(self, key: tuple[int, int, int]) -> pa.RecordBatch | None:
+        return self._held.get(key)
+
+    def keep(self, held: dict[tuple[int, int, int], pa.RecordBatch]) -> None:
+        self._held = held
+
+
+def read_window(
+    scans: list[RankScan],
+    lo: int,
+    hi: int,
+    *,
+    cache: BatchCache | None = None,
+    columns: tuple[str, ...] = ANALYSIS_COLUMNS,
+) -> pa.Table:
+    """The valid events of steps ``[lo, hi)`` of every rank in ``scans`` (rank order,
+    file order within a rank), with ``columns`` only."""
+    out = []
+    held: dict[tuple[int, int, int], pa.RecordBatch] = {}
+    target = pa.schema([schema.EVENTS.field(c) for c in columns])
+    for scan in scans:
+        sources: dict[int, Any] = {}
+        try:
+            for f, entry in scan.batches(lo, hi):
+                ef = scan.files[f]
+                key = (scan.rank, f, entry)
+                batch = cache.get(key) if cache is not None else None
+                if batch is None:
+                    if f not in sources:
+                        sources[f] = pa.memory_map(str(ef.path))
+                    batch = _decode(sources[f], ef, entry, columns)
+                if cache is not None and ef.hi[entry] >= hi:
+                    held[key] = batch
+                # a null step (a row the scan left out) is in no window
+                step = pc.fill_null(batch.column("step"), lo - 1).to_numpy()
+                sel = (step >= lo) & (step < hi)
+                if entry in ef.keep:
+                    sel &= ef.keep[entry]
+                if sel.all():
+                    out.append(batch)
+                elif sel.any():
+                    out.append(batch.filter(pa.array(sel)))
+        except validate.DAMAGE as exc:
+            raise TraceError(
+                scan.files[0].path, f"changed since it was read ({validate.first_line(exc)})"
+            ) from exc
+        finally:
+            for source in sources.values():
+                source.close()
+    if cache is not None:
+        cache.keep(held)
+    if not out:
+        return target.empty_table()
+    # Contiguous: polars converts a table of thousands of small chunks several times slower.
+    return pa.Table.from_batches(out, schema=target).combine_chunks()
+
+
+def _decode(source: Any, ef: EventFile, entry: int, columns: tuple[str, ...]) -> pa.RecordBatch:
+    at = int(ef.offsets[entry])
+    source.seek(at)
+    pa.ipc.read_message(source)  # to find where the message ends (headers only)
+    end = source.tell()
+    source.seek(at)
+    # The schema's message then this one, read as a stream on one thread (read_record_batch
+    # takes no options, and its thread pool doubles the cost of a flush-sized batch).
+    stream = pa.BufferReader(pa.py_buffer(_schema_message(ef.arrow_schema) + source.read(end - at)))
+    batch = pa.ipc.open_stream(stream, options=_ONE_THREAD).read_next_batch()
+    if ef.v1:
+        table = schema.upgrade_events(pa.Table.from_batches([batch]))
+        batch = table.combine_chunks().to_batches()[0]
+    batch = batch.select(list(columns))
+    target = pa.schema([schema.EVENTS.field(c) for c in columns])
+    return batch.cast(target) if batch.schema != target else batch
+
+
+# One pass ------------------------------------------------------------------------------
+class CannotSweep(Exception):
+    """A run :class:`Sweep` does not read: :func:`scan_rank` and :func:`read_window`
+    read it instead (two passes)."""
+
+
+class OutOfOrder(CannotSweep):
+    """A rank's file holds events of a step the sweep has already passed (steps written
+    out of order)."""
+
+
+def _open_files_for(ranks: int) -> bool:
+    """Whether this process may hold one file of every rank open (raising its soft
+    limit on open files up to the hard one if needed)."""
+    need = ranks + 256
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != resource.RLIM_INFINITY and soft < need:
+            top = need if hard == resource.RLIM_INFINITY else min(need, hard)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (top, hard))
+            soft = top
+    except (OSError, ValueError):  # pragma: no cover - no such limit here
+        return True
+    return soft == resource.RLIM_INFINITY or soft >= need
+
+
+_ANALYSIS = pa.schema([schema.EVENTS.field(c) for c in ANALYSIS_COLUMNS])
+
+
+class _Cursor:
+    """One rank's event files, read forward one record batch at a time."""
+
+    def __init__(self, index: TraceMeta, rank: int, rotated: dict[int, list[Path]]) -> None:
+        self.rank = rank
+        event_paths, self.steps_path = rank_files(index, rank, rotated)
+        if not event_paths:
+            event_paths = [index.stream_paths(rank)[0]]
+        self.v1 = index.meta[rank]["schema_version"] == 1
+        self._expected = schema.EVENTS_V1 if self.v1 else schema.EVENTS
+        for path in event_paths:
+            if not path.exists() and not path.is_symlink():
+                raise TraceError(
+                    path, "missing (the rank's metadata exists, its data file does not)"
+                )
+        self.paths = event_paths
+        # Read, not mapped: a mapped file's pages count as this process's memory, and
+        # thousands of ranks' files are open at once. One file of a rank open at a time.
+        self.streams = [validate.Stream(event_paths[0], self._expected, mapped=False)]
+        self._file = 0
+        self._batches = self.streams[0].batches()
+        self.done = False
+        self.reached = -1  # the largest step in the batches read so far
+        self.seen = _Seen()
+        self.bad = validate.Quarantine()
+        self.total = 0
+        # The index of the files, as :func:`scan_rank` builds it (for re-reading a step).
+        self.entries: list[dict[str, list[Any]]] = [
+            {k: [] for k in ("batch", "offsets", "lo", "hi", "rows", "size")} for _ in self.paths
+        ]
+        self.keep: list[dict[int, np.ndarray]] = [{} for _ in self.paths]
+
+    @property
+    def path(self) -> Path:
+        return self.streams[min(self._file, len(self.streams) - 1)].path
+
+    def read_until(self, hi: int) -> list[tuple[int, int, int, pa.RecordBatch]]:
+        """The next batches, up to the first one holding a step at or after ``hi`` (none
+        when one read before does; all at the end): (file, batch number, offset, batch)."""
+        out: list[tuple[int, int, int, pa.RecordBatch]] = []
+        while not self.done and self.reached < hi:
+            try:
+                piece = next(self._batches)
+            except StopIteration:
+                self._file += 1
+                if self._file == len(self.paths):
+                    self.done = True
+                    break
+                self.streams.append(
+                    validate.Stream(self.paths[self._file], self._expected, mapped=False)
+                )
+                self._batches = self.streams[self._file].batches()
+                continue
+            except validate.DAMAGE as exc:  # pragma: no cover - Stream.batches catches it
+                raise TraceError(
+                    self.path, f"unreadable columns ({validate.first_line(exc)})"
+                ) from exc
+            stream = self.streams[self._file]
+            if not piece.num_rows:  # the writer's first batch (it puts the schema there)
+                continue
+            if self.v1:
+                piece = schema.upgrade_events(pa.Table.from_batches([piece]))
+                piece = piece.select(schema.EVENTS.names).combine_chunks().to_batches()[0]
+            out.append((self._file, stream.batch, stream.offset, piece))
+            top = pc.max(piece.column("step")).as_py()
+            if top is not None:
+                self.reached = max(self.reached, top)
+        return out
+
+    def record(
+        self, file: int, batch: int, offset: int, mask: np.ndarray, step: np.ndarray
+    ) -> None:
+        """Index one batch (a later slice of a large batch joins its batch's entry)."""
+        e = self.entries[file]
+        rows = int(mask.sum())
+        lo = int(step[mask].min()) if rows else _NO_STEP
+        hi = int(step[mask].max()) if rows else -1
+        if e["batch"] and e["batch"][-1] == batch:
+            at = len(e["batch"]) - 1
+            prior = self.keep[file].pop(at, None)
+            full = np.concatenate(
+                (np.ones(e["size"][-1], dtype=bool) if prior is None else prior, mask)
+            )
+            e["lo"][-1], e["hi"][-1] = min(e["lo"][-1], lo), max(e["hi"][-1], hi)
+            e["rows"][-1] += rows
+            e["size"][-1] += len(mask)
+            if not full.all():
+                self.keep[file][at] = full
+            return
+        if rows < len(mask):
+            self.keep[file][len(e["batch"])] = mask.copy()
+        for key, value in (("batch", batch), ("offsets", offset), ("lo", lo), ("hi", hi),
+                           ("rows", rows), ("size", len(mask))):  # fmt: skip
+            e[key].append(value)
+
+    def finish(
+        self,
+        steps: pa.Table,
+        steps_stream: validate.Stream,
+        steps_bad: validate.Quarantine,
+        steps_warnings: list[str],
+        index: TraceMeta,
+    ) -> RankScan:
+        """The rank's scan, as :func:`scan_rank` returns it (without the per-step tails)."""
+        warnings = [f"{s.path}: {s.cut}" for s in self.streams if s.cut]
+        warnings.extend(steps_warnings)
+        first = self.streams[0]
+        for other in self.streams:
+            if other.corrupt_rows:
+                self.bad.reasons["in batches failing their checksum"] = (
+                    self.bad.reasons.get("in batches failing their checksum", 0)
+                    + other.corrupt_rows
+                )
+            if other is not first:
+                _fold(first, other)
+        meta = index.meta[self.rank]
+        stem = index.path / schema.rank_stem(self.rank)
+        account = account_rank(
+            self.rank, meta, stem, (first, self.bad), (steps_stream, steps_bad), warnings
+        )
+        warnings.extend(rank_warnings(self.rank, meta, stem))
+        files = tuple(
+            _event_file(stream, self.v1, e, keep)
+            for stream, e, keep in zip(self.streams, self.entries, self.keep, strict=True)
+        )
+        empty = np.zeros(0, dtype=np.int64)
+        return RankScan(
+            self.rank, files, steps, account, tuple(warnings), self.total, empty, empty, empty
+        )
+
+
+_NO_STEP = np.iinfo(np.int64).max
+_ONE_THREAD = pa.ipc.IpcReadOptions(use_threads=False)
+_SCHEMA_MESSAGES: dict[pa.Schema, bytes] = {}
+
+
+def _schema_message(arrow_schema: pa.Schema) -> bytes:
+    found = _SCHEMA_MESSAGES.get(arrow_schema)
+    if found is None:
+        found = _SCHEMA_MESSAGES[arrow_schema] = arrow_schema.serialize().to_pybytes()
+    return found
+
+
+def _event_file(
+    stream: validate.Stream, v1: bool, e: dict[str, list[Any]], keep: dict[int, np.ndarray]
+) -> EventFile:
+    """The index of one file from a sweep's entries: the batches with valid rows."""
+    rows = np.array(e["rows"], dtype=np.int64)
+    used = np.flatnonzero(rows > 0)
+    renumber = {int(old): new for new, old in enumerate(used)}
+    return EventFile(
+        stream.path,
+        v1,
+        stream._reader.schema,
+        np.array(e["offsets"], dtype=np.int64)[used],
+        np.array(e["lo"], dtype=np.int64)[used],
+        np.array(e["hi"], dtype=np.int64)[used],
+        rows[used],
+        {renumber[k]: m for k, m in keep.items() if k in renumber},
+    )
+
+
+class Sweep:
+    """Every rank's events read once, in lockstep, a window of steps at a time.
+
+    Each window reads, for every rank, the record batches up to the first that reaches
+    past the window (the rest of it is held for the next window: one batch per rank),
+    validates the new rows of all ranks together (:func:`validate.events_valid`; a rank
+    whose rows break a rule is then checked alone for the reasons), drops the calls
+    seen before (per rank, :class:`_Seen`), and yields the window's valid events in
+    rank order, file order within a rank — what :func:`read_window` returns for it.
+    Each rank's account is made when its files end (:meth:`scans`), with the index
+    :func:`scan_rank` builds, so single steps can be read again (the report's samples).
+
+    A row of a step before the current window (steps written out of order) raises
+    :class:`OutOfOrder`."""
+
+    def __init__(self, index: TraceMeta, *, warmup_steps: int, window_events: int) -> None:
+        self.index = index
+        if not _open_files_for(len(index.ranks)):
+            raise CannotSweep("too few open files allowed for one per rank")
+        rotated = segments(index)
+        self.cursors: list[_Cursor] = []
+        self._steps: list[tuple[pa.Table, validate.Stream, validate.Quarantine, list[str]]] = []
+        for rank in index.ranks:  # the files of every rank opened (and checked) first
+            cursor = _Cursor(index, rank, rotated)
+            warnings: list[str] = []
+            st_table, st_stream = _read_rank_stream(cursor.steps_path, schema.STEPS, warnings)
+            st_kept, st_bad = validate.check_steps(st_table, rank)
+            if st_stream.corrupt_rows:
+                st_bad.reasons["in batches failing their checksum"] = st_stream.corrupt_rows
+            st_kept, order = validate.check_step_order(st_kept)
+            st_bad.add(order)
+            self.cursors.append(cursor)
+            self._steps.append((st_kept, st_stream, st_bad, warnings))
+        found = [pc.min_max(t.column("step")) for t, *_ in self._steps if t.num_rows]
+        max_step = max((int(m["max"].as_py()) for m in found), default=0)
+        min_step = min((int(m["min"].as_py()) for m in found), default=0)
+        self.cut = warmup_steps if warmup_steps and max_step >= warmup_steps else None
+        # Rows before it are none of the analysis' (the warm-up is read: a call some rank
+        # made in it is left out whole, by the caller, with the rows of the next step).
+        self.first = 0
+        expected = sum(_expected_events(index, c) for c in self.cursors)
+        span = max(max_step - min_step + 1, 1)
+        self.width = max(1, int(window_events * span / max(expected, 1)))
+        self.estimate = max(1, (max_step + 1 - self.first) // self.width + 1)
+        self.min_step: int | None = None  # of the valid rows
+        self.windows: list[tuple[int, int]] = []
+        world = index.world_size
+        self._carry_enter = np.full(world, np.iinfo(np.int64).min, dtype=np.int64)
+        self._carry_exit = np.full(world, -1, dtype=np.int64)
+        #: Validated rows not yet in a window: (table, rank, step, largest step) per group.
+        self._pending: list[tuple[pa.Table, np.ndarray, np.ndarray, int]] = []
+
+    def __iter__(self) -> Iterator[tuple[tuple[int, int], pa.Table, np.ndarray]]:
+        """``((lo, hi), events, previous_exit)`` per window with events, in step order;
+        ``previous_exit`` is :func:`carry`'s value for the window."""
+        lo = self.first
+        while True:
+            hi = (lo // self.width + 1) * self.width
+            if lo == self.first and self.cut is not None:
+                hi = max(hi, self.cut + 1)  # the warm-up with the step after it
+            table, rank = self._read(lo, hi)
+            previous = self._carry_exit.copy()
+            if table.num_rows:
+                self.windows.append((lo, hi))
+                self._carry(table, rank)
+                yield (lo, hi), table, previous
+            if all(c.done for c in self.cursors) and not self._pending:
+                return
+            lo = hi
+            if not table.num_rows and self._pending:  # skip the steps nobody has
+                ahead = min(int(p[2][p[2] >= hi].min()) for p in self._pending)
+                lo = max(hi, ahead // self.width * self.width)
+
+    def _read(self, lo: int, hi: int) -> tuple[pa.Table, np.ndarray]:
+        new: list[tuple[_Cursor, int, int, int, pa.RecordBatch]] = []
+        rows = 0
+        for cursor in self.cursors:
+            for item in cursor.read_until(hi):
+                new.append((cursor, *item))
+                rows += item[3].num_rows
+            if rows >= GROUP_ROWS:  # validated and cut to the analysis columns in groups:
+                self._hold(*self._validated(new), lo)  # decoded batches do not pile up
+                new, rows = [], 0
+        self._hold(*self._validated(new), lo)
+        # The window's rows of every held group, in rank order, file order within a rank
+        # (groups were read in file order): each row is copied once, when its window comes.
+        pieces, ranks = [], []
+        for table, rank, step, _ in self._pending:
+            hit = np.flatnonzero((step < hi) & (step >= max(lo, self.first)))
+            if len(hit) == table.num_rows:
+                pieces.append(table)
+            elif len(hit):  # (numpy indices take a slow path in Arrow: pass an Arrow array)
+                pieces.append(table.take(pa.array(hit)))
+            else:
+                continue
+            ranks.append(rank[hit])
+        self._pending = [_rest(p, hi) for p in self._pending if p[3] >= hi]
+        if not pieces:
+            return _ANALYSIS.empty_table(), np.zeros(0, dtype=np.int64)
+        table = pa.concat_tables(pieces).combine_chunks()
+        rank = np.concatenate(ranks)
+        if len(rank) > 1 and not np.all(rank[1:] >= rank[:-1]):
+            # groups read in different windows overlap in ranks: a rank's rows by rank,
+            # its earlier group's first (a stable sort keeps the file order)
+            order = np.argsort(rank, kind="stable")
+            table, rank = table.take(pa.array(order)), rank[order]
+        return table, rank
+
+    def _hold(self, table: pa.Table, rank: np.ndarray, lo: int) -> None:
+        if not table.num_rows:
+            return
+        step = table.column("step").to_numpy()
+        if step.min() < lo and ((step < lo) & (step >= self.first)).any():
+            raise OutOfOrder(f"steps before {lo} after the sweep passed them")
+        entry = (table, rank, step, int(step.max()))
+        self._pending.append(entry)
+
+    def _validated(
+        self, new: list[tuple[_Cursor, int, int, int, pa.RecordBatch]]
+    ) -> tuple[pa.Table, np.ndarray]:
+        """The valid rows of the batches just read (every rule of the loader), indexed."""
+        if not new:
+            return _ANALYSIS.empty_table(), np.zeros(0, dtype=np.int64)
+        sizes = np.array([item[4].num_rows for item in new], dtype=np.int64)
+        # One copy into contiguous columns: every kernel after it runs once, not per batch.
+        raw = pa.Table.from_batches([item[4] for item in new], schema=schema.EVENTS)
+        raw = raw.combine_chunks()
+        rank = np.repeat(np.array([item[0].rank for item in new], dtype=np.int64), sizes)
+        # Per cursor: its rows are one run of ``raw`` (cursors come in rank order).
+        cursors: list[_Cursor] = []
+        starts: list[int] = []
+        at = 0
+        for item, size in zip(new, sizes, strict=True):
+            if not cursors or cursors[-1] is not item[0]:
+                cursors.append(item[0])
+                starts.append(at)
+            at += int(size)
+        bounds = [*starts, at]
+        try:
+            ok = validate.events_valid(raw, rank, self.index.world_size)
+        except validate.DAMAGE:
+            ok = None
+        for c, a, b in zip(cursors, bounds[:-1], bounds[1:], strict=True):
+            if ok is None or not ok[a:b].all():  # this rank alone: the loader's reasons
+                sub = raw.slice(a, b - a)
+                sub = sub.append_column("__row", pa.array(np.arange(b - a, dtype=np.int64)))
+                try:
+                    kept, bad = validate.check_events(sub, c.rank, self.index.world_size)
+                except validate.DAMAGE as exc:
+                    raise TraceError(
+                        c.path, f"unreadable columns ({validate.first_line(exc)})"
+                    ) from exc
+                c.bad.add(bad)
+                if ok is None:
+                    ok = np.ones(len(rank), dtype=bool)
+                mask = np.zeros(b - a, dtype=bool)
+                mask[kept.column("__row").to_numpy()] = True
+                ok[a:b] = mask
+        assert ok is not None
+        self._first_calls(raw, ok, rank, cursors, bounds)
+        step = pc.fill_null(raw.column("step"), -1).to_numpy()
+        at = 0
+        for (c, file, batch, offset, _), size in zip(new, sizes, strict=True):
+            end = at + int(size)
+            m = ok[at:end]
+            c.record(file, batch, offset, m, step[at:end])
+            c.total += int(m.sum())
+            at = end
+        raw = raw.select(list(ANALYSIS_COLUMNS))  # what the windows keep
+        if ok.all():
+            valid, rank_valid = raw, rank
+        else:
+            valid, rank_valid = raw.filter(pa.array(ok)), rank[ok]
+        if valid.num_rows:
+            low = int(pc.min(valid.column("step")).as_py())
+            self.min_step = low if self.min_step is None else min(self.min_step, low)
+        return valid, rank_valid
+
+    def _first_calls(
+        self,
+        raw: pa.Table,
+        ok: np.ndarray,
+        rank: np.ndarray,
+        cursors: list[_Cursor],
+        bounds: list[int],
+    ) -> None:
+        """The loader's duplicate rule (first occurrence in file order) on the valid rows:
+        unset ``ok`` where a call was seen before. One pass for all ranks when the
+        window holds one kind of call and every rank's numbers go on where they were."""
+        kept = raw if ok.all() else raw.filter(pa.array(ok))
+        if not kept.num_rows:
+            return
+        keys = [pc.min_max(kept.column(c)) for c in ("group", "op", "peer")]
+        single = all(k["min"] == k["max"] for k in keys)
+        seq = pc.fill_null(raw.column("seq"), -1).to_numpy()
+        step_ok = np.flatnonzero(ok)
+        for c, a, b in zip(cursors, bounds[:-1], bounds[1:], strict=True):
+            rows = step_ok[(step_ok >= a) & (step_ok < b)] if not ok[a:b].all() else None
+            s = seq[a:b] if rows is None else seq[rows]
+            if not len(s):
+                continue
+            if single:
+                key = (keys[0]["min"].as_py(), keys[1]["min"].as_py(), str(keys[2]["min"]))
+                if (len(s) < 2 or bool(np.all(np.diff(s) == 1))) and c.seen.extend(
+                    key, int(s[0]), int(s[-1])
+                ):
+                    continue
+            sub = raw.slice(a, b - a)
+            if rows is not None:
+                sub = sub.filter(pa.array(ok[a:b]))
+            first = c.seen.first(sub)
+            if not first.all():
+                c.bad.reasons["duplicate call"] = c.bad.reasons.get("duplicate call", 0) + int(
+                    (~first).sum()
+                )
+                where = np.arange(a, b) if rows is None else rows
+                ok[where[~first]] = False
+
+    def _carry(self, table: pa.Table, rank: np.ndarray) -> None:
+        """Each rank's last call so far (latest enter; ties: later step, later row)."""
+        enter = table.column("enter_ns").to_numpy()
+        step = table.column("step").to_numpy()
+        best = np.full(self.index.world_size, np.iinfo(np.int64).min, dtype=np.int64)
+        np.maximum.at(best, rank, enter)
+        cand = np.flatnonzero(enter == best[rank])
+        order = np.lexsort((cand, step[cand], rank[cand]))
+        cand = cand[order]
+        last = cand[np.r_[rank[cand][1:] != rank[cand][:-1], True]]
+        done = pc.equal(table.column("status"), "completed").to_numpy(zero_copy_only=False)
+        exit_ = np.where(done, table.column("exit_ns").to_numpy(), -1)
+        r = rank[last]
+        take = enter[last] >= self._carry_enter[r]
+        self._carry_enter[r[take]] = enter[last][take]
+        self._carry_exit[r[take]] = exit_[last][take]
+
+    def scans(self) -> list[RankScan]:
+        """Every rank's scan (call after the last window)."""
+        return [
+            cursor.finish(*steps, self.index)
+            for cursor, steps in zip(self.cursors, self._steps, strict=True)
+        ]
+
+    @property
+    def plan_first(self) -> int:
+        """The first step analysed, as :func:`~syncpace.analysis.streaming.plan` has it."""
+        return self.cut or 0
+
+    def steps_tables(self) -> list[pa.Table]:
+        return [t for t, *_ in self._steps]
+
+
+def _rest(
+    held: tuple[pa.Table, np.ndarray, np.ndarray, int], hi: int
+) -> tuple[pa.Table, np.ndarray, np.ndarray, int]:
+    """A held group without its rows before ``hi`` (analysed) once they are most of it:
+    copying the rest then costs at most as much again, and memory stays about the rows
+    still to come, not the batches they came in."""
+    table, rank, step, top = held
+    rest = np.flatnonzero(step >= hi)
+    if 2 * len(rest) > len(step):
+        return held
+    return table.take(pa.array(rest)), rank[rest], step[rest], top
+
+
+def _expected_events(index: TraceMeta, cursor: _Cursor) -> int:
+    """About how many events a rank's files hold (sizes the windows): what a finished
+    rank declares, else its files' size at 40 bytes an event."""
+    declared = index.meta[cursor.rank].get("events_written")
+    if isinstance(declared, int) and declared >= 0 and cursor.streams[0].has_eos:
+        return declared
+    size = 0
+    for path in cursor.paths:
+        try:
+            size += path.stat().st_size
+        except OSError:  # pragma: no cover - removed while open
+            pass
+    return size // 40
+
+
+def prefer_jemalloc() -> None:
+    """Make jemalloc Arrow's default memory pool, where this build has it.
+
+    A sweep allocates and frees a window's columns over and over; mimalloc (Arrow's
+    default in wheels) hands freed pages back at once, and taking them again cost three
+    times the user time in page faults in the kernel (measured: 10 M events, 4,096
+    ranks: 15.4 s of system time with mimalloc, 3.2 s with jemalloc or the system
+    allocator). A process setting: the command line calls it, a library user may."""
+    try:
+        pa.set_memory_pool(pa.jemalloc_memory_pool())
+    except (NotImplementedError, pa.ArrowException):  # pragma: no cover - not built in
+        pass
