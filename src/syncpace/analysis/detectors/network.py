@@ -15,6 +15,7 @@ from syncpace.analysis.findings import Finding
 from syncpace.analysis.replay import counterfactuals as cf
 from syncpace.analysis.replay.program import JOIN, WAIT
 from syncpace.analysis.replay.whatif import Outcome
+from syncpace.trace.busbw import bus_factor
 
 
 def cross_node(ctx: Context) -> pl.Expr:
@@ -137,6 +138,82 @@ def lagging_ranks(ctx: Context) -> list[int]:
     return sorted(ranks) if 0 < len(ranks) < lags.height else []
 
 
+#: Other traffic on a host's link: NIC bytes beyond the job's own, as a share of them.
+FOREIGN_SHARE = 0.2
+#: ... and as a share of the link's rate over the replayed steps (idle links aside).
+FOREIGN_RATE = 0.1
+
+
+def foreign_traffic(ctx: Context) -> dict[str, float]:
+    """Per host with NIC counters: the share of its NIC's bytes during the replayed
+    steps (the busier direction) that the job's collectives do not account for — other
+    flows on the host's link. The job's part is what its ranks on the host posted, each
+    collective's bytes times its bus factor: an upper bound of what the job put on the
+    NIC (traffic between ranks of one host never leaves it), so the share is a lower
+    bound. Only hosts whose other traffic also reaches ``FOREIGN_RATE`` of the link rate
+    are kept. Empty without host counters or a replay."""
+
+    def compute() -> dict[str, float]:
+        prog, hosts = ctx.program, ctx.metrics.hosts
+        if prog is None or hosts is None or hosts.windows.height == 0 or hosts.nic.height == 0:
+            return {}
+        replayed = ctx.metrics.rank_steps.filter(pl.col("step").is_in(prog.steps.tolist()))
+        if replayed.height == 0:
+            return {}
+        t0 = int(replayed["start_ns"].min())  # type: ignore[arg-type]
+        t1 = int(replayed["end_ns"].max())  # type: ignore[arg-type]
+        inst = ctx.metrics.instances
+        factor = np.array(
+            [
+                bus_factor(op, int(n)) or 0.0
+                for op, n in zip(inst["op"], inst["group_size"], strict=True)
+            ]
+        )
+        moved = inst["bytes"].to_numpy().astype(np.float64) * factor
+        posts = (prog.kind == 0) & (prog.inst >= 0)  # POST
+        per_rank = np.bincount(prog.rank[posts], weights=moved[prog.inst[posts]])
+        place = ctx.metrics.placement
+        node = dict(zip(place["rank"].to_list(), place["node"].to_list(), strict=True))
+        job: dict[str, float] = {}
+        for rank, b in enumerate(per_rank):
+            if rank in node:
+                job[node[rank]] = job.get(node[rank], 0.0) + float(b)
+        rates = hosts.nic.select("host", "device", "direction", "link_rate_bps")
+        w = hosts.windows.filter(
+            pl.col("device") != "lo", pl.col("end_ns") > t0, pl.col("start_ns") < t1
+        ).join(rates, on=["host", "device", "direction"], how="inner")
+        if w.height == 0:
+            return {}
+        overlap_s = (
+            pl.min_horizontal("end_ns", pl.lit(t1)) - pl.max_horizontal("start_ns", pl.lit(t0))
+        ) / 1e9
+        nic = (
+            w.filter(pl.col("util").is_not_nan(), pl.col("link_rate_bps") > 0)
+            .group_by("host", "direction")
+            .agg(
+                bytes=(pl.col("util") * pl.col("link_rate_bps") / 8 * overlap_s).sum(),
+                rate=pl.col("link_rate_bps").max() / 8,
+            )
+        )
+        span = (t1 - t0) / 1e9
+        out: dict[str, float] = {}
+        for host, _, nbytes, rate in nic.iter_rows():
+            other = nbytes - job.get(host, 0.0)
+            if nbytes <= 0 or other < FOREIGN_RATE * rate * span:
+                continue
+            out[host] = max(out.get(host, 0.0), other / nbytes)
+        return {h: round(v, 4) for h, v in sorted(out.items())}
+
+    return ctx.memo("foreign_traffic", compute)
+
+
+def contended_hosts(ctx: Context, hosts: list[str] | None = None) -> list[str]:
+    """Hosts (of ``hosts``, else all) whose links carry other traffic beside the
+    job's: at least ``FOREIGN_SHARE`` of their NIC bytes."""
+    found = [h for h, share in foreign_traffic(ctx).items() if share >= FOREIGN_SHARE]
+    return [h for h in found if hosts is None or h in hosts]
+
+
 def fabric_contention(ctx: Context) -> list[Finding]:
     sized, th = _sized(ctx), ctx.thresholds
     if sized.height < 8 or ctx.iteration_ns <= 0 or not has_cross_node_group(ctx):
@@ -163,7 +240,11 @@ def fabric_contention(ctx: Context) -> list[Finding]:
     # the late rank's own lateness does not follow the transfers: unequal link shares end
     # collectives unevenly and the next arrivals inherit that skew, and a straggler that
     # merely sleeps is late by the same amount whatever the fabric does.
-    if own_corr >= th.fabric_skew_correlation:
+    # Other flows on the hosts' links (their NIC counters carry bytes the job did not
+    # send) are contention whatever the late rank does: the veto is for a slow rank
+    # alone, whose host's links carry the job's bytes only.
+    others = contended_hosts(ctx, ctx.nodes_of(_cross_ranks(ctx)))
+    if own_corr >= th.fabric_skew_correlation and not others:
         return []
     intra = sized.filter(~pl.col("cross_node"))
     steps = max(ctx.metrics.steps.height, 1)
@@ -180,7 +261,8 @@ def fabric_contention(ctx: Context) -> list[Finding]:
     )
     cost = replay.saving if replay is not None else measured_cost
     cross_ranks = _cross_ranks(ctx)
-    nodes = ctx.nodes_of(lagging) if lagging else ctx.nodes_of(cross_ranks)
+    # where: the hosts whose links carry other traffic, else those ending late, else all
+    nodes = tuple(others) or (ctx.nodes_of(lagging) if lagging else ctx.nodes_of(cross_ranks))
     evidence = {
         "median_inflation": round(inflation, 3),
         "inflation_over_own_best": round(own_inflation, 3),
@@ -195,9 +277,12 @@ def fabric_contention(ctx: Context) -> list[Finding]:
         "intra_node_median_inflation": _p50(intra["inflation"]),
         "concurrency": int(suspect["concurrency"].max() or 1),
         "ranks_ending_late": lagging,
+        "other_traffic_share_by_host": foreign_traffic(ctx) or None,
         "groups": sorted(suspect["group"].unique().to_list())[:20],
     }
-    where = f" (worst at {', '.join(nodes)})" if lagging else ""
+    where = f" (worst at {', '.join(nodes)})" if lagging or others else ""
+    if others:
+        where += "; their links carry other traffic beside the job's (NIC counters)"
     return [
         ctx.finding(
             "fabric_contention",
@@ -232,8 +317,8 @@ def slow_link(ctx: Context) -> list[Finding]:
     if not has_cross_node_group(ctx) or ctx.program is None:
         return []
     late = lagging_ranks(ctx)
-    if not late:
-        return []
+    if not late or contended_hosts(ctx, ctx.nodes_of(late)):
+        return []  # other flows on those hosts' links: contention, not a slow link
     lags = transfer_lags(ctx).filter(pl.col("rank").is_in(late))
     th = ctx.thresholds
     label = ",".join(map(str, late))
@@ -366,6 +451,10 @@ def bandwidth_bound(ctx: Context) -> list[Finding]:
     # Far below the best rate is the fabric's doing (contention), not the bytes'. Within
     # one node there is no fabric to blame: how fast the node moves bytes is its rate.
     if has_cross_node_group(ctx) and median < th.bandwidth_near_best * reference:
+        return []
+    # Links that carry other flows beside the job's are contended: the bytes that fill
+    # them are not all the job's (fabric_contention's case).
+    if has_cross_node_group(ctx) and contended_hosts(ctx):
         return []
     replay = None
     if ctx.program is not None:
