@@ -19,7 +19,9 @@ MS = 1_000_000
 WORLD, STEPS, SERVICE, COMPUTE = 4, 40, 40 * MS, 100 * MS
 
 
-def write_run(root: Path, contention: bool) -> Path:
+def write_run(root: Path, contention: bool, slow_steps: set[int] | None = None) -> Path:
+    """``slow_steps``: the steps whose transfers are 3x slower (the second half)."""
+    slow_steps = set(range(STEPS // 2, STEPS)) if slow_steps is None else slow_steps
     writers = [
         RankTraceWriter(
             root,
@@ -37,7 +39,7 @@ def write_run(root: Path, contention: bool) -> Path:
     ]
     prev_exit = [0] * WORLD
     for k in range(STEPS):
-        slow = k >= STEPS // 2
+        slow = k in slow_steps
         service = SERVICE * (3 if slow else 1)
         extra = service // 3 if slow else 0  # how late rank 1 is, either way
         enter = []
@@ -134,3 +136,27 @@ def test_other_traffic_on_the_links_is_contention_whatever_the_late_rank_does(
             assert share == pytest.approx(4e9 / (4e9 + job_bps), abs=0.05)
         assert finding.nodes == ("node0", "node1")
         assert "other traffic" in finding.summary
+
+
+@pytest.mark.parametrize(
+    ("slow_steps", "expect_fabric"),
+    [
+        (set(range(26, STEPS)), True),  # flows over the last 35 % of the run
+        (set(range(1, STEPS, 4)), False),  # as many slow transfers, scattered: noise
+        (set(range(STEPS - 3, STEPS)), False),  # too short an episode to be contention
+    ],
+)
+def test_contention_over_less_than_half_the_run_is_seen_in_its_episode(
+    tmp_path, slow_steps, expect_fabric
+):
+    """The median transfer is a clean one when flows covered less than half the run;
+    consecutive inflated transfers (an episode) covering a quarter of them are still
+    contention, scattered ones are not."""
+    analysis = analyze(write_run(tmp_path, True, slow_steps))
+    modes = {f.mode: f for f in analysis.findings}
+    assert ("fabric_contention" in modes) is expect_fabric, [f.summary for f in analysis.findings]
+    if expect_fabric:
+        evidence = modes["fabric_contention"].evidence
+        assert evidence["inflation_p50_all"] == pytest.approx(1.0, abs=0.05)
+        assert evidence["median_inflation"] == pytest.approx(4.0, rel=0.05)  # the episode's
+        assert evidence["episode_share"] == pytest.approx(14 / 39, abs=0.03)

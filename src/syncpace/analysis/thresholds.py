@@ -51,6 +51,11 @@ class Thresholds:
     fabric_inflation: float = setting(
         1.5, "Median transfer time over the run's own best at that size that means contention."
     )
+    fabric_episode_share: float = setting(
+        0.25,
+        "Share of cross-node transfers in episodes of consecutive inflated ones that is "
+        "contention too, when it covers less than half the run.",
+    )
     fabric_skew_correlation: float = setting(
         0.5, "A late rank's own lateness correlated with transfer time above this is no fabric."
     )
@@ -120,6 +125,7 @@ class Thresholds:
             stall_max_steps="[0, 1]",
             lag_min_share="[0, 1]",
             fabric_inflation="[1, 1000]",
+            fabric_episode_share="(0, 1]",
             fabric_skew_correlation="[0, 1]",
             latency_knee_bytes="[0, 1099511627776]",
             latency_min_per_step="[0, 1000000000]",

@@ -227,6 +227,12 @@ def fabric_contention(ctx: Context) -> list[Finding]:
     # slower than the link all run long and not at a few ranks: the fabric is busy or
     # slow everywhere (a slow link next to a few ranks is slow_link's finding)
     whole_run = link_inflation >= th.fabric_inflation and not lagging
+    # contention over less than half the run: the median cannot see it, its episodes can
+    episode = _episodes(suspect, th.fabric_inflation)
+    in_episode = float(episode.mean()) if len(episode) else 0.0
+    during = float(suspect.filter(pl.Series(episode))["inflation_own"].median() or 0.0)  # type: ignore[arg-type]
+    if own_inflation < th.fabric_inflation and in_episode >= th.fabric_episode_share:
+        own_inflation = during
     inflation = max(own_inflation, link_inflation if whole_run else 0.0)
     if inflation < th.fabric_inflation:
         return []
@@ -269,6 +275,8 @@ def fabric_contention(ctx: Context) -> list[Finding]:
         "inflation_over_link": round(link_inflation, 3) if th.link_gbps > 0 else None,
         "p90_inflation": round(float(suspect["inflation"].quantile(0.9, "linear")), 3),  # type: ignore[arg-type]
         "inflated_share": round(inflated_share, 4),
+        "episode_share": round(in_episode, 4),
+        "inflation_p50_all": round(float(suspect["inflation"].median()), 3),  # type: ignore[arg-type]
         "skew_transfer_correlation": round(corr, 3),
         "own_lateness_transfer_correlation": round(own_corr, 3),
         "excess_transfer_ms_per_iteration": ms(excess),
@@ -304,6 +312,25 @@ def fabric_contention(ctx: Context) -> list[Finding]:
             ),
         )
     ]
+
+
+def _episodes(suspect: pl.DataFrame, threshold: float) -> np.ndarray:
+    """Per transfer (rows of ``suspect``): whether it lies in an episode, a run of
+    consecutive transfers (in time) inflated by ``threshold`` or more, at least three
+    long and a tenth of them. Background flows make episodes; noise scatters."""
+    if suspect.height == 0:
+        return np.zeros(0, dtype=bool)
+    order = np.argsort(suspect["last_enter"].to_numpy(), kind="stable")
+    hot = (suspect["inflation_own"].to_numpy() >= threshold)[order]
+    need = max(3, int(np.ceil(0.1 * len(hot))))
+    edges = np.flatnonzero(np.diff(np.r_[0, hot.astype(np.int8), 0]))
+    marked = np.zeros(len(hot), dtype=bool)
+    for a, b in zip(edges[::2], edges[1::2], strict=True):
+        if b - a >= need:
+            marked[a:b] = True
+    out = np.zeros(len(hot), dtype=bool)
+    out[order] = marked
+    return out
 
 
 def _cross_ranks(ctx: Context) -> list[int]:
