@@ -114,6 +114,8 @@ class Outcome:
     replay_error: float | None = None
     iteration_ms: float = 0.0
     run_dir: str = ""
+    effect: float = 0.0  # the planted cause's replayed saving (0: not found)
+    causes: list[tuple[str, float]] = field(default_factory=list)  # (mode, cost), ranked
 
     @property
     def passed(self) -> bool:
@@ -405,6 +407,124 @@ def score(
         replay_error=table.replay_error if table is not None else None,
         iteration_ms=analysis.runs[0].iteration_ns / 1e6,
         run_dir=run_dir,
+    )
+
+
+#: What a loaded machine does to a clean job by itself: compute jitter, its cost the
+#: no-jitter counterfactual's saving.
+MACHINE_NOISE = ("sync_amplification",)
+#: A cause stands above the noise when its saving exceeds the clean phases' saving of
+#: the same counterfactual by this much, and by that saving again (twice the noise).
+NOISE_MARGIN = 0.03
+
+
+def causes_found(analysis: Analysis) -> list[tuple[str, float]]:
+    """(mode, cost) of every cause the diagnosis reports at warning or worse, ranked."""
+    return [
+        (f.mode, round(f.cost, 4))
+        for f in analysis.findings
+        if not f.symptom
+        and f.severity >= Severity.WARNING
+        and f.mode not in ("healthy", "clock_uncertainty")
+    ]
+
+
+@dataclass
+class Noise:
+    """What the clean phases of one run, measured side by side with its planted ones,
+    lose to each counterfactual: per cause the largest saving any clean phase shows."""
+
+    savings: dict[str, float]  # per cause, the largest saving in a clean phase
+    spread: dict[str, float]  # ... and how far the clean phases' savings differ
+    iteration_ms: list[float]
+    load: float
+
+    def of(self, mode: str) -> float:
+        return self.savings.get(mode, 0.0)
+
+    def need(self, mode: str) -> float:
+        """The saving a cause must reach to stand well above this noise: the clean
+        phases' largest, plus twice their spread and at least ``NOISE_MARGIN``."""
+        return self.of(mode) + max(NOISE_MARGIN, 2 * self.spread.get(mode, 0.0))
+
+    def above(self, mode: str, cost: float) -> bool:
+        return cost >= self.need(mode)
+
+    def describe(self) -> str:
+        parts = ", ".join(
+            f"{m} {v:.1%}±{self.spread.get(m, 0.0):.1%}"
+            for m, v in sorted(self.savings.items())
+            if v > 0
+        )
+        its = ", ".join(f"{v:.1f}" for v in self.iteration_ms)
+        return (
+            f"clean phases: iterations {its} ms; their savings (noise) {parts or 'none'}; "
+            f"load average {self.load:.1f}"
+        )
+
+
+def _row(analysis: Analysis, *prefixes: str) -> float:
+    table = analysis.what_if[0] if analysis.what_if else None
+    if table is None:
+        return 0.0
+    got = [r.saving for r in table.rows if r.name.split(":")[0] in prefixes]
+    return max(got, default=0.0)
+
+
+def measure_noise(clean: list[Analysis], load: float = 0.0) -> Noise:
+    """The noise of a run from its clean phases: per cause, the largest saving of its
+    counterfactual in any of them — the no-jitter row for jitter and one-off stalls,
+    the slowest rank computing like the others for stragglers, ideal overlap for poor
+    overlap — and the cost of any cause a clean phase reports."""
+    seen: dict[str, list[float]] = {}
+    for a in clean:
+        each = {
+            "sync_amplification": _row(a, "jitter"),
+            "stall": _row(a, "jitter"),
+            "straggler": _row(a, "slowest", "straggler"),
+            "poor_overlap": _row(a, "overlap"),
+        }
+        for mode, cost in causes_found(a):
+            each[mode] = max(each.get(mode, 0.0), cost)
+        for mode, value in each.items():
+            seen.setdefault(mode, []).append(float(value))
+    savings = {m: max(v) for m, v in seen.items()}
+    spread = {m: max(v) - min(v) if len(v) == len(clean) else max(v) for m, v in seen.items()}
+    iterations = [a.runs[0].iteration_ns / 1e6 for a in clean]
+    return Noise(savings, spread, iterations, load)
+
+
+def score_against(sc: Scenario, analysis: Analysis, noise: Noise) -> Outcome:
+    """:func:`score` with the run's clean phases as the reference: causes whose saving
+    the clean phases show too (within ``noise``) are the machine's, not the job's; the
+    planted cause must come first among the others, stand above the noise, name the
+    planted ranks, and no other cause above the noise may be critical."""
+    outcome = score(sc, analysis)
+    causes = causes_found(analysis)
+    real = [(m, c) for m, c in causes if m == sc.expected or noise.above(m, c)]
+    planted = next((c for m, c in causes if m == sc.expected), 0.0)
+    top = real[0][0] if real else HEALTHY
+    first = top == sc.expected and noise.above(sc.expected, planted)
+    cause = next((f for f in analysis.findings if f.mode == sc.expected), None)
+    named = True
+    if first and sc.expected_ranks is not None:
+        named = cause is not None and sorted(cause.ranks) == sorted(sc.expected_ranks)
+    critical = {
+        f.mode
+        for f in analysis.findings
+        if f.severity == Severity.CRITICAL and not f.symptom and f.mode != sc.expected
+    }
+    false_critical = [m for m, c in real if m in critical]
+    top_finding = next((f for f in analysis.findings if f.mode == top), None)
+    return dataclasses.replace(
+        outcome,
+        top=top,
+        top_ranks=tuple(top_finding.ranks) if top_finding else (),
+        first=first,
+        named=named,
+        false_critical=false_critical,
+        effect=planted,
+        causes=causes,
     )
 
 
