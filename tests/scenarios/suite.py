@@ -12,8 +12,9 @@ critical cause; a clean phase must find no cause. :func:`confusion` tabulates pl
 against found; :func:`predict` checks a planted phase's counterfactual (its cause
 removed in a replay) against the measured clean phases around it.
 
-``tests/scenarios/test_planted.py`` runs a short form in CI; ``benchmarks/scenarios.py``
-the full form.
+``tests/scenarios/test_planted.py`` runs a short form in CI, each planted phase judged
+against the clean phases of the same run (:func:`measure_noise`, :func:`score_against`);
+``benchmarks/scenarios.py`` the full form.
 """
 
 from __future__ import annotations
