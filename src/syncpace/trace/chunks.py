@@ -605,7 +605,7 @@ class _Cursor:
                 piece = schema.upgrade_events(pa.Table.from_batches([piece]))
                 piece = piece.select(schema.EVENTS.names).combine_chunks().to_batches()[0]
             out.append((self._file, stream.batch, stream.offset, piece))
-            top = pc.max(piece.column("step")).as_py()
+            top = _largest(piece.column("step"))
             if top is not None:
                 self.reached = max(self.reached, top)
         return out
@@ -779,7 +779,12 @@ class Sweep:
     def _read(self, lo: int, hi: int) -> tuple[pa.Table, np.ndarray]:
         new: list[tuple[_Cursor, int, int, int, pa.RecordBatch]] = []
         rows = 0
-        for cursor in self.cursors:
+        # Only the ranks whose batches read so far end before ``hi`` read on (in rank
+        # order): with many ranks a window is a few steps, a batch several windows.
+        reached = np.fromiter((c.reached for c in self.cursors), np.int64, len(self.cursors))
+        done = np.fromiter((c.done for c in self.cursors), bool, len(self.cursors))
+        for i in np.flatnonzero((reached < hi) & ~done):
+            cursor = self.cursors[i]
             for item in cursor.read_until(hi):
                 new.append((cursor, *item))
                 rows += item[3].num_rows
@@ -791,18 +796,17 @@ class Sweep:
         # (groups were read in file order): each row is copied once, when its window comes.
         pieces, ranks = [], []
         for table, rank, step, _ in self._pending:
-            hit = np.flatnonzero((step < hi) & (step >= max(lo, self.first)))
-            if len(hit) == table.num_rows:
+            hit = (step < hi) & (step >= max(lo, self.first))
+            if hit.all():
                 pieces.append(table)
-            elif len(hit):  # (numpy indices take a slow path in Arrow: pass an Arrow array)
-                pieces.append(table.take(pa.array(hit)))
-            else:
-                continue
-            ranks.append(rank[hit])
+                ranks.append(rank)
+            elif hit.any():
+                pieces.extend(_runs(table, hit))
+                ranks.append(rank[hit])
         self._pending = [_rest(p, hi) for p in self._pending if p[3] >= hi]
         if not pieces:
             return _ANALYSIS.empty_table(), np.zeros(0, dtype=np.int64)
-        table = pa.concat_tables(pieces).combine_chunks()
+        table = _expand(pa.concat_tables(pieces).combine_chunks())
         rank = np.concatenate(ranks)
         if len(rank) > 1 and not np.all(rank[1:] >= rank[:-1]):
             # groups read in different windows overlap in ranks: a rank's rows by rank,
@@ -872,10 +876,9 @@ class Sweep:
             c.total += int(m.sum())
             at = end
         raw = raw.select(list(ANALYSIS_COLUMNS))  # what the windows keep
-        if ok.all():
-            valid, rank_valid = raw, rank
-        else:
-            valid, rank_valid = raw.filter(pa.array(ok)), rank[ok]
+        valid = _compact(raw if ok.all() else raw.filter(pa.array(ok)))
+        # A valid row's rank column is its file's rank (a rule): held as a view of it.
+        rank_valid = valid.column("rank").to_numpy()
         if valid.num_rows:
             low = int(pc.min(valid.column("step")).as_py())
             self.min_step = low if self.min_step is None else min(self.min_step, low)
@@ -895,8 +898,11 @@ class Sweep:
         kept = raw if ok.all() else raw.filter(pa.array(ok))
         if not kept.num_rows:
             return
-        keys = [pc.min_max(kept.column(c)) for c in ("group", "op", "peer")]
-        single = all(k["min"] == k["max"] for k in keys)
+        keys = [kept.column(c)[0] for c in ("group", "op", "peer")]
+        single = all(
+            pc.all(pc.equal(kept.column(c), k)).as_py()
+            for c, k in zip(("group", "op", "peer"), keys, strict=True)
+        )
         seq = pc.fill_null(raw.column("seq"), -1).to_numpy()
         step_ok = np.flatnonzero(ok)
         for c, a, b in zip(cursors, bounds[:-1], bounds[1:], strict=True):
@@ -905,7 +911,7 @@ class Sweep:
             if not len(s):
                 continue
             if single:
-                key = (keys[0]["min"].as_py(), keys[1]["min"].as_py(), str(keys[2]["min"]))
+                key = (keys[0].as_py(), keys[1].as_py(), str(keys[2]))
                 if (len(s) < 2 or bool(np.all(np.diff(s) == 1))) and c.seen.extend(
                     key, int(s[0]), int(s[-1])
                 ):
@@ -961,10 +967,66 @@ def _rest(
     copying the rest then costs at most as much again, and memory stays about the rows
     still to come, not the batches they came in."""
     table, rank, step, top = held
-    rest = np.flatnonzero(step >= hi)
-    if 2 * len(rest) > len(step):
+    rest = step >= hi
+    if 2 * int(rest.sum()) > len(step):
         return held
-    return table.take(pa.array(rest)), rank[rest], step[rest], top
+    kept = pa.concat_tables(_runs(table, rest)).combine_chunks()
+    return kept, rank[rest], step[rest], top
+
+
+def _runs(table: pa.Table, mask: np.ndarray) -> list[pa.Table]:
+    """The rows of ``table`` where ``mask`` holds, as slices (no copy): a rank's steps
+    come in order, so a window's rows of a group are a run per rank; a mask of many
+    short runs is filtered instead (one copy)."""
+    edges = np.flatnonzero(np.diff(mask, prepend=False, append=False))
+    if len(edges) > 2 * _MAX_RUNS:
+        return [table.filter(pa.array(mask))]
+    return [table.slice(a, b - a) for a, b in zip(edges[::2], edges[1::2], strict=True)]
+
+
+#: More runs than this in a group's mask are filtered, not sliced (a slice costs about
+#: as much as copying a few hundred rows).
+_MAX_RUNS = 1 << 14
+
+
+#: The string columns of the analysis, held dictionary-encoded between windows.
+_STRINGS = tuple(c for c in ANALYSIS_COLUMNS if pa.types.is_string(schema.EVENTS.field(c).type))
+_CODES = pa.dictionary(pa.int8(), pa.string())
+
+
+def _compact(table: pa.Table) -> pa.Table:
+    """``table`` with its string columns dictionary-encoded (one byte a row where a
+    column holds at most 127 values): with thousands of ranks, the rows read ahead
+    of the window (a batch per rank) are most of the sweep's memory, and these
+    columns hold a few names each (97 bytes a row in all become 56)."""
+    columns = []
+    for name in table.column_names:
+        column = table.column(name)
+        if name in _STRINGS:
+            try:
+                column = column.cast(_CODES)
+            except pa.ArrowInvalid:  # more than 127 distinct values
+                column = pc.dictionary_encode(column)
+        columns.append(column)
+    return pa.Table.from_arrays(columns, names=table.column_names)
+
+
+def _expand(table: pa.Table) -> pa.Table:
+    """The window's table with its string columns plain again (:func:`_compact`)."""
+    columns = [
+        table.column(name).cast(pa.string()) if name in _STRINGS else table.column(name)
+        for name in table.column_names
+    ]
+    return pa.Table.from_arrays(columns, schema=_ANALYSIS)
+
+
+def _largest(column: pa.ChunkedArray | pa.Array) -> int | None:
+    """The largest value of an integer column (``None`` when it has none)."""
+    if column.null_count == 0:
+        values = column.to_numpy()
+        return int(values.max()) if len(values) else None
+    top = pc.max(column).as_py()
+    return None if top is None else int(top)
 
 
 def _expected_events(index: TraceMeta, cursor: _Cursor) -> int:
