@@ -17,7 +17,7 @@ from syncpace.analysis import (
 )
 from syncpace.analysis.hang import HangAnalysis, analyze_hang, hang_input
 from syncpace.analysis.parallelism import Parallelism
-from syncpace.analysis.replay import Program, build_program
+from syncpace.analysis.replay import Program, build_program, replayable
 from syncpace.trace.reader import Trace
 from syncpace.trace.summary import pacing_summary
 from syncpace.trace.validate import completeness_lines
@@ -116,8 +116,17 @@ def compute_metrics(trace: Trace, *, warmup_steps: int = 1) -> RunMetrics:
     rank_step = collectives.rank_step_arrivals(matched)
     comm = overlap.rank_step_comm(matched)
     inst, dropped = matched.instances, matched.dropped
-    program = build_program(
-        collectives.usable_events(events), matched.events, inst, rank_steps, global_steps, rank_step
+    program = (
+        build_program(
+            collectives.usable_events(events),
+            matched.events,
+            inst,
+            rank_steps,
+            global_steps,
+            rank_step,
+        )
+        if replayable(trace.meta)
+        else None
     )
     del matched, events, steps  # the per-event arrays are the largest objects: free them
     return from_parts(

@@ -44,7 +44,13 @@ import pyarrow.compute as pc
 from syncpace.analysis import collectives, iterations, overlap, parallelism
 from syncpace.analysis.hang import analyze_hang, hang_input
 from syncpace.analysis.metrics import RunMetrics, compute_metrics, from_parts
-from syncpace.analysis.replay import Program, build_program, replayed_steps, same_program
+from syncpace.analysis.replay import (
+    Program,
+    build_program,
+    replayable,
+    replayed_steps,
+    same_program,
+)
 from syncpace.analysis.timeline import IterationSample, pick_iterations, sample_iterations
 from syncpace.trace import journal, schema
 from syncpace.trace.chunks import (
@@ -255,6 +261,8 @@ def _program(
     again from the start of their window (the warm-up is cut as there), their calls
     named by the run's instance frame ``inst``."""
     if not p.windows or inst.height == 0 or rank_steps.height == 0:
+        return None
+    if not replayable(p.index.meta):
         return None
     steps = replayed_steps(rank_steps, rank_step)
     lo = max((a for a, _ in p.windows if a <= steps[0]), default=p.windows[0][0])

@@ -8,7 +8,13 @@ time saved if it were removed, with the plain replay's own error beside it.
 """
 
 from syncpace.analysis.replay.engine import Change, Pacer, PacerFactory, Replayed, run
-from syncpace.analysis.replay.program import Program, build_program, replayed_steps, same_program
+from syncpace.analysis.replay.program import (
+    Program,
+    build_program,
+    replayable,
+    replayed_steps,
+    same_program,
+)
 
 __all__ = [
     "Change",
@@ -17,6 +23,7 @@ __all__ = [
     "Program",
     "Replayed",
     "build_program",
+    "replayable",
     "replayed_steps",
     "run",
     "same_program",

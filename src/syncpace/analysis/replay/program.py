@@ -106,6 +106,15 @@ class Program:
         return np.unique(self.rank)
 
 
+def replayable(meta: dict[int, dict]) -> bool:
+    """Whether a run's times mean what the program needs: the tracer's (or the
+    simulator's) host-side calls, waits and iteration boundaries. A trace imported from
+    another tool (``import`` in its metadata) times other things — kernels on the
+    device, profiler spans, iterations that are windows of wall time — so its findings
+    rest on the measured rules, not on a replay."""
+    return not any("import" in m for m in meta.values())
+
+
 #: Program fields indexed by instance id, and those holding instance ids.
 _PER_INSTANCE = ("service", "stream", "concurrency", "end_measured")
 _INSTANCE_IDS = ("inst", "batch_inst")
