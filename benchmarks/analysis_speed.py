@@ -22,7 +22,8 @@ trace costs. The measurement runs in a fresh child process with
 comparison; ``--dask-workers N`` runs the same plan on a local Dask cluster of N
 one-thread workers. It reports events/s (wall and per CPU-second, the CPU of every
 process) and the peak RSS (``resource.getrusage``). Targets: >= 2M
-events/s per core; <= 1 GB at 10M events, <= 8 GB at 1,000M.
+events/s per core; <= 1 GB at 10M events, <= 8 GB at 1,000M (GB: 10^9 bytes; the
+peak RSS as ``getrusage`` gives it, in KiB).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from syncpace import allocators
 from syncpace.trace import schema
 
 STEP_NS = 100_000_000  # 100 ms iterations
@@ -166,23 +168,22 @@ def measure_dask(run_dir: Path, workers: int) -> dict[str, float]:
 
     from syncpace.analysis.distributed import dask_metrics, local_client
     from syncpace.analysis.streaming import same_metrics, stream_metrics
-    from syncpace.trace.chunks import prefer_jemalloc
 
-    prefer_jemalloc()
+    allocators.reuse_freed_memory()
     client = local_client(workers)
     try:
-        client.run(prefer_jemalloc)
+        client.run(allocators.reuse_freed_memory)
         cpu0 = sum(client.run(time.process_time).values())
         c0, t0 = time.process_time(), time.perf_counter()
         run = dask_metrics(run_dir, client)
         wall = time.perf_counter() - t0
         cpu = time.process_time() - c0 + sum(client.run(time.process_time).values()) - cpu0
-        peaks = client.run(lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2)
+        peaks = client.run(lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9)
     finally:
         cluster = client.cluster
         client.close()
         cluster.close()
-    client_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
+    client_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9
     single, _ = stream_metrics(run_dir)
     events = int(run.quality["events"])
     return {
@@ -203,9 +204,8 @@ def measure(run_dir: Path, in_memory: bool = False) -> dict[str, float]:
 
     from syncpace.analysis import analyze
     from syncpace.trace import load_trace
-    from syncpace.trace.chunks import prefer_jemalloc
 
-    prefer_jemalloc()  # as the command line does
+    allocators.reuse_freed_memory()  # as the command line does
 
     c0, t0 = time.process_time(), time.perf_counter()
     analysis = analyze(load_trace(run_dir) if in_memory else run_dir)
@@ -218,7 +218,7 @@ def measure(run_dir: Path, in_memory: bool = False) -> dict[str, float]:
         "cpu_s": cpu,
         "events_per_s": events / (t1 - t0),
         "events_per_cpu_s": events / cpu,
-        "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2,
+        "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9,
         "top_finding": analysis.top.mode,
     }
 
@@ -271,7 +271,9 @@ def main() -> int:
                 f"generated {n:,} events in {time.perf_counter() - t:.1f} s into {run_dir} "
                 f"({size:.2f} GB, {size * 1e9 / n:.1f} bytes/event)"
             )
-        env = {**os.environ, "POLARS_MAX_THREADS": "1"}
+        # the child's allocators as the command line sets them (syncpace.allocators)
+        env = {allocators.POLARS_MALLOC_CONF: allocators.KEEP_PAGES, **os.environ}
+        env["POLARS_MAX_THREADS"] = "1"
         command = [sys.executable, __file__, "--measure", str(run_dir)]
         if args.dask_workers:
             command += ["--dask-workers", str(args.dask_workers)]

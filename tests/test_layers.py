@@ -17,7 +17,7 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src" / "syncpace"
 
 #: Shared at the bottom: every package may use these.
-FOUNDATION = {"errors", "_version", "config", "console", "ports", "syncpace"}
+FOUNDATION = {"allocators", "errors", "_version", "config", "console", "ports", "syncpace"}
 
 #: package -> the project packages it may import (besides itself and FOUNDATION).
 ALLOWED: dict[str, set[str]] = {

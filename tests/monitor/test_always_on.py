@@ -7,12 +7,22 @@ SLOW_FROM to SLOW_TO.
 
 from __future__ import annotations
 
+import html
 import json
+import math
+import re
 from pathlib import Path
+
+import numpy as np
+import pytest
 
 from multirank import check, join, start_ranks
 from syncpace.analysis import analyze
+from syncpace.analysis.wholerun import intervals
+from syncpace.capture.monitor import LAG_STEPS
 from syncpace.cli.main import main
+from syncpace.monitor import OnlineDetector
+from syncpace.report.browser import dump_dom
 from syncpace.trace import load_trace, schema
 
 WORKER = Path(__file__).resolve().parent / "workers" / "straggle.py"
@@ -20,7 +30,9 @@ WORLD, STEPS, SLOW_FROM, SLOW_TO = 3, 160, 50, 90
 EVERY = 10
 
 
-def test_rotation_keeps_the_recent_and_the_anomaly_and_summaries_cover_the_run(tmp_path, capsys):
+@pytest.fixture(scope="module")
+def job(tmp_path_factory) -> Path:
+    tmp_path = tmp_path_factory.mktemp("always-on")
     env = {
         "TRACE_DIR": str(tmp_path),
         "SYNCPACE_CONTINUOUS": "1",
@@ -33,6 +45,11 @@ def test_rotation_keeps_the_recent_and_the_anomaly_and_summaries_cover_the_run(t
     }
     procs = start_ranks(WORKER, WORLD, [str(STEPS), str(SLOW_FROM), str(SLOW_TO)], env=env)
     check(join(procs, timeout=120))
+    return tmp_path
+
+
+def test_rotation_keeps_the_recent_and_the_anomaly_and_summaries_cover_the_run(job, capsys):
+    tmp_path = job
     trace = load_trace(tmp_path)
     for rank in range(WORLD):
         seg = trace.meta[rank]["segments"]
@@ -70,3 +87,44 @@ def test_rotation_keeps_the_recent_and_the_anomaly_and_summaries_cover_the_run(t
     assert len(calls) >= trace.events.height  # every kept call (and those of partial steps)
     files = sorted(p.name for p in tmp_path.glob(f"{schema.rank_stem(0)}.events*.arrow"))
     assert files and files[0] != f"{schema.rank_stem(0)}{schema.EVENTS_SUFFIX}"
+
+
+def test_the_report_shows_the_whole_run_the_detection_and_the_kept_detail(job, chromium, capsys):
+    """The job's code is the truth: STEPS steps ran; rank 1 was slow from SLOW_FROM to
+    SLOW_TO - 1; the full-detail steps are the ones the reader kept."""
+    out = job.parent / "report.html"
+    assert main(["report", str(job), "-o", str(out)]) == 0
+    dom = dump_dom(chromium, out)
+    body = re.search(r"<body[^>]*>", dom).group(0)  # type: ignore[union-attr]
+    assert "data-js-error" not in body and "data-plots-ready" in body
+    section = re.search(r'<section id="whole-run".*?</section>', dom, re.S)
+    assert section, "no whole-run section"
+    block = dict(re.findall(r'([\w-]+)="([^"]*)"', re.search(r'<div class="whole-run"[^>]*>',
+                 section.group(0)).group(0)))  # type: ignore[union-attr]  # fmt: skip
+    assert int(block["data-summarised"]) == STEPS
+    assert "js-plotly-plot" in section.group(0)
+    # the full-detail ranges are the steps the reader kept in full
+    trace = load_trace(job)
+    kept = sorted(set(trace.steps["step"].to_list()) | set(trace.events["step"].to_list()))
+    expected = ",".join(f"{a}-{b}" for a, b in intervals(np.array(kept)))
+    assert html.unescape(block["data-full-detail"]) == expected
+    assert len(expected.split(",")) >= 2  # the window around the detection and the recent end
+    # the straggler's interval covers the planted steps, within the documented delay
+    rows = [dict(re.findall(r'([\w-]+)="([^"]*)"', t))
+            for t in re.findall(r'<tr class="detection"[^>]*>', section.group(0))]  # fmt: skip
+    stragglers = [r for r in rows if r["data-kind"] == "straggler"]
+    assert [r["data-rank"] for r in stragglers] == ["1"], rows
+    detector = OnlineDetector(WORLD)
+    bound = EVERY + LAG_STEPS + math.ceil(detector.h / (1 - detector.k))
+    start, stop = int(stragglers[0]["data-start"]), int(stragglers[0]["data-stop"])
+    detected = int(stragglers[0]["data-detected"])
+    assert SLOW_FROM <= start <= SLOW_FROM + 3  # the change point the detector named
+    assert start <= detected <= SLOW_FROM + bound
+    assert SLOW_TO <= stop <= SLOW_TO + bound  # its end, detected after the last slow step
+    # and the terminal says the same in one line
+    assert main(["diagnose", str(job)]) == 0
+    text = capsys.readouterr().out
+    line = next(x for x in text.splitlines() if "whole run:" in x)
+    assert f"whole run: {STEPS} steps summarised (steps 0–{STEPS - 1}, {WORLD} ranks)" in line
+    assert "straggler: rank 1 " in line and f"from step {start} (detected at {detected})" in line
+    assert f"over at step {stop}" in line

@@ -18,6 +18,7 @@ from syncpace.analysis import (
 from syncpace.analysis.hang import HangAnalysis, analyze_hang, hang_input
 from syncpace.analysis.parallelism import Parallelism
 from syncpace.analysis.replay import Program, build_program, replayable
+from syncpace.analysis.wholerun import WholeRun, whole_run
 from syncpace.trace.reader import Trace
 from syncpace.trace.summary import pacing_summary
 from syncpace.trace.validate import completeness_lines
@@ -65,6 +66,8 @@ class RunMetrics:
     program: Program | None = None  # the run as the replay runs it (analysis.replay)
     hang: HangAnalysis | None = None  # where each group stopped (whole run, no warm-up cut)
     hosts: hostcounters.HostMetrics | None = None  # host counters and topology, when sampled
+    #: the whole run from its per-step summaries (always-on mode), else None
+    whole_run: WholeRun | None = None
 
     @property
     def iteration_ns(self) -> float:
@@ -94,6 +97,7 @@ class RunMetrics:
             "parallelism": self.parallelism.to_json(),
             "iteration_boundaries": self.boundaries,
             "hosts": self.hosts.to_json() if self.hosts is not None else None,
+            "whole_run": self.whole_run.to_json() if self.whole_run is not None else None,
         }
 
 
@@ -171,13 +175,17 @@ def from_parts(
     per_rank = iterations.per_rank_summary(rank_steps, rank_step, last)
     place = locality.placement(trace.meta)
     uncertainty = _clock_uncertainty(trace)
+    whole = whole_run(trace)
+    warnings = trace.warnings
+    if whole is not None:
+        warnings += tuple(w for w in whole.warnings if w not in warnings)
     return RunMetrics(
         run=str(trace.path),
         world_size=trace.world_size,
         source=str(trace.meta[trace.ranks[0]].get("source", "unknown")),
         ranks=tuple(trace.ranks),
         missing_ranks=tuple(trace.missing_ranks),
-        warnings=trace.warnings,
+        warnings=warnings,
         clock_uncertainty_ns=uncertainty,
         rank_steps=rank_steps,
         steps=global_steps,
@@ -191,7 +199,7 @@ def from_parts(
         by_local_rank=locality.by_local_rank(per_rank, place),
         iteration=iterations.distribution(global_steps["time_ns"]),
         comm=overlap.summary(ovl),
-        quality=_quality(trace, inst, uncertainty, dropped, global_steps.height, events),
+        quality=_quality(trace, inst, uncertainty, dropped, global_steps.height, events, warnings),
         group_nodes=_group_nodes(trace.meta, place),
         pacing=pacing_summary(trace),
         trailing=trailing,
@@ -200,6 +208,7 @@ def from_parts(
         program=program,
         hang=hang,
         hosts=hostcounters.host_metrics(trace.counters, trace.hosts, trace.meta),
+        whole_run=whole,
     )
 
 
@@ -235,6 +244,7 @@ def _quality(
     dropped: int,
     steps: int,
     events: int,
+    warnings: tuple[str, ...],
 ) -> dict[str, Any]:
     incomplete = inst.filter(~pl.col("complete")) if inst.height else inst
     # ranks of an all-to-all send what they route (uneven in MoE): only other ops must agree
@@ -252,7 +262,7 @@ def _quality(
         "unusable_events": dropped,
         "clock_uncertainty_ns": uncertainty,
         "median_skew_ns": float(inst["skew_ns"].median() or 0.0) if inst.height else 0.0,
-        "warnings": list(trace.warnings),
+        "warnings": list(warnings),
         "events": events,
         "steps": trace.steps.height,
         "steps_analyzed": steps,

@@ -76,7 +76,7 @@ from syncpace.trace.reader import (
 from syncpace.trace.stall import load_stalls
 
 #: Events read and matched together (a window of steps of every rank; at least one step).
-WINDOW_EVENTS = 1_000_000
+WINDOW_EVENTS = 500_000
 
 
 _NONE = np.zeros(0, dtype=np.int64)
@@ -435,16 +435,26 @@ def _ordered(frames: list[pl.DataFrame], *keys: str) -> pl.DataFrame:
 def sample(p: Plan, metrics: RunMetrics, trace: Trace | None = None) -> IterationSample:
     """The report's iterations in full (:func:`pick_iterations`), reading only them."""
     picks = pick_iterations(metrics.steps)
-    tables = [read_window(p.scans, step, step + 1, columns=_ALL) for _, step in picks]
-    events = pl.from_arrow(pa.concat_tables(tables)) if tables else None
-    if isinstance(events, pl.DataFrame):  # rank by rank, as the files are read
-        events = events[np.argsort(events["rank"].to_numpy(), kind="stable")]
+    # Rank by rank, as the files are read (the picks in their order within a rank), a
+    # group of ranks at a time into polars: the Arrow copy of all never exists at once.
+    parts = []
+    for at in range(0, len(p.scans), _SAMPLE_RANKS):
+        tables = [
+            read_window([s], step, step + 1, columns=_ALL)
+            for s in p.scans[at : at + _SAMPLE_RANKS]
+            for _, step in picks
+        ]
+        if tables:
+            parts.append(pl.from_arrow(pa.concat_tables(tables)))
+    events = pl.concat(parts, rechunk=False) if parts else None
     base = trace or base_trace(p)
     sampled = dataclasses.replace(base, events=events) if events is not None else base
     return sample_iterations(sampled, metrics, picks)  # type: ignore[arg-type]
 
 
 _ALL = tuple(schema.EVENTS.names)
+#: Ranks whose sampled iterations are read into polars together.
+_SAMPLE_RANKS = 256
 
 
 def stream_metrics(

@@ -15,10 +15,9 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from syncpace import __version__
+from syncpace import __version__, allocators
 from syncpace.console import visible
 from syncpace.errors import SyncpaceError
-from syncpace.trace.chunks import prefer_jemalloc
 
 #: Verb modules, in the order ``syncpace --help`` lists them.
 VERBS = (
@@ -51,9 +50,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    allocators.keep_polars_pages()  # before a verb's module loads polars
     parser = build_parser()
     args = parser.parse_args(argv)
-    prefer_jemalloc()  # the process's allocator for large reads (see the function)
+    allocators.reuse_freed_memory()  # an analysis frees and takes memory all along
     try:
         return int(args.func(args) or 0)
     except SyncpaceError as exc:

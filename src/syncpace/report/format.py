@@ -21,6 +21,7 @@ from typing import Any
 
 import polars as pl
 
+from syncpace.analysis.wholerun import DetectionSpan, WholeRun
 from syncpace.trace.validate import ranges
 
 #: What to call a failure mode in a sentence (unknown modes: the name with spaces).
@@ -484,3 +485,53 @@ def pacing_line(p: dict) -> str:
         f"paced, max delay {duration(p.get('delay_max_s', 0) or 0)} (bound "
         f"{duration(p.get('bound_s', 0) or 0)}); A/B {verdict}{detail}{stopped}"
     )
+
+
+# Whole run (always-on mode) ------------------------------------------------------------
+#: Detections named in the one-line view of the whole run; the rest are counted.
+LINE_DETECTIONS = 3
+
+
+def step_spans(spans: Sequence[Sequence[int]], limit: int = 6) -> str:
+    """[(0, 3), (45, 70)] -> '0–3, 45–70' (the first ``limit``, then how many more)."""
+    parts = [f"{a}–{b}" if a != b else f"{a}" for a, b in spans[:limit]]
+    if len(spans) > limit:
+        parts.append(f"{len(spans) - limit} more")
+    return ", ".join(parts) if parts else "none"
+
+
+def detection_title(kind: str, rank: int | None, places: Places) -> str:
+    """'straggler: rank 1 (h0, local rank 1)', 'iteration time up'."""
+    if kind == "straggler":
+        return "straggler: " + (places.rank(rank) if rank is not None else "a rank")
+    if kind == "step_time_jump":
+        return "iteration time up"
+    return kind
+
+
+def detection_when(span: DetectionSpan) -> str:
+    """'from step 41 (detected at 50) to step 96' — the end as the stop's detection."""
+    text = f"from step {span.start_step}"
+    if span.detected_step is not None and span.detected_step != span.start_step:
+        text += f" (detected at {span.detected_step})"
+    text += f", over at step {span.stop_step}" if span.stop_step is not None else ", still on"
+    cost = span.episode_cost
+    if cost:
+        text += f", costing {percent(cost)}"
+    return text
+
+
+def whole_run_line(w: WholeRun, places: Places) -> str:
+    """The terminal's one line on the whole run of an always-on job."""
+    text = (
+        f"whole run: {count(w.summarised)} steps summarised (steps {w.first_step}–{w.last_step}, "
+        f"{w.ranks} ranks), {count(w.full_detail_steps)} with full detail "
+        f"({step_spans(w.full_detail)})"
+    )
+    shown = [
+        f"{detection_title(d.kind, d.rank, places)} {detection_when(d)}"
+        for d in w.detections[:LINE_DETECTIONS]
+    ]
+    if len(w.detections) > LINE_DETECTIONS:
+        shown.append(f"{len(w.detections) - LINE_DETECTIONS} more")
+    return text + "; detections: " + ("; ".join(shown) if shown else "none")

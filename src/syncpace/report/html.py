@@ -32,6 +32,7 @@ from typing import Any
 
 from syncpace import __version__
 from syncpace.analysis import Analysis, RunComparison, RunMetrics
+from syncpace.analysis.wholerun import MAX_POINTS
 from syncpace.errors import PlotlyMissing, ReportError
 from syncpace.report import format as fmt
 from syncpace.report.hang import hang_html, stopped
@@ -277,6 +278,65 @@ def _change(c: RunComparison | None, names: dict[str, str]) -> str:
     )
 
 
+# --------------------------------------------------------------------------- whole run
+
+
+def whole_run_html(analysis: Analysis, figures: _Figures) -> str:
+    """Per run with per-step summaries (always-on mode): the whole run's figure, its
+    detections and the steps with full detail. Empty when no run has summaries."""
+    runs = [r for r in analysis.runs if r.whole_run is not None]
+    if not runs:
+        return ""
+    # plotly is the optional [report] extra: the figure module imports it at its top.
+    from syncpace.report.wholerun import whole_run_figure
+
+    names = fmt.run_names([r.run for r in analysis.runs])
+    parts = [
+        '<section id="whole-run"><h2>The whole run</h2><p class="meta">From the per-step '
+        "summaries every rank keeps for the whole run (always-on mode); the rest of the "
+        "report covers the steps with full detail. Steps are grouped in bins of a power of "
+        f"two steps, the fewest that leave at most {MAX_POINTS} points: each point is a "
+        "bin, the band runs from the fastest to the slowest rank's mean step time in it, "
+        "the line is the median rank's, the dotted line the slowest single step.</p>"
+    ]
+    for run in runs:
+        w = run.whole_run
+        assert w is not None
+        places = fmt.Places.of(run.placement)
+        detail = ",".join(f"{a}-{b}" for a, b in w.full_detail)
+        rows = "".join(
+            f'<tr class="detection" data-kind="{e(d.kind)}" '
+            f'data-rank="{"" if d.rank is None else d.rank}" data-start="{d.start_step}" '
+            f'data-detected="{"" if d.detected_step is None else d.detected_step}" '
+            f'data-stop="{"" if d.stop_step is None else d.stop_step}">'
+            f"<td>{e(fmt.detection_title(d.kind, d.rank, places))}</td>"
+            f'<td class="num">{d.start_step}</td>'
+            f'<td class="num">{"—" if d.detected_step is None else d.detected_step}</td>'
+            f'<td class="num">{"still on" if d.stop_step is None else d.stop_step}</td>'
+            f'<td class="num">{e(fmt.percent(d.episode_cost))}'
+            "</td></tr>"
+            for d in w.detections
+        )
+        table = (
+            '<table class="t detections"><thead><tr><th>live detection</th><th>from step</th>'
+            "<th>detected at</th><th>over at</th><th>cost</th></tr></thead>"
+            f"<tbody>{rows}</tbody></table>"
+            if w.detections
+            else '<p class="meta">The live monitor reported nothing.</p>'
+        )
+        title = names[run.run] if len(analysis.runs) > 1 else ""
+        parts.append(
+            f'<div class="whole-run" data-run="{e(names[run.run])}" data-steps="{w.steps}" '
+            f'data-summarised="{w.summarised}" data-full-detail="{e(detail)}" '
+            f'data-full-detail-steps="{w.full_detail_steps}" data-bin-steps="{w.bin_steps}" '
+            f'data-detections="{len(w.detections)}">'
+            f'<p class="line">{e(fmt.whole_run_line(w, places))}</p>'
+            f"{figures.place(whole_run_figure(w, places, title=title))}{table}</div>"
+        )
+    parts.append("</section>")
+    return "".join(parts)
+
+
 # --------------------------------------------------------------------------- findings
 
 
@@ -442,6 +502,7 @@ def render_html(analysis: Analysis, *, plotly_js: str | None = None) -> str:
             verdict_html(verdict),
             *(_completeness_html(r) for r in analysis.runs),
             runs,
+            whole_run_html(analysis, figures),
             '<section id="findings"><h2>Findings</h2>',
             cards,
             "</section>",

@@ -14,7 +14,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from syncpace.analysis import Analysis, RunComparison, Severity
+from syncpace.analysis import Analysis, RunComparison, RunMetrics, Severity
 from syncpace.console import make_console, safe, visible
 from syncpace.report import format as fmt
 from syncpace.report.format import pacing_line
@@ -83,6 +83,7 @@ def print_runs(analysis: Analysis, console: Console) -> None:
             console.print("  after the last iteration: " + safe(fmt.trailing_line(run.trailing)))
         if run.pacing is not None:
             console.print("  " + safe(pacing_line(run.pacing)))
+        print_whole_run(run, console)
         print_loss(run.quality, console)
         return
     changes = {c.run: c for c in analysis.comparison}
@@ -116,6 +117,7 @@ def print_runs(analysis: Analysis, console: Console) -> None:
             console.print(f"  {safe(names[r.run])}: {safe(pacing_line(r.pacing))}")
     for r in analysis.runs:
         console.print(f"[bold]{safe(names[r.run])}[/]:")
+        print_whole_run(r, console)
         print_loss(r.quality, console)
     if analysis.scaling:
         points = ", ".join(
@@ -124,6 +126,13 @@ def print_runs(analysis: Analysis, console: Console) -> None:
             for p in analysis.scaling
         )
         console.print(f"scaling efficiency by world size: {points}")
+
+
+def print_whole_run(run: RunMetrics, console: Console) -> None:
+    """One line on the whole run of an always-on job (its per-step summaries)."""
+    if run.whole_run is not None:
+        line = fmt.whole_run_line(run.whole_run, fmt.Places.of(run.placement))
+        console.print("  " + safe(line), soft_wrap=True)
 
 
 #: Reader warnings printed per run; the rest are counted (all are in --json).

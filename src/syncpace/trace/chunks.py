@@ -979,14 +979,14 @@ def _runs(table: pa.Table, mask: np.ndarray) -> list[pa.Table]:
     come in order, so a window's rows of a group are a run per rank; a mask of many
     short runs is filtered instead (one copy)."""
     edges = np.flatnonzero(np.diff(mask, prepend=False, append=False))
-    if len(edges) > 2 * _MAX_RUNS:
+    if len(edges) * _ROWS_PER_SLICE > 2 * len(mask):
         return [table.filter(pa.array(mask))]
     return [table.slice(a, b - a) for a, b in zip(edges[::2], edges[1::2], strict=True)]
 
 
-#: More runs than this in a group's mask are filtered, not sliced (a slice costs about
-#: as much as copying a few hundred rows).
-_MAX_RUNS = 1 << 14
+#: A slice of a table costs about as much as filtering this many rows (measured: 5 us
+#: against 10 ns a row): a mask with more runs than its rows over this is filtered.
+_ROWS_PER_SLICE = 500
 
 
 #: The string columns of the analysis, held dictionary-encoded between windows.
@@ -1042,17 +1042,3 @@ def _expected_events(index: TraceMeta, cursor: _Cursor) -> int:
         except OSError:  # pragma: no cover - removed while open
             pass
     return size // 40
-
-
-def prefer_jemalloc() -> None:
-    """Make jemalloc Arrow's default memory pool, where this build has it.
-
-    A sweep allocates and frees a window's columns over and over; mimalloc (Arrow's
-    default in wheels) hands freed pages back at once, and taking them again cost three
-    times the user time in page faults in the kernel (measured: 10 M events, 4,096
-    ranks: 15.4 s of system time with mimalloc, 3.2 s with jemalloc or the system
-    allocator). A process setting: the command line calls it, a library user may."""
-    try:
-        pa.set_memory_pool(pa.jemalloc_memory_pool())
-    except (NotImplementedError, pa.ArrowException):  # pragma: no cover - not built in
-        pass

@@ -18,7 +18,7 @@ import polars as pl
 import pyarrow as pa
 
 from syncpace.errors import TraceError
-from syncpace.trace import journal, schema, validate
+from syncpace.trace import journal, schema, validate, wholerun
 from syncpace.trace.segments import add_interval
 from syncpace.trace.stall import StallRecord, load_stalls
 
@@ -134,7 +134,7 @@ def _read_segments(
     return table, joined
 
 
-def _rotated_steps(metas: dict[int, dict[str, Any]]) -> list[list[int]]:
+def rotated_steps(metas: dict[int, dict[str, Any]]) -> list[list[int]]:
     """Steps whose events rotation removed on some rank, merged."""
     intervals: list[list[int]] = []
     for meta in metas.values():
@@ -412,7 +412,7 @@ def load_trace(path: str | Path, *, allow_missing_ranks: bool = True) -> Trace:
     steps = pl.from_arrow(pa.concat_tables(step_tables))
     assert isinstance(events, pl.DataFrame) and isinstance(steps, pl.DataFrame)
     summaries = load_summaries(root, metas, warnings)
-    rotated = _rotated_steps(metas)
+    rotated = rotated_steps(metas)
     if rotated:
         # A step some rank lost events of cannot be matched across ranks: analyse the
         # steps every rank still holds in full; the summaries cover the rest.
@@ -474,11 +474,11 @@ def _read_evidence(
 def load_summaries(
     root: Path, metas: dict[int, dict[str, Any]], warnings: list[str]
 ) -> pl.DataFrame:
-    """Every rank's per-step summaries (``rank-R.summary.arrow``), where written."""
+    """Every rank's per-step summaries (``rank-R.summary.arrow``), where written,
+    validated (:func:`syncpace.trace.wholerun.read_summary`)."""
     tables = []
     for rank in sorted(metas):
-        path = root / f"{schema.rank_stem(rank)}{schema.SUMMARY_SUFFIX}"
-        table = _read_evidence(path, schema.SUMMARY, "summaries", warnings)
+        table = wholerun.read_summary(wholerun.summary_file(root, rank), rank, warnings)
         if table is not None:
             tables.append(table)
     frame = pl.from_arrow(pa.concat_tables(tables) if tables else schema.SUMMARY.empty_table())

@@ -275,6 +275,12 @@ def _msgspec_reason(exc: Exception) -> str:
     return text[0][:300] if text else type(exc).__name__
 
 
+def visible_reason(exc: Exception) -> str:
+    """A decoder's complaint as one short printable line: it may quote the bad value."""
+    text = _msgspec_reason(exc)[:200]
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def _short(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
@@ -614,6 +620,33 @@ def check_steps(table: Any, rank: int) -> tuple[Any, Quarantine]:
         ("step longer than a week", end - start > MAX_SPAN_NS),
         ("pacing delay outside the step", (delay < 0) | (delay > np.maximum(end - start, 0))),
     ]
+    return _apply(table, rules)
+
+
+#: Largest step id a summary row may name: a run of 10 steps a second for 13 years.
+MAX_STEP = 1 << 32
+
+
+def check_summaries(table: Any, rank: int) -> tuple[Any, Quarantine]:
+    """The rows of a per-step summaries table (``schema.SUMMARY``) that keep its
+    invariants: counts and times not negative, the longest call within the step's time
+    in calls, failures among the calls, each step once."""
+    col = table.column
+    calls, failed = _np(col("calls")), _np(col("failed"))
+    comm, blocked, longest = _np(col("comm_ns")), _np(col("blocked_ns")), _np(col("longest_ns"))
+    steps = _np(col("step"))
+    rules = _nulls(table, ())
+    rules += [
+        (f"rank column not {rank}", _np(col("rank")) != rank),
+        ("step out of range", (steps < 0) | (steps > MAX_STEP)),
+        ("negative count", (calls < 0) | (failed < 0) | (_np(col("bytes")) < 0)),
+        ("more failures than calls", failed > calls),
+        ("time out of range", (comm < 0) | (blocked < 0) | (longest < 0) | (comm > MAX_TIME_NS)),
+        ("longest call beyond the time in calls", longest > comm),
+    ]
+    if steps.size > 1:
+        _, first, inverse = np.unique(steps, return_index=True, return_inverse=True)
+        rules.append(("duplicate step", first[inverse] < np.arange(steps.size)))
     return _apply(table, rules)
 
 

@@ -1,0 +1,211 @@
+"""What always-on mode keeps of the whole run, read back: per-step summaries, step
+boundaries and the live monitor's detections.
+
+In always-on mode a rank's events rotate out; three files stay for the whole run
+(``docs/monitoring.md``): ``rank-R.steps.arrow`` (every step boundary),
+``rank-R.summary.arrow`` (per step: calls, bytes, time in calls, blocked time, the
+longest call, failures) and ``rank-R.monitor.jsonl`` (the live detector's starts and
+stops, one JSON object a line, the same on every rank).
+
+The rules are the reader's: a damaged or cut summary file keeps its complete batches
+and says so in a warning naming the file; rows that break the format are left out and
+counted; a detections file is read only when it is a regular file within
+:data:`MAX_MONITOR_BYTES`, and each line that is not a detection is left out and
+counted in one warning for the file. Nothing here raises on bad input but a
+:class:`~syncpace.errors.TraceError` the caller turns into a warning.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Literal
+
+import msgspec
+import numpy as np
+import pyarrow as pa
+
+from syncpace.errors import TraceError
+from syncpace.trace import schema, validate
+
+#: Bound on one rank's detections file: a detection is ~200 bytes, a start and a stop
+#: per episode; a real file is kilobytes even after days.
+MAX_MONITOR_BYTES = 16 << 20
+#: Bound on one line of it.
+MAX_LINE_BYTES = 4096
+
+_Step = Annotated[int, msgspec.Meta(ge=0, le=validate.MAX_STEP)]
+_Rank = Annotated[int, msgspec.Meta(ge=0, lt=validate.MAX_WORLD_SIZE)]
+_Share = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
+_Cost = Annotated[float, msgspec.Meta(ge=-1.0, le=1e6)]
+_Seconds = Annotated[float, msgspec.Meta(ge=0.0, le=1e7)]
+
+
+class Detection(msgspec.Struct, frozen=True):
+    """One line of ``rank-R.monitor.jsonl``: something started or stopped at ``step``
+    (as :class:`syncpace.monitor.Detection` writes it; unknown keys are ignored)."""
+
+    kind: Literal["straggler", "step_time_jump"]
+    state: Literal["start", "stop"]
+    step: _Step
+    rank: _Rank | None = None
+    share: _Share = 0.0
+    cost: _Cost = 0.0
+    steps_seen: _Step = 0
+    since_step: _Step | None = None  # straggler: the change point the detector named
+    median_s: _Seconds | None = None  # step_time_jump: the window's median step time
+    baseline_s: _Seconds | None = None
+
+
+_DECODER = msgspec.json.Decoder(Detection)
+
+
+def monitor_path(root: Path, rank: int) -> Path:
+    return root / f"{schema.rank_stem(rank)}{schema.MONITOR_SUFFIX}"
+
+
+def read_detections(path: Path, world_size: int, warnings: list[str]) -> list[Detection]:
+    """The detections of one rank's file; ``[]`` when there is none. A file that is not
+    a regular file or too large is refused with one warning; each bad line is left out
+    (one warning for the file, with the first reason)."""
+    if not path.exists() and not path.is_symlink():
+        return []
+    try:
+        data = validate.read_regular(path, MAX_MONITOR_BYTES, "detections file")
+    except TraceError as exc:
+        warnings.append(f"{exc}; its detections are left out")
+        return []
+    lines = data.split(b"\n")
+    cut = bool(lines) and lines[-1] != b""  # the last line was being written
+    out: list[Detection] = []
+    bad: list[tuple[int, str]] = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        if len(line) > MAX_LINE_BYTES:
+            bad.append((number, f"longer than {MAX_LINE_BYTES:,} bytes"))
+            continue
+        try:
+            record = _DECODER.decode(line)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            bad.append((number, validate.visible_reason(exc)))
+            continue
+        problem = _problem(record, world_size)
+        if problem:
+            bad.append((number, problem))
+            continue
+        out.append(record)
+    if bad:
+        number, reason = bad[0]
+        ending = " (the last one cut short)" if cut and bad[-1][0] == len(lines) else ""
+        warnings.append(
+            f"{path}: {len(bad):,} line(s) are not detections{ending}, left out "
+            f"(line {number}: {reason})"
+        )
+    return out
+
+
+def _problem(d: Detection, world_size: int) -> str | None:
+    if d.rank is not None and d.rank >= world_size:
+        return f"rank {d.rank} outside the world of {world_size}"
+    if d.kind == "straggler" and d.rank is None:
+        return "a straggler without a rank"
+    if d.since_step is not None and d.since_step > d.step:
+        return f"since step {d.since_step} after its step {d.step}"
+    return None
+
+
+def run_detections(
+    root: Path, ranks: Iterable[int], world_size: int, warnings: list[str]
+) -> list[Detection]:
+    """Every rank's detections, each once (every rank records the same ones; a rank
+    that stopped early holds fewer), in step order."""
+    seen: set[Detection] = set()
+    for rank in ranks:
+        seen.update(read_detections(monitor_path(root, rank), world_size, warnings))
+    return sorted(seen, key=lambda d: (d.step, d.kind, -1 if d.rank is None else d.rank, d.state))
+
+
+# Summaries and steps -----------------------------------------------------------------
+def summary_file(root: Path, rank: int) -> Path:
+    return root / f"{schema.rank_stem(rank)}{schema.SUMMARY_SUFFIX}"
+
+
+def read_summary(path: Path, rank: int, warnings: list[str]) -> pa.Table | None:
+    """One rank's summaries, validated; ``None`` when there is no file or it cannot be
+    read at all (said in ``warnings``). A cut file keeps its complete batches."""
+    if not path.exists() and not path.is_symlink():
+        return None
+    try:
+        stream = validate.Stream(path, schema.SUMMARY)
+        table = stream.read_all()
+    except TraceError as exc:
+        warnings.append(f"{exc}; its summaries are left out")
+        return None
+    except validate.DAMAGE as exc:
+        warnings.append(f"{path}: unreadable columns ({validate.first_line(exc)}); "
+                        "its summaries are left out")  # fmt: skip
+        return None
+    if stream.cut:
+        warnings.append(f"{path}: {stream.cut}")
+    if stream.corrupt_batches:
+        warnings.append(
+            f"{path}: batch(es) {', '.join(map(str, stream.corrupt_batches[:5]))} fail their "
+            f"checksum: {stream.corrupt_rows:,} summaries left out"
+        )
+    kept, bad = validate.check_summaries(table, rank)
+    if bad.rows:
+        warnings.append(
+            f"{path}: {bad.rows:,} of {table.num_rows:,} summaries left out as invalid "
+            f"({bad.describe()})"
+        )
+    return kept
+
+
+@dataclass(frozen=True)
+class RankSeries:
+    """One rank's whole run as arrays: its step boundaries and its summaries."""
+
+    rank: int
+    steps: np.ndarray  # step ids with a boundary row, increasing
+    step_ns: np.ndarray  # end - start of each
+    summary_steps: np.ndarray  # step ids with a summary row
+    calls: np.ndarray
+    comm_ns: np.ndarray
+    blocked_ns: np.ndarray
+    failed: np.ndarray
+
+
+def rank_series(root: Path, rank: int, warnings: list[str]) -> RankSeries | None:
+    """One rank's whole-run series; ``None`` when it has no summaries file. Problems
+    of its steps file are the main reader's to report (:func:`load_trace`): its rows
+    that break the format are left out here without a second warning."""
+    summary = read_summary(summary_file(root, rank), rank, warnings)
+    if summary is None:
+        return None
+    steps = schema.STEPS.empty_table()
+    steps_path = root / f"{schema.rank_stem(rank)}{schema.STEPS_SUFFIX}"
+    try:
+        steps = validate.Stream(steps_path, schema.STEPS).read_all()
+    except (TraceError, *validate.DAMAGE):
+        pass
+    steps, _ = validate.check_steps(steps, rank)
+    steps, _ = validate.check_step_order(steps)
+    start = steps.column("start_ns").to_numpy()
+    end = steps.column("end_ns").to_numpy()
+
+    def col(name: str) -> np.ndarray:
+        return np.asarray(summary.column(name).to_numpy(), dtype=np.int64)
+
+    order = np.argsort(col("step"), kind="stable")
+    return RankSeries(
+        rank=rank,
+        steps=np.asarray(steps.column("step").to_numpy(), dtype=np.int64),
+        step_ns=np.asarray(end - start, dtype=np.int64),
+        summary_steps=col("step")[order],
+        calls=col("calls")[order],
+        comm_ns=col("comm_ns")[order],
+        blocked_ns=col("blocked_ns")[order],
+        failed=col("failed")[order],
+    )

@@ -1,0 +1,60 @@
+"""The analysis process's allocators: polars' jemalloc reads the options syncpace gives
+it (jemalloc itself says so), the variable does not reach the processes started after,
+and Arrow's pool is the system allocator."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+
+
+def _python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if k != "_RJEM_MALLOC_CONF"}
+    clean.update(PYTHONPATH=SRC, **env)
+    return subprocess.run(
+        [sys.executable, "-c", code], env=clean, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_polars_allocator_reads_the_options_and_children_do_not_see_them() -> None:
+    # "stats_print" makes jemalloc print its statistics at exit: proof it read them
+    code = (
+        "import os, subprocess, sys\n"
+        "from syncpace import allocators\n"
+        "allocators.KEEP_PAGES = 'stats_print:true'\n"
+        "assert allocators.keep_polars_pages()\n"
+        "assert 'polars' in sys.modules\n"
+        "assert allocators.POLARS_MALLOC_CONF not in os.environ\n"
+        "child = subprocess.run([sys.executable, '-c', 'import os; "
+        'print(os.environ.get("_RJEM_MALLOC_CONF"))\'], capture_output=True, text=True)\n'
+        "print('child:', child.stdout.strip())\n"
+    )
+    done = _python(code)
+    assert done.returncode == 0, done.stderr
+    assert "child: None" in done.stdout
+    assert "Begin jemalloc statistics" in done.stderr
+
+
+def test_too_late_once_polars_is_loaded_and_a_users_setting_wins() -> None:
+    late = _python(
+        "import polars\nfrom syncpace import allocators\nprint(allocators.keep_polars_pages())"
+    )
+    assert late.stdout.strip() == "False", late.stderr
+    own = _python(
+        "import os\nfrom syncpace import allocators\n"
+        "print(allocators.keep_polars_pages(), os.environ['_RJEM_MALLOC_CONF'])",
+        _RJEM_MALLOC_CONF="narenas:2",
+    )
+    assert own.stdout.split() == ["False", "narenas:2"], own.stderr
+
+
+def test_arrow_uses_the_system_allocator() -> None:
+    done = _python(
+        "import pyarrow as pa\nfrom syncpace import allocators\n"
+        "allocators.reuse_freed_memory()\nprint(pa.default_memory_pool().backend_name)"
+    )
+    assert done.stdout.strip() == "system", done.stderr
