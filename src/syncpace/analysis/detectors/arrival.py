@@ -94,11 +94,27 @@ def late_ranks(ctx: Context) -> list[int]:
     if per_rank.height < 2:
         return []
     typical = float(per_rank.select(fast_half(pl.col("lateness_p50_ns"))).item() or 0.0)
+    # as with a replay: beyond the run's noise too (how far the fast half's lateness
+    # strays from its own, step by step)
+    need = max(margin, th.straggler_factor * lateness_noise(ctx))
     late = per_rank.filter(
-        (pl.col("lateness_p50_ns") - typical >= margin)
+        (pl.col("lateness_p50_ns") - typical >= need)
         & (pl.col("lateness_p50_ns") >= th.straggler_factor * typical)
     )
     return sorted(late["rank"].to_list())
+
+
+def lateness_noise(ctx: Context) -> float:
+    """The run's noise in arrivals without a replay: :func:`fast_noise` of the per
+    (rank, step) lateness against each step's fast half."""
+    rs = ctx.metrics.rank_step.drop_nulls("lateness_ns")
+    if rs.height == 0:
+        return 0.0
+    rs = rs.with_columns(
+        base=fast_half(pl.col("lateness_ns")).over("step"),
+        mid=pl.col("lateness_ns").median().over("step"),
+    )
+    return fast_noise(rs, "lateness_ns", "base", "mid")
 
 
 def _wait_cost(ctx: Context, exclude: list[int]) -> float:
@@ -138,9 +154,15 @@ def levels(ctx: Context, late: list[int]) -> list[list[int]]:
     """The late ranks in groups of like slowness, slowest first: a rank half as slow as
     the one before it starts a new group (one badly slow rank and one barely slow are
     two findings, a whole slow node one)."""
-    if ctx.program is None or len(late) < 2:
+    if len(late) < 2:
         return [late] if late else []
-    rc = rank_compute(ctx).filter(pl.col("rank").is_in(late)).sort("excess_ns", descending=True)
+    if ctx.program is not None:
+        rc = rank_compute(ctx).filter(pl.col("rank").is_in(late))
+    else:  # by lateness, as measured
+        rc = ctx.metrics.per_rank.filter(pl.col("rank").is_in(late)).select(
+            "rank", excess_ns="lateness_p50_ns"
+        )
+    rc = rc.sort("excess_ns", descending=True)
     groups: list[list[int]] = []
     previous = None
     for rank, excess in zip(rc["rank"].to_list(), rc["excess_ns"].to_list(), strict=True):
