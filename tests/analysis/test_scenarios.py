@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from planted import SCENARIOS
-from syncpace.analysis import Analysis, Severity, analyze
+from syncpace.analysis import Analysis, Finding, Severity, analyze
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
@@ -18,7 +18,25 @@ def analysis_of(name: str) -> Analysis:
     return analyze(DATA / name)
 
 
-@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def finding_of(name: str, mode: str) -> Finding:
+    return next(f for f in analysis_of(name).findings if f.mode == mode)
+
+
+#: Planted, but hidden: the generator issues the 48 small all-reduces during backward,
+#: and they complete before backward ends. Removing their latency saves no iteration
+#: time, so the replay costs the finding at (about) nothing: it is a note, not a cause.
+HIDDEN = {"latency_bound"}
+
+
+def test_a_hidden_cause_is_found_but_costs_nothing() -> None:
+    for name in HIDDEN:
+        found = finding_of(name, SCENARIOS[name].expected_mode)
+        assert found.severity == Severity.INFO and found.cost < 0.02
+        assert found.cost_basis == "replay"
+        assert analysis_of(name).top.mode == "healthy"
+
+
+@pytest.mark.parametrize("name", sorted(set(SCENARIOS) - HIDDEN))
 def test_planted_cause_ranks_first(name: str) -> None:
     planted = SCENARIOS[name]
     top = analysis_of(name).top
@@ -63,8 +81,8 @@ EVIDENCE = [
 
 @pytest.mark.parametrize(("name", "key", "low", "high"), EVIDENCE)
 def test_evidence_matches_what_was_planted(name: str, key: str, low: float, high: float) -> None:
-    top = analysis_of(name).top
-    assert low <= top.evidence[key] <= high, top.evidence
+    found = finding_of(name, SCENARIOS[name].expected_mode)
+    assert low <= found.evidence[key] <= high, found.evidence
 
 
 def test_straggler_lateness_matches_the_slowdown() -> None:

@@ -160,3 +160,26 @@ def test_known_gaps_are_named_and_do_not_fail_the_grid():
     # a point outside the gaps failing, or a run that did not run, fails the grid
     assert verdict([_row("star4", False)], points, failed_runs=0)[0] == 1
     assert verdict([_row("star4", True)], points, failed_runs=1)[0] == 1
+
+
+@pytest.mark.parametrize("buckets", [1, 3])
+def test_the_real_side_measures_transfers_as_the_simulator_counts_them(tmp_path, buckets):
+    """One definition on both sides: the simulator's own trace, read as a real run is
+    (``real_stats``: the analysis' ``service_ns``), gives back the transfer times it
+    simulated (``comm_s``: each bucket from when its stream was free and every rank had
+    issued it to its end), also with buckets queued behind each other."""
+    from syncpace.sim.tracewrite import write_trace
+    from syncpace.validate.model import real_stats
+
+    prof = compute_profile(_table([100.0, 100.0, 100.0, 130.0], jitter=0.05))
+    point = Point(name="p", topology="star", ranks=4, buckets=buckets, bucket_bytes=1 << 20)
+    cal = Calibration(source="synthetic", alpha_us=20.0, bandwidth_gbps=0.01)
+    result = simulate(sim_config(point, cal, prof, steps=30))
+    real, _ = real_stats(write_trace(result, tmp_path / "sim"), result.config.run.warmup)
+    simulated = sim_stats(result)
+    ring_ms = 2 * 3 / 4 * (1 << 20) / 0.01e9 * 1e3
+    assert simulated.transfer_ms == pytest.approx(ring_ms, rel=0.05)
+    # the exits carry a few µs of completion jitter, nothing else differs
+    assert real.transfer_ms == pytest.approx(simulated.transfer_ms, abs=0.05)
+    assert real.iterations == simulated.iterations
+    assert real.iteration_ms == pytest.approx(simulated.iteration_ms, rel=1e-3)

@@ -20,10 +20,12 @@ from typing import Any, Literal
 
 from syncpace.analysis.comparison import RunComparison, compare_runs
 from syncpace.analysis.detectors.hang import finding_of
-from syncpace.analysis.diagnosis import diagnose_run, order, scaling_evidence
+from syncpace.analysis.diagnosis import diagnose, order, scaling_evidence
 from syncpace.analysis.findings import Finding
 from syncpace.analysis.hang import HangAnalysis, analyze_hang, hang_input
 from syncpace.analysis.metrics import RunMetrics, compute_metrics
+from syncpace.analysis.replay import PacerFactory
+from syncpace.analysis.replay.whatif import WhatIf
 from syncpace.analysis.scaling import ScalingPoint, scaling_curve
 from syncpace.analysis.streaming import stream_metrics
 from syncpace.analysis.thresholds import Thresholds
@@ -37,7 +39,8 @@ Study = Literal["single", "comparison", "scaling"]
 @dataclass(frozen=True)
 class Analysis:
     """Metrics of every run, how the runs relate (comparison or scaling curve), the
-    ranked findings, and a few iterations of each run in full detail."""
+    ranked findings, a few iterations of each run in full detail, and per run the
+    what-if table of its replay (None where a run could not be replayed)."""
 
     runs: tuple[RunMetrics, ...]
     findings: tuple[Finding, ...]
@@ -45,6 +48,7 @@ class Analysis:
     thresholds: Thresholds
     comparison: tuple[RunComparison, ...] = ()
     samples: tuple[IterationSample, ...] = ()
+    what_if: tuple[WhatIf | None, ...] = ()
 
     @property
     def top(self) -> Finding:
@@ -67,7 +71,15 @@ class Analysis:
                 "scaling": [p.to_json() for p in self.scaling],
                 "busbw_note": "busbw uses the nccl-tests factors, which assume a flat topology",
             },
+            "what_if": [w.to_json() if w is not None else None for w in self.what_if],
         }
+
+    def what_if_text(self) -> str:
+        """The what-if tables of every run, as plain text."""
+        return "\n\n".join(
+            w.table() if w is not None else f"{r.run}: no replay (no collectives or steps)"
+            for r, w in zip(self.runs, self.what_if, strict=False)
+        )
 
 
 def analyze(
@@ -75,13 +87,17 @@ def analyze(
     thresholds: Thresholds | None = None,
     *,
     warmup_steps: int = 1,
+    pacer: PacerFactory | None = None,
 ) -> Analysis:
     """Analyse one or several runs: of one job (equal world sizes, compared side by
     side) or of different world sizes (a scaling curve).
 
     Directories that hold parts of one job (each node wrote its own) are loaded as
     that one job (:func:`syncpace.trace.merge.group_dirs`): comparisons and scaling
-    studies are across different jobs only."""
+    studies are across different jobs only.
+
+    ``pacer`` (world size -> pacer, e.g. ``control.Pacer`` with a ``PacingConfig``)
+    adds a what-if row with pacing on, run live inside the replay."""
     if isinstance(traces, (Trace, str, os.PathLike)):
         traces = [traces]
     thresholds = thresholds or Thresholds()
@@ -98,8 +114,11 @@ def analyze(
         [(r.run, r.world_size, r.iteration_ns / 1e9, r.iteration.get("cv", 0.0)) for r in runs]
     )
     findings: list[Finding] = []
+    tables: list[WhatIf | None] = []
     for run in runs:
-        findings.extend(diagnose_run(run, thresholds))
+        result = diagnose(run, thresholds, pacer=pacer)
+        findings.extend(result.findings)
+        tables.append(result.what_if)
     if len(runs) > 1:
         findings = order(scaling_evidence(findings, curve))
     return Analysis(
@@ -109,6 +128,7 @@ def analyze(
         thresholds,
         comparison=tuple(compare_runs(runs)),
         samples=tuple(samples),
+        what_if=tuple(tables),
     )
 
 

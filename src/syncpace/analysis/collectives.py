@@ -12,6 +12,7 @@ the one pass over every event, so it has to be fast.
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 
 import numpy as np
@@ -172,7 +173,7 @@ def _instances(
     first_row = np.full(size, len(idx), dtype=np.int64)  # a representative event each
     first_row[idx[::-1]] = np.arange(len(idx) - 1, -1, -1, dtype=np.int64)
     nbytes = ev["bytes"].to_numpy()
-    exit_ = kernels.maximum(idx, t.exit, size)
+    exit_, bounded = instance_exits(ev, t, size)
     hit = t.enter == t.last_enter
     last_rank = np.full(size, -1, dtype=np.int64)
     last_rank[idx[hit]] = t.rank[hit]
@@ -203,6 +204,7 @@ def _instances(
             "last_rank": last_rank,
             "late_own_ns": late_own,
             "exit": np.where(exit_ >= 0, exit_, np.iinfo(np.int64).min),
+            "exit_bounded": bounded,
         }
     ).with_columns(
         exit=pl.when(pl.col("exit") >= 0).then(pl.col("exit")),
@@ -254,7 +256,7 @@ def _first_gaps(t: EventTimes, previous_exit: np.ndarray, gap: np.ndarray) -> No
 #: The columns of an instance that :func:`derive` computes the others from.
 BASE_COLUMNS = (
     "group", "seq", "pair", "op", "step", "group_size", "bytes", "bytes_min", "n",
-    "first_enter", "last_enter", "last_rank", "late_own_ns", "exit",
+    "first_enter", "last_enter", "last_rank", "late_own_ns", "exit", "exit_bounded",
 )  # fmt: skip
 
 
@@ -265,26 +267,190 @@ def derive(instances: pl.DataFrame) -> pl.DataFrame:
 
 
 def _derive(inst: pl.DataFrame) -> pl.DataFrame:
-    """Skew, transfer, queueing, service time and bandwidths of each instance."""
+    """Skew, transfer, queueing, service time and bandwidths of each instance.
+
+    A backend runs a bounded number of collectives of one group at once (gloo: one per
+    worker thread, two by default; NCCL: one per stream in use). That number is measured
+    from the trace (:func:`measured_concurrency`); an instance queues until one of the
+    earlier ones ends, and its service time (transfer minus queueing) is what bandwidth
+    is computed on. ``concurrent`` is how many of the group's instances were in service
+    beside it on average, itself included: two buckets that share a link each get about
+    half of it. An instance whose every exit is only an upper bound (``exit_bounded``:
+    async work waited on late) has no trusted bandwidth.
+    """
     expected = pl.when(pl.col("pair") >= 0).then(2).otherwise(pl.col("group_size"))
     transfer = (pl.col("exit") - pl.col("last_enter")).clip(lower_bound=0)
-    # Collectives of one group run in order on one stream: until the previous one is
-    # done, a collective only queues. Bandwidth is computed on the service time after it.
-    previous_done = pl.col("exit").cum_max().shift(1).over("group", "pair", order_by="seq")
-    queued = (previous_done - pl.col("last_enter")).clip(lower_bound=0).fill_null(0)
     inst = inst.with_columns(
         expected=expected,
         skew_ns=pl.col("last_enter") - pl.col("first_enter"),
         transfer_ns=transfer,
-        queued_ns=pl.min_horizontal(queued, transfer),
-    ).with_columns(service_ns=pl.col("transfer_ns") - pl.col("queued_ns"))
+    )
+    inst = with_queueing(inst)
     service = pl.col("service_ns").cast(pl.Float64)
-    algbw = pl.when(pl.col("service_ns") > 0).then(pl.col("bytes") / service)  # B/ns = GB/s
+    trusted = (pl.col("service_ns") > 0) & ~pl.col("exit_bounded")
+    algbw = pl.when(trusted).then(pl.col("bytes") / service)  # B/ns = GB/s
     return inst.with_columns(
         complete=pl.col("n") == pl.col("expected"),
         algbw_gbps=algbw,
         busbw_gbps=algbw * _factor_expr(pl.col("op"), pl.col("n")),
     )
+
+
+#: Concurrency tried when measuring it: beyond this a group is taken as unbounded.
+MAX_CONCURRENCY = 8
+#: A wait that began this long after its call (and returned at once) found the work done.
+LATE_WAIT_NS = 100_000
+
+
+def late_waited(ev: pl.DataFrame, t: EventTimes) -> np.ndarray:
+    """Per event: its exit is only an upper bound of the completion. An ``async_op``
+    work waited on long after it was issued, whose wait returned at once, was done at
+    some point before the wait began; when is not known."""
+    if "wait_ns" not in ev.columns or ev.height == 0:
+        return np.zeros(ev.height, dtype=bool)
+    wait = ev["wait_ns"].to_numpy()
+    by_wait = (ev["timing"] == "wait").to_numpy()
+    late = wait - t.enter
+    quick = t.exit - wait
+    return by_wait & (wait >= 0) & (t.exit >= 0) & (late > LATE_WAIT_NS) & (10 * quick < late)
+
+
+def instance_exits(ev: pl.DataFrame, t: EventTimes, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per instance: its completion (the latest exact exit of its members) and whether
+    that is only an upper bound (no member observed it exactly: then the earliest of the
+    bounds, since every member's work ended together)."""
+    bounded = late_waited(ev, t)
+    if not bounded.any():
+        return kernels.maximum(t.instance, t.exit, size), np.zeros(size, dtype=bool)
+    exact = kernels.maximum(t.instance, np.where(bounded, -1, t.exit), size)
+    upper = kernels.minimum(t.instance, np.where(bounded, t.exit, np.iinfo(np.int64).max), size)
+    only_upper = (exact < 0) & (upper < np.iinfo(np.int64).max)
+    return np.where(only_upper, upper, exact), only_upper
+
+
+def with_queueing(inst: pl.DataFrame) -> pl.DataFrame:
+    """``concurrency`` (of the instance's group, measured), ``queued_ns``, ``service_ns``
+    and ``concurrent`` of every instance (see :func:`_derive`)."""
+    if inst.height == 0:
+        return inst.with_columns(
+            concurrency=pl.lit(1, pl.Int64),
+            queued_ns=pl.lit(0, pl.Int64),
+            service_ns=pl.col("transfer_ns"),
+            concurrent=pl.lit(1.0),
+        )
+    order = inst.with_row_index("_row").sort("group", "pair", "seq")
+    key = (
+        order.select(pl.struct("group", "pair").rank("dense").cast(pl.Int64)).to_series().to_numpy()
+    )
+    last = order["last_enter"].to_numpy()
+    exit_ = order["exit"].fill_null(-1).to_numpy()
+    nbytes = order["bytes"].to_numpy()
+    group = order["group"].to_numpy()
+    conc = np.ones(len(key), dtype=np.int64)
+    for g in np.unique(group):
+        rows = np.flatnonzero(group == g)
+        conc[rows] = measured_concurrency(key[rows], last[rows], exit_[rows], nbytes[rows])
+    free = slot_free(key, exit_, conc)
+    start = np.maximum(last, free)
+    known = exit_ >= 0
+    queued = np.where(known, np.clip(np.minimum(free, exit_) - last, 0, None), 0)
+    service = np.where(known, np.clip(exit_ - start, 0, None), 0)
+    together = concurrent_in_service(key, start, exit_, conc)
+    back = np.empty(len(key), dtype=np.int64)
+    back[order["_row"].to_numpy()] = np.arange(len(key))
+    transfer = inst["transfer_ns"]
+    return inst.with_columns(
+        concurrency=pl.Series(conc[back]),
+        queued_ns=pl.Series(queued[back]),
+        service_ns=pl.when(transfer.is_not_null()).then(pl.Series(service[back])),
+        concurrent=pl.Series(together[back]),
+    )
+
+
+def slot_free(key: np.ndarray, exit_: np.ndarray, conc: np.ndarray) -> np.ndarray:
+    """Per row (rows sorted by stream ``key``, then sequence): when a slot of its stream
+    was free, i.e. the ``conc``-th latest exit among the earlier rows of the stream (-1
+    while fewer than ``conc`` earlier rows have one). FIFO service with ``conc`` servers:
+    a collective starts once at most ``conc - 1`` earlier ones are still running."""
+    out = np.full(len(key), -1, dtype=np.int64)
+    if len(key) == 0:
+        return out
+    boundary = np.r_[True, key[1:] != key[:-1]]
+    if (conc == 1).all():  # the usual one-at-a-time case, vectorised
+        prior = pl.DataFrame({"key": key, "exit": np.r_[-1, exit_[:-1]]})
+        prior = prior.with_columns(exit=pl.when(pl.Series(boundary)).then(-1).otherwise("exit"))
+        return prior.select(pl.col("exit").cum_max().over("key")).to_series().to_numpy()
+    heap: list[int] = []
+    for i in range(len(key)):
+        if boundary[i]:
+            heap = []
+        c = int(conc[i])
+        if len(heap) >= c:
+            out[i] = heap[0]
+        if exit_[i] >= 0:
+            if len(heap) < c:
+                heapq.heappush(heap, int(exit_[i]))
+            elif exit_[i] > heap[0]:
+                heapq.heapreplace(heap, int(exit_[i]))
+    return out
+
+
+def measured_concurrency(
+    key: np.ndarray, last: np.ndarray, exit_: np.ndarray, nbytes: np.ndarray
+) -> int:
+    """How many collectives of one group the backend ran at once, from the trace.
+
+    Under too small a concurrency, collectives that really ran side by side look queued
+    behind each other and their service time shrinks to the gap between their exits:
+    shorter than the same size ever takes alone. The measure is the smallest number of
+    slots under which (almost) no queued collective is served faster than half the
+    quickest time instances of its size (power of two) took when they started alone.
+    Without any overlap of the group's collectives it is 1: queueing never arose.
+    """
+    known = exit_ >= 0
+    cls = np.floor(np.log2(np.maximum(nbytes, 1))).astype(np.int64)
+    alone_free = slot_free(key, exit_, np.ones(len(key), dtype=np.int64))
+    alone = known & (alone_free <= last)
+    if alone.all() or not alone.any():
+        return 1
+    took = exit_ - last
+    ref = {int(c): float(np.quantile(took[alone & (cls == c)], 0.1)) for c in np.unique(cls[alone])}
+    nearest = {
+        int(c): ref.get(int(c), ref.get(int(c) - 1, ref.get(int(c) + 1, np.nan)))
+        for c in np.unique(cls)
+    }
+    quick = np.array([nearest[int(c)] for c in cls], dtype=np.float64)
+    for c in range(1, MAX_CONCURRENCY + 1):
+        free = slot_free(key, exit_, np.full(len(key), c, dtype=np.int64))
+        queued = known & (free > last) & ~np.isnan(quick)
+        if not queued.any():
+            return c
+        served = exit_[queued] - free[queued]
+        too_fast = int((served < 0.5 * quick[queued]).sum())
+        if too_fast <= max(1, 0.05 * queued.sum()):
+            return c
+    return MAX_CONCURRENCY
+
+
+def concurrent_in_service(
+    key: np.ndarray, start: np.ndarray, exit_: np.ndarray, conc: np.ndarray
+) -> np.ndarray:
+    """Per row: 1 + the time-weighted number of other collectives of its stream in
+    service beside it (rows sorted by stream and sequence; neighbours within twice the
+    stream's concurrency are compared, FIFO service keeps the others apart)."""
+    n = len(key)
+    length = np.where(exit_ >= 0, exit_ - start, 0).astype(np.float64)
+    shared = np.zeros(n)
+    reach = min(int(2 * conc.max()), n - 1) if n else 0
+    for o in range(1, reach + 1):
+        a, b = slice(0, n - o), slice(o, n)
+        same = (key[a] == key[b]) & (exit_[a] >= 0) & (exit_[b] >= 0)
+        ov = np.minimum(exit_[a], exit_[b]) - np.maximum(start[a], start[b])
+        ov = np.where(same, np.clip(ov, 0, None), 0).astype(np.float64)
+        shared[a] += ov
+        shared[b] += ov
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(length > 0, 1.0 + shared / length, 1.0)
 
 
 def rank_step_arrivals(m: Matched) -> pl.DataFrame:

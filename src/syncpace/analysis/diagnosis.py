@@ -1,42 +1,94 @@
-"""Run the detectors over each run's metrics and rank what they find."""
+"""Run the detectors over each run's metrics, rank what they find, and build the run's
+what-if table from the same replays."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from syncpace.analysis.detectors import DETECTORS, Context, Detector
+from syncpace.analysis.detectors.arrival import rank_compute
 from syncpace.analysis.detectors.hosts import attach_host_evidence
 from syncpace.analysis.findings import STOPPED, SYMPTOMS, Finding, Severity, rank_findings
 from syncpace.analysis.metrics import RunMetrics
+from syncpace.analysis.replay import PacerFactory
+from syncpace.analysis.replay import counterfactuals as cf
+from syncpace.analysis.replay.whatif import WhatIf
 from syncpace.analysis.scaling import ScalingPoint
 from syncpace.analysis.thresholds import Thresholds
 
 #: Findings that rest on arrival skews; an untrustworthy clock halves their confidence.
-_SKEW_BASED = ("straggler", "locality_variance", "sync_amplification")
+_SKEW_BASED = ("straggler", "locality_variance", "sync_amplification", "stall")
+#: Causes on the network side: with one of them, exposed communication is their symptom.
+_NETWORK = ("fabric_contention", "slow_link", "bandwidth_bound")
 
 
-def diagnose_run(
+@dataclass(frozen=True)
+class Diagnosis:
+    """The ranked findings of one run and its what-if table (None without a replay)."""
+
+    findings: list[Finding]
+    what_if: WhatIf | None
+
+
+def diagnose(
     metrics: RunMetrics,
     thresholds: Thresholds,
     detectors: Sequence[Detector] = DETECTORS,
-) -> list[Finding]:
-    ctx = Context(metrics, thresholds)
+    pacer: PacerFactory | None = None,
+) -> Diagnosis:
+    ctx = Context(metrics, thresholds, pacer)
     findings = [f for detector in detectors for f in detector(ctx)]
     if any(f.mode == "clock_uncertainty" for f in findings):
         findings = [
             replace(f, confidence=f.confidence / 2) if f.mode in _SKEW_BASED else f
             for f in findings
         ]
+    findings = _symptoms(_one_per_cause(findings))
     if not any(f.severity >= Severity.WARNING for f in findings):
         findings.append(_healthy(ctx))
-    findings = attach_host_evidence(findings, metrics, thresholds)
-    return order(findings)
+    findings = order(attach_host_evidence(findings, metrics, thresholds))
+    return Diagnosis(findings, what_if_table(ctx, findings))
+
+
+def diagnose_run(
+    metrics: RunMetrics,
+    thresholds: Thresholds,
+    detectors: Sequence[Detector] = DETECTORS,
+    pacer: PacerFactory | None = None,
+) -> list[Finding]:
+    return diagnose(metrics, thresholds, detectors, pacer).findings
+
+
+def _one_per_cause(findings: list[Finding]) -> list[Finding]:
+    """Contention that lasts makes the ranks next to the contended links end late: the
+    slow_link finding on ranks a fabric_contention finding names is the same cause seen
+    twice, and is left out."""
+    contended = {r for f in findings if f.mode == "fabric_contention" for r in f.ranks}
+    return [
+        f for f in findings if not (f.mode == "slow_link" and f.ranks and set(f.ranks) <= contended)
+    ]
+
+
+def _symptoms(findings: list[Finding]) -> list[Finding]:
+    """Exposed communication is a symptom when a network cause is found; a symptom is
+    never more than a warning: it says where time goes, not what to fix."""
+    causes = [f for f in findings if not f.symptom and f.severity >= Severity.WARNING]
+    network = any(f.mode in _NETWORK for f in causes)
+    out = []
+    for f in findings:
+        if f.mode == "poor_overlap" and network:
+            f = replace(f, symptom=True)
+        if f.symptom and f.severity > Severity.WARNING:
+            f = replace(f, severity=Severity.WARNING)
+        out.append(f)
+    return out
 
 
 def order(findings: list[Finding]) -> list[Finding]:
     """A hang or desync first; then severity; ``healthy`` heads a list of notes;
-    symptoms after causes."""
+    symptoms after causes; then the cause's cost (the replayed saving), so a symptom
+    falls below its cause."""
     ranked = rank_findings(findings)
     return sorted(
         ranked,
@@ -44,9 +96,50 @@ def order(findings: list[Finding]) -> list[Finding]:
             f.mode not in STOPPED,
             -int(f.severity),
             f.mode != "healthy",
-            f.mode in SYMPTOMS,
+            f.symptom or f.mode in SYMPTOMS,
         ),
     )
+
+
+def what_if_table(ctx: Context, findings: list[Finding]) -> WhatIf | None:
+    """Every finding's counterfactual, the generic ones (no jitter, ideal overlap, links
+    at the run's best or the benchmarked rate, the slowest rank like the others, pacing
+    with the live pacer when one is given), and all found causes removed at once."""
+    prog, base = ctx.program, ctx.base
+    if prog is None or base is None or base.measured_ns <= 0:
+        return None
+    replayed = [f for f in findings if "counterfactual" in f.evidence]
+    names = [f.evidence["counterfactual"]["name"] for f in replayed]
+    ctx.counterfactual("jitter", "no compute jitter", cf.without_jitter)
+    ctx.counterfactual("overlap", "ideal overlap", cf.ideal_overlap)
+    ctx.counterfactual("links:best", "every link at the run's best rate", cf.transfers_at_best)
+    th = ctx.thresholds
+    if th.link_gbps > 0:
+        ctx.counterfactual(
+            "links:rate",
+            f"every link at {th.link_gbps:.3g} GB/s (benchmark)",
+            lambda p: cf.transfers_at_rate(p, th.link_gbps, th.link_alpha_us * 1e3),
+        )
+    rc = rank_compute(ctx)
+    slowest = int(rc.sort("excess_ns", descending=True)["rank"][0]) if rc.height > 1 else -1
+    if slowest >= 0 and f"straggler:{slowest}" not in ctx.replays:
+        ctx.counterfactual(
+            f"slowest:{slowest}",
+            f"slowest rank ({slowest}) computing like the others",
+            lambda p: cf.compute_like_others(p, [slowest]),
+        )
+    if ctx.pacer is not None:
+        ctx.counterfactual("pacing", "pacing on (the live pacer)", cf.paced(ctx.pacer))
+    causes = [
+        ctx.replays[n][1]
+        for f, n in zip(replayed, names, strict=True)
+        if not f.symptom and n in ctx.replays
+    ]
+    if len(causes) > 1:
+        ctx.counterfactual("all", "all causes found removed", cf.combine(causes))
+    rows = [ctx.replays[n][0] for n in names if n in ctx.replays]
+    rows += [o for n, (o, _) in ctx.replays.items() if n not in names]
+    return WhatIf(ctx.metrics.run, base, tuple(rows))
 
 
 def scaling_evidence(findings: list[Finding], curve: list[ScalingPoint]) -> list[Finding]:
@@ -88,3 +181,6 @@ def _healthy(ctx: Context) -> Finding:
         actions=("Nothing to fix; re-check at larger scale.",),
         run=m.run,
     )
+
+
+__all__ = ["Diagnosis", "diagnose", "diagnose_run", "order", "scaling_evidence"]

@@ -24,7 +24,9 @@ MODES = (
     "desync",
     "straggler",
     "sync_amplification",
+    "stall",
     "fabric_contention",
+    "slow_link",
     "locality_variance",
     "latency_bound",
     "bandwidth_bound",
@@ -50,8 +52,13 @@ STOPPED = ("hang", "desync")
 class Finding:
     """One diagnosed cause.
 
-    ``cost`` is the fraction of iteration time the cause is estimated to take; findings
-    rank by severity, then cost. ``evidence`` holds plain numbers (JSON-able).
+    ``cost`` is the fraction of iteration time the cause takes: with a replay of the
+    trace (``cost_basis == "replay"``), the iteration time a counterfactual replay
+    saves when the cause is removed, as a share of the replayed iteration, and
+    ``cost_error`` how far that share can be off by the replay's own account; without
+    one, a share measured directly (``"measured"``). A cause's cost never exceeds the
+    iteration. Findings rank by severity, then cost; a ``symptom`` ranks after causes.
+    ``evidence`` holds plain numbers (JSON-able).
     """
 
     mode: str
@@ -64,6 +71,9 @@ class Finding:
     evidence: dict[str, Any] = field(default_factory=dict)
     actions: tuple[str, ...] = ()
     run: str = ""
+    cost_error: float | None = None
+    cost_basis: str = "measured"
+    symptom: bool = False
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -78,6 +88,9 @@ class Finding:
             "confidence": round(self.confidence, 3),
             "summary": self.summary,
             "cost": round(self.cost, 4),
+            "cost_error": None if self.cost_error is None else round(self.cost_error, 4),
+            "cost_basis": self.cost_basis,
+            "symptom": self.symptom,
             "ranks": list(self.ranks),
             "nodes": list(self.nodes),
             "evidence": self.evidence,
@@ -96,4 +109,7 @@ def severity_for(cost: float, critical: float, warning: float) -> Severity:
 
 
 def rank_findings(findings: list[Finding]) -> list[Finding]:
-    return sorted(findings, key=lambda f: (-int(f.severity), -f.cost, -f.confidence, f.mode))
+    """Severity first (it follows cost), then causes before symptoms, then cost."""
+    return sorted(
+        findings, key=lambda f: (-int(f.severity), f.symptom, -f.cost, -f.confidence, f.mode)
+    )

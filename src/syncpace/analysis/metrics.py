@@ -17,6 +17,7 @@ from syncpace.analysis import (
 )
 from syncpace.analysis.hang import HangAnalysis, analyze_hang, hang_input
 from syncpace.analysis.parallelism import Parallelism
+from syncpace.analysis.replay import Program, build_program, replayable
 from syncpace.analysis.wholerun import WholeRun, whole_run
 from syncpace.trace.reader import Trace
 from syncpace.trace.summary import pacing_summary
@@ -62,6 +63,7 @@ class RunMetrics:
     parallelism: Parallelism = field(default_factory=Parallelism)
     #: iteration boundaries seen (step rows), before the warm-up was left out
     boundaries: int = 0
+    program: Program | None = None  # the run as the replay runs it (analysis.replay)
     hang: HangAnalysis | None = None  # where each group stopped (whole run, no warm-up cut)
     hosts: hostcounters.HostMetrics | None = None  # host counters and topology, when sampled
     #: the whole run from its per-step summaries (always-on mode), else None
@@ -118,6 +120,18 @@ def compute_metrics(trace: Trace, *, warmup_steps: int = 1) -> RunMetrics:
     rank_step = collectives.rank_step_arrivals(matched)
     comm = overlap.rank_step_comm(matched)
     inst, dropped = matched.instances, matched.dropped
+    program = (
+        build_program(
+            collectives.usable_events(events),
+            matched.events,
+            inst,
+            rank_steps,
+            global_steps,
+            rank_step,
+        )
+        if replayable(trace.meta)
+        else None
+    )
     del matched, events, steps  # the per-event arrays are the largest objects: free them
     return from_parts(
         trace,
@@ -131,6 +145,7 @@ def compute_metrics(trace: Trace, *, warmup_steps: int = 1) -> RunMetrics:
         parallel=parallel,
         boundaries=boundaries,
         hang=hang,
+        program=program,
     )
 
 
@@ -147,6 +162,7 @@ def from_parts(
     parallel: parallelism.Parallelism,
     boundaries: int,
     hang: HangAnalysis | None = None,
+    program: Program | None = None,
 ) -> RunMetrics:
     """The run's metrics from its per-event results (instances, per (rank, step)
     arrivals and communication) — computed on the whole trace at once, or window by
@@ -189,6 +205,7 @@ def from_parts(
         trailing=trailing,
         parallelism=parallel,
         boundaries=boundaries,
+        program=program,
         hang=hang,
         hosts=hostcounters.host_metrics(trace.counters, trace.hosts, trace.meta),
         whole_run=whole,

@@ -14,7 +14,9 @@ rank and step), so a run is measured in three stages that never hold all its eve
 3. **finish** (:func:`finish`): concatenate the small per-instance and per-(rank, step)
    results (ordered as the in-memory path orders them), derive what looks across
    windows (queueing behind the previous collective of a group), and compute the
-   run-level aggregates with :func:`syncpace.analysis.metrics.from_parts`.
+   run-level aggregates with :func:`syncpace.analysis.metrics.from_parts`; the
+   replay's program (:mod:`syncpace.analysis.replay`, a bounded block of steps) from
+   those steps' events read once more.
 
 The stages are plain functions over picklable values: :func:`stream_metrics` runs
 them in this process, :mod:`syncpace.analysis.distributed` on a Dask cluster. Memory is
@@ -42,6 +44,13 @@ import pyarrow.compute as pc
 from syncpace.analysis import collectives, iterations, overlap, parallelism
 from syncpace.analysis.hang import analyze_hang, hang_input
 from syncpace.analysis.metrics import RunMetrics, compute_metrics, from_parts
+from syncpace.analysis.replay import (
+    Program,
+    build_program,
+    replayable,
+    replayed_steps,
+    same_program,
+)
 from syncpace.analysis.timeline import IterationSample, pick_iterations, sample_iterations
 from syncpace.trace import journal, schema
 from syncpace.trace.chunks import (
@@ -204,23 +213,8 @@ def partial(table: pa.Table, previous: np.ndarray, context: Context) -> Partial:
     """One window's results from its events (``previous``: each rank's call before),
     by :func:`~syncpace.analysis.metrics.compute_metrics`' rules: the warm-up's calls
     and the calls after the last iteration left out, whole."""
-    events = pl.from_arrow(table.select(list(ANALYSIS_COLUMNS)))
-    assert isinstance(events, pl.DataFrame)
+    events, trailing = _analysed(table, context)
     del table
-    cut = context.cut
-    if cut is not None and events.height and int(events["step"].min()) < cut:  # type: ignore[arg-type]
-        events = events.filter(collectives.call_steps(events) >= cut)
-    trailing = events.clear()
-    if events.height and len(context.last_step):
-        rank, step = events["rank"].to_numpy(), events["step"].to_numpy()
-        last = context.last_step[rank]
-        if ((last >= 0) & (step > last)).any():
-            marked = events.with_columns(_late=pl.Series((last >= 0) & (step > last)))
-            marked = marked.with_columns(
-                _trailing=pl.col("_late").all().over(collectives.call_key())
-            )
-            trailing = marked.filter(pl.col("_trailing")).drop("_late", "_trailing")
-            events = marked.filter(~pl.col("_trailing")).drop("_late", "_trailing")
     counts = events.group_by("group", "op", "timing", "rank").agg(n=pl.len())
     m = collectives.match(events, previous_exit=previous)
     n = events.height
@@ -235,6 +229,65 @@ def partial(table: pa.Table, previous: np.ndarray, context: Context) -> Partial:
         trailing,
         counts,
         tail,
+    )
+
+
+def _analysed(table: pa.Table, context: Context) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """A window's events the analysis measures, and its trailing calls apart."""
+    events = pl.from_arrow(table.select(list(ANALYSIS_COLUMNS)))
+    assert isinstance(events, pl.DataFrame)
+    cut = context.cut
+    if cut is not None and events.height and int(events["step"].min()) < cut:  # type: ignore[arg-type]
+        events = events.filter(collectives.call_steps(events) >= cut)
+    trailing = events.clear()
+    if events.height and len(context.last_step):
+        rank, step = events["rank"].to_numpy(), events["step"].to_numpy()
+        last = context.last_step[rank]
+        if ((last >= 0) & (step > last)).any():
+            marked = events.with_columns(_late=pl.Series((last >= 0) & (step > last)))
+            marked = marked.with_columns(
+                _trailing=pl.col("_late").all().over(collectives.call_key())
+            )
+            trailing = marked.filter(pl.col("_trailing")).drop("_late", "_trailing")
+            events = marked.filter(~pl.col("_trailing")).drop("_late", "_trailing")
+    return events, trailing
+
+
+def _program(
+    p: Plan, inst: pl.DataFrame, rank_steps: pl.DataFrame, rank_step: pl.DataFrame
+) -> Program | None:
+    """The replay's program, as :func:`~syncpace.analysis.metrics.compute_metrics`
+    builds it: the events of the steps it covers (at most ``replay.MAX_EVENTS``) read
+    again from the start of their window (the warm-up is cut as there), their calls
+    named by the run's instance frame ``inst``."""
+    if not p.windows or inst.height == 0 or rank_steps.height == 0:
+        return None
+    if not replayable(p.index.meta):
+        return None
+    steps = replayed_steps(rank_steps, rank_step)
+    lo = max((a for a, _ in p.windows if a <= steps[0]), default=p.windows[0][0])
+    events, _ = _analysed(read_window(list(p.scans), lo, int(steps[-1]) + 1), p.context)
+    m = collectives.match(events)
+    if m.instances.height == 0:
+        return None
+    ids = (
+        m.instances.select("group", "pair", "seq")
+        .join(
+            inst.select("group", "pair", "seq").with_row_index("_id"),
+            on=["group", "pair", "seq"],
+            how="left",
+            maintain_order="left",
+        )["_id"]
+        .fill_null(-1)
+        .to_numpy()
+        .astype(np.int64)
+    )
+    if (ids < 0).any():
+        raise NeedsWholeRun("a call of the replayed steps is not among the run's instances")
+    times = dataclasses.replace(m.events, instance=ids[m.events.instance])
+    usable = collectives.usable_events(events)
+    return build_program(
+        usable, times, inst, rank_steps, iterations.global_steps(rank_steps), rank_step
     )
 
 
@@ -347,6 +400,7 @@ def finish(
     counts = [q.counts for q in parts if q.counts.height]
     trailing = [q.trailing for q in parts if q.trailing.height]
     global_steps = iterations.global_steps(rank_steps).height
+    program = _program(p, inst, rank_steps, rank_step) if parts else None
     return from_parts(
         trace,
         hang=analyze_hang(hang_input(hang_trace)),  # type: ignore[arg-type]
@@ -364,6 +418,7 @@ def finish(
             global_steps,
         ),
         boundaries=trace.steps.height,
+        program=program,
     )
 
 
@@ -500,6 +555,9 @@ def same_metrics(a: RunMetrics, b: RunMetrics) -> list[str]:
             if f.name == "instances":
                 x, y = x.sort(["group", "pair", "seq"]), y.sort(["group", "pair", "seq"])
             if not x.equals(y, null_equal=True) or x.schema != y.schema:
+                out.append(f.name)
+        elif f.name == "program":
+            if not same_program(x, y):
                 out.append(f.name)
         elif f.name == "hosts":
             if (x.to_json() if x else None) != (y.to_json() if y else None):

@@ -30,13 +30,31 @@ class Thresholds:
         0.75, "A local rank late on at least this fraction of nodes (>= 2) is a locality pattern."
     )
     sync_wait_share: float = setting(
-        0.05, "Mean time ranks wait for the last arriver, as a fraction of the iteration."
+        0.10,
+        "Share of the iteration recurring compute jitter costs (what the replay saves without "
+        "it; without a replay: the mean wait for the last arriver) that is sync amplification.",
     )
     sync_spread: float = setting(
         0.5, "Fraction of ranks that must each arrive last in some iterations (transient jitter)."
     )
+    stall_min_share: float = setting(
+        1.0, "A gap this many iterations beyond its rank's steady one is a stall."
+    )
+    stall_max_steps: float = setting(
+        0.05, "Stalls in at most this share of steps (or 2) are one-off events, not jitter."
+    )
+    lag_min_share: float = setting(
+        0.02,
+        "A rank whose cross-node collectives end this share of the iteration late sits "
+        "next to a slow link.",
+    )
     fabric_inflation: float = setting(
         1.5, "Median transfer time over the run's own best at that size that means contention."
+    )
+    fabric_episode_share: float = setting(
+        0.25,
+        "Share of cross-node transfers in episodes of consecutive inflated ones that is "
+        "contention too, when it covers less than half the run.",
     )
     fabric_skew_correlation: float = setting(
         0.5, "A late rank's own lateness correlated with transfer time above this is no fabric."
@@ -69,6 +87,9 @@ class Thresholds:
     link_gbps: float = setting(
         0.0, "Link rate in GB/s for bandwidth judgements; 0 uses the run's own best busbw."
     )
+    link_alpha_us: float = setting(
+        0.0, "Latency per collective at the link rate (us), for the link-rate what-if."
+    )
     clock_trust_factor: float = setting(
         1.0, "Skews below this times the clock uncertainty are not trustworthy."
     )
@@ -100,7 +121,11 @@ class Thresholds:
             locality_node_fraction="[0, 1]",
             sync_wait_share="[0, 1]",
             sync_spread="[0, 1]",
+            stall_min_share="[0, 1000]",
+            stall_max_steps="[0, 1]",
+            lag_min_share="[0, 1]",
             fabric_inflation="[1, 1000]",
+            fabric_episode_share="(0, 1]",
             fabric_skew_correlation="[0, 1]",
             latency_knee_bytes="[0, 1099511627776]",
             latency_min_per_step="[0, 1000000000]",
@@ -111,6 +136,7 @@ class Thresholds:
             overlap_max_ratio="[0, 1]",
             comm_share="[0, 1]",
             link_gbps="[0, 1000000]",
+            link_alpha_us="[0, 1000000]",
             clock_trust_factor="[0, 1000]",
             hang_wait_s="(0, 86400]",
             min_steps="[0, 1000000000]",

@@ -1,4 +1,5 @@
-"""``syncpace diagnose RUN_DIR [RUN_DIR...] [--json]``: what limits this job, and what to do."""
+"""``syncpace diagnose RUN_DIR [RUN_DIR...] [--json] [--what-if]``: what limits this job,
+what each cause costs, and what to do."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ import json
 from syncpace.analysis import Analysis, Thresholds, analyze
 from syncpace.bench.results import load_bench, main_fit
 from syncpace.config import add_flags, from_flags
+from syncpace.control import Pacer, PacingConfig
 from syncpace.errors import ConfigError
 from syncpace.importers.flight_recorder import is_dump_dir, load_flight_recorder
-from syncpace.report.terminal import print_analysis
+from syncpace.report.terminal import print_analysis, print_what_if
 
 
 def add_analysis_arguments(parser: argparse.ArgumentParser) -> None:
@@ -42,12 +44,24 @@ def add_analysis_arguments(parser: argparse.ArgumentParser) -> None:
 
 def link_rate_of(bench: str) -> float:
     """The bus bandwidth (GB/s) of a ``syncpace bench`` result's main fit."""
+    return link_of(bench)[1]
+
+
+def link_of(bench: str) -> tuple[float, float]:
+    """(latency in us, bus bandwidth in GB/s) of a ``syncpace bench`` result's main fit."""
 
     _, fit = main_fit(load_bench(bench)) or ("", {})
     beta = fit.get("beta_gbps")
     if not isinstance(beta, (int, float)) or not 0 < beta < float("inf"):
         raise ConfigError(f"{bench}: the benchmark has no bus bandwidth fit to use as link rate")
-    return float(beta)
+    alpha = fit.get("alpha_us")
+    return (float(alpha) if isinstance(alpha, (int, float)) and alpha >= 0 else 0.0), float(beta)
+
+
+def live_pacer(world_size: int) -> Pacer:
+    """The pacer the live controller runs (policy, lag, A/B guard), with its default
+    settings: the replay's what-if runs it."""
+    return Pacer(PacingConfig(), world_size)
 
 
 def analysis_from_args(args: argparse.Namespace) -> Analysis:
@@ -55,10 +69,12 @@ def analysis_from_args(args: argparse.Namespace) -> Analysis:
         raise ConfigError(f"--warmup-steps must be >= 0, got {args.warmup_steps}")
     thresholds = from_flags(Thresholds, args)
     if args.bench and thresholds.link_gbps == 0:
-        thresholds = dataclasses.replace(thresholds, link_gbps=link_rate_of(args.bench))
+        alpha, beta = link_of(args.bench)
+        alpha = thresholds.link_alpha_us or alpha
+        thresholds = dataclasses.replace(thresholds, link_gbps=beta, link_alpha_us=alpha)
     # Flight Recorder dump directories are read as runs too (the same hang finding).
     runs = [load_flight_recorder([d]) if is_dump_dir(d) else d for d in args.dirs]
-    return analyze(runs, thresholds, warmup_steps=args.warmup_steps)
+    return analyze(runs, thresholds, warmup_steps=args.warmup_steps, pacer=live_pacer)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -74,6 +90,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--json", action="store_true", help='print {"findings": [...], "metrics": {...}} as JSON'
     )
+    parser.add_argument(
+        "--what-if",
+        action="store_true",
+        help="print the what-if table: each cause removed in a replay of the trace (and no "
+        "jitter, ideal overlap, links at the best or benchmarked rate, pacing on), the "
+        "iteration time it predicts, what that saves, and the replay's error",
+    )
     parser.set_defaults(func=run)
 
 
@@ -81,6 +104,8 @@ def run(args: argparse.Namespace) -> int:
     analysis = analysis_from_args(args)
     if args.json:
         print(json.dumps(analysis.to_json(), indent=2, default=str))
-    else:
-        print_analysis(analysis)
+        return 0
+    print_analysis(analysis)
+    if args.what_if:
+        print_what_if(analysis)
     return 0

@@ -10,6 +10,8 @@
   and the timeline of one typical iteration;
 * incomplete trace: collectives per rank; clock uncertainty: the clock error against
   the median arrival skew;
+* slow link: how late each rank sees its collectives end, against the fast half;
+* stall: iteration time per step, the stalled steps marked;
 * healthy: iteration time per step.
 
 A mode without a picture here gets none (its card still shows its evidence).
@@ -335,7 +337,49 @@ def healthy(analysis: Analysis, m: MergedFinding) -> Figures:
     return [(title, _small(fig, title, "step", "ms"))]
 
 
+def slow_link(analysis: Analysis, m: MergedFinding) -> Figures:
+    fig = go.Figure()
+    for run in _runs(analysis, m):
+        f = m.finding_in(run.run)
+        lags = (f.evidence.get("transfer_lag_ms") or {}) if f is not None else {}
+        places = fmt.Places.of(run.placement)
+        fig.add_bar(
+            x=[html.escape(places.short(int(r))) for r in lags],
+            y=list(lags.values()),
+            name=_name(analysis, run),
+            marker={"color": run_colour(analysis, run)},
+        )
+    title = "Collectives end late next to the slow link (median lag behind the others)"
+    return [(title, _small(fig, title, "rank (host)", "ms", barmode="group"))]
+
+
+def stall(analysis: Analysis, m: MergedFinding) -> Figures:
+    fig = go.Figure()
+    for run in _runs(analysis, m):
+        f = m.finding_in(run.run)
+        stalled = set(f.evidence.get("steps") or []) if f is not None else set()
+        steps = run.steps
+        fig.add_scatter(
+            x=steps["step"],
+            y=steps["time_ns"] / 1e6,
+            name=_name(analysis, run),
+            line={"color": run_colour(analysis, run)},
+        )
+        hit = steps.filter(pl.col("step").is_in(sorted(stalled)))
+        fig.add_scatter(
+            x=hit["step"],
+            y=hit["time_ns"] / 1e6,
+            mode="markers",
+            name=f"stalled — {_name(analysis, run)}",
+            marker={"color": run_colour(analysis, run), "size": 11, "symbol": "x"},
+        )
+    title = "Iteration time per step: a one-off stall"
+    return [(title, _small(fig, title, "step", "ms"))]
+
+
 FIGURES: dict[str, Callable[[Analysis, MergedFinding], Figures]] = {
+    "slow_link": slow_link,
+    "stall": stall,
     "straggler": straggler,
     "locality_variance": locality_variance,
     "sync_amplification": sync_amplification,

@@ -119,6 +119,33 @@ def _safe_json(obj: Any) -> str:
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
+def what_if_html(analysis: Analysis) -> str:
+    """The what-if tables: each counterfactual's predicted iteration and saving."""
+    parts = []
+    names = fmt.run_names([r.run for r in analysis.runs])
+    for run, table in zip(analysis.runs, analysis.what_if, strict=False):
+        if table is None:
+            continue
+        b = table.base
+        rows = "".join(
+            f"<tr><td>{e(r.description)}</td><td>{e(fmt.duration_ns(r.iteration_ns))}</td>"
+            f"<td>{e(fmt.duration_ns(r.saving_ns))}</td><td>{e(fmt.percent(r.saving))}</td>"
+            f"<td>± {e(fmt.percent(r.error))}</td></tr>"
+            for r in table.rows
+        )
+        parts.append(
+            f"<p class='meta'>{e(names[run.run])}: measured "
+            f"{e(fmt.duration_ns(b.measured_ns))} per iteration, plain replay "
+            f"{e(fmt.duration_ns(b.replayed_ns))} ({e(fmt.signed_percent(b.error))})</p>"
+            "<table class='ev what-if'><thead><tr><th>what if</th><th>iteration</th>"
+            f"<th>saved</th><th>share</th><th>error</th></tr></thead><tbody>{rows}</tbody>"
+            "</table>"
+        )
+    if not parts:
+        return ""
+    return '<section id="what-if"><h2>What if</h2>' + "".join(parts) + "</section>"
+
+
 class _Figures:
     """Collects figures as they are placed: a container now, the JSON at the end."""
 
@@ -479,6 +506,7 @@ def render_html(analysis: Analysis, *, plotly_js: str | None = None) -> str:
             '<section id="findings"><h2>Findings</h2>',
             cards,
             "</section>",
+            what_if_html(analysis),
             timeline,
             f'<section id="overview"><h2>Overview</h2><div class="grid2">{blocks}</div>',
             "</section><footer>",

@@ -57,7 +57,8 @@ class MergedFinding:
     @property
     def is_cause(self) -> bool:
         """A cause the job pays for: not a data-quality note, a symptom or 'healthy'."""
-        return not self.is_quality and self.mode not in SYMPTOMS and self.mode != "healthy"
+        symptom = self.mode in SYMPTOMS or any(f.symptom for f in self.found)
+        return not self.is_quality and not symptom and self.mode != "healthy"
 
     def finding_in(self, run: str) -> Finding | None:
         return dict(self.per_run).get(run)

@@ -22,7 +22,7 @@ from syncpace.report.hang import print_hang, stopped
 from syncpace.report.merge import MergedFinding, merge_findings
 from syncpace.report.verdict import Verdict, build_verdict
 
-__all__ = ["pacing_line", "print_analysis", "verdict_panel"]
+__all__ = ["pacing_line", "print_analysis", "print_what_if", "verdict_panel"]
 
 _STYLE = {Severity.CRITICAL: "bold red", Severity.WARNING: "yellow", Severity.INFO: "green"}
 
@@ -195,3 +195,40 @@ def print_actions(merged: list[MergedFinding], console: Console, actions: int) -
         console.print(f"[bold]{safe(fmt.mode_title(m.mode))}[/] - what to do:")
         for action in m.first.actions:
             console.print(f"  - {safe(action)}")
+
+
+def print_what_if(analysis: Analysis, console: Console | None = None) -> None:
+    """Each run's what-if table: the plain replay against the measured iterations, then
+    every counterfactual's predicted iteration, what it saves and the replay's error."""
+    console = console or make_console()
+    for run, table in zip(analysis.runs, analysis.what_if, strict=False):
+        if table is None:
+            console.print(f"[bold]{safe(run.run)}[/]: no replay (no collectives or steps)")
+            continue
+        b = table.base
+        t = Table(
+            "what if",
+            "iteration ms",
+            "saved ms",
+            "saved",
+            "±",
+            title=(
+                f"{safe(run.run)}: measured {b.measured_ns / 1e6:.2f} ms per iteration, "
+                f"replayed {b.replayed_ns / 1e6:.2f} ms ({b.error:+.2%}, {b.steps} steps)"
+            ),
+            expand=False,
+        )
+        for row in table.rows:
+            t.add_row(
+                safe(row.description),
+                f"{row.iteration_ns / 1e6:.2f}",
+                f"{row.saving_ns / 1e6:.2f}",
+                f"{row.saving:.1%}",
+                f"{row.error:.1%}",
+            )
+        console.print(t)
+    console.print(
+        "[dim]saved: iteration time a replay of the trace saves with that cause removed; "
+        "±: the replay's own error (plain replay vs measured, and the spread of the "
+        "replayed steps).[/]"
+    )

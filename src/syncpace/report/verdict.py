@@ -126,7 +126,9 @@ def _costs(m: MergedFinding, names: dict[str, str]) -> str:
     iteration', naming only the runs that show it when it is missing from some, and a
     range when more than three show it."""
     if len(m.per_run) == 1:
-        return f"{fmt.percent(m.first.cost)} of each iteration"
+        error = m.first.cost_error
+        plus = f" ± {fmt.percent(error)}" if error is not None else ""
+        return f"{fmt.percent(m.first.cost)}{plus} of each iteration"
     found = [(run, f) for run, f in m.per_run if f is not None]
     missing = len(m.per_run) - len(found)
     if len(found) <= 3:

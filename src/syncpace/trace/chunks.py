@@ -60,6 +60,7 @@ ANALYSIS_COLUMNS = (
     "exit_ns",
     "status",
     "timing",
+    "wait_ns",
 )
 
 

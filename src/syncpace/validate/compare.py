@@ -2,9 +2,11 @@
 
 An iteration is the time between consecutive global boundaries (the last rank's end of
 step), as :meth:`syncpace.sim.engine.SimResult.iteration_s` defines it; the transfer
-time of a collective is its exit minus its last rank's entry (the analysis'
-``service_ns``). Measurement is kept apart from judgement: :func:`compare` computes the
-errors, :class:`Thresholds` decides pass or fail.
+time of a collective is the analysis' ``service_ns``
+(:func:`syncpace.analysis.collectives.with_queueing`: from when every rank had issued
+it and a slot of its group's stream was free to its end), what the simulator's
+``comm_s`` counts for its one stream. Measurement is kept apart from judgement:
+:func:`compare` computes the errors, :class:`Thresholds` decides pass or fail.
 """
 
 from __future__ import annotations

@@ -1,26 +1,120 @@
-"""Arrival findings: persistent stragglers, locality patterns, transient jitter."""
+"""Arrival findings: persistent stragglers, locality patterns, one-off stalls, recurring
+jitter.
+
+With a replay of the run (``metrics.program``) a rank's own compute per step is the sum
+of its gaps between calls: time it ran on its own, not time it waited for others. A
+straggler computes persistently more than the fast ranks do; ranks that are merely
+late because their previous collective ended late for them (next to a slow link) are
+not stragglers (see ``network.slow_link``). Baselines are the median of the faster
+half of the ranks, so a pattern that covers half the ranks (one local rank of two on
+every node) still stands out. Costs are what the replay saves with the cause removed.
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
+import numpy as np
 import polars as pl
 
 from syncpace.analysis.detectors.context import Context, confidence_of, ms
 from syncpace.analysis.findings import Finding
+from syncpace.analysis.replay import Change
+from syncpace.analysis.replay import counterfactuals as cf
+
+
+def fast_half(values: pl.Expr) -> pl.Expr:
+    """The median of the values at or below the median: a baseline of the faster half,
+    which a slow half of the ranks cannot move."""
+    return values.filter(values <= values.median()).median()
+
+
+def fast_noise(frame: pl.DataFrame, value: str, base: str, mid: str) -> float:
+    """The median absolute deviation of the fast half's values (those at or below the
+    median ``mid`` of their group) from its baseline ``base``: the spread of the ranks
+    that are not slow, which a slow half does not inflate."""
+    fast = frame.filter(pl.col(value) <= pl.col(mid))
+    if fast.height == 0:
+        return 0.0
+    return float(fast.select((pl.col(value) - pl.col(base)).abs().median()).item() or 0.0)
+
+
+def rank_compute(ctx: Context) -> pl.DataFrame:
+    """Per rank: ``excess_ns`` (median over steps of its compute minus the fast half's),
+    ``compute_ns`` (its median compute per step) and the run's ``noise_ns`` (how far
+    the fast half's compute strays from its own median, see :func:`fast_noise`)."""
+
+    def compute() -> pl.DataFrame:
+        prog = ctx.program
+        assert prog is not None
+        per = (
+            pl.DataFrame({"rank": prog.rank, "step": prog.step, "gap": prog.gap})
+            .group_by("rank", "step")
+            .agg(compute=pl.col("gap").sum())
+        )
+        per = per.with_columns(
+            base=fast_half(pl.col("compute")).over("step"),
+            mid=pl.col("compute").median().over("step"),
+        )
+        noise = fast_noise(per, "compute", "base", "mid")
+        return (
+            per.group_by("rank")
+            .agg(
+                excess_ns=(pl.col("compute") - pl.col("base")).median(),
+                compute_ns=pl.col("compute").median(),
+            )
+            .with_columns(noise_ns=pl.lit(noise))
+            .sort("rank")
+        )
+
+    return ctx.memo("rank_compute", compute)
 
 
 def late_ranks(ctx: Context) -> list[int]:
-    """Ranks whose median lateness stands out against the typical rank's, persistently."""
-    per_rank = ctx.metrics.per_rank.drop_nulls("lateness_p50_ns")
-    if per_rank.height < 2 or ctx.iteration_ns <= 0:
-        return []
+    """Ranks that are slow by their own doing, persistently: with a replay, their
+    compute excess exceeds the fast half of the ranks' by ``straggler_min_share`` of the
+    iteration and by ``straggler_factor`` times the run's noise; without one, their
+    median lateness exceeds the fast half's by that share and factor."""
     th = ctx.thresholds
-    typical = float(per_rank["lateness_p50_ns"].median())  # type: ignore[arg-type]
+    if ctx.iteration_ns <= 0:
+        return []
     margin = th.straggler_min_share * ctx.iteration_ns
+    if ctx.program is not None:
+        rc = rank_compute(ctx)
+        if rc.height < 2:
+            return []
+        noise = float(rc["noise_ns"][0])
+        # against the fast half of the ranks: under jitter alone every rank's median
+        # excess over the per-step fast half is positive, by about the same amount
+        typical = float(rc.select(fast_half(pl.col("excess_ns"))).item() or 0.0)
+        need = max(margin, th.straggler_factor * noise)
+        late = rc.filter(pl.col("excess_ns") - typical >= need)
+        return sorted(late["rank"].to_list())
+    per_rank = ctx.metrics.per_rank.drop_nulls("lateness_p50_ns")
+    if per_rank.height < 2:
+        return []
+    typical = float(per_rank.select(fast_half(pl.col("lateness_p50_ns"))).item() or 0.0)
+    # as with a replay: beyond the run's noise too (how far the fast half's lateness
+    # strays from its own, step by step)
+    need = max(margin, th.straggler_factor * lateness_noise(ctx))
     late = per_rank.filter(
-        (pl.col("lateness_p50_ns") - typical >= margin)
+        (pl.col("lateness_p50_ns") - typical >= need)
         & (pl.col("lateness_p50_ns") >= th.straggler_factor * typical)
     )
     return sorted(late["rank"].to_list())
+
+
+def lateness_noise(ctx: Context) -> float:
+    """The run's noise in arrivals without a replay: :func:`fast_noise` of the per
+    (rank, step) lateness against each step's fast half."""
+    rs = ctx.metrics.rank_step.drop_nulls("lateness_ns")
+    if rs.height == 0:
+        return 0.0
+    rs = rs.with_columns(
+        base=fast_half(pl.col("lateness_ns")).over("step"),
+        mid=pl.col("lateness_ns").median().over("step"),
+    )
+    return fast_noise(rs, "lateness_ns", "base", "mid")
 
 
 def _wait_cost(ctx: Context, exclude: list[int]) -> float:
@@ -36,18 +130,59 @@ def _last_share(ctx: Context, ranks: list[int]) -> float:
     return float(pr.filter(pl.col("rank").is_in(ranks))["last_share"].sum())
 
 
+def _not_slow(ctx: Context, ranks: list[int], cause: str) -> Any:
+    """These ranks computing like the others; a one-off stall on them stays (it is the
+    stall finding's cost, not theirs)."""
+    label = ",".join(map(str, ranks))
+
+    def change(p: Any) -> Change:
+        made = cf.compute_like_others(p, ranks)
+        big = stall_actions(ctx)
+        if big is not None and made.gap is not None:
+            made = Change(gap=np.where(big, p.gap, made.gap))
+        return made
+
+    return ctx.counterfactual(
+        f"{cause}:{label}",
+        f"rank{'s' if len(ranks) > 1 else ''} {label} computing like the others",
+        change,
+        cause=cause,
+    )
+
+
+def levels(ctx: Context, late: list[int]) -> list[list[int]]:
+    """The late ranks in groups of like slowness, slowest first: a rank half as slow as
+    the one before it starts a new group (one badly slow rank and one barely slow are
+    two findings, a whole slow node one)."""
+    if len(late) < 2:
+        return [late] if late else []
+    if ctx.program is not None:
+        rc = rank_compute(ctx).filter(pl.col("rank").is_in(late))
+    else:  # by lateness, as measured
+        rc = ctx.metrics.per_rank.filter(pl.col("rank").is_in(late)).select(
+            "rank", excess_ns="lateness_p50_ns"
+        )
+    rc = rc.sort("excess_ns", descending=True)
+    groups: list[list[int]] = []
+    previous = None
+    for rank, excess in zip(rc["rank"].to_list(), rc["excess_ns"].to_list(), strict=True):
+        if previous is None or excess < 0.5 * previous:
+            groups.append([])
+        groups[-1].append(int(rank))
+        previous = excess
+    return [sorted(g) for g in groups]
+
+
 def stragglers_and_locality(ctx: Context) -> list[Finding]:
-    late = late_ranks(ctx)
-    if not late:
-        return []
     findings = []
-    pattern = _locality_pattern(ctx, late)
-    if pattern:
-        local_rank, ranks = pattern
-        findings.append(_locality_finding(ctx, local_rank, ranks))
-        late = [r for r in late if r not in ranks]
-    if late:
-        findings.append(_straggler_finding(ctx, late))
+    for late in levels(ctx, late_ranks(ctx)):
+        pattern = _locality_pattern(ctx, late)
+        if pattern:
+            local_rank, ranks = pattern
+            findings.append(_locality_finding(ctx, local_rank, ranks))
+            late = [r for r in late if r not in ranks]
+        if late:
+            findings.append(_straggler_finding(ctx, late))
     return findings
 
 
@@ -61,20 +196,32 @@ def _locality_pattern(ctx: Context, late: list[int]) -> tuple[int, list[int]] | 
     per_local = marked.group_by("local_rank").agg(
         late_nodes=pl.col("node").filter(pl.col("late")).n_unique(),
         ranks=pl.col("rank").filter(pl.col("late")).sort(),
+        all_ranks=pl.col("rank").len(),
     )
     need = max(2, ctx.thresholds.locality_node_fraction * nodes)
     hits = per_local.filter(pl.col("late_nodes") >= need).sort("late_nodes", descending=True)
     if hits.height == 0:
         return None
     row = hits.row(0, named=True)
-    return int(row["local_rank"]), list(row["ranks"])
+    ranks = list(row["ranks"])
+    # every rank of those nodes late is a whole-node straggler, not a local-rank pattern
+    whole = place.filter(pl.col("node").is_in(ctx.nodes_of(ranks)))["rank"].to_list()
+    if set(whole) <= set(late):
+        return None
+    return int(row["local_rank"]), ranks
+
+
+def _excess(ctx: Context, ranks: list[int]) -> dict[int, float]:
+    if ctx.program is None:
+        return {}
+    rc = rank_compute(ctx).filter(pl.col("rank").is_in(ranks))
+    return dict(zip(rc["rank"].to_list(), map(ms, rc["excess_ns"].to_list()), strict=True))
 
 
 def _straggler_finding(ctx: Context, late: list[int]) -> Finding:
     pr = ctx.metrics.per_rank
-    cost = _wait_cost(ctx, late)
     share = _last_share(ctx, late)
-    lateness = pr.filter(pl.col("rank").is_in(late))["lateness_p50_ns"]
+    lateness = pr.filter(pl.col("rank").is_in(late))["lateness_p50_ns"].fill_null(0.0)
     place = ctx.metrics.placement
     nodes = ctx.nodes_of(late)
     whole = [
@@ -82,21 +229,33 @@ def _straggler_finding(ctx: Context, late: list[int]) -> Finding:
     ]
     ranks = ", ".join(map(str, late))
     where = f"node {', '.join(whole)}" if whole else f"rank{'s' if len(late) > 1 else ''} {ranks}"
+    replay = _not_slow(ctx, late, "straggler")
+    wait = _wait_cost(ctx, late)
+    excess = _excess(ctx, late)
+    cost = replay.saving if replay is not None else wait
+    more = (
+        f"computes {float(np.median(list(excess.values()))):.2f} ms more per iteration than "
+        "the others"
+        if excess
+        else f"arrives late by {ms(float(lateness.median() or 0.0)):.2f} ms"
+    )
     return ctx.finding(
         "straggler",
-        cost,
-        share,
-        f"{where} arrives late in {share:.0%} of iterations, by {ms(float(lateness.median())):.2f} "  # type: ignore[arg-type]
-        f"ms; the others idle {cost:.1%} of each iteration waiting",
+        wait,
+        max(share, 0.5 if excess else 0.0),
+        f"{where} {more} (last in {share:.0%} of iterations); without it each iteration "
+        f"would be {cost:.1%} shorter",
+        replay=replay,
         ranks=tuple(late),
-        nodes=nodes,
+        nodes=tuple(whole) if whole else nodes,
         evidence={
             "late_ranks": late,
             "whole_nodes": whole,
+            "compute_excess_ms": excess,
             "lateness_p50_ms": dict(zip(late, map(ms, lateness.to_list()), strict=True)),
             "typical_lateness_p50_ms": ms(float(pr["lateness_p50_ns"].median() or 0.0)),
             "last_share": round(share, 4),
-            "wait_share_of_iteration": round(cost, 4),
+            "wait_share_of_iteration": round(wait, 4),
             "iteration_ms": ms(ctx.iteration_ns),
         },
         actions=(
@@ -109,27 +268,31 @@ def _straggler_finding(ctx: Context, late: list[int]) -> Finding:
 
 
 def _locality_finding(ctx: Context, local_rank: int, ranks: list[int]) -> Finding:
-    cost = _wait_cost(ctx, ranks)
+    wait = _wait_cost(ctx, ranks)
     by_local = ctx.metrics.by_local_rank
     this = by_local.filter(pl.col("local_rank") == local_rank)
     others = by_local.filter(pl.col("local_rank") != local_rank)
     nodes = ctx.nodes_of(ranks)
+    replay = _not_slow(ctx, ranks, "locality_variance")
+    cost = replay.saving if replay is not None else wait
     return ctx.finding(
         "locality_variance",
-        cost,
-        _last_share(ctx, ranks),
-        f"local rank {local_rank} is late on {len(nodes)} nodes (ranks "
-        f"{', '.join(map(str, ranks))}): a placement pattern, not a bad node; the others "
-        f"idle {cost:.1%} of each iteration",
+        wait,
+        max(_last_share(ctx, ranks), 0.5 if ctx.program is not None else 0.0),
+        f"local rank {local_rank} is slow on {len(nodes)} nodes (ranks "
+        f"{', '.join(map(str, ranks))}): a placement pattern, not a bad node; without it each "
+        f"iteration would be {cost:.1%} shorter",
+        replay=replay,
         ranks=tuple(ranks),
         nodes=nodes,
         evidence={
             "local_rank": local_rank,
             "late_ranks": ranks,
+            "compute_excess_ms": _excess(ctx, ranks),
             "lateness_p50_ms": ms(float(this["lateness_p50_ns"].mean() or 0.0)),
             "other_local_ranks_lateness_p50_ms": ms(float(others["lateness_p50_ns"].mean() or 0.0)),
             "last_share": round(_last_share(ctx, ranks), 4),
-            "wait_share_of_iteration": round(cost, 4),
+            "wait_share_of_iteration": round(wait, 4),
         },
         actions=(
             f"Check the CPU/NUMA affinity and NIC path of local rank {local_rank} "
@@ -140,39 +303,120 @@ def _locality_finding(ctx: Context, local_rank: int, ranks: list[int]) -> Findin
     )
 
 
+# One-off stalls and recurring jitter ---------------------------------------------------
+
+
+def stall_actions(ctx: Context) -> np.ndarray | None:
+    """Actions whose gap is a one-off stall: at least ``stall_min_share`` of an
+    iteration and ten robust spreads beyond the rank's steady gap at that point of the
+    step, in few enough steps (``stall_max_steps``) to be events rather than a heavy
+    tail. None when there is none (or no replay)."""
+
+    def compute() -> np.ndarray | None:
+        prog, th = ctx.program, ctx.thresholds
+        if prog is None or ctx.iteration_ns <= 0:
+            return None
+        excess, spread = cf.excess_gaps(prog)
+        big = (excess >= th.stall_min_share * ctx.iteration_ns) & (excess >= 10 * spread)
+        steps = np.unique(prog.step[big])
+        if len(steps) == 0 or len(steps) > max(2, th.stall_max_steps * len(prog.steps)):
+            return None
+        return big
+
+    return ctx.memo("stalls", compute)
+
+
+def stalls(ctx: Context) -> list[Finding]:
+    big = stall_actions(ctx)
+    prog = ctx.program
+    if big is None or prog is None:
+        return []
+    excess, _ = cf.excess_gaps(prog)
+    ranks = sorted({int(r) for r in prog.rank[big]})
+    steps = sorted({int(s) for s in prog.step[big]})
+    replay = ctx.counterfactual(
+        "stall", "without the one-off stalls", lambda p: cf.without_gaps(p, big), cause="stall"
+    )
+    assert replay is not None
+    longest = float(excess[big].max())
+    where = f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"
+    return [
+        ctx.finding(
+            "stall",
+            0.0,
+            1.0,
+            f"a one-off stall: {where} stopped for {longest / 1e9:.2f} s in step"
+            f"{'s' if len(steps) > 1 else ''} {', '.join(map(str, steps))} while every other "
+            f"rank waited; it costs {replay.saving:.1%} of the run's iteration time on average",
+            replay=replay,
+            ranks=tuple(ranks),
+            nodes=ctx.nodes_of(ranks),
+            evidence={
+                "steps": steps,
+                "stall_ms": round(longest / 1e6, 3),
+                "stalls": int(big.sum()),
+                "iteration_ms": ms(ctx.iteration_ns),
+            },
+            actions=(
+                f"Look at what ran on {where} at step {steps[0]}: garbage collection, a "
+                "checkpoint or log flush, data-loader refill, swapping, a preempted CPU.",
+                "A one-off event is not jitter: pacing does not help it.",
+            ),
+        )
+    ]
+
+
 def sync_amplification(ctx: Context) -> list[Finding]:
     m, th = ctx.metrics, ctx.thresholds
     if m.per_rank.height < 2 or ctx.iteration_ns <= 0:
         return []
-    cost = _wait_cost(ctx, [])
+    wait = _wait_cost(ctx, [])
     n = max(len(m.ranks), 1)
-    # "takes turns": a rank counts when it was last in at least a quarter of its fair
-    # share of iterations, and no rank is last in most of them (that is a straggler)
     last_ranks = int((m.per_rank["last_share"] >= 1 / (4 * n)).sum())
     spread = last_ranks / n
     max_share = float(m.per_rank["last_share"].max() or 0.0)
-    if cost < th.sync_wait_share or spread < th.sync_spread or max_share >= 0.5:
-        return []
     cv = m.iteration.get("cv", 0.0)
+    replay = None
+    if ctx.program is not None:
+        prog, big = ctx.program, stall_actions(ctx)
+        change = cf.without_jitter(prog)
+        if big is not None and change.gap is not None:  # the one-off stalls are kept
+            change = Change(gap=np.where(big, prog.gap, change.gap))
+        replay = ctx.counterfactual(
+            "jitter", "no compute jitter (recurring)", change, cause="sync_amplification"
+        )
+        if replay is None or replay.saving < th.sync_wait_share:
+            return []
+        confidence = confidence_of(replay.saving, th.sync_wait_share)
+    else:
+        # "takes turns": a rank counts when it was last in at least a quarter of its fair
+        # share of iterations, and no rank is last in most of them (that is a straggler)
+        if wait < th.sync_wait_share or spread < th.sync_spread or max_share >= 0.5:
+            return []
+        confidence = confidence_of(spread * wait, th.sync_wait_share)
+    cost = replay.saving if replay is not None else wait
     return [
         ctx.finding(
             "sync_amplification",
-            cost,
-            confidence_of(spread * cost, th.sync_wait_share),
-            f"transient jitter: {last_ranks} of {len(m.ranks)} ranks take turns arriving "
-            f"last; ranks idle {cost:.1%} of each iteration waiting (iteration CV {cv:.3f})",
+            wait,
+            confidence,
+            f"recurring jitter: {last_ranks} of {len(m.ranks)} ranks take turns arriving last "
+            f"(iteration CV {cv:.3f}); without the jitter each iteration would be "
+            f"{cost:.1%} shorter",
+            replay=replay,
             evidence={
-                "wait_share_of_iteration": round(cost, 4),
+                "wait_share_of_iteration": round(wait, 4),
                 "iteration_cv": round(cv, 4),
                 "ranks_ever_last": last_ranks,
                 "max_last_share": round(max_share, 4),
                 "skew_p50_ms": ms(float(m.instances["skew_ns"].median() or 0.0)),
             },
             actions=(
-                "Enable syncpace pacing (bounded adaptive delay) and measure it on/off.",
                 "Reduce per-rank jitter: pin CPU threads, isolate cores, make data loading "
                 "asynchronous, disable frequency scaling.",
                 "Synchronize less often: gradient accumulation or local SGD.",
+                "Try syncpace pacing under its A/B guard and keep it only if it measurably "
+                "helps (the replay's what-if shows what it would do without network effects).",
             ),
         )
     ]

@@ -3,49 +3,237 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
+import numpy as np
 import polars as pl
 
 from syncpace.analysis.detectors import advice
+from syncpace.analysis.detectors.arrival import fast_half, fast_noise
 from syncpace.analysis.detectors.context import Context, confidence_of, ms
 from syncpace.analysis.findings import Finding
+from syncpace.analysis.replay import counterfactuals as cf
+from syncpace.analysis.replay.program import JOIN, WAIT
+from syncpace.analysis.replay.whatif import Outcome
+from syncpace.trace.busbw import bus_factor
+
+
+def cross_node(ctx: Context) -> pl.Expr:
+    """Whether an instance's group spans nodes (from the metadata's ``groups``)."""
+    spans = ctx.metrics.group_nodes
+    world_nodes = ctx.metrics.placement["node"].n_unique()
+    return pl.col("group").replace_strict(
+        {g: n > 1 for g, n in spans.items()}, default=world_nodes > 1, return_dtype=pl.Boolean
+    )
+
+
+def has_cross_node_group(ctx: Context) -> bool:
+    """A fabric verdict needs traffic between nodes: a group that spans two or more."""
+    spans = ctx.metrics.group_nodes
+    return any(n > 1 for n in spans.values())
 
 
 def _sized(ctx: Context) -> pl.DataFrame:
-    """Instances with a transfer time and bandwidth at or above the latency knee, each
-    with ``cross_node`` and its ``inflation``: service time over the run's own best (5th
-    percentile) for the same op, group size, size class (power of two) and locality, or
-    over the time at ``link_gbps`` when that is given and shorter."""
+    """Instances with a trusted bandwidth at or above the latency knee, each with
+    ``cross_node`` and its inflation: its service time per collective in service beside
+    it (two buckets sharing a link each take twice as long) over the run's own best
+    (5th percentile) for the same op, group size, size class (power of two) and
+    locality (``inflation_own``: contention that comes and goes), and over the time at
+    ``link_gbps`` when that is given (``inflation_link``: slowness that lasts the whole
+    run inflates the run's own best too). ``inflation`` is the larger of the two."""
     inst = ctx.metrics.instances
     if inst.height == 0:
         return inst
-    spans = ctx.metrics.group_nodes
-    world_nodes = ctx.metrics.placement["node"].n_unique()
-    cross = pl.col("group").replace_strict(
-        {g: n > 1 for g, n in spans.items()}, default=world_nodes > 1, return_dtype=pl.Boolean
-    )
-    big = inst.filter(
+    big = inst.with_row_index("_id").filter(
         pl.col("complete"),
         pl.col("bytes") >= ctx.thresholds.latency_knee_bytes,
         pl.col("busbw_gbps").is_not_null(),
-    ).with_columns(cross_node=cross, size_class=pl.col("bytes").log(2).floor().cast(pl.Int32))
-    best = pl.col("service_ns").quantile(0.05, "lower").over("op", "n", "size_class", "cross_node")
-    big = big.with_columns(best_ns=best)
+    )
+    big = big.with_columns(
+        cross_node=cross_node(ctx),
+        size_class=pl.col("bytes").log(2).floor().cast(pl.Int32),
+        alone_ns=pl.col("service_ns") / pl.col("concurrent"),
+    )
+    best = pl.col("alone_ns").quantile(0.05, "lower").over("op", "n", "size_class", "cross_node")
+    big = big.with_columns(best_ns=best).with_columns(
+        inflation_own=pl.col("alone_ns") / pl.col("best_ns")
+    )
     if ctx.thresholds.link_gbps > 0:
-        # contention that lasts the whole run inflates the run's own best too: with a
-        # known link rate, the time the link predicts (busbw = link rate) bounds it
-        at_link = pl.col("service_ns") * pl.col("busbw_gbps") / ctx.thresholds.link_gbps
-        big = big.with_columns(best_ns=pl.min_horizontal("best_ns", at_link))
-    return big.with_columns(inflation=pl.col("service_ns") / pl.col("best_ns"))
+        # busbw x concurrent is the rate this collective's bytes moved at when alone
+        at_link = pl.col("alone_ns") * pl.col("busbw_gbps") * pl.col("concurrent")
+        big = big.with_columns(link_ns=at_link / ctx.thresholds.link_gbps).with_columns(
+            inflation_link=pl.col("alone_ns") / pl.col("link_ns"),
+            best_ns=pl.min_horizontal("best_ns", "link_ns"),
+        )
+    else:
+        big = big.with_columns(inflation_link=pl.lit(None, pl.Float64))
+    return big.with_columns(inflation=pl.col("alone_ns") / pl.col("best_ns"))
+
+
+def _link_change(ctx: Context, which: np.ndarray | None) -> Any:
+    th = ctx.thresholds
+    if th.link_gbps > 0:
+        return lambda p: cf.transfers_at_rate(p, th.link_gbps, th.link_alpha_us * 1e3, which)
+    return lambda p: cf.transfers_at_best(p, which)
+
+
+def _cross_ids(ctx: Context) -> np.ndarray:
+    inst = ctx.metrics.instances
+    return inst.select(cross_node(ctx)).to_series().to_numpy()
+
+
+def transfer_lags(ctx: Context) -> pl.DataFrame:
+    """Per rank: ``lag_ns``, the median over cross-node collectives of how long after
+    the fast half of their members it saw them end (ring positions next to a slow link
+    end last), and the run's ``noise_ns``. Empty without a replay."""
+
+    def compute() -> pl.DataFrame:
+        prog = ctx.program
+        empty = pl.DataFrame(
+            schema={"rank": pl.Int64, "lag_ns": pl.Float64, "noise_ns": pl.Float64}
+        )
+        if prog is None:
+            return empty
+        seen = ((prog.kind == WAIT) | (prog.kind == JOIN)) & (prog.inst >= 0)
+        cross = _cross_ids(ctx)
+        seen &= cross[np.where(prog.inst >= 0, prog.inst, 0)]
+        if not seen.any():
+            return empty
+        frame = pl.DataFrame(
+            {"rank": prog.rank[seen], "inst": prog.inst[seen], "delta": prog.delta[seen]}
+        ).unique(["rank", "inst"])
+        frame = frame.with_columns(
+            late=pl.col("delta") - fast_half(pl.col("delta")).over("inst"),
+            mid=pl.col("delta").median().over("inst"),
+        )
+        frame = frame.with_columns(base=fast_half(pl.col("delta")).over("inst"))
+        noise = fast_noise(frame, "delta", "base", "mid")
+        need = max(ctx.thresholds.lag_min_share * ctx.iteration_ns, 3 * noise)
+        return (
+            frame.group_by("rank")
+            .agg(lag_ns=pl.col("late").median(), late_share=(pl.col("late") >= need / 2).mean())
+            .with_columns(noise_ns=pl.lit(noise))
+            .sort("rank")
+        )
+
+    return ctx.memo("transfer_lags", compute)
+
+
+#: A rank sits next to a slow link when its collectives end late in this share of them.
+PERSISTENT = 0.8
+
+
+def lagging_ranks(ctx: Context) -> list[int]:
+    """Ranks whose cross-node collectives end later than the others' by
+    ``lag_min_share`` of the iteration and three times the run's noise (the median of
+    their lags), persistently (by half that in 80 % of them): a slow link next to them.
+    Contention that comes and goes is not this."""
+    lags = transfer_lags(ctx)
+    if lags.height < 2 or ctx.iteration_ns <= 0:
+        return []
+    noise = float(lags["noise_ns"][0])
+    need = max(ctx.thresholds.lag_min_share * ctx.iteration_ns, 3 * noise)
+    late = lags.filter(pl.col("lag_ns") >= need, pl.col("late_share") >= PERSISTENT)
+    ranks = late["rank"].to_list()
+    return sorted(ranks) if 0 < len(ranks) < lags.height else []
+
+
+#: Other traffic on a host's link: NIC bytes beyond the job's own, as a share of them.
+FOREIGN_SHARE = 0.2
+#: ... and as a share of the link's rate over the replayed steps (idle links aside).
+FOREIGN_RATE = 0.1
+
+
+def foreign_traffic(ctx: Context) -> dict[str, float]:
+    """Per host with NIC counters: the share of its NIC's bytes during the replayed
+    steps (the busier direction) that the job's collectives do not account for — other
+    flows on the host's link. The job's part is what its ranks on the host posted, each
+    collective's bytes times its bus factor: an upper bound of what the job put on the
+    NIC (traffic between ranks of one host never leaves it), so the share is a lower
+    bound. Only hosts whose other traffic also reaches ``FOREIGN_RATE`` of the link rate
+    are kept. Empty without host counters or a replay."""
+
+    def compute() -> dict[str, float]:
+        prog, hosts = ctx.program, ctx.metrics.hosts
+        if prog is None or hosts is None or hosts.windows.height == 0 or hosts.nic.height == 0:
+            return {}
+        replayed = ctx.metrics.rank_steps.filter(pl.col("step").is_in(prog.steps.tolist()))
+        if replayed.height == 0:
+            return {}
+        t0 = int(replayed["start_ns"].min())  # type: ignore[arg-type]
+        t1 = int(replayed["end_ns"].max())  # type: ignore[arg-type]
+        inst = ctx.metrics.instances
+        factor = np.array(
+            [
+                bus_factor(op, int(n)) or 0.0
+                for op, n in zip(inst["op"], inst["group_size"], strict=True)
+            ]
+        )
+        moved = inst["bytes"].to_numpy().astype(np.float64) * factor
+        posts = (prog.kind == 0) & (prog.inst >= 0)  # POST
+        per_rank = np.bincount(prog.rank[posts], weights=moved[prog.inst[posts]])
+        place = ctx.metrics.placement
+        node = dict(zip(place["rank"].to_list(), place["node"].to_list(), strict=True))
+        job: dict[str, float] = {}
+        for rank, b in enumerate(per_rank):
+            if rank in node:
+                job[node[rank]] = job.get(node[rank], 0.0) + float(b)
+        rates = hosts.nic.select("host", "device", "direction", "link_rate_bps")
+        w = hosts.windows.filter(
+            pl.col("device") != "lo", pl.col("end_ns") > t0, pl.col("start_ns") < t1
+        ).join(rates, on=["host", "device", "direction"], how="inner")
+        if w.height == 0:
+            return {}
+        overlap_s = (
+            pl.min_horizontal("end_ns", pl.lit(t1)) - pl.max_horizontal("start_ns", pl.lit(t0))
+        ) / 1e9
+        nic = (
+            w.filter(pl.col("util").is_not_nan(), pl.col("link_rate_bps") > 0)
+            .group_by("host", "direction")
+            .agg(
+                bytes=(pl.col("util") * pl.col("link_rate_bps") / 8 * overlap_s).sum(),
+                rate=pl.col("link_rate_bps").max() / 8,
+            )
+        )
+        span = (t1 - t0) / 1e9
+        out: dict[str, float] = {}
+        for host, _, nbytes, rate in nic.iter_rows():
+            other = nbytes - job.get(host, 0.0)
+            if nbytes <= 0 or other < FOREIGN_RATE * rate * span:
+                continue
+            out[host] = max(out.get(host, 0.0), other / nbytes)
+        return {h: round(v, 4) for h, v in sorted(out.items())}
+
+    return ctx.memo("foreign_traffic", compute)
+
+
+def contended_hosts(ctx: Context, hosts: list[str] | None = None) -> list[str]:
+    """Hosts (of ``hosts``, else all) whose links carry other traffic beside the
+    job's: at least ``FOREIGN_SHARE`` of their NIC bytes."""
+    found = [h for h, share in foreign_traffic(ctx).items() if share >= FOREIGN_SHARE]
+    return [h for h in found if hosts is None or h in hosts]
 
 
 def fabric_contention(ctx: Context) -> list[Finding]:
     sized, th = _sized(ctx), ctx.thresholds
-    if sized.height < 8 or ctx.iteration_ns <= 0:
+    if sized.height < 8 or ctx.iteration_ns <= 0 or not has_cross_node_group(ctx):
+        return []  # loopback on a busy CPU is no fabric
+    suspect = sized.filter(pl.col("cross_node"))
+    if suspect.height < 8:
         return []
-    has_cross = bool(sized["cross_node"].any())
-    suspect = sized.filter(pl.col("cross_node")) if has_cross else sized
-    inflation = float(suspect["inflation"].median())  # type: ignore[arg-type]
+    own_inflation = float(suspect["inflation_own"].median())  # type: ignore[arg-type]
+    link_inflation = float(suspect["inflation_link"].median() or 0.0)  # type: ignore[arg-type]
+    lagging = lagging_ranks(ctx)
+    # slower than the link all run long and not at a few ranks: the fabric is busy or
+    # slow everywhere (a slow link next to a few ranks is slow_link's finding)
+    whole_run = link_inflation >= th.fabric_inflation and not lagging
+    # contention over less than half the run: the median cannot see it, its episodes can
+    episode = _episodes(suspect, th.fabric_inflation)
+    in_episode = float(episode.mean()) if len(episode) else 0.0
+    during = float(suspect.filter(pl.Series(episode))["inflation_own"].median() or 0.0)  # type: ignore[arg-type]
+    if own_inflation < th.fabric_inflation and in_episode >= th.fabric_episode_share:
+        own_inflation = during
+    inflation = max(own_inflation, link_inflation if whole_run else 0.0)
     if inflation < th.fabric_inflation:
         return []
     corr = suspect.select(pl.corr("skew_ns", "service_ns")).item()
@@ -58,34 +246,62 @@ def fabric_contention(ctx: Context) -> list[Finding]:
     # the late rank's own lateness does not follow the transfers: unequal link shares end
     # collectives unevenly and the next arrivals inherit that skew, and a straggler that
     # merely sleeps is late by the same amount whatever the fabric does.
-    if own_corr >= th.fabric_skew_correlation:
+    # Other flows on the hosts' links (their NIC counters carry bytes the job did not
+    # send) are contention whatever the late rank does: the veto is for a slow rank
+    # alone, whose host's links carry the job's bytes only.
+    others = contended_hosts(ctx, ctx.nodes_of(_cross_ranks(ctx)))
+    if own_corr >= th.fabric_skew_correlation and not others:
         return []
     intra = sized.filter(~pl.col("cross_node"))
     steps = max(ctx.metrics.steps.height, 1)
-    excess = float((suspect["service_ns"] - suspect["best_ns"]).sum()) / steps
-    cost = excess / ctx.iteration_ns
+    excess = float((suspect["service_ns"] - suspect["best_ns"] * suspect["concurrent"]).sum())
+    excess /= steps
+    measured_cost = excess / ctx.iteration_ns
     inflated_share = float((suspect["inflation"] >= th.fabric_inflation).mean())  # type: ignore[arg-type]
+    at = "the link rate" if th.link_gbps > 0 else "the run's best rate"
+    replay = ctx.counterfactual(
+        "links:cross",
+        f"cross-node links at {at}",
+        _link_change(ctx, _cross_ids(ctx)),
+        cause="fabric_contention",
+    )
+    cost = replay.saving if replay is not None else measured_cost
+    cross_ranks = _cross_ranks(ctx)
+    # where: the hosts whose links carry other traffic, else those ending late, else all
+    nodes = tuple(others) or (ctx.nodes_of(lagging) if lagging else ctx.nodes_of(cross_ranks))
     evidence = {
         "median_inflation": round(inflation, 3),
+        "inflation_over_own_best": round(own_inflation, 3),
+        "inflation_over_link": round(link_inflation, 3) if th.link_gbps > 0 else None,
         "p90_inflation": round(float(suspect["inflation"].quantile(0.9, "linear")), 3),  # type: ignore[arg-type]
         "inflated_share": round(inflated_share, 4),
+        "episode_share": round(in_episode, 4),
+        "inflation_p50_all": round(float(suspect["inflation"].median()), 3),  # type: ignore[arg-type]
         "skew_transfer_correlation": round(corr, 3),
         "own_lateness_transfer_correlation": round(own_corr, 3),
         "excess_transfer_ms_per_iteration": ms(excess),
-        "cross_node_busbw_gbps_p50": _p50(sized.filter(pl.col("cross_node"))["busbw_gbps"]),
+        "cross_node_busbw_gbps_p50": _p50(suspect["busbw_gbps"]),
         "intra_node_busbw_gbps_p50": _p50(intra["busbw_gbps"]),
         "intra_node_median_inflation": _p50(intra["inflation"]),
+        "concurrency": int(suspect["concurrency"].max() or 1),
+        "ranks_ending_late": lagging,
+        "other_traffic_share_by_host": foreign_traffic(ctx) or None,
         "groups": sorted(suspect["group"].unique().to_list())[:20],
     }
-    where = "cross-node groups" if has_cross else "collectives"
+    where = f" (worst at {', '.join(nodes)})" if lagging or others else ""
+    if others:
+        where += "; their links carry other traffic beside the job's (NIC counters)"
     return [
         ctx.finding(
             "fabric_contention",
-            cost,
+            measured_cost,
             inflated_share,
-            f"{where} transfer {inflation:.2f}x slower than the run's own best at the same "
-            f"size (not explained by arrival skew); {cost:.1%} of each iteration lost",
-            nodes=ctx.nodes_of(list(ctx.metrics.ranks)) if has_cross else (),
+            f"cross-node groups transfer {inflation:.2f}x slower than the run's own best at "
+            f"the same size{where}, not explained by arrival skew; at {at} each iteration "
+            f"would be {cost:.1%} shorter",
+            replay=replay,
+            ranks=tuple(lagging),
+            nodes=nodes,
             evidence=evidence,
             actions=(
                 "Look for other jobs or traffic on the same links and switches; check "
@@ -96,6 +312,99 @@ def fabric_contention(ctx: Context) -> list[Finding]:
             ),
         )
     ]
+
+
+def _episodes(suspect: pl.DataFrame, threshold: float) -> np.ndarray:
+    """Per transfer (rows of ``suspect``): whether it lies in an episode, a run of
+    consecutive transfers (in time) inflated by ``threshold`` or more, at least three
+    long and a tenth of them. Background flows make episodes; noise scatters."""
+    if suspect.height == 0:
+        return np.zeros(0, dtype=bool)
+    order = np.argsort(suspect["last_enter"].to_numpy(), kind="stable")
+    hot = (suspect["inflation_own"].to_numpy() >= threshold)[order]
+    need = max(3, int(np.ceil(0.1 * len(hot))))
+    edges = np.flatnonzero(np.diff(np.r_[0, hot.astype(np.int8), 0]))
+    marked = np.zeros(len(hot), dtype=bool)
+    for a, b in zip(edges[::2], edges[1::2], strict=True):
+        if b - a >= need:
+            marked[a:b] = True
+    out = np.zeros(len(hot), dtype=bool)
+    out[order] = marked
+    return out
+
+
+def _cross_ranks(ctx: Context) -> list[int]:
+    return list(ctx.metrics.ranks) if has_cross_node_group(ctx) else []
+
+
+def slow_link(ctx: Context) -> list[Finding]:
+    """Transfers that end late at a few ranks, persistently: the ranks next to a slow
+    link in the ring (the last step of a ring reaches them over it). Named: the ranks
+    and their hosts."""
+    if not has_cross_node_group(ctx) or ctx.program is None:
+        return []
+    late = lagging_ranks(ctx)
+    if not late or contended_hosts(ctx, ctx.nodes_of(late)):
+        return []  # other flows on those hosts' links: contention, not a slow link
+    lags = transfer_lags(ctx).filter(pl.col("rank").is_in(late))
+    th = ctx.thresholds
+    label = ",".join(map(str, late))
+    if th.link_gbps > 0:
+        groups = _groups_with(ctx, late)
+
+        def change(p: Any) -> Any:
+            which = ctx.metrics.instances["group"].is_in(groups).to_numpy()
+            rate = cf.transfers_at_rate(p, th.link_gbps, th.link_alpha_us * 1e3, which)
+            return cf.combine([cf.exits_aligned(p, late), rate])
+
+        what = f"links of ranks {label} at the link rate"
+    else:
+
+        def change(p: Any) -> Any:
+            return cf.exits_aligned(p, late)
+
+        what = f"collectives ending at ranks {label} with the others"
+    replay = ctx.counterfactual(f"slow_link:{label}", what, change, cause="slow_link")
+    assert replay is not None
+    nodes = ctx.nodes_of(late)
+    lag_ms = dict(zip(lags["rank"].to_list(), map(ms, lags["lag_ns"].to_list()), strict=True))
+    last = float(ctx.metrics.per_rank.filter(pl.col("rank").is_in(late))["last_share"].sum())
+    return [
+        ctx.finding(
+            "slow_link",
+            0.0,
+            min(1.0, 0.5 + last / 2),
+            f"collectives end late at rank{'s' if len(late) > 1 else ''} {label} "
+            f"({', '.join(nodes)}), by {float(np.median(list(lag_ms.values()))):.2f} ms: they "
+            f"sit next to a slow link in the ring; fixed, each iteration would be "
+            f"{replay.saving:.1%} shorter",
+            replay=replay,
+            ranks=tuple(late),
+            nodes=nodes,
+            evidence={
+                "lagging_ranks": late,
+                "transfer_lag_ms": lag_ms,
+                "last_share": round(last, 4),
+                "noise_ms": ms(float(transfer_lags(ctx)["noise_ns"][0])),
+                "link_gbps": th.link_gbps or None,
+            },
+            actions=(
+                f"Check the links of {', '.join(nodes)}: negotiated speed (ethtool), errors "
+                "and drops, a bad cable or port, other traffic through the same NIC.",
+                "Run syncpace bench with the pair matrix to see which pair is slow.",
+                "Move the job off the slow host or link; rings place it in every step.",
+            ),
+        )
+    ]
+
+
+def _groups_with(ctx: Context, ranks: list[int]) -> list[str]:
+    """Groups of the collectives these ranks took part in."""
+    prog = ctx.program
+    if prog is None:
+        return []
+    posted = np.unique(prog.inst[np.isin(prog.rank, ranks) & (prog.inst >= 0)])
+    return ctx.metrics.instances["group"].gather(posted).unique().to_list()
 
 
 def latency_bound(ctx: Context) -> list[Finding]:
@@ -111,15 +420,24 @@ def latency_bound(ctx: Context) -> list[Finding]:
     if per_rank_step < th.latency_min_per_step or share < th.latency_min_share:
         return []
     alpha = float(small["service_ns"].median() or 0.0)  # type: ignore[arg-type]
-    big = inst.filter(pl.col("bytes") >= th.latency_knee_bytes)["algbw_gbps"]
+    big = inst.filter(pl.col("bytes") >= th.latency_knee_bytes)["algbw_gbps"].drop_nulls()
     bandwidth = float(big.quantile(0.95, "linear") or 0.0) if big.len() else th.link_gbps  # type: ignore[arg-type]
+    replay = ctx.counterfactual(
+        "coalesced",
+        "small collectives bucketed",
+        lambda p: cf.small_coalesced(p, th.latency_knee_bytes, alpha, bandwidth),
+        cause="latency_bound",
+    )
+    cost = replay.saving if replay is not None else share
     return [
         ctx.finding(
             "latency_bound",
             share,
             confidence_of(per_rank_step, th.latency_min_per_step),
             f"{per_rank_step:.0f} collectives per iteration below {th.latency_knee_bytes} "
-            f"bytes take {share:.1%} of the iteration, each ~{alpha / 1e3:.0f} us of latency",
+            f"bytes, each ~{alpha / 1e3:.0f} us of latency; bucketed, each iteration would "
+            f"be {cost:.1%} shorter",
+            replay=replay,
             evidence={
                 "small_per_iteration": round(per_rank_step, 2),
                 "small_bytes_p50": int(small["bytes"].median() or 0),  # type: ignore[arg-type]
@@ -133,41 +451,109 @@ def latency_bound(ctx: Context) -> list[Finding]:
     ]
 
 
+def _large(ctx: Context) -> np.ndarray:
+    return (ctx.metrics.instances["bytes"] >= ctx.thresholds.latency_knee_bytes).to_numpy()
+
+
 def bandwidth_bound(ctx: Context) -> list[Finding]:
+    """Large transfers near the link's rate that leave the iteration waiting even where
+    overlap cannot hide them: the bytes are the limit, not latency or overlap.
+
+    With a replay the cost is what freeing the large transfers saves beyond what ideal
+    overlap already saves (what overlap could hide is poor overlap's cost)."""
     m, th = ctx.metrics, ctx.thresholds
     comm = m.comm
     exposed = comm.get("exposed_share", 0.0)
-    if exposed < th.bandwidth_min_exposed or comm.get("overlap_ratio", 1.0) < th.overlap_max_ratio:
-        return []  # hidden communication costs nothing; unoverlapped is poor_overlap's case
+    if exposed < th.bandwidth_min_exposed:
+        return []  # hidden communication costs nothing
     big = m.instances.filter(
         pl.col("bytes") >= th.latency_knee_bytes, pl.col("busbw_gbps").is_not_null()
-    )
+    ).with_columns(aggregate=pl.col("busbw_gbps") * pl.col("concurrent"))
     if big.height == 0:
         return []
-    median = float(big["busbw_gbps"].median())  # type: ignore[arg-type]
-    reference = th.link_gbps or float(big["busbw_gbps"].quantile(0.95, "linear"))  # type: ignore[arg-type]
-    if reference <= 0 or median < th.bandwidth_near_best * reference:
+    median = float(big["aggregate"].median())  # type: ignore[arg-type]
+    reference = th.link_gbps or float(big["aggregate"].quantile(0.95, "linear"))  # type: ignore[arg-type]
+    if reference <= 0:
         return []
+    # Far below the best rate is the fabric's doing (contention), not the bytes'. Within
+    # one node there is no fabric to blame: how fast the node moves bytes is its rate.
+    if has_cross_node_group(ctx) and median < th.bandwidth_near_best * reference:
+        return []
+    # Links that carry other flows beside the job's are contended: the bytes that fill
+    # them are not all the job's (fabric_contention's case).
+    if has_cross_node_group(ctx) and contended_hosts(ctx):
+        return []
+    replay = None
+    if ctx.program is not None:
+        # what the bytes cost once overlap is ideal and any slow link is fixed: those
+        # are poor overlap's and slow_link's costs
+        lagging = lagging_ranks(ctx)
+
+        def others(p: Any) -> Any:
+            fixes = [cf.ideal_overlap(p)]
+            if lagging:
+                fixes.append(cf.exits_aligned(p, lagging))
+            return cf.combine(fixes)
+
+        first = ctx.counterfactual(
+            "overlap+links", "ideal overlap and no slow link", others, cause="poor_overlap"
+        )
+        free = ctx.counterfactual(
+            "overlap+links+bytes",
+            "ideal overlap, no slow link and large transfers free",
+            lambda p: cf.combine([others(p), cf.transfers_scaled(p, 0.0, _large(ctx))]),
+        )
+        half = ctx.counterfactual(
+            "half-bytes",
+            "large transfers with half the bytes (BF16)",
+            lambda p: cf.transfers_scaled(p, 0.5, _large(ctx)),
+        )
+        assert first is not None and free is not None and half is not None
+        replay = _residual(first, free)
+        if replay.saving < th.bandwidth_min_exposed:
+            return []
+        ctx.replays["bandwidth"] = (replay, ctx.replays["overlap+links+bytes"][1])
+    elif comm.get("overlap_ratio", 1.0) < th.overlap_max_ratio:
+        return []  # unoverlapped is poor_overlap's case
+    cost = replay.saving if replay is not None else exposed
+    evidence = {
+        "busbw_gbps_p50": round(median, 3),
+        "reference_busbw_gbps": round(reference, 3),
+        "reference": "link_gbps" if th.link_gbps else "run's p95 busbw",
+        "bytes_p50": int(big["bytes"].median() or 0),  # type: ignore[arg-type]
+        "exposed_share": round(exposed, 4),
+        "overlap_ratio": round(comm.get("overlap_ratio", 0.0), 4),
+        "busbw_assumes": "flat topology (nccl-tests factors); summed over concurrent calls",
+    }
+    if replay is not None:
+        evidence["half_bytes_saving"] = round(ctx.replays["half-bytes"][0].saving, 4)
     return [
         ctx.finding(
             "bandwidth_bound",
             exposed,
             min(1.0, median / reference),
-            f"large collectives run at {median:.1f} GB/s busbw ({median / reference:.0%} of "
-            f"{'the link rate' if th.link_gbps else 'the best seen'}) and still leave "
-            f"{exposed:.1%} of the iteration exposed: bytes, not latency, are the limit",
-            evidence={
-                "busbw_gbps_p50": round(median, 3),
-                "reference_busbw_gbps": round(reference, 3),
-                "reference": "link_gbps" if th.link_gbps else "run's p95 busbw",
-                "bytes_p50": int(big["bytes"].median() or 0),  # type: ignore[arg-type]
-                "exposed_share": round(exposed, 4),
-                "overlap_ratio": round(comm.get("overlap_ratio", 0.0), 4),
-                "busbw_assumes": "flat topology (nccl-tests factors)",
-            },
+            f"large collectives run at {median:.3g} GB/s busbw ({median / reference:.0%} of "
+            f"{'the link rate' if th.link_gbps else 'the best seen'}) and leave the iteration "
+            f"waiting beyond what overlap can hide: bytes are the limit; without them each "
+            f"iteration would be {cost:.1%} shorter",
+            replay=replay,
+            evidence=evidence,
             actions=advice.bandwidth_bound(m.parallelism),
         )
     ]
+
+
+def _residual(first: Outcome, both: Outcome) -> Outcome:
+    """What ``both`` saves beyond ``first`` (errors add)."""
+    return Outcome(
+        name="bandwidth",
+        description="large transfers free, beyond overlap and links",
+        iteration_ns=both.iteration_ns,
+        saving_ns=both.saving_ns - first.saving_ns,
+        saving=max(0.0, both.saving - first.saving),
+        error=first.error + both.error,
+        cause="bandwidth_bound",
+    )
 
 
 def _p50(values: pl.Series) -> float | None:

@@ -1,0 +1,234 @@
+"""Counterfactuals: the measured program with one cause removed.
+
+Each builder returns a :class:`~.engine.Change` that only ever removes time (shorter
+gaps, shorter transfers, earlier completions), so a cause's saving is never negative
+and never more than the iteration. Pacing is the exception: it adds delays, and the
+replay says what that costs or saves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+import polars as pl
+
+from syncpace.analysis.replay.engine import Change, PacerFactory
+from syncpace.analysis.replay.program import END, JOIN, POST, WAIT, Program
+from syncpace.trace.busbw import bus_factor
+
+
+def action_keys(prog: Program) -> np.ndarray:
+    """Per action: the same id on every rank for the same thing done (posting, waiting
+    on, joining instance k; ending step s), so ranks can be compared action by action."""
+    n_inst = len(prog.service)
+    step_index = np.searchsorted(prog.steps, prog.step)
+    return np.where(prog.inst >= 0, prog.kind + 4 * prog.inst, END + 4 * (n_inst + step_index))
+
+
+def _median_by(keys: np.ndarray, values: np.ndarray, source: np.ndarray) -> np.ndarray:
+    """Per action: the median of ``values`` over the ``source`` actions of the same key
+    (nan where no source action has it)."""
+    frame = pl.DataFrame({"key": keys[source], "value": values[source]})
+    med = frame.group_by("key").agg(pl.col("value").median())
+    lookup = pl.DataFrame({"key": keys}).join(med, on="key", how="left", maintain_order="left")
+    return lookup["value"].fill_null(np.nan).to_numpy()
+
+
+def compute_like_others(prog: Program, ranks: Iterable[int]) -> Change:
+    """These ranks not slow: each of their compute gaps at the other ranks' median for
+    the same action (never longer than their own)."""
+    chosen = np.isin(prog.rank, list(ranks))
+    typical = _median_by(action_keys(prog), prog.gap, ~chosen)
+    gap = np.where(chosen & ~np.isnan(typical), np.minimum(prog.gap, typical), prog.gap)
+    return Change(gap=gap)
+
+
+def position_medians(prog: Program) -> np.ndarray:
+    """Per action: the median over steps of the same rank's gap at the same position of
+    the step (the rank's steady compute, without its step-to-step variation)."""
+    key = (prog.rank * 4 + prog.kind) * (int(prog.position.max()) + 1) + prog.position
+    return _median_by(key, prog.gap, np.ones(len(key), dtype=bool))
+
+
+def without_jitter(prog: Program) -> Change:
+    """No compute jitter: every gap at its rank's median for that point of the step
+    (persistent differences between ranks stay: that is a straggler's cost)."""
+    typical = position_medians(prog)
+    return Change(gap=np.minimum(prog.gap, np.where(np.isnan(typical), prog.gap, typical)))
+
+
+def without_gaps(prog: Program, actions: np.ndarray) -> Change:
+    """The given actions' gaps at their steady value (one-off stalls removed)."""
+    typical = position_medians(prog)
+    steady = np.minimum(prog.gap, np.where(np.isnan(typical), prog.gap, typical))
+    return Change(gap=np.where(actions, steady, prog.gap))
+
+
+def excess_gaps(prog: Program) -> tuple[np.ndarray, np.ndarray]:
+    """Per action: gap minus its steady value, and the robust spread (1.4826 x MAD) of
+    that excess over the steps at the same rank and point of the step."""
+    typical = position_medians(prog)
+    with np.errstate(invalid="ignore"):  # a damaged trace's absurd times stay absurd
+        excess = np.nan_to_num(prog.gap - np.where(np.isnan(typical), prog.gap, typical))
+    key = (prog.rank * 4 + prog.kind) * (int(prog.position.max()) + 1) + prog.position
+    spread = _median_by(key, np.abs(excess), np.ones(len(key), dtype=bool)) * 1.4826
+    return excess, np.nan_to_num(spread)
+
+
+def _factor(prog: Program) -> np.ndarray:
+    inst = prog.instances
+    ops, ns = inst["op"].to_list(), inst["n"].to_list()
+    return np.array([bus_factor(o, int(n)) or 0.0 for o, n in zip(ops, ns, strict=True)])
+
+
+def transfers_at_rate(
+    prog: Program, rate_gbps: float, alpha_ns: float = 0.0, which: np.ndarray | None = None
+) -> Change:
+    """Links at ``rate_gbps`` of bus bandwidth (a benchmark's β): each transfer takes
+    at most α + its bytes at that rate, times the collectives it shared the link with."""
+    inst = prog.instances
+    nbytes = inst["bytes"].to_numpy().astype(np.float64)
+    together = inst["concurrent"].to_numpy()
+    model = alpha_ns + together * nbytes * _factor(prog) / rate_gbps
+    return _cap_service(prog, model, which)
+
+
+def transfers_at_best(prog: Program, which: np.ndarray | None = None) -> Change:
+    """Links at the run's own best: each transfer of a size class (power of two), op
+    and locality no slower than the class's 5th percentile, per collective sharing."""
+    inst = prog.instances.with_row_index("_id").with_columns(
+        size_class=pl.col("bytes").clip(lower_bound=1).log(2).floor().cast(pl.Int32),
+        alone=pl.col("service_ns") / pl.col("concurrent"),
+    )
+    best = inst.with_columns(
+        best=pl.col("alone").quantile(0.05, "lower").over("op", "n", "size_class", "group")
+    )["best"]
+    model = best.fill_null(np.nan).to_numpy() * inst["concurrent"].to_numpy()
+    return _cap_service(prog, model, which)
+
+
+def _cap_service(prog: Program, model: np.ndarray, which: np.ndarray | None) -> Change:
+    service = prog.service.copy()
+    ok = ~np.isnan(model) & ~np.isnan(service)
+    if which is not None:
+        ok &= which
+    service[ok] = np.minimum(service[ok], model[ok])
+    return Change(service=service)
+
+
+def transfers_scaled(prog: Program, factor: float, which: np.ndarray) -> Change:
+    """The given transfers take ``factor`` of their service time (0: free; 0.5: half the
+    bytes, as BF16 communication would)."""
+    service = prog.service.copy()
+    service[which] = service[which] * factor
+    return Change(service=service)
+
+
+def small_coalesced(prog: Program, knee_bytes: int, alpha_ns: float, rate_gbps: float) -> Change:
+    """Sub-knee collectives bucketed: the small calls of a group in a step pay one
+    latency between them, plus their bytes at ``rate_gbps`` (0: bytes are free); and
+    issuing them costs once, not once per call: a gap shorter than one small call's
+    latency right after a small blocking call returned (issue overhead, no compute in
+    between) is gone."""
+    inst = prog.instances.with_row_index("_id")
+    small = inst.filter(pl.col("bytes") < knee_bytes)
+    if small.height == 0:
+        return Change()
+    count = small.group_by("group", "step").agg(pl.len().alias("m"))
+    small = small.join(count, on=["group", "step"])
+    ids = small["_id"].to_numpy()
+    per_byte = 1.0 / rate_gbps if rate_gbps > 0 else 0.0
+    model = alpha_ns / small["m"].to_numpy() + small["bytes"].to_numpy() * per_byte
+    service = prog.service.copy()
+    service[ids] = np.minimum(service[ids], model)
+    # issue overhead: a short gap right after a small blocking call returned
+    is_small = np.zeros(len(prog.service), dtype=bool)
+    is_small[ids] = True
+    small_wait = (prog.kind == WAIT) & (prog.inst >= 0)
+    small_wait &= is_small[np.where(prog.inst >= 0, prog.inst, 0)]
+    order = np.lexsort((prog.position, prog.step, prog.rank))
+    follows = np.zeros(prog.n_actions, dtype=bool)
+    same = (prog.rank[order][1:] == prog.rank[order][:-1]) & (
+        prog.step[order][1:] == prog.step[order][:-1]
+    )
+    follows[order[1:]] = same & small_wait[order[:-1]]
+    overhead = (follows | small_wait) & (prog.gap < max(alpha_ns, 0.0))
+    gap = np.where(overhead, 0.0, prog.gap)
+    return Change(gap=gap, service=service)
+
+
+def exits_aligned(prog: Program, ranks: Iterable[int]) -> Change:
+    """These ranks' transfers end with the others': each instance ends when its other
+    members saw it end, and the named ranks see it end then too (a slow link next to
+    them no longer holds the ring's last step back)."""
+    chosen = np.isin(prog.rank, list(ranks))
+    waits = (prog.kind == WAIT) | (prog.kind == JOIN)
+    others = waits & ~chosen
+    inst = np.where(waits, prog.inst, 0)
+    shift = np.full(len(prog.service), np.nan)
+    if others.any():
+        frame = pl.DataFrame({"inst": inst[others], "delta": prog.delta[others]})
+        latest = frame.group_by("inst").agg(pl.col("delta").max())
+        shift[latest["inst"].to_numpy()] = latest["delta"].to_numpy()
+    shift = np.minimum(np.nan_to_num(shift, nan=0.0), 0.0)
+    service = prog.service + shift
+    delta = np.where(waits, prog.delta - shift[inst], prog.delta)
+    delta = np.where(waits & chosen, np.minimum(delta, 0.0), delta)
+    return Change(service=service, delta=delta)
+
+
+def ideal_overlap(prog: Program) -> Change:
+    """Communication overlapped as well as the step's compute allows: every call is
+    waited on only at the end of its step (as DDP joins its buckets), and calls issued
+    in a burst after the step's longest compute are spread evenly over it (as if each
+    bucket's gradients were ready at an even pace). An upper bound on what overlap can
+    save: gradients of a real model only become ready during backward."""
+    wait_on = prog.kind == JOIN
+    gap = prog.gap.copy()
+    order = np.lexsort((prog.position, prog.step, prog.rank))
+    kind, g = prog.kind[order], prog.gap[order]
+    rank, step = prog.rank[order], prog.step[order]
+    bounds = np.flatnonzero(np.r_[True, (rank[1:] != rank[:-1]) | (step[1:] != step[:-1]), True])
+    for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+        posts = np.flatnonzero(kind[lo:hi] == POST) + lo
+        if len(posts) < 2:
+            continue
+        longest = posts[np.argmax(g[posts])]
+        big = g[longest]
+        burst = [longest]
+        for a in range(longest + 1, hi):
+            if kind[a] in (JOIN, END):
+                break
+            if g[a] > 0.1 * big:
+                break
+            if kind[a] == POST:
+                burst.append(a)
+        if len(burst) < 2 or big <= 0:
+            continue
+        share = big / len(burst)
+        gap[order[longest]] = share
+        for a in burst[1:]:
+            gap[order[a]] += share
+    return Change(gap=gap, wait_on=wait_on)
+
+
+def paced(factory: PacerFactory) -> Change:
+    """Pacing on with the given pacer (policy, lag, A/B guard), run live in the replay."""
+    return Change(pacer=factory)
+
+
+def combine(changes: Sequence[Change]) -> Change:
+    """Several causes removed at once: the shortest gap and transfer any of them gives,
+    each completion offset as early as any makes it, joins as the first that sets them."""
+
+    def pick(name: str) -> list[np.ndarray]:
+        return [getattr(c, name) for c in changes if getattr(c, name) is not None]
+
+    gaps, services, deltas, waits = pick("gap"), pick("service"), pick("delta"), pick("wait_on")
+    return Change(
+        gap=np.minimum.reduce(gaps) if gaps else None,
+        service=np.fmin.reduce(services) if services else None,
+        delta=np.minimum.reduce(deltas) if deltas else None,
+        wait_on=waits[0] if waits else None,
+    )
