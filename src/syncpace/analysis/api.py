@@ -77,9 +77,13 @@ class Analysis:
     def what_if_text(self) -> str:
         """The what-if tables of every run, as plain text."""
         return "\n\n".join(
-            w.table() if w is not None else f"{r.run}: no replay (no collectives or steps)"
+            w.table() if w is not None else f"{r.run}: {NO_REPLAY}"
             for r, w in zip(self.runs, self.what_if, strict=False)
         )
+
+
+#: Why a run has no what-if table.
+NO_REPLAY = "no replay (no collectives or steps, an imported trace, or iterations too large)"
 
 
 def analyze(

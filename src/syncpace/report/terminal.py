@@ -15,6 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from syncpace.analysis import Analysis, RunComparison, RunMetrics, Severity
+from syncpace.analysis.api import NO_REPLAY
 from syncpace.console import make_console, safe, visible
 from syncpace.report import format as fmt
 from syncpace.report.format import pacing_line
@@ -203,7 +204,7 @@ def print_what_if(analysis: Analysis, console: Console | None = None) -> None:
     console = console or make_console()
     for run, table in zip(analysis.runs, analysis.what_if, strict=False):
         if table is None:
-            console.print(f"[bold]{safe(run.run)}[/]: no replay (no collectives or steps)")
+            console.print(f"[bold]{safe(run.run)}[/]: {NO_REPLAY}")
             continue
         b = table.base
         t = Table(
