@@ -106,7 +106,13 @@ def test_the_iteration_spread_is_the_spread_the_trace_shows(four_ranks):
         # Four iterations: one preemption between the benchmark's timer and the traced
         # call (hundreds of µs on a loaded 2-core machine) moves a spread by that much.
         assert abs(reported - std) <= 0.5 * max(reported, std) + 100, (r["op"], reported, std)
-        assert abs(r["time_us"] - mean) <= 0.2 * max(r["time_us"], mean) + 100, r["op"]
+        # The timer encloses the traced calls, so a preemption outside them raises only the
+        # reported mean; the medians of four iterations shrug off one such iteration.
+        assert r["time_us"] >= mean - (0.2 * mean + 100), (r["op"], r["time_us"], mean)
+        middle = sorted(means)[1:3]
+        median = sum(middle) / 2
+        tolerance = 0.2 * max(r["p50_us"], median) + 100
+        assert abs(r["p50_us"] - median) <= tolerance, (r["op"], r["p50_us"], median)
 
 
 def test_pair_matrix_has_every_off_diagonal_entry(four_ranks):
