@@ -130,4 +130,6 @@ def test_aligned_timestamps_agree_across_ranks(known_trace):
     )
     assert last.height == WORLD
     spread = last["exit_ns"].max() - last["exit_ns"].min()
-    assert spread < 10_000_000
+    # Half the smallest skew between two ranks (50 ms): an unaligned rank is out by all
+    # of it, while a loaded machine delays a rank's return from the barrier by ~10 ms.
+    assert spread < 25_000_000
