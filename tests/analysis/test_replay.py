@@ -235,6 +235,35 @@ def test_ideal_overlap_spreads_a_burst_over_the_compute_before_it(tmp_path: Path
     assert out.iteration_ns == pytest.approx(46 * MS, rel=1e-3)
 
 
+def test_ideal_overlap_lets_spread_transfers_run_alone(tmp_path: Path) -> None:
+    """Each step: 40 ms compute, then two 1 MB async all-reduces posted together, in
+    service side by side for 8 ms (4 ms each alone), the step's end 1 ms after. Spread
+    over the compute (posted at 20 and 40 ms) they no longer share the link: the last
+    ends 4 ms after the compute, the step at 45 ms, not 49."""
+    events: dict[int, list] = {0: [], 1: []}
+    steps: dict[int, list] = {0: [], 1: []}
+    t = 0.0
+    for s in range(6):
+        post = t + 40
+        for r in (0, 1):
+            p = int((post + 0.01 * r) * MS)
+            events[r] += [
+                (s, 2 * s, 1_000_000, p, int((post + 8) * MS), "future", -1),
+                (s, 2 * s + 1, 1_000_000, p + 10_000, int((post + 8.05) * MS), "future", -1),
+            ]
+            steps[r].append((s, int(t * MS), int((post + 9) * MS)))
+        t = post + 9
+    m, prog = program_of(write(tmp_path, events, steps))
+    assert set(m.instances["concurrency"].to_list()) == {2}
+    base = baseline(prog)
+    assert base.measured_ns == pytest.approx(49 * MS, rel=1e-3)
+    change = cf.ideal_overlap(prog)
+    assert change.service is not None
+    np.testing.assert_allclose(change.service, prog.service / 2, rtol=0.02)
+    out = evaluate(prog, base, "overlap", "ideal overlap", change)
+    assert out.iteration_ns == pytest.approx(45 * MS, rel=0.01)
+
+
 def test_combined_changes_never_save_less_than_each(tmp_path: Path) -> None:
     _, prog = program_of(blocking_job(tmp_path, {0: 20, 1: 30, 2: 20, 3: 20}))
     base = baseline(prog)

@@ -183,9 +183,16 @@ def ideal_overlap(prog: Program) -> Change:
     waited on only at the end of its step (as DDP joins its buckets), and calls issued
     in a burst after the step's longest compute are spread evenly over it (as if each
     bucket's gradients were ready at an even pace). An upper bound on what overlap can
-    save: gradients of a real model only become ready during backward."""
+    save: gradients of a real model only become ready during backward.
+
+    Transfers issued together share the link (measured: gloo runs two at once); spread
+    at least their time alone apart, each takes its time alone (its measured service
+    over the collectives it shared the link with)."""
     wait_on = prog.kind == JOIN
     gap = prog.gap.copy()
+    together = prog.instances["concurrent"].to_numpy().astype(np.float64)
+    alone = prog.service / np.maximum(together, 1.0)
+    spread = np.zeros(len(prog.service), dtype=bool)
     order = np.lexsort((prog.position, prog.step, prog.rank))
     kind, g = prog.kind[order], prog.gap[order]
     rank, step = prog.rank[order], prog.step[order]
@@ -210,7 +217,12 @@ def ideal_overlap(prog: Program) -> Change:
         gap[order[longest]] = share
         for a in burst[1:]:
             gap[order[a]] += share
-    return Change(gap=gap, wait_on=wait_on)
+        for a in burst:
+            k = prog.inst[order[a]]
+            if k >= 0 and alone[k] <= share:
+                spread[k] = True
+    service = np.where(spread & ~np.isnan(alone), np.minimum(prog.service, alone), prog.service)
+    return Change(gap=gap, wait_on=wait_on, service=service)
 
 
 def paced(factory: PacerFactory) -> Change:
