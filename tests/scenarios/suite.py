@@ -559,6 +559,7 @@ def confusion_text(outcomes: list[Outcome]) -> str:
 def bench_link(hosts: int, rate: str, out: Path, log: Any = None) -> tuple[float, float]:
     """(alpha_us, busbw GB/s) of an all-reduce benchmark on a star of ``hosts`` at
     ``rate``: what ``syncpace diagnose --bench`` would use as the link."""
+    from syncpace.bench.config import BenchConfig
     from syncpace.bench.on_fabric import bench_on_fabric
     from syncpace.bench.results import main_fit
     from syncpace.fabric import build_spec
@@ -568,10 +569,20 @@ def bench_link(hosts: int, rate: str, out: Path, log: Any = None) -> tuple[float
     name = "pb" + secrets.token_hex(3)
     spec = build_spec({"topology": "star", "hosts": hosts, "host_rate": rate, "name": name})
     state = up(spec, SystemBackend())
-    args = ["all_reduce", "-b", "64K", "-e", "4M", "-f", "2", "-n", "5", "-w", "2"]
-    args += ["--gap-ms", "50", "--no-pairs", "--no-check"]
+    config = BenchConfig(
+        ops="all_reduce",
+        min_bytes="64K",
+        max_bytes="4M",
+        step_factor=2,
+        iters=5,
+        warmup=2,
+        gap_ms=50,
+        pairs=False,
+        check=False,
+        timeout_s=120,
+    )
     try:
-        data = bench_on_fabric(state, args, out, echo=log)
+        data = bench_on_fabric(state, config, out, echo=log)
     finally:
         down(state, SystemBackend())
     _, fit = main_fit(data) or ("", {})
