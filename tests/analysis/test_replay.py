@@ -264,6 +264,36 @@ def test_ideal_overlap_lets_spread_transfers_run_alone(tmp_path: Path) -> None:
     assert out.iteration_ns == pytest.approx(45 * MS, rel=0.01)
 
 
+def test_no_jitter_is_the_compute_without_its_added_noise(tmp_path: Path) -> None:
+    """Four ranks compute 40 ms plus heavy-tailed extra time (Lomax shape 2, scale
+    0.35 of the compute: median 15 %), then a blocking all-reduce of 4 ms and 1 ms to
+    the step's end. Jitter only adds time: without it each step is 45 ms, which the
+    replay must find, not the 40 ms plus the median extra."""
+    rng = np.random.default_rng(7)
+    ranks, n = range(4), 40
+    events: dict[int, list] = {r: [] for r in ranks}
+    steps: dict[int, list] = {r: [] for r in ranks}
+    t = 0.0
+    for s in range(n):
+        enter = {r: t + 40 * (1 + 0.35 * rng.pareto(2.0)) for r in ranks}
+        done = max(enter.values()) + 4
+        for r in ranks:
+            e = int(enter[r] * MS)
+            events[r].append((s, s, 1_000_000, e, int(done * MS), "wait", e + 1000))
+            steps[r].append((s, int(t * MS), int((done + 1) * MS)))
+        t = done + 1
+    _, prog = program_of(write(tmp_path, events, steps))
+    base = baseline(prog)
+    assert base.measured_ns > 60 * MS  # the slowest of four draws, every step
+    out = evaluate(prog, base, "jitter", "no jitter", cf.without_jitter(prog))
+    # each rank's calm value comes from 40 draws: the slowest rank's is a little high
+    assert out.iteration_ns == pytest.approx(45 * MS, rel=0.06)
+    median = cf.position_medians(prog)
+    at_median = Change(gap=np.minimum(prog.gap, np.where(np.isnan(median), prog.gap, median)))
+    got = evaluate(prog, base, "median", "at the median", at_median).iteration_ns
+    assert out.iteration_ns - 45 * MS < (got - 45 * MS) / 2
+
+
 def test_combined_changes_never_save_less_than_each(tmp_path: Path) -> None:
     _, prog = program_of(blocking_job(tmp_path, {0: 20, 1: 30, 2: 20, 3: 20}))
     base = baseline(prog)
