@@ -22,6 +22,7 @@ class SysfsTree:
         self.root = root
         for sub in ("sys/bus/pci/devices", "sys/class/net", "sys/class/infiniband", "proc/net"):
             (root / sub).mkdir(parents=True, exist_ok=True)
+        write_cpu(self)  # an idle host, its sampler in an unlimited cgroup
 
     def numa(self, node: int, cpulist: str) -> None:
         path = self.root / "sys/devices/system/node" / f"node{node}"
@@ -198,3 +199,58 @@ def write_netstat(
     tree: SysfsTree, tcpext: dict[str, int], ipext: dict[str, int] | None = None
 ) -> None:
     tree.proc("netstat", _table("TcpExt", _TCPEXT, tcpext) + _table("IpExt", _IPEXT, ipext or {}))
+
+
+#: The cgroup of the fake hosts' sampler (cgroup v1, the cpu and cpuacct controllers
+#: mounted apart, as on this machine).
+CGROUP = "job/rank0"
+#: The pid of the fake hosts' sampling rank.
+JOB_PID = 4242
+
+
+def write_cpu(
+    tree: SysfsTree,
+    ticks: dict[str, int] | None = None,
+    *,
+    cpus: int = 2,
+    pressure_us: int = 0,
+    periods: int = 0,
+    throttled: int = 0,
+    throttled_ns: int = 0,
+    usage_ns: int = 0,
+    quota_us: int = -1,
+    period_us: int = 100_000,
+    job_run_ns: int = 0,
+    job_wait_ns: int = 0,
+) -> None:
+    """/proc/stat (``ticks`` per state, in clock ticks), /proc/pressure/cpu, the job's
+    process (:data:`JOB_PID`, one thread) and the sampler's cgroup (v1) with its
+    throttling and quota."""
+    states = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+    values = ticks or {}
+    line = "cpu  " + " ".join(str(values.get(k, 0)) for k in states) + " 0 0\n"
+    per_cpu = "".join(f"cpu{i} 0 0 0 0 0 0 0 0 0 0\n" for i in range(cpus))
+    (tree.root / "proc").mkdir(parents=True, exist_ok=True)
+    (tree.root / "proc/stat").write_text(line + per_cpu + "intr 0\nctxt 0\n")
+    (tree.root / "proc/pressure").mkdir(exist_ok=True)
+    (tree.root / "proc/pressure/cpu").write_text(
+        f"some avg10=0.00 avg60=0.00 avg300=0.00 total={pressure_us}\n"
+        "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
+    )
+    task = tree.root / f"proc/{JOB_PID}/task/{JOB_PID}"
+    task.mkdir(parents=True, exist_ok=True)
+    (task / "schedstat").write_text(f"{job_run_ns} {job_wait_ns} 10\n")
+    (tree.root / "proc/self").mkdir(exist_ok=True)
+    (tree.root / "proc/self/cgroup").write_text(
+        f"4:memory:/{CGROUP}\n2:cpuacct:/{CGROUP}\n1:cpu:/{CGROUP}\n0::/\n"
+    )
+    cpu = tree.root / "sys/fs/cgroup/cpu" / CGROUP
+    acct = tree.root / "sys/fs/cgroup/cpuacct" / CGROUP
+    cpu.mkdir(parents=True, exist_ok=True)
+    acct.mkdir(parents=True, exist_ok=True)
+    (cpu / "cpu.stat").write_text(
+        f"nr_periods {periods}\nnr_throttled {throttled}\nthrottled_time {throttled_ns}\n"
+    )
+    (cpu / "cpu.cfs_quota_us").write_text(f"{quota_us}\n")
+    (cpu / "cpu.cfs_period_us").write_text(f"{period_us}\n")
+    (acct / "cpuacct.usage").write_text(f"{usage_ns}\n")

@@ -4,6 +4,7 @@ encoding, its file as the reader loads it, and on this machine's real kernel."""
 from __future__ import annotations
 
 import json
+import os
 import socket
 import struct
 import subprocess
@@ -17,13 +18,22 @@ import polars as pl
 import pytest
 
 from syncpace.analysis.hostcounters import host_metrics
-from syncpace.capture import netstats
+from syncpace.capture import cpustats, netstats
 from syncpace.capture.clock import LocalClock
 from syncpace.capture.config import TraceConfig
 from syncpace.capture.sampler import HostSampler, start_host_sampler
 from syncpace.trace import schema
 from syncpace.trace.reader import load_host_files
-from sysfs_trees import switch_host, two_socket_host, write_netdev, write_netstat, write_snmp
+from sysfs_trees import (
+    CGROUP,
+    JOB_PID,
+    switch_host,
+    two_socket_host,
+    write_cpu,
+    write_netdev,
+    write_netstat,
+    write_snmp,
+)
 
 
 class FakeQdiscs:
@@ -61,6 +71,7 @@ def host(tmp_path):
 def _sampler(tmp_path, tree, clock, qdiscs, **kw):
     run = tmp_path / "run"
     run.mkdir(exist_ok=True)
+    kw.setdefault("job_pid", JOB_PID)
     return HostSampler(
         run, "node-a", root=tree.root, now=clock, qdisc_dumper=qdiscs, use_nvml=False, **kw
     )
@@ -100,6 +111,55 @@ def test_ticks_are_written_where_values_change(tmp_path, host):
     row = nic.filter(pl.col("device") == "eth0", pl.col("direction") == "tx").row(0, named=True)
     assert row["bytes"] == 5_000_000
     assert row["util_peak_sample"] == pytest.approx(16.0)
+
+
+def test_a_throttled_cgroup_and_busy_cpus_are_measured(tmp_path, host):
+    """Ten ticks 10 ms apart: the sampler's cgroup runs at a quota of 0.05 CPU and is
+    throttled in 8 of every 10 scheduling periods, 9.5 ms of every 10; the host's two
+    CPUs are three-quarters busy and tasks wait for a CPU 2 ms of every 10."""
+    clock, qdiscs = Clock(), FakeQdiscs()
+    sampler = _sampler(tmp_path, host, clock, qdiscs, interval_s=0.01)
+    assert sampler.meta["cgroup"] == {"path": f"/{CGROUP}", "version": 1}
+    for tick in range(10):
+        busy, idle = 3 * tick, tick  # clock ticks of the two CPUs together
+        write_cpu(
+            host,
+            {"user": busy, "idle": idle},
+            pressure_us=2_000 * tick,
+            periods=10 * tick,
+            throttled=8 * tick,
+            throttled_ns=9_500_000 * tick,
+            usage_ns=500_000 * tick,
+            quota_us=5_000,
+            job_run_ns=500_000 * tick,
+            job_wait_ns=9_500_000 * tick,
+        )
+        sampler.step(slow=True)
+        clock.t += 10_000_000
+    sampler.close()
+    counters, hosts = load_host_files(tmp_path / "run", [])
+    assert hosts["node-a"]["errors"] == {}
+    cpu = host_metrics(counters, hosts, {}).hosts["node-a"]["cpu"]
+    assert cpu["quota_cpus"] == 0.05
+    assert cpu["throttled_periods_share"] == pytest.approx(0.8)
+    assert cpu["throttled_share"] == pytest.approx(0.95)
+    assert cpu["busy_share"] == pytest.approx(0.75)
+    assert cpu["pressure_share"] == pytest.approx(0.2)
+    assert cpu["cgroup"] == f"/{CGROUP}"
+    assert cpu["job_wait_share"] == pytest.approx(0.95)  # of the time its threads were runnable
+
+
+def test_the_real_cgroup_of_this_process_is_found():
+    """On this machine's kernel: the sampler's own cgroup CPU controller and its quota
+    (-1: unlimited, or a positive number of thousandths of a CPU)."""
+    cgroup = cpustats.CgroupCpu("/")
+    values = cgroup.read()
+    assert len(values) == len(cgroup.series) == 4
+    assert values[0] is not None and values[0] >= 0  # nr_periods
+    quota = cpustats.CgroupQuota(cgroup).read()[0]
+    assert quota == -1 or (quota is not None and quota > 0)
+    own = Path("/proc/self/cgroup").read_text()
+    assert cgroup.name.lstrip("/") in own
 
 
 def test_speed_is_the_rate_without_a_shaper_and_a_setting_beats_both(tmp_path, host):
@@ -320,3 +380,34 @@ def test_the_child_process_ends_when_its_rank_dies(tmp_path):
     # timestamps are on rank 0's clock: the rank's offset (5 s) was applied
     first = int(counters["time_ns"].min())
     assert 4.5e9 < first - started < 10e9
+
+
+@pytest.mark.root
+def test_a_cpu_cap_shows_as_throttling_of_the_capped_process(tmp_path):
+    """A busy process in a cgroup capped at 5 % of a CPU (what the fabric's straggler
+    fault does to a host): its cgroup, found from its pid, counts throttled periods and
+    time, and reads its quota back in thousandths of a CPU."""
+    from syncpace.fabric import cgroup as cg
+
+    path = cg.base_dir("t" + os.urandom(3).hex())
+    cg.create(path)
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        cg.set_cpu_limit(path, 0.05)
+        cg.procs_file(path).write_text(str(busy.pid))
+        source = cpustats.CgroupCpu("/", pid=busy.pid)
+        assert source.name == f"/{path.name}"
+        assert cpustats.CgroupQuota(source).read() == [50]
+        deadline = time.monotonic() + 10
+        periods, throttled, throttled_ns, _ = source.read()
+        while (throttled or 0) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+            periods, throttled, throttled_ns, _ = source.read()
+        assert periods and throttled and throttled >= 3, (periods, throttled)
+        # throttled for most of each period it ran in: 95 ms of every 100
+        assert throttled_ns >= 0.5 * throttled * 95_000_000
+        source.close()
+    finally:
+        busy.kill()
+        busy.wait()
+        cg.remove(path)

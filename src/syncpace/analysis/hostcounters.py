@@ -290,6 +290,55 @@ def _gpus(counters: pl.DataFrame, host: str) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _cpu(counters: pl.DataFrame, host: str) -> dict[str, Any] | None:
+    """The host's CPUs over the sampled span: how busy (host-wide), how much time tasks
+    waited for a CPU (pressure), the share of the time the sampling rank's threads were
+    runnable that they waited for a CPU, and the rank's cgroup: its CPU quota, the share
+    of the span it was throttled at it, and the share of scheduling periods that
+    throttled it. None when neither was sampled."""
+    mine = counters.filter(pl.col("host") == host, pl.col("source").is_in(["cpu", "cgroup"]))
+    if mine.height == 0:
+        return None
+    out: dict[str, Any] = {}
+
+    def grow(source: str, counter: str) -> tuple[int, int] | None:
+        rows = mine.filter(pl.col("source") == source, pl.col("counter") == counter)
+        if rows.height < 2:
+            return None
+        rows = rows.sort("time_ns")
+        t = rows["time_ns"].to_numpy()
+        return _increase(rows["value"].to_numpy()), int(t[-1] - t[0])
+
+    states = {}
+    for state in ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal"):
+        got = grow("cpu", f"{state}_ns")
+        if got is not None:
+            states[state] = got[0]
+    total = sum(states.values())
+    if total > 0:
+        out["busy_share"] = round(1 - (states.get("idle", 0) + states.get("iowait", 0)) / total, 4)
+        out["steal_share"] = round(states.get("steal", 0) / total, 4)
+    pressure = grow("cpu", "pressure_some_us")
+    if pressure is not None and pressure[1] > 0:
+        out["pressure_share"] = round(min(pressure[0] * 1000 / pressure[1], 1.0), 4)
+    run, wait = grow("cpu", "job_run_ns"), grow("cpu", "job_wait_ns")
+    if run is not None and wait is not None and run[0] + wait[0] > 0:
+        out["job_wait_share"] = round(wait[0] / (run[0] + wait[0]), 4)
+    throttled, periods = grow("cgroup", "throttled_ns"), grow("cgroup", "nr_periods")
+    hit = grow("cgroup", "nr_throttled")
+    if throttled is not None and throttled[1] > 0:
+        out["throttled_share"] = round(min(throttled[0] / throttled[1], 1.0), 4)
+    if periods is not None and hit is not None and periods[0] > 0:
+        out["throttled_periods_share"] = round(hit[0] / periods[0], 4)
+    quota = mine.filter(pl.col("counter") == "quota_millicpu", pl.col("value") > 0)
+    if quota.height:
+        out["quota_cpus"] = int(quota["value"].min()) / 1000  # type: ignore[operator]
+    groups = mine.filter(pl.col("source") == "cgroup")["device"].unique().to_list()
+    if groups:
+        out["cgroup"] = str(groups[0])
+    return out or None
+
+
 def _weighted_median(values: np.ndarray, weights: np.ndarray) -> float:
     order = np.argsort(values)
     cum = np.cumsum(weights[order])
@@ -398,6 +447,7 @@ def host_metrics(
             },
             "ib": _ib(counters, host),
             "gpus": _gpus(counters, host),
+            "cpu": _cpu(counters, host),
             "nvml": facts.get("nvml"),
             "sampler": {
                 k: facts.get(k) for k in ("interval_s", "ticks", "late_ticks", "cpu_s", "errors")

@@ -1,5 +1,6 @@
-"""The host sampler: one per host, counters of the NICs, qdiscs, TCP, InfiniBand and
-GPUs into the run directory, and the host's PCIe topology at start.
+"""The host sampler: one per host, counters of the NICs, qdiscs, TCP, InfiniBand,
+GPUs, CPUs and the sampling rank's CPU limit (its cgroup) into the run directory, and
+the host's PCIe topology at start.
 
 Which rank samples: the first rank of each host to take an exclusive lock on
 ``host-H.lock`` in the run directory (``flock``: the kernel drops it when the rank's
@@ -10,7 +11,8 @@ when the parent dies (end of file, or the parent's pid gone), or on SIGTERM; the
 parent waits a bounded time for it at close, then kills it.
 
 Each tick reads the fast sources (``/proc/net/dev``, the root qdiscs over netlink,
-the link rates: what bursts show in) and, every ``counters_slow_interval_s``, the slow
+the link rates: what bursts show in; ``/proc/stat``, CPU pressure, the cgroup's
+throttling) and, every ``counters_slow_interval_s``, the slow
 ones (``/proc/net/snmp`` and ``/proc/net/netstat``, interface attributes, InfiniBand,
 NVML, the sampler's own cost). A series is written only where its value changes, with
 both ends of every span in which it stays the same (see ``trace/schema.py``), so idle
@@ -33,7 +35,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from syncpace.capture import netstats, nvml, pcie
+from syncpace.capture import cpustats, netstats, nvml, pcie
 from syncpace.capture.config import TraceConfig, parse_link_rates
 from syncpace.capture.log import warn_once
 from syncpace.capture.netstats import NO_PORT, Series, Values
@@ -147,8 +149,11 @@ class HostSampler:
         qdisc_dumper: Any = None,
         thread_cpu: bool = False,
         facts: dict[str, Any] | None = None,
+        job_pid: int | None = None,
     ) -> None:
         self.host = host
+        #: The sampling rank's process: this one in thread mode, else the parent.
+        self.job_pid = job_pid or (os.getpid() if thread_cpu else os.getppid())
         self.interval_ns = int(interval_s * 1e9)
         self.slow_ns = max(self.interval_ns, int(slow_interval_s * 1e9))
         self.now = now
@@ -217,6 +222,13 @@ class HostSampler:
         add(slow, "snmp", lambda: netstats.snmp(root))
         add(slow, "netstat", lambda: netstats.netstat(root))
         ib = add(slow, "infiniband", lambda: netstats.Infiniband(root))
+        add(fast, "procstat", lambda: cpustats.ProcStat(root))
+        add(fast, "pressure", lambda: cpustats.Pressure(root))
+        add(slow, "schedstat", lambda: cpustats.JobSched(root, self.job_pid))
+        cgroup = add(fast, "cgroup", lambda: cpustats.CgroupCpu(root))
+        if cgroup is not None:
+            slow.append(cpustats.CgroupQuota(cgroup))
+            self.meta["cgroup"] = {"path": cgroup.name, "version": cgroup.version}
         gpus = None
         if use_nvml:
             module, why = nvml.open_nvml(nvml_module)

@@ -244,10 +244,14 @@ COUNTER_SOURCES = {
     "ib": "/sys/class/infiniband/*/ports/*/counters (data counters in 4-byte words)",
     "ib_hw": "/sys/class/infiniband/*/ports/*/hw_counters (RoCE congestion, retries)",
     "gpu": "NVML, per GPU (device = PCI bus id)",
+    "cpu": "/proc/stat CPU time by state (ns) and /proc/pressure/cpu, host-wide",
+    "cgroup": "the sampling rank's cgroup CPU controller: periods, throttling, quota",
     "sampler": "the sampler itself: ticks, late ticks, its own CPU time",
 }
 GAUGES = {
     "nic": {"link_rate_bps", "speed_mbps", "oper_up", "mtu"},
+    "cpu": {"cpus"},
+    "cgroup": {"quota_millicpu"},
     "qdisc": {"backlog_bytes", "qlen", "rate_bps"},
     "tcp": {"CurrEstab"},
     "ib": {"rate_bps", "state", "phys_state"},
