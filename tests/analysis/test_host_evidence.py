@@ -13,7 +13,15 @@ import pytest
 from fake_nvml import FakeNvml, gpu_states
 from syncpace.analysis.api import analyze
 from syncpace.capture.sampler import HostSampler
-from sysfs_trees import switch_host, two_socket_host, write_netdev, write_netstat, write_snmp
+from sysfs_trees import (
+    JOB_PID,
+    switch_host,
+    two_socket_host,
+    write_cpu,
+    write_netdev,
+    write_netstat,
+    write_snmp,
+)
 
 NO_QDISCS = SimpleNamespace(dump=dict, close=lambda: None)
 
@@ -32,6 +40,7 @@ def _sample(run: Path, host: str, tree, ticks: int, script=None, **kw) -> None:
     clock = SimpleNamespace(t=1_000_000_000)
     if script is not None:
         script(0)  # the host's files exist before the sampler opens them
+    kw.setdefault("job_pid", JOB_PID)
     sampler = HostSampler(
         run, host, root=tree.root, now=lambda: clock.t, qdisc_dumper=NO_QDISCS, **kw
     )
@@ -93,6 +102,46 @@ def test_straggler_finding_carries_its_gpu_throttling(fixture_copy, tmp_path):
     assert e["other_gpus_sm_clock_mhz_p50"] == 1980
     assert "rank 5's GPU was power-capped 100% of the time" in finding.summary
     assert "SM clock 1200 MHz against 1980 MHz on the others" in finding.summary
+
+
+def test_a_straggler_on_a_host_starved_of_cpu_says_so_and_costs_its_transfers(
+    fixture_copy, tmp_path
+):
+    """Rank 5 (node1) is late. node1's cgroup holds it at 0.05 CPU, throttled 95 % of
+    the time, its sampled rank's threads waiting for a CPU 90 % of the time they could
+    run (node0: 5 %). The finding says so, asks for the CPUs first, and its saving
+    adds the transfers rank 5 takes part in at the run's best rate."""
+    run = fixture_copy("straggler")
+    plain = next(f for f in analyze(run).findings if f.mode == "straggler")
+    for node, wait, throttled in (("node0", 0.05, 0.0), ("node1", 0.9, 0.95)):
+        tree = switch_host(tmp_path / node)
+        write_netdev(tree, {"eth0": {}, "eth1": {}, "eth2": {}})
+        write_snmp(tree, {})
+        write_netstat(tree, {})
+
+        def script(tick, tree=tree, wait=wait, throttled=throttled):
+            ns = 100_000_000 * tick  # 100 ms a tick
+            write_cpu(
+                tree,
+                periods=tick,
+                throttled=tick if throttled else 0,
+                throttled_ns=int(throttled * ns),
+                quota_us=5_000 if throttled else -1,
+                job_run_ns=int((1 - wait) * ns),
+                job_wait_ns=int(wait * ns),
+            )
+
+        _sample(run, node, tree, 5, script=script, use_nvml=False)
+    finding = next(f for f in analyze(run).findings if f.mode == "straggler")
+    print(finding.summary)
+    e = finding.evidence
+    assert e["cpu_throttled_share_by_host"] == {"node1": pytest.approx(0.95)}
+    assert e["cpu_wait_share_by_host"] == {"node1": pytest.approx(0.9)}
+    assert e["cpu_quota_by_host"] == {"node1": 0.05}
+    assert "host node1's CPU limit (0.05 CPU) held its ranks throttled 95% of" in finding.summary
+    assert finding.actions[0].startswith("Give the job's ranks on node1 the CPUs they need")
+    assert finding.cost >= plain.cost - 1e-9
+    assert "cpu_throttled_share_by_host" not in plain.evidence
 
 
 def test_contention_finding_names_the_lossy_host(fixture_copy, tmp_path):

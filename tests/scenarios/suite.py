@@ -341,14 +341,22 @@ def phase_traces(run_dir: Path, lengths: list[int]) -> list[Any]:
     for n in lengths:
         keep = pl.col("step").is_between(start, start + n - 1)
         shift = pl.col("step") - start
+        steps = trace.steps.filter(keep)
+        # the hosts' counters of the phase's span (a fault is in force in its phase only)
+        t0, t1 = steps["start_ns"].min(), steps["end_ns"].max()
+        counters = trace.counters
+        if steps.height and counters.height:
+            counters = counters.filter(pl.col("time_ns").is_between(t0, t1))
         out.append(
             Trace(
                 path=run_dir / f"phase-{len(out)}",
                 world_size=trace.world_size,
                 meta=trace.meta,
                 events=trace.events.filter(keep).with_columns(step=shift),
-                steps=trace.steps.filter(keep).with_columns(step=shift),
+                steps=steps.with_columns(step=shift),
                 warnings=trace.warnings,
+                counters=counters,
+                hosts=trace.hosts,
             )
         )
         start += n

@@ -110,6 +110,16 @@ class Thresholds:
     gpu_throttle_share: float = setting(
         0.1, "Share of the run a GPU spent power- or thermally throttled that is named."
     )
+    cpu_throttle_share: float = setting(
+        0.1,
+        "Share of the run a host's CPU limit (its cgroup quota) held the job's ranks "
+        "throttled that is named: its ranks then compute and communicate slowly.",
+    )
+    cpu_wait_share: float = setting(
+        0.5,
+        "Share of the time a host's sampled rank could run that it waited for a CPU (more "
+        "than on any other host) at which the host is named starved of CPU.",
+    )
 
     def __post_init__(self) -> None:
         check_numbers(
@@ -143,6 +153,8 @@ class Thresholds:
             host_loss_ratio="[0, 1]",
             link_peak_utilisation="[0, 1]",
             gpu_throttle_share="[0, 1]",
+            cpu_throttle_share="[0, 1]",
+            cpu_wait_share="[0, 1]",
         )
         if self.warning_cost > self.critical_cost:
             raise ConfigError(

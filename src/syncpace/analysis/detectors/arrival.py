@@ -12,6 +12,7 @@ every node) still stands out. Costs are what the replay saves with the cause rem
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -21,6 +22,7 @@ from syncpace.analysis.detectors.context import Context, confidence_of, ms
 from syncpace.analysis.findings import Finding
 from syncpace.analysis.replay import Change
 from syncpace.analysis.replay import counterfactuals as cf
+from syncpace.analysis.replay.whatif import evaluate
 
 
 def fast_half(values: pl.Expr) -> pl.Expr:
@@ -130,9 +132,46 @@ def _last_share(ctx: Context, ranks: list[int]) -> float:
     return float(pr.filter(pl.col("rank").is_in(ranks))["last_share"].sum())
 
 
-def _not_slow(ctx: Context, ranks: list[int], cause: str) -> Any:
+def starved_hosts(ctx: Context, nodes: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """Of ``nodes``, the hosts starved of CPU: their CPU limit held the job's ranks
+    throttled for at least ``cpu_throttle_share`` of the sampled span (the cgroup's
+    counters), or their sampled rank's threads waited for a CPU at least
+    ``cpu_wait_share`` of the time they could run, more than on any other host."""
+    hosts = ctx.metrics.hosts
+    if hosts is None:
+        return {}
+    th = ctx.thresholds
+    cpus = {h: v.get("cpu") or {} for h, v in hosts.hosts.items()}
+    out = {}
+    for node in nodes:
+        cpu = cpus.get(node, {})
+        wait = cpu.get("job_wait_share") or 0.0
+        others = [c.get("job_wait_share") or 0.0 for h, c in cpus.items() if h not in nodes]
+        throttled = (cpu.get("throttled_share") or 0.0) >= th.cpu_throttle_share
+        waited = wait >= th.cpu_wait_share and all(wait > o for o in others)
+        if throttled or waited:
+            out[node] = cpu
+    return out
+
+
+def _starved_note(node: str, cpu: dict[str, Any]) -> str:
+    if cpu.get("throttled_share"):
+        quota = f" ({cpu['quota_cpus']:g} CPU)" if cpu.get("quota_cpus") else ""
+        return (
+            f"host {node}'s CPU limit{quota} held its ranks throttled "
+            f"{cpu['throttled_share']:.0%} of the time"
+        )
+    return (
+        f"host {node}'s ranks waited for a CPU {cpu.get('job_wait_share', 0.0):.0%} of the "
+        "time they could run"
+    )
+
+
+def _not_slow(ctx: Context, ranks: list[int], cause: str, starved: bool = False) -> Any:
     """These ranks computing like the others; a one-off stall on them stays (it is the
-    stall finding's cost, not theirs)."""
+    stall finding's cost, not theirs). ``starved``: their host's CPU limit throttled
+    them, which slows their part in every transfer too: those transfers then take what
+    the links allow (the benchmarked rate, else the run's best)."""
     label = ",".join(map(str, ranks))
 
     def change(p: Any) -> Change:
@@ -140,6 +179,17 @@ def _not_slow(ctx: Context, ranks: list[int], cause: str) -> Any:
         big = stall_actions(ctx)
         if big is not None and made.gap is not None:
             made = Change(gap=np.where(big, p.gap, made.gap))
+        if starved:
+            theirs = np.zeros(len(p.service), dtype=bool)
+            mine = np.isin(p.rank, ranks) & (p.inst >= 0)
+            theirs[p.inst[mine]] = True
+            th = ctx.thresholds
+            links = (
+                cf.transfers_at_rate(p, th.link_gbps, th.link_alpha_us * 1e3, which=theirs)
+                if th.link_gbps > 0
+                else cf.transfers_at_best(p, which=theirs)
+            )
+            made = cf.combine([made, links])
         return made
 
     return ctx.counterfactual(
@@ -229,7 +279,8 @@ def _straggler_finding(ctx: Context, late: list[int]) -> Finding:
     ]
     ranks = ", ".join(map(str, late))
     where = f"node {', '.join(whole)}" if whole else f"rank{'s' if len(late) > 1 else ''} {ranks}"
-    replay = _not_slow(ctx, late, "straggler")
+    starved = starved_hosts(ctx, whole or nodes)
+    replay = _not_slow(ctx, late, "straggler", starved=bool(starved))
     wait = _wait_cost(ctx, late)
     excess = _excess(ctx, late)
     cost = replay.saving if replay is not None else wait
@@ -239,6 +290,9 @@ def _straggler_finding(ctx: Context, late: list[int]) -> Finding:
         if excess
         else f"arrives late by {ms(float(lateness.median() or 0.0)):.2f} ms"
     )
+    limits = [_starved_note(node, cpu) for node, cpu in starved.items()]
+    if limits:
+        more += " and communicates slowly: " + "; ".join(limits)
     return ctx.finding(
         "straggler",
         wait,
@@ -257,8 +311,31 @@ def _straggler_finding(ctx: Context, late: list[int]) -> Finding:
             "last_share": round(share, 4),
             "wait_share_of_iteration": round(wait, 4),
             "iteration_ms": ms(ctx.iteration_ns),
+            **(
+                {
+                    "cpu_throttled_share_by_host": {
+                        n: c.get("throttled_share") for n, c in starved.items()
+                    },
+                    "cpu_wait_share_by_host": {
+                        n: c.get("job_wait_share") for n, c in starved.items()
+                    },
+                    "cpu_quota_by_host": {n: c.get("quota_cpus") for n, c in starved.items()},
+                }
+                if starved
+                else {}
+            ),
         },
         actions=(
+            *(
+                (
+                    f"Give the job's ranks on {', '.join(starved)} the CPUs they need: raise "
+                    "its CPU limit (the container's or the scheduler's CPU request), or move "
+                    "what else runs there; a starved rank also starves the threads that "
+                    "drive its communication.",
+                )
+                if starved
+                else ()
+            ),
             "Inspect the named ranks/nodes: thermal throttling, a busy neighbour process, "
             "slower data loading, a degraded GPU or link (nvidia-smi -q, dmesg).",
             "Exclude or replace the node if it stays late; rebalance data loading.",
@@ -366,6 +443,20 @@ def stalls(ctx: Context) -> list[Finding]:
     ]
 
 
+def _jitter_beyond_stragglers(ctx: Context, change: Change) -> float:
+    """What removing the jitter saves once the persistent stragglers compute like the
+    others (a share of the measured iteration): a starved rank's compute varies as much
+    as it is slow, and that variation goes with it."""
+    prog, base = ctx.program, ctx.base
+    late = [r for group in levels(ctx, late_ranks(ctx)) for r in group]
+    if prog is None or base is None or base.measured_ns <= 0 or not late:
+        return float("inf")
+    fixed = cf.compute_like_others(prog, late)
+    alone = evaluate(prog, base, "stragglers", "stragglers fixed", fixed)
+    both = evaluate(prog, base, "both", "stragglers and jitter", cf.combine([fixed, change]))
+    return (alone.iteration_ns - both.iteration_ns) / base.measured_ns
+
+
 def sync_amplification(ctx: Context) -> list[Finding]:
     m, th = ctx.metrics, ctx.thresholds
     if m.per_rank.height < 2 or ctx.iteration_ns <= 0:
@@ -387,6 +478,8 @@ def sync_amplification(ctx: Context) -> list[Finding]:
         )
         if replay is None or replay.saving < th.sync_wait_share:
             return []
+        if _jitter_beyond_stragglers(ctx, change) < th.sync_wait_share:
+            return []  # the variation is the stragglers' own: their finding's cost
         confidence = confidence_of(replay.saving, th.sync_wait_share)
     else:
         # "takes turns": a rank counts when it was last in at least a quarter of its fair
