@@ -119,7 +119,7 @@ def test_a_throttled_cgroup_and_busy_cpus_are_measured(tmp_path, host):
     CPUs are three-quarters busy and tasks wait for a CPU 2 ms of every 10."""
     clock, qdiscs = Clock(), FakeQdiscs()
     sampler = _sampler(tmp_path, host, clock, qdiscs, interval_s=0.01)
-    assert sampler.meta["cgroup"] == {"path": f"/{CGROUP}", "version": 1}
+    assert sampler.meta["cgroup"] == {"available": True, "path": f"/{CGROUP}", "version": 1}
     for tick in range(10):
         busy, idle = 3 * tick, tick  # clock ticks of the two CPUs together
         write_cpu(

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from syncpace.analysis.findings import SYMPTOMS
 from syncpace.demo.job import Monitor
 from syncpace.demo.pipeline import DemoConfig, can_use_fabric
 from syncpace.errors import SyncpaceError
@@ -85,6 +86,37 @@ def test_the_contended_uplink_is_named(demo):
     findings = _findings(out / "trace")
     assert "fabric_contention" in findings, sorted(findings)
     assert findings["fabric_contention"]["evidence"]["median_inflation"] >= 1.5
+
+
+@pytest.mark.multirank
+def test_the_findings_are_ranked_by_their_replayed_saving(demo):
+    """Each finding's cost is the saving the replay finds with it removed (the what-if
+    row of that cause): never more than the iteration, a cause's never more than all
+    causes removed at once, and findings of one severity come in the order of their
+    savings."""
+    out, _ = demo
+    diag = _syncpace("diagnose", str(out / "trace"), "--json", timeout=120)
+    assert diag.returncode == 0, diag.stderr[-2000:]
+    data = json.loads(diag.stdout)
+    (table,) = data["what_if"]
+    assert abs(table["replay"]["error"]) <= 0.01
+    rows = {r["cause"]: r for r in table["rows"] if r["cause"]}
+    everything = next(r for r in table["rows"] if r["name"] == "all")
+    assert 0 <= everything["saving"] < 1
+    replayed = [f for f in data["findings"] if f["cost_basis"] == "replay"]
+    assert replayed, [f["mode"] for f in data["findings"]]
+    for f in replayed:
+        assert f["cost"] == pytest.approx(rows[f["mode"]]["saving"], abs=1e-4), f["mode"]
+        assert 0 <= f["cost"] < 1, f["mode"]
+        if not (f["symptom"] or f["mode"] in SYMPTOMS):  # a symptom's row is a bound
+            assert f["cost"] <= everything["saving"] + f["cost_error"] + 1e-4, f["mode"]
+    # the order's groups (syncpace.analysis.diagnosis.order): severity, causes first
+    groups: dict[tuple[str, bool], list[float]] = {}
+    for f in replayed:
+        symptom = f["symptom"] or f["mode"] in SYMPTOMS
+        groups.setdefault((f["severity"], symptom), []).append(f["cost"])
+    for key, costs in groups.items():
+        assert costs == sorted(costs, reverse=True), (key, costs)
 
 
 @pytest.mark.multirank

@@ -120,7 +120,10 @@ def own_cgroup_dir(root: str | os.PathLike[str], proc_cgroup: str) -> tuple[Path
     (``/proc/1/root``): a process started in a network namespace by ``ip netns exec``
     gets a sysfs of its own, without the cgroup filesystems."""
     for base in (Path(root, "sys/fs/cgroup"), Path(root, "proc/1/root/sys/fs/cgroup")):
-        found = _cgroup_dir(base, proc_cgroup)
+        try:
+            found = _cgroup_dir(base, proc_cgroup)
+        except OSError:  # another namespace's root may not be ours to read
+            continue
         if found is not None:
             return (*found, base)
     return None

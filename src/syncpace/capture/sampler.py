@@ -223,12 +223,30 @@ class HostSampler:
         add(slow, "netstat", lambda: netstats.netstat(root))
         ib = add(slow, "infiniband", lambda: netstats.Infiniband(root))
         add(fast, "procstat", lambda: cpustats.ProcStat(root))
-        add(fast, "pressure", lambda: cpustats.Pressure(root))
         add(slow, "schedstat", lambda: cpustats.JobSched(root, self.job_pid))
-        cgroup = add(fast, "cgroup", lambda: cpustats.CgroupCpu(root))
-        if cgroup is not None:
+        # Not every kernel has CPU pressure, and a network namespace entered by ``ip
+        # netns exec`` has no cgroup filesystem: what is not there is said, not an error.
+        try:
+            fast.append(cpustats.Pressure(root))
+            self.meta["cpu_pressure"] = {"available": True}
+        except FileNotFoundError as exc:
+            self.meta["cpu_pressure"] = {"available": False, "reason": str(exc)}
+        except Exception as exc:
+            self.errors.setdefault("pressure", f"{type(exc).__name__}: {exc}")
+        try:
+            cgroup = cpustats.CgroupCpu(root)
+        except FileNotFoundError as exc:
+            self.meta["cgroup"] = {"available": False, "reason": str(exc)}
+        except Exception as exc:
+            self.errors.setdefault("cgroup", f"{type(exc).__name__}: {exc}")
+        else:
+            fast.append(cgroup)
             slow.append(cpustats.CgroupQuota(cgroup))
-            self.meta["cgroup"] = {"path": cgroup.name, "version": cgroup.version}
+            self.meta["cgroup"] = {
+                "available": True,
+                "path": cgroup.name,
+                "version": cgroup.version,
+            }
         gpus = None
         if use_nvml:
             module, why = nvml.open_nvml(nvml_module)
