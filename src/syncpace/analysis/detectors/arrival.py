@@ -223,9 +223,24 @@ def levels(ctx: Context, late: list[int]) -> list[list[int]]:
     return [sorted(g) for g in groups]
 
 
+def _starved_together(ctx: Context, groups: list[list[int]]) -> list[list[int]]:
+    """The late ranks of a host starved of CPU as one group, whatever their levels: one
+    cause (the host) slows them all, by as much as the CPU each happens to get."""
+    late = sorted(r for g in groups for r in g)
+    place = ctx.metrics.placement
+    merged: list[list[int]] = []
+    for node in starved_hosts(ctx, ctx.nodes_of(late)):
+        ranks = sorted(place.filter(pl.col("node") == node)["rank"].to_list())
+        if ranks and set(ranks) <= set(late):
+            merged.append(ranks)
+    taken = {r for g in merged for r in g}
+    rest = [[r for r in g if r not in taken] for g in groups]
+    return merged + [g for g in rest if g]
+
+
 def stragglers_and_locality(ctx: Context) -> list[Finding]:
     findings = []
-    for late in levels(ctx, late_ranks(ctx)):
+    for late in _starved_together(ctx, levels(ctx, late_ranks(ctx))):
         pattern = _locality_pattern(ctx, late)
         if pattern:
             local_rank, ranks = pattern
