@@ -133,22 +133,30 @@ def _last_share(ctx: Context, ranks: list[int]) -> float:
 
 
 def starved_hosts(ctx: Context, nodes: Sequence[str]) -> dict[str, dict[str, Any]]:
-    """Of ``nodes``, the hosts starved of CPU: their CPU limit held the job's ranks
-    throttled for at least ``cpu_throttle_share`` of the sampled span (the cgroup's
-    counters), or their sampled rank's threads waited for a CPU at least
-    ``cpu_wait_share`` of the time they could run, more than on any other host."""
+    """Of ``nodes``, the hosts starved of CPU, more than every other host with CPU data
+    (there must be one): their CPU limit held the job's ranks throttled for at least
+    ``cpu_throttle_share`` of the sampled span (the cgroup's counters), or their
+    sampled rank's threads waited for a CPU at least ``cpu_wait_share`` of the time
+    they could run."""
     hosts = ctx.metrics.hosts
     if hosts is None:
         return {}
     th = ctx.thresholds
     cpus = {h: v.get("cpu") or {} for h, v in hosts.hosts.items()}
+    others = [c for h, c in cpus.items() if h not in nodes and c]
+    if not others:  # starved against what: one host's job has no other to compare with
+        return {}
     out = {}
     for node in nodes:
         cpu = cpus.get(node, {})
         wait = cpu.get("job_wait_share") or 0.0
-        others = [c.get("job_wait_share") or 0.0 for h, c in cpus.items() if h not in nodes]
-        throttled = (cpu.get("throttled_share") or 0.0) >= th.cpu_throttle_share
-        waited = wait >= th.cpu_wait_share and all(wait > o for o in others)
+        share = cpu.get("throttled_share") or 0.0
+        throttled = share >= th.cpu_throttle_share and all(
+            share > (c.get("throttled_share") or 0.0) for c in others
+        )
+        waited = wait >= th.cpu_wait_share and all(
+            wait > (c.get("job_wait_share") or 0.0) for c in others
+        )
         if throttled or waited:
             out[node] = cpu
     return out
