@@ -12,6 +12,7 @@ summed into a plain dict and folded into the counters once a step.
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any
 
@@ -106,6 +107,7 @@ class PrometheusMetrics:
             coll,
             registry=registry,
         )
+        _register_cpu(registry, self.labels)
         self._pending: dict[tuple[str, str], list[float]] = {}
         self._group_sizes: dict[str, int] = {}
         self._lock = threading.Lock()  # completions arrive on the backends' threads too
@@ -161,3 +163,42 @@ class PrometheusMetrics:
             self.server.shutdown()
             self.server.server_close()
             self.server = None
+
+
+class _RankCpu:
+    """This rank's threads' CPU time, and the time they were runnable but waited for a
+    CPU (``/proc/self/task/*/schedstat``), read when scraped: nothing on the hot path.
+    A rank whose wait grows as fast as its run time is starved of CPU (a CPU limit, more
+    busy threads than cores)."""
+
+    def __init__(self, source: Any, labels: dict[str, str]) -> None:
+        self.source = source
+        self.labels = labels
+
+    def collect(self) -> Any:
+        from prometheus_client.core import CounterMetricFamily
+
+        run, wait = self.source.read()
+        names = list(self.labels)
+        for name, doc, value in (
+            ("syncpace_cpu_run_seconds", "CPU time this rank's threads ran.", run),
+            (
+                "syncpace_cpu_wait_seconds",
+                "Time this rank's threads were runnable but waited for a CPU.",
+                wait,
+            ),
+        ):
+            family = CounterMetricFamily(name, doc, labels=names)
+            if value is not None:
+                family.add_metric(list(self.labels.values()), value / 1e9)
+            yield family
+
+
+def _register_cpu(registry: Any, labels: dict[str, str]) -> None:
+    from syncpace.capture.cpustats import JobSched
+
+    try:
+        source = JobSched("/", os.getpid())
+    except (OSError, ValueError):  # no schedstat here (not Linux, or no schedstats)
+        return
+    registry.register(_RankCpu(source, labels))
