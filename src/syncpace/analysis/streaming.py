@@ -41,6 +41,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from syncpace import allocators
 from syncpace.analysis import collectives, iterations, overlap, parallelism
 from syncpace.analysis.hang import analyze_hang, hang_input
 from syncpace.analysis.metrics import RunMetrics, compute_metrics, from_parts
@@ -524,6 +525,7 @@ def _swept(
         del table
         if progress is not None:
             progress(i + 1, max(sweep.estimate, i + 1))
+    allocators.hand_back_freed_memory()  # the windows are done: the rest starts lower
     p = Plan(index, tuple(sweep.scans()), sweep.plan_first, tuple(sweep.windows), context)
     trace = base_trace(p)
     run = finish(p, parts, trace)
