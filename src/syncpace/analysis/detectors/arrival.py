@@ -162,8 +162,8 @@ def starved_hosts(ctx: Context, nodes: Sequence[str]) -> dict[str, dict[str, Any
     return out
 
 
-def _starved_note(node: str, cpu: dict[str, Any]) -> str:
-    if cpu.get("throttled_share"):
+def _starved_note(node: str, cpu: dict[str, Any], th: Any) -> str:
+    if (cpu.get("throttled_share") or 0.0) >= th.cpu_throttle_share:
         quota = f" ({cpu['quota_cpus']:g} CPU)" if cpu.get("quota_cpus") else ""
         return (
             f"host {node}'s CPU limit{quota} held its ranks throttled "
@@ -313,7 +313,7 @@ def _straggler_finding(ctx: Context, late: list[int]) -> Finding:
         if excess
         else f"arrives late by {ms(float(lateness.median() or 0.0)):.2f} ms"
     )
-    limits = [_starved_note(node, cpu) for node, cpu in starved.items()]
+    limits = [_starved_note(node, cpu, ctx.thresholds) for node, cpu in starved.items()]
     if limits:
         more += " and communicates slowly: " + "; ".join(limits)
     return ctx.finding(
