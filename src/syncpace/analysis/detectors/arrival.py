@@ -188,9 +188,7 @@ def _not_slow(ctx: Context, ranks: list[int], cause: str, starved: bool = False)
         if big is not None and made.gap is not None:
             made = Change(gap=np.where(big, p.gap, made.gap))
         if starved:
-            theirs = np.zeros(len(p.service), dtype=bool)
-            mine = np.isin(p.rank, ranks) & (p.inst >= 0)
-            theirs[p.inst[mine]] = True
+            theirs = cf.instances_with(p, ranks)
             th = ctx.thresholds
             links = (
                 cf.transfers_at_rate(p, th.link_gbps, th.link_alpha_us * 1e3, which=theirs)
@@ -471,7 +469,7 @@ def _jitter_beyond_stragglers(ctx: Context, change: Change) -> float:
     others (a share of the measured iteration): a starved rank's compute varies as much
     as it is slow, and that variation goes with it."""
     prog, base = ctx.program, ctx.base
-    late = [r for group in levels(ctx, late_ranks(ctx)) for r in group]
+    late = late_ranks(ctx)
     if prog is None or base is None or base.measured_ns <= 0 or not late:
         return float("inf")
     fixed = cf.compute_like_others(prog, late)

@@ -403,7 +403,7 @@ def _groups_with(ctx: Context, ranks: list[int]) -> list[str]:
     prog = ctx.program
     if prog is None:
         return []
-    posted = np.unique(prog.inst[np.isin(prog.rank, ranks) & (prog.inst >= 0)])
+    posted = np.flatnonzero(cf.instances_with(prog, ranks))
     return ctx.metrics.instances["group"].gather(posted).unique().to_list()
 
 

@@ -26,16 +26,21 @@ def action_keys(prog: Program) -> np.ndarray:
     return np.where(prog.inst >= 0, prog.kind + 4 * prog.inst, END + 4 * (n_inst + step_index))
 
 
-def _median_by(
-    keys: np.ndarray, values: np.ndarray, source: np.ndarray, q: float = 0.5
-) -> np.ndarray:
-    """Per action: the median (or the ``q`` quantile) of ``values`` over the ``source``
-    actions of the same key (nan where no source action has it)."""
+def _median_by(keys: np.ndarray, values: np.ndarray, source: np.ndarray) -> np.ndarray:
+    """Per action: the median of ``values`` over the ``source`` actions of the same key
+    (nan where no source action has it)."""
     frame = pl.DataFrame({"key": keys[source], "value": values[source]})
-    stat = pl.col("value").median() if q == 0.5 else pl.col("value").quantile(q, "linear")
-    med = frame.group_by("key").agg(stat)
+    med = frame.group_by("key").agg(pl.col("value").median())
     lookup = pl.DataFrame({"key": keys}).join(med, on="key", how="left", maintain_order="left")
     return lookup["value"].fill_null(np.nan).to_numpy()
+
+
+def instances_with(prog: Program, ranks: Iterable[int]) -> np.ndarray:
+    """Per instance: whether any of ``ranks`` took part in it."""
+    mine = np.isin(prog.rank, list(ranks)) & (prog.inst >= 0)
+    out = np.zeros(len(prog.service), dtype=bool)
+    out[prog.inst[mine]] = True
+    return out
 
 
 def compute_like_others(prog: Program, ranks: Iterable[int]) -> Change:
@@ -47,12 +52,19 @@ def compute_like_others(prog: Program, ranks: Iterable[int]) -> Change:
     return Change(gap=gap)
 
 
-def position_medians(prog: Program, q: float = 0.5) -> np.ndarray:
-    """Per action: the median (or ``q`` quantile) over steps of the same rank's gap at
-    the same position of the step (the rank's steady compute, without its step-to-step
-    variation)."""
-    key = (prog.rank * 4 + prog.kind) * (int(prog.position.max()) + 1) + prog.position
-    return _median_by(key, prog.gap, np.ones(len(key), dtype=bool), q)
+def _position_keys(prog: Program) -> tuple[np.ndarray, np.ndarray]:
+    """Per action: its point of the step (kind and position, the same on every rank),
+    and that point on its rank. Kinds are int8: widened before they multiply."""
+    width = int(prog.position.max()) + 1
+    point = prog.kind.astype(np.int64) * width + prog.position
+    return prog.rank.astype(np.int64) * 4 * width + point, point
+
+
+def position_medians(prog: Program) -> np.ndarray:
+    """Per action: the median over steps of the same rank's gap at the same position of
+    the step (the rank's steady compute, without its step-to-step variation)."""
+    key, _ = _position_keys(prog)
+    return _median_by(key, prog.gap, np.ones(len(key), dtype=bool))
 
 
 def calm_gaps(prog: Program) -> np.ndarray:
@@ -66,10 +78,7 @@ def calm_gaps(prog: Program) -> np.ndarray:
     Measured on planted heavy-tailed jitter (extra compute drawn from a Lomax law,
     median 15 % of it): at the median, the replay left that median in and predicted
     6-9 % above the same job without jitter; this way within 1 %."""
-    width = int(prog.position.max()) + 1
-    # the point of the step, on any rank (kinds are int8: widened before they multiply)
-    point = prog.kind.astype(np.int64) * width + prog.position
-    key = prog.rank.astype(np.int64) * 4 * width + point
+    key, point = _position_keys(prog)
     frame = pl.DataFrame({"key": key, "point": point, "value": prog.gap})
     stats = frame.group_by("key").agg(
         pl.col("point").first(),
@@ -118,7 +127,7 @@ def excess_gaps(prog: Program) -> tuple[np.ndarray, np.ndarray]:
     typical = position_medians(prog)
     with np.errstate(invalid="ignore"):  # a damaged trace's absurd times stay absurd
         excess = np.nan_to_num(prog.gap - np.where(np.isnan(typical), prog.gap, typical))
-    key = (prog.rank * 4 + prog.kind) * (int(prog.position.max()) + 1) + prog.position
+    key, _ = _position_keys(prog)
     spread = _median_by(key, np.abs(excess), np.ones(len(key), dtype=bool)) * 1.4826
     return excess, np.nan_to_num(spread)
 
