@@ -31,8 +31,10 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import os
 import sys
+from typing import Any
 
 #: polars' jemalloc (built with the ``_rjem_`` prefix) reads its options from here.
 POLARS_MALLOC_CONF = "_RJEM_MALLOC_CONF"
@@ -65,13 +67,8 @@ def reuse_freed_memory() -> None:
     """Arrow on glibc's malloc, and glibc keeping what is freed (see the module)."""
     import pyarrow as pa  # noqa: PLC0415 - only analysis processes need it
 
-    libc_name = ctypes.util.find_library("c")
-    if libc_name is None:  # pragma: no cover - not a C library ctypes can find
-        return
-    try:
-        libc = ctypes.CDLL(libc_name)
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):  # pragma: no cover - not glibc (musl, macOS)
+    mallopt = _glibc("mallopt")
+    if mallopt is None:
         return
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     if mallopt(_M_MMAP_THRESHOLD, _KEEP_BYTES) and mallopt(_M_TRIM_THRESHOLD, _KEEP_BYTES):
@@ -84,12 +81,26 @@ def hand_back_freed_memory() -> None:
     next phase's peak. Measured on 10 M events of 4,096 ranks: the peak RSS went from
     0.98-1.03 GB to 0.92-0.94 GB (the report's sampled iterations had stood on what the
     windows left). Nothing where the C library is not glibc."""
-    libc_name = ctypes.util.find_library("c")
-    if libc_name is None:  # pragma: no cover - not a C library ctypes can find
-        return
-    try:
-        trim = ctypes.CDLL(libc_name).malloc_trim
-    except (OSError, AttributeError):  # pragma: no cover - not glibc (musl, macOS)
+    trim = _glibc("malloc_trim")
+    if trim is None:
         return
     trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
     trim(0)
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL | None:
+    """The C library, looked up once (``find_library`` runs a program to find it)."""
+    name = ctypes.util.find_library("c")
+    if name is None:  # pragma: no cover - not a C library ctypes can find
+        return None
+    try:
+        return ctypes.CDLL(name)
+    except OSError:  # pragma: no cover
+        return None
+
+
+def _glibc(function: str) -> Any:
+    """One of glibc's malloc functions; None where the C library has none (musl, macOS)."""
+    libc = _libc()
+    return getattr(libc, function, None) if libc is not None else None

@@ -205,12 +205,22 @@ class HostSampler:
         nics = netstats.discover_nics(root, patterns)
         names = [n.name for n in nics]
 
-        def add(group: list[Any], name: str, make: Callable[[], Any]) -> Any:
+        def add(
+            group: list[Any], name: str, make: Callable[[], Any], facts: str | None = None
+        ) -> Any:
+            """The source ``make`` builds, in ``group``; one that fails is left out, its
+            error kept. With ``facts``, a source this kernel or namespace does not
+            offer (no such file) is no error: the host's facts say it is absent."""
             try:
                 source = make()
             except Exception as exc:  # absent on this host, or not readable: left out
-                self.errors.setdefault(name, f"{type(exc).__name__}: {exc}")
+                if facts is not None and isinstance(exc, FileNotFoundError):
+                    self.meta[facts] = {"available": False, "reason": str(exc)}
+                else:
+                    self.errors.setdefault(name, f"{type(exc).__name__}: {exc}")
                 return None
+            if facts is not None:
+                self.meta[facts] = {"available": True}
             group.append(source)
             return source
 
@@ -226,27 +236,11 @@ class HostSampler:
         add(slow, "schedstat", lambda: cpustats.JobSched(root, self.job_pid))
         # Not every kernel has CPU pressure, and a network namespace entered by ``ip
         # netns exec`` has no cgroup filesystem: what is not there is said, not an error.
-        try:
-            fast.append(cpustats.Pressure(root))
-            self.meta["cpu_pressure"] = {"available": True}
-        except FileNotFoundError as exc:
-            self.meta["cpu_pressure"] = {"available": False, "reason": str(exc)}
-        except Exception as exc:
-            self.errors.setdefault("pressure", f"{type(exc).__name__}: {exc}")
-        try:
-            cgroup = cpustats.CgroupCpu(root)
-        except FileNotFoundError as exc:
-            self.meta["cgroup"] = {"available": False, "reason": str(exc)}
-        except Exception as exc:
-            self.errors.setdefault("cgroup", f"{type(exc).__name__}: {exc}")
-        else:
-            fast.append(cgroup)
+        add(fast, "pressure", lambda: cpustats.Pressure(root), facts="cpu_pressure")
+        cgroup = add(fast, "cgroup", lambda: cpustats.CgroupCpu(root), facts="cgroup")
+        if cgroup is not None:
             slow.append(cpustats.CgroupQuota(cgroup))
-            self.meta["cgroup"] = {
-                "available": True,
-                "path": cgroup.name,
-                "version": cgroup.version,
-            }
+            self.meta["cgroup"].update(path=cgroup.name, version=cgroup.version)
         gpus = None
         if use_nvml:
             module, why = nvml.open_nvml(nvml_module)
