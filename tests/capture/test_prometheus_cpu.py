@@ -25,8 +25,8 @@ def _scrape(url: str) -> dict[str, float]:
     return out
 
 
-def _thread_times_s() -> float:
-    """This process's threads' run time, from the kernel's own per-process total."""
+def _process_cpu_s() -> float:
+    """The CPU time of this process's threads together (the process clock)."""
     return time.clock_gettime(time.CLOCK_PROCESS_CPUTIME_ID)
 
 
@@ -34,11 +34,11 @@ def _thread_times_s() -> float:
 def test_the_cpu_run_counter_follows_the_processs_cpu_time():
     metrics = PrometheusMetrics(free_port(), "127.0.0.1", rank=3, host="vm", local_rank=1)
     try:
-        before, cpu0 = _scrape(metrics.url), _thread_times_s()
+        before, cpu0 = _scrape(metrics.url), _process_cpu_s()
         deadline = time.process_time() + 0.3
         while time.process_time() < deadline:  # 0.3 s of this thread's CPU
             pass
-        after, cpu1 = _scrape(metrics.url), _thread_times_s()
+        after, cpu1 = _scrape(metrics.url), _process_cpu_s()
     finally:
         metrics.close()
     assert set(after) == {"syncpace_cpu_run_seconds_total", "syncpace_cpu_wait_seconds_total"}
