@@ -29,6 +29,7 @@ WORKER = Path(__file__).parent / "workers" / "profiled_ddp.py"
 WORLD = 4
 STEPS = 8  # per profiling phase
 SLOW_RANK = 2
+COMPUTE_MS = 4.0  # each step sleeps this long before its forward pass
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,7 @@ def profiled_run(root: Path, *, slow_rank: int = SLOW_RANK) -> ProfiledRun:
     kineto.mkdir(parents=True)
     env = traced_env(sp, TraceConfig(dir=str(sp), flush_interval_s=0.2), {"PYTHONPATH": SRC})
     args = ["--out", str(kineto), "--steps", str(STEPS), "--slow-rank", str(slow_rank)]
-    args += ["--slow-ms", "40"]
+    args += ["--slow-ms", "40", "--compute-ms", str(COMPUTE_MS)]
     for attempt in range(1, LAUNCH_ATTEMPTS + 1):
         results = join(start_ranks(WORKER, WORLD, args, env=env), timeout=240)
         if attempt == LAUNCH_ATTEMPTS or not failed_at_rendezvous(results):
@@ -136,11 +137,15 @@ def matching_steps(imported: Trace, traced: Trace) -> dict[int, int]:
     return out
 
 
-def window(trace: Trace, imported: Trace, slack_ns: int = 1_000_000) -> pl.DataFrame:
+def window(
+    trace: Trace, imported: Trace, slack_ns: int = int(COMPUTE_MS * 1e6) // 2
+) -> pl.DataFrame:
     """The events of ``trace`` issued between the first and the last call ``imported``
     holds, per rank, give or take ``slack_ns``, both on one timeline. The tracer sees a
-    call some µs before the profiler's op begins; the calls just outside a profiling
-    window are milliseconds away (a step's compute lies between)."""
+    call some µs before the profiler's op begins (on a busy machine its thread can be
+    descheduled in between, or the timelines be known less well); the calls just
+    outside a profiling window are at least a step's compute away, so half of it
+    takes every call inside and none outside."""
     spans = imported.events.group_by("rank").agg(
         lo=pl.col("enter_ns").min() - slack_ns, hi=pl.col("enter_ns").max() + slack_ns
     )
