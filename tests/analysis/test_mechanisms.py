@@ -153,6 +153,19 @@ def test_a_slow_link_names_the_ranks_next_to_it(tmp_path: Path) -> None:
     assert "straggler" not in {m for m, *_ in found}
 
 
+def test_two_slow_links_name_the_ranks_next_to_each(tmp_path: Path) -> None:
+    # two slow links in the ring: each collective ends at the slower path, so rank 1
+    # ends 16 ms late in every one, rank 3 12 ms late in 70 % of them (else on time)
+    second = np.random.default_rng(3).random(40) < 0.7
+    lag = lambda r, s: {1: 16.0, 3: 12.0 if second[s] else 0.0}.get(r, 0.0)  # noqa: E731
+    found = modes(job(tmp_path / "two", hosts=FOUR_HOSTS, lag=lag))
+    assert found[0][:1] + found[0][2:] == ("slow_link", (1, 3), ("node1", "node3"))
+    # the same lateness of rank 3 alone, with no link late all run long: no slow link
+    alone = lambda r, s: 12.0 if r == 3 and second[s] else 0.0  # noqa: E731
+    found = modes(job(tmp_path / "alone", hosts=FOUR_HOSTS, lag=alone))
+    assert "slow_link" not in {m for m, *_ in found}
+
+
 def test_exposed_communication_under_contention_is_a_symptom(tmp_path: Path) -> None:
     # 4 blocking buckets after compute (poorly overlapped) whose transfers slow 4x in
     # the second half: contention is the cause, exposure its symptom
