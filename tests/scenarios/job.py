@@ -151,7 +151,10 @@ def one_step(args: argparse.Namespace, model: Model, rank: int, rng, step: int) 
     if model.ddp is not None:
         net = model.ddp.module
         n = len(net.naps)
-        net.naps = [bwd / n] * n if args.overlap == "good" else [0.0] * (n - 1) + [bwd]
+        # backward runs the naps after the layers (the first one's input needs no
+        # gradient): the same compute either way, spread between the buckets or before
+        good = [0.0] + [bwd / (n - 1)] * (n - 1)
+        net.naps = good if args.overlap == "good" else [0.0] * (n - 1) + [bwd]
         model.optimizer.zero_grad(set_to_none=True)
         out = model.ddp(torch.ones(4, net.layers[0].in_features))
         out.sum().backward()
