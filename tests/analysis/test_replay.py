@@ -109,6 +109,37 @@ def test_links_at_a_rate_cap_each_transfer_at_the_model_time(tmp_path: Path) -> 
     assert faster_than_measured.saving == pytest.approx(0.0, abs=1e-9)  # only ever removes time
 
 
+def test_half_the_bytes_keeps_the_latency_fitted_over_the_runs_sizes(tmp_path: Path) -> None:
+    """Each step: 20 ms compute, then blocking all-reduces of 1 MB and 4 MB that take
+    2 ms of latency plus 1 ms a MB (3 and 6 ms). With half the bytes they take 2.5 and
+    4 ms: 2.5 ms saved a step, not the 4.5 ms of time proportional to bytes."""
+    ranks = range(4)
+    events: dict[int, list] = {r: [] for r in ranks}
+    steps: dict[int, list] = {r: [] for r in ranks}
+    t = 0.0
+    for s in range(8):
+        at = t + 20
+        for k, mb in enumerate((1, 4)):
+            done = at + 2 + mb
+            for r in ranks:
+                e = int((at + 0.01 * r) * MS)
+                events[r].append((s, 2 * s + k, mb * 1_000_000, e, int(done * MS), "wait", e))
+            at = done
+        for r in ranks:
+            steps[r].append((s, int(t * MS), int((at + 1) * MS)))
+        t = at + 1
+    _, prog = program_of(write(tmp_path, events, steps))
+    large = np.ones(len(prog.service), dtype=bool)
+    fixed = cf.own_latency(prog, large)
+    assert fixed == pytest.approx(2 * MS, rel=0.02)
+    base = baseline(prog)
+    out = evaluate(prog, base, "half", "half", cf.transfers_scaled(prog, 0.5, large, fixed))
+    assert base.replayed_ns - out.iteration_ns == pytest.approx(2.5 * MS, rel=0.02)
+    # one size alone cannot tell the latency from the bytes' time
+    one = np.asarray(prog.instances["bytes"] == 4_000_000)
+    assert cf.own_latency(prog, one) is None
+
+
 def test_a_pacer_delays_the_first_collective_lag_steps_later(tmp_path: Path) -> None:
     Decided = namedtuple("Decided", "apply_at delays_s")  # what control.Pacer returns
     _, prog = program_of(blocking_job(tmp_path, {0: 20, 1: 30, 2: 20, 3: 20}, steps=8))

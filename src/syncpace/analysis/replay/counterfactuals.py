@@ -173,12 +173,49 @@ def _cap_service(prog: Program, model: np.ndarray, which: np.ndarray | None) -> 
     return Change(service=service)
 
 
-def transfers_scaled(prog: Program, factor: float, which: np.ndarray) -> Change:
-    """The given transfers take ``factor`` of their service time (0: free; 0.5: half the
-    bytes, as BF16 communication would)."""
+def transfers_scaled(
+    prog: Program, factor: float, which: np.ndarray, fixed_ns: float = 0.0
+) -> Change:
+    """The given transfers move ``factor`` of their bytes (0: free; 0.5: half, as BF16
+    communication would): the part of each service time beyond ``fixed_ns`` (a
+    collective's latency, which fewer bytes do not shorten) scales by ``factor``."""
     service = prog.service.copy()
-    service[which] = service[which] * factor
+    fixed = np.minimum(service[which], max(fixed_ns, 0.0))
+    service[which] = fixed + (service[which] - fixed) * factor
     return Change(service=service)
+
+
+#: Sizes the run's own latency is fitted over must span at least this ratio.
+_FIT_SPAN = 2.0
+
+
+def own_latency(prog: Program, which: np.ndarray) -> float | None:
+    """The fixed part of a transfer (ns), from the run's own sizes: per op, group size
+    and size class (power of two), the fastest transfers (10th percentile, each alone
+    on the link) fitted as α + bytes x c over the classes. None when the chosen
+    transfers hold too few sizes (less than a factor of two apart) to tell α from c."""
+    inst = prog.instances.with_columns(
+        alone=pl.col("service_ns") / pl.col("concurrent").clip(lower_bound=1),
+        size_class=pl.col("bytes").clip(lower_bound=1).log(2).floor().cast(pl.Int32),
+    ).filter(pl.Series(which) & pl.col("alone").is_not_nan() & pl.col("alone").is_not_null())
+    if inst.height == 0:
+        return None
+    classes = inst.group_by("op", "n", "size_class").agg(
+        x=pl.col("bytes").median(), t=pl.col("alone").quantile(0.1, "lower")
+    )
+    best: tuple[float, float] | None = None  # (span, alpha) of the op with the widest span
+    for _, group in classes.group_by("op", "n"):
+        x, t = group["x"].to_numpy().astype(float), group["t"].to_numpy().astype(float)
+        if len(x) < 2 or x.max() < _FIT_SPAN * x.min():
+            continue
+        slope, alpha = np.polyfit(x, t, 1)
+        if slope <= 0:
+            continue
+        alpha = float(np.clip(alpha, 0.0, t.min()))
+        span = float(x.max() / x.min())
+        if best is None or span > best[0]:
+            best = (span, alpha)
+    return None if best is None else best[1]
 
 
 def small_coalesced(prog: Program, knee_bytes: int, alpha_ns: float, rate_gbps: float) -> Change:
