@@ -499,8 +499,12 @@ def sync_amplification(ctx: Context) -> list[Finding]:
         )
         if replay is None or replay.saving < th.sync_wait_share:
             return []
-        if _jitter_beyond_stragglers(ctx, change) < th.sync_wait_share:
-            return []  # the variation is the stragglers' own: their finding's cost
+        beyond = _jitter_beyond_stragglers(ctx, change)
+        if beyond < th.sync_wait_share and beyond < replay.saving / 2:
+            # the variation is the stragglers' own (fixing them takes most of what
+            # removing it saves): their finding's cost. A rank late by a little more
+            # than the jitter's noise takes a little of it, and leaves it the cause.
+            return []
         confidence = confidence_of(replay.saving, th.sync_wait_share)
     else:
         # "takes turns": a rank counts when it was last in at least a quarter of its fair
