@@ -975,18 +975,15 @@ def _rest(
 
 
 def _runs(table: pa.Table, mask: np.ndarray) -> list[pa.Table]:
-    """The rows of ``table`` where ``mask`` holds, as slices (no copy): a rank's steps
-    come in order, so a window's rows of a group are a run per rank; a mask of many
-    short runs is filtered instead (one copy)."""
+    """The rows of ``table`` where ``mask`` holds: a slice (no copy) when they are one
+    run, else one filtered copy. A slice per run (a window's rows of a group are a run
+    per rank) is cheap to make, but each is paid for again where the window joins and
+    frees them: measured on 24 M events of 4,096 ranks, filtering made the analysis
+    13-35 % faster, and no slower on 512 ranks (runs of 1,000 rows)."""
     edges = np.flatnonzero(np.diff(mask, prepend=False, append=False))
-    if len(edges) * _ROWS_PER_SLICE > 2 * len(mask):
-        return [table.filter(pa.array(mask))]
-    return [table.slice(a, b - a) for a, b in zip(edges[::2], edges[1::2], strict=True)]
-
-
-#: A slice of a table costs about as much as filtering this many rows (measured: 5 us
-#: against 10 ns a row): a mask with more runs than its rows over this is filtered.
-_ROWS_PER_SLICE = 500
+    if len(edges) == 2:
+        return [table.slice(edges[0], edges[1] - edges[0])]
+    return [table.filter(pa.array(mask))]
 
 
 #: The string columns of the analysis, held dictionary-encoded between windows.

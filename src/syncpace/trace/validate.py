@@ -528,7 +528,10 @@ class Quarantine:
 
 
 def _np(column: pa.ChunkedArray | pa.Array, fill: int = 0) -> np.ndarray:
-    return pc.fill_null(column, fill).to_numpy(zero_copy_only=False)
+    """The column as numpy, nulls as ``fill`` (read-only where it has none: a view)."""
+    if column.null_count:
+        column = pc.fill_null(column, fill)
+    return column.to_numpy(zero_copy_only=False)
 
 
 def _not_in(column: pa.ChunkedArray | pa.Array, allowed: tuple[str, ...]) -> np.ndarray:
