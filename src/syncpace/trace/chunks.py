@@ -1017,8 +1017,8 @@ def _encoded(column: pa.Array) -> pa.DictionaryArray:
     """A string column dictionary-encoded (int8 codes up to 127 values), its values in
     order of first appearance, as a cast does. A rank writes long runs of one value
     (one group, op, status, timing source call after call): only the first value of
-    each run is hashed, not every row (measured: 70 ns a row for the four columns,
-    hashed row by row)."""
+    each run is hashed, not every row (measured on the four columns: 28 ns a row,
+    against 64 ns hashed row by row)."""
     n = len(column)
     if n < 2 or column.null_count:
         return _hashed(column)
