@@ -78,6 +78,8 @@ from syncpace.trace.stall import load_stalls
 
 #: Events read and matched together (a window of steps of every rank; at least one step).
 WINDOW_EVENTS = 500_000
+#: Events the replay's two iterations may hold when read again after the windows.
+REPLAY_EVENTS = WINDOW_EVENTS
 
 
 _NONE = np.zeros(0, dtype=np.int64)
@@ -261,15 +263,15 @@ def _program(
     builds it: the events of the steps it covers (at most ``replay.MAX_EVENTS``) read
     again from the start of their window (the warm-up is cut as there), their calls
     named by the run's instance frame ``inst``. None when the two iterations a replay
-    needs at least hold more events than a window (:data:`WINDOW_EVENTS`: 4,096 ranks
-    of 100 calls an iteration hold 819,200): memory stays bounded by a window."""
+    needs at least hold more than :data:`REPLAY_EVENTS` (4,096 ranks of 100 calls an
+    iteration hold 819,200): memory stays bounded."""
     if not p.windows or inst.height == 0 or rank_steps.height == 0:
         return None
     if not replayable(p.index.meta):
         return None
     steps = replayed_steps(rank_steps, rank_step)
     held = rank_step.filter(pl.col("step").is_in(steps.tolist()))["collectives"].sum()
-    if held > WINDOW_EVENTS:  # its two iterations alone: more than a window may hold
+    if held > REPLAY_EVENTS:  # its two iterations alone: more than may be held
         return None
     lo = max((a for a, _ in p.windows if a <= steps[0]), default=p.windows[0][0])
     events, _ = _analysed(read_window(list(p.scans), lo, int(steps[-1]) + 1), p.context)

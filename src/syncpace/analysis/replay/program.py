@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+from syncpace.analysis import kernels
 from syncpace.analysis.collectives import EventTimes, late_waited
 
 POST, WAIT, JOIN, END = 0, 1, 2, 3
@@ -310,28 +311,30 @@ def _actions(
         .then(pl.when(pl.col("on")).then(x).otherwise(float("-inf")))
         .otherwise("t")
     )
-    acts = acts.with_columns(
-        own=own, run=(pl.col("kind") != JOIN).cast(pl.Int64).cum_sum().over("rank")
-    )
-    acts = acts.with_columns(ret=pl.col("own").cum_max().over("rank", "run"))
+    acts = acts.with_columns(own=own)
     starts = rank_steps.group_by("rank").agg(
         first=(pl.col("start_ns").sort_by("step").first() - base).cast(pl.Float64)
     )
     acts = acts.join(starts.with_columns(pl.col("rank").cast(pl.Int64)), on="rank", how="left")
-    prev = pl.col("ret").shift(1).over("rank").fill_null(pl.col("first"))
-    raw = pl.when(pl.col("kind") == JOIN).then(0.0).otherwise(pl.col("t") - prev)
-    acts = acts.with_columns(raw_gap=raw)
-    violations = int(acts.select((pl.col("raw_gap") < -1_000).sum()).item())
-    acts = acts.with_columns(
-        gap=pl.col("raw_gap").clip(lower_bound=0.0),
-        position=pl.int_range(pl.len()).over("rank", "step"),
-    )
-    first_post = (pl.col("kind") == POST) & (
-        pl.col("kind").eq(POST).cum_sum().over("rank", "step") == 1
-    )
-    return acts.with_columns(first_post=first_post).drop(
-        "own", "run", "raw_gap", "first"
-    ), violations
+    # sorted by rank: each rank's actions are one run of rows, each JOIN with the actions
+    # before it back to the last other one (kernels: no hash of every row into a group)
+    rank, kind = acts["rank"].to_numpy(), acts["kind"].to_numpy()
+    rank_start = kernels.run_starts(rank)
+    ret = kernels.run_cummax(acts["own"].to_numpy(), rank_start | (kind != JOIN))
+    prev = np.r_[np.nan, ret[:-1]]
+    prev = np.where(rank_start, acts["first"].to_numpy(), prev)
+    raw = np.where(kind == JOIN, 0.0, acts["t"].to_numpy() - prev)
+    violations = int((raw < -1_000).sum())
+    position, order = kernels.grouped_position(rank, acts["step"].to_numpy())
+    posts = (kind == POST).astype(np.int64)
+    in_group = np.empty(len(order), dtype=np.int64)
+    in_group[order] = kernels.run_cumsum(posts[order], position[order] == 0)
+    return acts.with_columns(
+        ret=pl.Series(ret, nan_to_null=True),
+        gap=pl.Series(np.clip(raw, 0.0, None), nan_to_null=True),
+        position=pl.Series(position, dtype=pl.Int64),
+        first_post=pl.Series((kind == POST) & (in_group == 1)),
+    ).drop("own", "first"), violations
 
 
 def ends_rows(ends: pl.DataFrame) -> pl.DataFrame:
