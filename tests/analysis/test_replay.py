@@ -140,6 +140,29 @@ def test_half_the_bytes_keeps_the_latency_fitted_over_the_runs_sizes(tmp_path: P
     assert cf.own_latency(prog, one) is None
 
 
+def test_transfers_slowed_into_each_other_run_alone_at_the_link_rate(tmp_path: Path) -> None:
+    """Two async 1 MB all-reduces posted 10 ms apart, each 300 ms in service, so side
+    by side for most of it. At 1 GB/s busbw each takes 1 ms (2 ranks move 1 MB): they
+    no longer meet, and each is capped at 1 ms, not at twice that."""
+    events: dict[int, list] = {0: [], 1: []}
+    steps: dict[int, list] = {0: [], 1: []}
+    t = 0.0
+    for s in range(5):
+        for r in (0, 1):
+            for k in range(2):
+                p = int((t + 20 + 10 * k) * MS)
+                done = int((t + 320 + 10 * k) * MS)
+                events[r].append((s, 2 * s + k, 1_000_000, p, done, "future", -1))
+            steps[r].append((s, int(t * MS), int((t + 331) * MS)))
+        t += 331
+    _, prog = program_of(write(tmp_path, events, steps))
+    assert (prog.instances["concurrent"].to_numpy() > 1.9).sum() >= 5
+    change = cf.transfers_at_rate(prog, 1.0)
+    np.testing.assert_allclose(change.service, 1 * MS, rtol=1e-6)
+    # posted together, they would still share the link at that speed
+    assert np.all(cf.sharing_at(prog, np.full(len(prog.service), 400.0 * MS)) > 1.9)
+
+
 def test_a_pacer_delays_the_first_collective_lag_steps_later(tmp_path: Path) -> None:
     Decided = namedtuple("Decided", "apply_at delays_s")  # what control.Pacer returns
     _, prog = program_of(blocking_job(tmp_path, {0: 20, 1: 30, 2: 20, 3: 20}, steps=8))

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import polars as pl
 
+from syncpace.analysis.collectives import concurrent_in_service
 from syncpace.analysis.replay.engine import Change, PacerFactory
 from syncpace.analysis.replay.program import END, JOIN, POST, WAIT, Program
 from syncpace.trace.busbw import bus_factor
@@ -142,12 +143,37 @@ def transfers_at_rate(
     prog: Program, rate_gbps: float, alpha_ns: float = 0.0, which: np.ndarray | None = None
 ) -> Change:
     """Links at ``rate_gbps`` of bus bandwidth (a benchmark's β): each transfer takes
-    at most α + its bytes at that rate, times the collectives it shared the link with."""
+    at most α + its bytes at that rate, times the collectives it would share the link
+    with at that speed (:func:`sharing_at`)."""
     inst = prog.instances
-    nbytes = inst["bytes"].to_numpy().astype(np.float64)
-    together = inst["concurrent"].to_numpy()
-    model = alpha_ns + together * nbytes * _factor(prog) / rate_gbps
-    return _cap_service(prog, model, which)
+    volume = inst["bytes"].to_numpy().astype(np.float64) * _factor(prog) / rate_gbps
+    together = np.ones(len(volume))
+    for _ in range(_SHARING_ROUNDS):  # sharing lengthens each, which adds to the overlap
+        together = sharing_at(prog, alpha_ns + together * volume)
+    return _cap_service(prog, alpha_ns + together * volume, which)
+
+
+#: Rounds of re-estimating how transfers at a new speed share the link.
+_SHARING_ROUNDS = 4
+
+
+def sharing_at(prog: Program, alone_ns: np.ndarray) -> np.ndarray:
+    """Per instance: the collectives of its stream it would be in service beside (as
+    the measured ``concurrent``) if each took ``alone_ns`` from its measured start, at
+    most as many as measured. Transfers slowed by the cause overlap because they are
+    slow: two DDP buckets of 6 ms, issued 10 ms apart, each shared the link with the
+    other for most of its 300 ms on a host starved of CPU."""
+    inst = prog.instances.with_row_index("_row").sort("group", "pair", "seq")
+    key = inst.select(pl.struct("group", "pair").rank("dense").cast(pl.Int64)).to_series()
+    start = (inst["last_enter"] + inst["queued_ns"].fill_null(0)).to_numpy()
+    rows = inst["_row"].to_numpy()
+    length = np.asarray(alone_ns, dtype=np.float64)[rows]
+    known = ~np.isnan(length) & (inst["exit"].fill_null(-1).to_numpy() >= 0)
+    exit_ = np.where(known, start + np.nan_to_num(length), -1).astype(np.int64)
+    conc = inst["concurrency"].to_numpy()
+    together = np.empty(len(rows))
+    together[rows] = concurrent_in_service(key.to_numpy(), start, exit_, conc)
+    return np.minimum(together, prog.instances["concurrent"].to_numpy())
 
 
 def transfers_at_best(prog: Program, which: np.ndarray | None = None) -> Change:
@@ -160,8 +186,11 @@ def transfers_at_best(prog: Program, which: np.ndarray | None = None) -> Change:
     best = inst.with_columns(
         best=pl.col("alone").quantile(0.05, "lower").over("op", "n", "size_class", "group")
     )["best"]
-    model = best.fill_null(np.nan).to_numpy() * inst["concurrent"].to_numpy()
-    return _cap_service(prog, model, which)
+    alone = best.fill_null(np.nan).to_numpy()
+    together = np.ones(len(alone))
+    for _ in range(_SHARING_ROUNDS):
+        together = sharing_at(prog, alone * together)
+    return _cap_service(prog, alone * together, which)
 
 
 def _cap_service(prog: Program, model: np.ndarray, which: np.ndarray | None) -> Change:
