@@ -160,7 +160,8 @@ def test_transfers_slowed_into_each_other_run_alone_at_the_link_rate(tmp_path: P
     change = cf.transfers_at_rate(prog, 1.0)
     np.testing.assert_allclose(change.service, 1 * MS, rtol=1e-6)
     # posted together, they would still share the link at that speed
-    assert np.all(cf.sharing_at(prog, np.full(len(prog.service), 400.0 * MS)) > 1.9)
+    slow = np.full(len(prog.service), 400.0 * MS)
+    assert np.all(cf.shared_model(prog, 0.0, slow) > 1.9 * slow)
 
 
 def test_a_pacer_delays_the_first_collective_lag_steps_later(tmp_path: Path) -> None:

@@ -338,10 +338,7 @@ def with_queueing(inst: pl.DataFrame) -> pl.DataFrame:
             service_ns=pl.col("transfer_ns"),
             concurrent=pl.lit(1.0),
         )
-    order = inst.with_row_index("_row").sort("group", "pair", "seq")
-    key = (
-        order.select(pl.struct("group", "pair").rank("dense").cast(pl.Int64)).to_series().to_numpy()
-    )
+    order, key = stream_order(inst)
     last = order["last_enter"].to_numpy()
     exit_ = order["exit"].fill_null(-1).to_numpy()
     nbytes = order["bytes"].to_numpy()
@@ -365,6 +362,15 @@ def with_queueing(inst: pl.DataFrame) -> pl.DataFrame:
         service_ns=pl.when(transfer.is_not_null()).then(pl.Series(service[back])),
         concurrent=pl.Series(together[back]),
     )
+
+
+def stream_order(inst: pl.DataFrame) -> tuple[pl.DataFrame, np.ndarray]:
+    """The instances by stream (group, pair) and sequence, their row in ``inst`` as
+    ``_row``, and each one's stream as a dense id: the order the queueing functions
+    below take their rows in."""
+    order = inst.with_row_index("_row").sort("group", "pair", "seq")
+    key = order.select(pl.struct("group", "pair").rank("dense").cast(pl.Int64)).to_series()
+    return order, key.to_numpy()
 
 
 def slot_free(key: np.ndarray, exit_: np.ndarray, conc: np.ndarray) -> np.ndarray:

@@ -1001,7 +1001,7 @@ def _compact(table: pa.Table) -> pa.Table:
         column = table.column(name)
         if name in _STRINGS:
             chunks = [_encoded(c) for c in column.chunks]
-            if all(c.type == _CODES for c in chunks):
+            if all(c is not None for c in chunks):
                 column = pa.chunked_array(chunks, _CODES)
             else:  # more than 127 distinct values
                 column = pc.dictionary_encode(column)
@@ -1013,32 +1013,32 @@ def _compact(table: pa.Table) -> pa.Table:
 _ROWS_PER_RUN = 8
 
 
-def _encoded(column: pa.Array) -> pa.DictionaryArray:
-    """A string column dictionary-encoded (int8 codes up to 127 values), its values in
-    order of first appearance, as a cast does. A rank writes long runs of one value
-    (one group, op, status, timing source call after call): only the first value of
-    each run is hashed, not every row (measured on the four columns: 28 ns a row,
-    against 64 ns hashed row by row)."""
+def _encoded(column: pa.Array) -> pa.DictionaryArray | None:
+    """A string column dictionary-encoded with int8 codes, its values in order of first
+    appearance, as a cast does; None when it holds more than 127 values. A rank writes
+    long runs of one value (one group, op, status, timing source call after call): only
+    the first value of each run is hashed, not every row (measured on the four columns:
+    28 ns a row, against 64 ns hashed row by row)."""
     n = len(column)
     if n < 2 or column.null_count:
-        return _hashed(column)
+        return _cast(column)
     change = pc.not_equal(column.slice(1), column.slice(0, n - 1))
     heads = np.flatnonzero(change.to_numpy(zero_copy_only=False)) + 1
     if (len(heads) + 1) * _ROWS_PER_RUN > n:
-        return _hashed(column)
+        return _cast(column)
     heads = np.r_[0, heads]
     first = pc.dictionary_encode(column.take(pa.array(heads)))
     if len(first.dictionary) > 127:
-        return _hashed(column)
+        return None
     codes = np.repeat(first.indices.to_numpy().astype(np.int8), np.diff(np.r_[heads, n]))
     return pa.DictionaryArray.from_arrays(pa.array(codes, pa.int8()), first.dictionary)
 
 
-def _hashed(column: pa.Array) -> pa.DictionaryArray:
+def _cast(column: pa.Array) -> pa.DictionaryArray | None:
     try:
         return column.cast(_CODES)
     except pa.ArrowInvalid:  # more than 127 distinct values
-        return pc.dictionary_encode(column)
+        return None
 
 
 def _expand(table: pa.Table) -> pa.Table:

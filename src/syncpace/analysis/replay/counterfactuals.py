@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import polars as pl
 
-from syncpace.analysis.collectives import concurrent_in_service
+from syncpace.analysis.collectives import concurrent_in_service, stream_order
 from syncpace.analysis.replay.engine import Change, PacerFactory
 from syncpace.analysis.replay.program import END, JOIN, POST, WAIT, Program
 from syncpace.trace.busbw import bus_factor
@@ -144,53 +144,53 @@ def transfers_at_rate(
 ) -> Change:
     """Links at ``rate_gbps`` of bus bandwidth (a benchmark's β): each transfer takes
     at most α + its bytes at that rate, times the collectives it would share the link
-    with at that speed (:func:`sharing_at`)."""
+    with at that speed (:func:`shared_model`)."""
     inst = prog.instances
     volume = inst["bytes"].to_numpy().astype(np.float64) * _factor(prog) / rate_gbps
-    together = np.ones(len(volume))
-    for _ in range(_SHARING_ROUNDS):  # sharing lengthens each, which adds to the overlap
-        together = sharing_at(prog, alpha_ns + together * volume)
-    return _cap_service(prog, alpha_ns + together * volume, which)
+    return _cap_service(prog, shared_model(prog, alpha_ns, volume), which)
 
 
 #: Rounds of re-estimating how transfers at a new speed share the link.
 _SHARING_ROUNDS = 4
 
 
-def sharing_at(prog: Program, alone_ns: np.ndarray) -> np.ndarray:
-    """Per instance: the collectives of its stream it would be in service beside (as
-    the measured ``concurrent``) if each took ``alone_ns`` from its measured start, at
-    most as many as measured. Transfers slowed by the cause overlap because they are
-    slow: two DDP buckets of 6 ms, issued 10 ms apart, each shared the link with the
-    other for most of its 300 ms on a host starved of CPU."""
-    inst = prog.instances.with_row_index("_row").sort("group", "pair", "seq")
-    key = inst.select(pl.struct("group", "pair").rank("dense").cast(pl.Int64)).to_series()
+def shared_model(prog: Program, fixed_ns: float, alone_ns: np.ndarray) -> np.ndarray:
+    """Per instance: ``fixed_ns`` + ``alone_ns`` times the collectives of its stream it
+    would be in service beside (as the measured ``concurrent``) at that speed, from its
+    measured start, at most as many as measured. Sharing lengthens each transfer, which
+    adds to the overlap: re-estimated a few rounds. Transfers slowed by the cause
+    overlap because they are slow: two DDP buckets of 6 ms, issued 10 ms apart, each
+    shared the link with the other for most of its 300 ms on a host starved of CPU."""
+    inst, key = stream_order(prog.instances)
     start = (inst["last_enter"] + inst["queued_ns"].fill_null(0)).to_numpy()
     rows = inst["_row"].to_numpy()
-    length = np.asarray(alone_ns, dtype=np.float64)[rows]
-    known = ~np.isnan(length) & (inst["exit"].fill_null(-1).to_numpy() >= 0)
-    exit_ = np.where(known, start + np.nan_to_num(length), -1).astype(np.int64)
     conc = inst["concurrency"].to_numpy()
-    together = np.empty(len(rows))
-    together[rows] = concurrent_in_service(key.to_numpy(), start, exit_, conc)
-    return np.minimum(together, prog.instances["concurrent"].to_numpy())
+    alone = np.asarray(alone_ns, dtype=np.float64)[rows]
+    known = ~np.isnan(alone) & (inst["exit"].fill_null(-1).to_numpy() >= 0)
+    measured = prog.instances["concurrent"].to_numpy()
+    together = np.ones(len(rows))
+    for _ in range(_SHARING_ROUNDS):
+        length = fixed_ns + together[rows] * np.nan_to_num(alone)
+        exit_ = np.where(known, start + length, -1).astype(np.int64)
+        together[rows] = concurrent_in_service(key, start, exit_, conc)
+        together = np.minimum(together, measured)
+    return fixed_ns + together * np.asarray(alone_ns, dtype=np.float64)
+
+
+#: A transfer's size class (a power of two) and its time alone on the link.
+_SIZE_CLASS = pl.col("bytes").clip(lower_bound=1).log(2).floor().cast(pl.Int32)
+_ALONE = pl.col("service_ns") / pl.col("concurrent")
 
 
 def transfers_at_best(prog: Program, which: np.ndarray | None = None) -> Change:
     """Links at the run's own best: each transfer of a size class (power of two), op
     and locality no slower than the class's 5th percentile, per collective sharing."""
-    inst = prog.instances.with_row_index("_id").with_columns(
-        size_class=pl.col("bytes").clip(lower_bound=1).log(2).floor().cast(pl.Int32),
-        alone=pl.col("service_ns") / pl.col("concurrent"),
-    )
+    inst = prog.instances.with_columns(size_class=_SIZE_CLASS, alone=_ALONE)
     best = inst.with_columns(
         best=pl.col("alone").quantile(0.05, "lower").over("op", "n", "size_class", "group")
     )["best"]
     alone = best.fill_null(np.nan).to_numpy()
-    together = np.ones(len(alone))
-    for _ in range(_SHARING_ROUNDS):
-        together = sharing_at(prog, alone * together)
-    return _cap_service(prog, alone * together, which)
+    return _cap_service(prog, shared_model(prog, 0.0, alone), which)
 
 
 def _cap_service(prog: Program, model: np.ndarray, which: np.ndarray | None) -> Change:
@@ -223,10 +223,9 @@ def own_latency(prog: Program, which: np.ndarray) -> float | None:
     and size class (power of two), the fastest transfers (10th percentile, each alone
     on the link) fitted as α + bytes x c over the classes. None when the chosen
     transfers hold too few sizes (less than a factor of two apart) to tell α from c."""
-    inst = prog.instances.with_columns(
-        alone=pl.col("service_ns") / pl.col("concurrent").clip(lower_bound=1),
-        size_class=pl.col("bytes").clip(lower_bound=1).log(2).floor().cast(pl.Int32),
-    ).filter(pl.Series(which) & pl.col("alone").is_not_nan() & pl.col("alone").is_not_null())
+    inst = prog.instances.with_columns(alone=_ALONE, size_class=_SIZE_CLASS)
+    usable = pl.col("alone").is_not_nan() & pl.col("alone").is_not_null()
+    inst = inst.filter(pl.Series(which) & usable)
     if inst.height == 0:
         return None
     classes = inst.group_by("op", "n", "size_class").agg(
