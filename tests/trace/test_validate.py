@@ -191,6 +191,24 @@ def test_a_flipped_value_fails_its_batch_checksum(run):
     assert trace.events.filter(trace.events["rank"] == 1).height == 9
 
 
+@pytest.mark.parametrize("name", ["rank-00001.steps.arrow", "rank-00001.events.arrow"])
+def test_a_schema_whose_metadata_is_not_utf8_is_read_with_the_formats_own(run, name, tmp_path):
+    from syncpace.cli.main import main
+    from syncpace.trace import schema, validate
+
+    path = run / name
+    data = bytearray(path.read_bytes())
+    data[data.index(b"syncpace.trace") + 1] = 0xFF  # the schema's metadata: not UTF-8
+    path.write_bytes(bytes(data))
+    expected = schema.STEPS if "steps" in name else schema.EVENTS
+    batches = list(validate.Stream(path, expected, mapped=False).batches())
+    assert batches and all(b.schema.metadata == expected.metadata for b in batches)
+    # the streaming export hands such batches to polars, which panicked on them
+    assert main(["export", "--perfetto", str(run), "-o", str(tmp_path / "t.json")]) == 0
+    assert main(["diagnose", str(run)]) == 0
+    assert load_trace(run).events.height == 2 * 12
+
+
 def test_edited_metadata_is_read_with_a_warning(run):
     path = run / "rank-00000.meta.json"
     path.write_text(path.read_text().replace('"host": "h"', '"host": "g"'))
