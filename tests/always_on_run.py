@@ -4,10 +4,9 @@ slower from SLOW_FROM to SLOW_TO; every number is derived from what is written h
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from syncpace.trace import RankTraceWriter, schema
+from syncpace.trace import RankTraceWriter, schema, wholerun
 from syncpace.trace.segments import RotationPolicy
 
 WORLD, PER_STEP, STEPS = 3, 4, 300
@@ -20,7 +19,11 @@ def step_ns(rank: int, step: int) -> int:
     return STEP_NS + (SLOW_NS if rank == 1 and SLOW_FROM <= step < SLOW_TO else 0) + 1000 * rank
 
 
-def write_run(root: Path, steps: int = STEPS, host: str = "n") -> None:
+def write_run(
+    root: Path, steps: int = STEPS, host: str = "n", detections: dict[int, int] | None = None
+) -> None:
+    """``detections``: per rank, the detections its metadata declares (as the live
+    monitor's account does at close)."""
     policy = RotationPolicy(segment_s=1e-9, keep_s=0, budget_bytes=200_000)
     writers = [
         RankTraceWriter(root, r, {"world_size": WORLD, "host": f"{host}{r}"}, flush_interval_s=3600,
@@ -41,14 +44,18 @@ def write_run(root: Path, steps: int = STEPS, host: str = "n") -> None:
         if step % 10 == 9:
             for w in writers:
                 w.flush()
-    for w in writers:
-        w.close()
+    for r, w in enumerate(writers):
+        if detections is not None and r in detections:
+            w.close(monitor={"detections": detections[r]})
+        else:
+            w.close()
 
 
 def detection(kind: str, state: str, step: int, rank: int | None = None, **extra) -> str:
+    """A line as the live monitor writes it (checksummed)."""
     record = {"kind": kind, "state": state, "step": step, "rank": rank, "share": 0.9,
               "cost": 0.25, "steps_seen": 10, **extra}  # fmt: skip
-    return json.dumps(record, sort_keys=True)
+    return wholerun.detection_line(record)
 
 
 def write_detections(root: Path, lines: dict[int, list[str]]) -> None:

@@ -229,3 +229,82 @@ def test_an_unreadable_summary_file_is_a_warning_not_an_error(copy, capsys):
     w = whole_run(trace)
     assert w is not None and w.ranks == 2
     assert main(["report", str(copy), "-o", str(copy / "r.html")]) == 0
+
+
+def _monitor(root: Path, rank: int) -> Path:
+    return root / f"{schema.rank_stem(rank)}{schema.MONITOR_SUFFIX}"
+
+
+def test_a_flipped_digit_in_a_detection_fails_its_checksum_and_every_verb_says_so(copy, capsys):
+    path = _monitor(copy, 0)
+    lines = path.read_text().splitlines()
+    assert '"cost": 0.25' in lines[0]
+    lines[0] = lines[0].replace('"cost": 0.25', '"cost": 0.29')  # still valid JSON
+    path.write_text("".join(line + "\n" for line in lines))
+    trace = load_trace(copy)
+    expected = (
+        f"{path}: 1 line(s) are not detections, left out (line 1: its checksum does not match)"
+    )
+    assert expected in trace.warnings
+    w = whole_run(trace)
+    assert w is not None and w.warnings == (expected,)
+    # the other ranks' copies of the same detection stand: nothing else is lost
+    assert [d.cost for d in w.detections if d.kind == "straggler"][0] == 0.25
+    for verb in ("trace-info", "diagnose"):
+        assert main([verb, str(copy)]) == 0
+        assert "its checksum does not match" in capsys.readouterr().out
+
+
+def test_a_detection_line_without_a_checksum_is_read_unchecked(copy):
+    record = {"kind": "straggler", "state": "start", "step": 7, "rank": 2, "share": 0.5}
+    write_detections(copy, {r: [json.dumps(record)] for r in range(WORLD)})
+    w = whole_run(load_trace(copy))
+    assert w is not None and w.warnings == ()
+    assert [(d.kind, d.rank, d.start_step) for d in w.detections] == [("straggler", 2, 7)]
+
+
+def test_the_monitors_line_checks_and_a_change_anywhere_in_it_fails():
+    from syncpace.trace.wholerun import _checksum_fails, detection_line
+
+    line = detection_line({"kind": "straggler", "state": "stop", "step": 12, "rank": 1})
+    assert line.endswith('"}') and json.loads(line)["step"] == 12
+    raw = line.encode()
+    assert not _checksum_fails(raw)
+    body = raw.index(b', "crc32"')
+    for at in range(body):  # every byte of the record itself
+        changed = raw[:at] + bytes([raw[at] ^ 0x01]) + raw[at + 1 :]
+        assert _checksum_fails(changed), changed
+    with pytest.raises(ValueError):
+        detection_line({"kind": "straggler", "share": float("nan")})
+
+
+def test_a_finished_ranks_missing_or_short_summary_file_is_said(copy, capsys):
+    gone = copy / f"{schema.rank_stem(0)}{schema.SUMMARY_SUFFIX}"
+    gone.unlink()
+    short = copy / f"{schema.rank_stem(2)}{schema.SUMMARY_SUFFIX}"
+    table = pa.ipc.open_stream(short.read_bytes()).read_all()
+    with pa.ipc.new_stream(str(short), schema.SUMMARY) as out:  # a clean end: only the
+        out.write_table(table.slice(0, 100))  # declared count tells
+    trace = load_trace(copy)
+    assert (f"{gone}: missing (the metadata declares {STEPS:,} summaries); the whole run "
+            "leaves rank 0 out") in trace.warnings  # fmt: skip
+    assert (f"{short}: 100 summaries found, fewer than the {STEPS:,} the metadata "
+            "declares") in trace.warnings  # fmt: skip
+    assert main(["trace-info", str(copy)]) == 0
+    out = capsys.readouterr().out
+    assert "rank-00000.summary.arrow: missing" in out and "rank-00002.summary.arrow: 100" in out
+
+
+def test_a_ranks_missing_or_cut_detections_file_is_said_against_its_declared_count(tmp_path):
+    root = tmp_path / "run"
+    root.mkdir()
+    write_run(root, detections={0: len(GOOD), 1: len(GOOD), 2: 2})
+    write_detections(root, {0: GOOD, 2: GOOD[:1]})  # rank 1's file gone, rank 2's cut
+    trace = load_trace(root)
+    gone, cut = _monitor(root, 1), _monitor(root, 2)
+    assert (f"{gone}: missing (the metadata declares {len(GOOD)} detections); they are left "
+            "out where no other rank holds them") in trace.warnings  # fmt: skip
+    assert (f"{cut}: 1 detection line(s) found, fewer than the 2 the metadata "
+            "declares") in trace.warnings  # fmt: skip
+    w = whole_run(trace)
+    assert w is not None and len(w.detections) == 3  # rank 0 holds them all

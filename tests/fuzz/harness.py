@@ -35,7 +35,9 @@ from typing import Any
 import pyarrow as pa
 from hypothesis import strategies as st
 
+import always_on_run
 from multirank import run_ranks
+from syncpace.analysis.wholerun import whole_run
 from syncpace.cli.main import main
 from syncpace.errors import SyncpaceError
 from syncpace.trace import RankTraceWriter, load_trace
@@ -108,11 +110,28 @@ def real_run(root: Path) -> Path:
     return root
 
 
+def always_on_trace(root: Path) -> Path:
+    """An always-on run from the real writer: events rotated through segments (the
+    oldest dropped to stay within the budget), per-step summaries of every step, and
+    the live monitor's detection lines."""
+    root.mkdir(parents=True, exist_ok=True)
+    good = always_on_run.GOOD
+    lines = {0: good, 1: good[:3]}  # rank 2 recorded none
+    always_on_run.write_run(root, detections={r: len(lines.get(r, [])) for r in range(3)})
+    always_on_run.write_detections(root, lines)
+    return root
+
+
 def base_traces(root: Path) -> dict[str, Path]:
     """The undamaged traces every case starts from, made once: the real writer's, a real
-    tiny run's, and a version-1 trace of a real DDP run (the fixture). Version 1 carries
-    no checksums, so a flipped byte is not drawn for it: there it is undetectable."""
-    bases = {"writer": writer_trace(root / "writer"), "run": real_run(root / "run")}
+    tiny run's, an always-on run's and a version-1 trace of a real DDP run (the
+    fixture). Version 1 carries no checksums, so a flipped byte is not drawn for it:
+    there it is undetectable."""
+    bases = {
+        "writer": writer_trace(root / "writer"),
+        "run": real_run(root / "run"),
+        "always_on": always_on_trace(root / "always_on"),
+    }
     v1 = root / "v1"
     shutil.copytree(DATA / "real_ddp_straggler", v1)
     bases["v1"] = v1
@@ -191,7 +210,36 @@ BAD_VALUES = {
         ("pacing_delay_ns", -1),
         ("pacing_delay_ns", INT64_MAX),
     ],
+    "summary": [
+        ("rank", 77),
+        ("step", -1),
+        ("calls", -1),
+        ("bytes", -1),
+        ("comm_ns", -1),
+        ("comm_ns", INT64_MAX),
+        ("blocked_ns", -1),
+        ("longest_ns", -4),
+        ("failed", -1),
+    ],
 }
+
+#: Lines of a detections file that are not detections: each must be left out, and said.
+BAD_DETECTIONS = [
+    b"not json",
+    b'{"kind": "straggler", "state": "start", "step": 5, "rank": 99}',  # outside the world
+    b'{"kind": "straggler", "state": "start", "step": 5}',  # a straggler without a rank
+    b'{"kind": "straggler", "state": "start", "step": 5, "rank": 1, "since_step": 9}',
+    b'{"kind": "straggler", "state": "start", "step": -5, "rank": 1}',
+    b'{"kind": "straggler", "state": "start", "step": 1e30, "rank": 1}',
+    b'{"kind": "straggler", "state": "start", "step": 5, "rank": 1, "share": NaN}',
+    b'{"kind": "straggler", "state": "start", "step": 5, "rank": 1, "cost": 1e400}',
+    b'{"kind": "straggler", "state": "begun", "step": 5, "rank": 1}',
+    b'{"kind": "meteor", "state": "start", "step": 5}',
+    b'{"kind": "step_time_jump", "state": "start", "step": 5, "median_s": -1}',
+    b"[1, 2, 3]",
+    b'{"kind": "straggler", "state": "start", "step": 5, "rank": 1' + b" " * 70_000 + b"}",
+    b"\xff\xfe\x00",
+]
 
 #: Metadata keys and values of the wrong type or out of range.
 BAD_META = [
@@ -264,7 +312,10 @@ def damages(bases: dict[str, Path]) -> st.SearchStrategy[Damage]:
     for name, root in bases.items():
         files = _files(root)
         streams = [f for f in files if f.endswith(".arrow")]
-        events = [f for f in files if f.endswith(".events.arrow")]
+        # an always-on run's segments hold events too: rank-00003.events.000017.arrow
+        events = [f for f in files if ".events." in f and f.endswith(".arrow")]
+        summaries = [f for f in files if f.endswith(".summary.arrow")]
+        monitors = [f for f in files if f.endswith(".monitor.jsonl")]
         steps = [f for f in files if f.endswith(".steps.arrow")]
         metas = [f for f in files if f.endswith(".meta.json")]
         b = st.just(name)
@@ -309,6 +360,17 @@ def damages(bases: dict[str, Path]) -> st.SearchStrategy[Damage]:
             st.builds(Damage, b, st.just("empty_trace"), st.just(""),
                       st.tuples(st.sampled_from(["no_events", "no_steps", "both", "one_step"]))),
         ]  # fmt: skip
+        if summaries:
+            per_base.append(
+                st.builds(Damage, b, st.just("bad_value"), st.sampled_from(summaries),
+                          st.tuples(st.sampled_from(BAD_VALUES["summary"]),
+                                    st.integers(0, 1000)))
+            )  # fmt: skip
+        if monitors:
+            per_base += [
+                st.builds(Damage, b, st.just("monitor_line"), st.sampled_from(monitors),
+                          st.tuples(st.sampled_from(BAD_DETECTIONS), st.integers(0, 20))),
+            ]  # fmt: skip
     return st.one_of(per_base)
 
 
@@ -397,6 +459,10 @@ def apply(damage: Damage, root: Path) -> None:
         _hostile(root, path, *p)
     elif kind == "empty_trace":
         _empty(root, p[0])
+    elif kind == "monitor_line":
+        lines = path.read_bytes().split(b"\n")
+        lines.insert(p[1] % len(lines), p[0])
+        path.write_bytes(b"\n".join(lines))
 
 
 def _oddity(path: Path, what: str) -> None:
@@ -478,7 +544,10 @@ def _run_cli(argv: list[str], seconds: float) -> tuple[int | str, str, str]:
             code = int(exc.code or 0) if isinstance(exc.code, int) else 2
         except Hang:
             code = "hang"
-        except Exception as exc:  # noqa: BLE001 - what the fuzzer exists to find
+        except (KeyboardInterrupt, GeneratorExit):
+            raise
+        except BaseException as exc:  # noqa: BLE001 - what the fuzzer exists to find
+            # (a Rust library's panic is a BaseException: it must be a case, not the end)
             code = f"traceback: {type(exc).__name__}: {exc}"
     return code, out.getvalue(), err.getvalue()
 
@@ -488,12 +557,21 @@ _RAW_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f\u202e]")
 
 def _snapshot(root: Path) -> Any:
     trace = load_trace(root)
+    whole = whole_run(trace)
     return (
         trace.world_size,
         trace.events.sort(trace.events.columns).rows(),
         trace.steps.sort(trace.steps.columns).rows(),
         {r: dict(sorted(m.items())) for r, m in trace.meta.items()},
+        None if whole is None else (whole.to_json(), whole.bins.rows()),
     )
+
+
+def _warnings(root: Path, trace: Any) -> list[str]:
+    """What the library says of a loaded trace: the reader's warnings, and those of
+    the whole run's files (summaries and detections) of an always-on run."""
+    whole = whole_run(trace)
+    return [*trace.warnings, *(whole.warnings if whole is not None else ())]
 
 
 def _mentions(text: str, damage: Damage, root: Path) -> bool:
@@ -501,6 +579,9 @@ def _mentions(text: str, damage: Damage, root: Path) -> bool:
     the loss itself."""
     if damage.file:
         if damage.file in text:
+            return True
+        segment = re.match(r"(rank-\d+\.events)\.\d+\.arrow$", damage.file)
+        if segment and f"{segment.group(1)}.*.arrow" in text:  # the rank's segments, as one
             return True
         rank = re.match(r"rank-0*(\d+)", damage.file)
         if rank and re.search(rf"\brank {int(rank.group(1))}\b", text):
@@ -547,6 +628,7 @@ def _classify(
         with alarm(seconds):
             trace = load_trace(root)
             after = _snapshot(root)
+            said = _warnings(root, trace)
     except Hang as exc:
         return Outcome("hang", str(exc), "load_trace")
     except SyncpaceError as exc:
@@ -556,10 +638,12 @@ def _classify(
         if damage.hostile:
             return Outcome("silent", f"a valid trace with hostile names was refused: {message}")
         return _check_cli_refusal(damage, root, work, seconds, message)
-    except Exception as exc:  # noqa: BLE001
+    except (KeyboardInterrupt, GeneratorExit):
+        raise
+    except BaseException as exc:  # noqa: BLE001 - a panic too
         return Outcome("traceback", f"{type(exc).__name__}: {exc}", "load_trace")
     changed = after != snapshot
-    reported = any(_mentions(w, damage, root) for w in trace.warnings)
+    reported = any(_mentions(w, damage, root) for w in said)
     # 2. every verb, terminal and JSON
     verbs = [
         ["trace-info", str(root)],

@@ -82,12 +82,25 @@ KNOWN = [
     h.Damage("writer", "flip", "rank-00001.meta.json", (92, 68)),
     h.Damage("v1", "null", "rank-00000.events.arrow", (1, 0)),  # a null step, streamed
     h.Damage("writer", "null", "rank-00000.events.arrow", (1, 0)),
+    # a byte of a steps file's schema metadata: not UTF-8 (polars panicked on it)
+    h.Damage("writer", "flip", "rank-00001.steps.arrow", (177, 0x80)),
+    # always-on files: a digit of a detection, a cut detections file, a finished rank's
+    # summaries gone, a segment's bad row, a kept segment gone
+    h.Damage("always_on", "flip", "rank-00000.monitor.jsonl", (12, 12)),
+    h.Damage("always_on", "truncate", "rank-00000.monitor.jsonl", (0.9160801176044375,)),
+    h.Damage("always_on", "remove", "rank-00000.summary.arrow"),
+    h.Damage("always_on", "remove", "rank-00000.monitor.jsonl"),
+    h.Damage("always_on", "bad_value", "rank-00001.events.000017.arrow", (("exit_ns", -7), 796)),
+    h.Damage("always_on", "remove", "rank-00001.events.000029.arrow"),
+    h.Damage("always_on", "monitor_line", "rank-00001.monitor.jsonl", (h.BAD_DETECTIONS[1], 1)),
 ]
 
 
 @pytest.mark.parametrize("damage", KNOWN, ids=str)
 def test_known_damage(damage, bases, snapshots, work):
-    _assert_clean(h.run_trace_case(damage, bases, work, snapshots), damage)
+    outcome = h.run_trace_case(damage, bases, work, snapshots)
+    assert not outcome.detail.startswith("damage not applicable"), outcome.detail
+    _assert_clean(outcome, damage)
 
 
 def test_damaged_traces(bases, snapshots, work):

@@ -261,7 +261,7 @@ def whole_run(trace: Trace, *, max_points: int = MAX_POINTS) -> WholeRun | None:
     if not found:
         return None
     warnings: list[str] = []
-    detections = wholerun.run_detections(root, ranks, trace.world_size, warnings)
+    detections = wholerun.run_detections(root, ranks, trace.world_size, warnings, trace.meta)
     rotated = rotated_steps(trace.meta)
     gone = np.zeros(every.size, dtype=bool)
     for a, b in rotated:

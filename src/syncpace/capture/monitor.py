@@ -12,7 +12,6 @@ for the rest of the run, logged once; the job goes on.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from collections.abc import Callable
@@ -23,6 +22,7 @@ import numpy as np
 
 from syncpace.capture.log import warn_once
 from syncpace.monitor import Detection, MonitorConfig, OnlineDetector, Window
+from syncpace.trace import wholerun
 
 log = logging.getLogger("syncpace")
 
@@ -183,7 +183,11 @@ class LiveMonitor:
     def _write(self, detection: Detection) -> None:
         if self._record_path is None:
             return
-        line = json.dumps(detection.to_json(), sort_keys=True)
+        try:
+            line = wholerun.detection_line(detection.to_json())
+        except ValueError as exc:  # a value JSON cannot hold: left out, never raised
+            warn_once("monitor-record", "cannot record a detection: %s", exc)
+            return
         try:
             with self._lock, open(self._record_path, "a", encoding="utf-8") as f:
                 f.write(line + "\n")

@@ -412,6 +412,7 @@ def load_trace(path: str | Path, *, allow_missing_ranks: bool = True) -> Trace:
     steps = pl.from_arrow(pa.concat_tables(step_tables))
     assert isinstance(events, pl.DataFrame) and isinstance(steps, pl.DataFrame)
     summaries = load_summaries(root, metas, warnings)
+    check_detections(root, metas, world_size, warnings)
     rotated = rotated_steps(metas)
     if rotated:
         # A step some rank lost events of cannot be matched across ranks: analyse the
@@ -478,12 +479,24 @@ def load_summaries(
     validated (:func:`syncpace.trace.wholerun.read_summary`)."""
     tables = []
     for rank in sorted(metas):
-        table = wholerun.read_summary(wholerun.summary_file(root, rank), rank, warnings)
+        meta = metas[rank]
+        declared = meta.get("summaries_written") if meta.get("finished") is True else None
+        path = wholerun.summary_file(root, rank)
+        table = wholerun.read_summary(path, rank, warnings, declared)
         if table is not None:
             tables.append(table)
     frame = pl.from_arrow(pa.concat_tables(tables) if tables else schema.SUMMARY.empty_table())
     assert isinstance(frame, pl.DataFrame)
     return frame
+
+
+def check_detections(
+    root: Path, metas: dict[int, dict[str, Any]], world_size: int, warnings: list[str]
+) -> None:
+    """Say in ``warnings`` what is wrong with the live monitor's detections files (the
+    whole run's analysis reads them; a damaged line must show wherever the trace is
+    described, ``trace-info`` too)."""
+    wholerun.run_detections(root, sorted(metas), world_size, warnings, metas)
 
 
 def _empty_summaries() -> pl.DataFrame:

@@ -5,22 +5,27 @@ In always-on mode a rank's events rotate out; three files stay for the whole run
 (``docs/monitoring.md``): ``rank-R.steps.arrow`` (every step boundary),
 ``rank-R.summary.arrow`` (per step: calls, bytes, time in calls, blocked time, the
 longest call, failures) and ``rank-R.monitor.jsonl`` (the live detector's starts and
-stops, one JSON object a line, the same on every rank).
+stops, one JSON object a line, the same on every rank, each ending with the CRC-32 of
+the rest of its line: :func:`detection_line`).
 
 The rules are the reader's: a damaged or cut summary file keeps its complete batches
 and says so in a warning naming the file; rows that break the format are left out and
 counted; a detections file is read only when it is a regular file within
-:data:`MAX_MONITOR_BYTES`, and each line that is not a detection is left out and
-counted in one warning for the file. Nothing here raises on bad input but a
-:class:`~syncpace.errors.TraceError` the caller turns into a warning.
+:data:`MAX_MONITOR_BYTES`, and each line that is not a detection (or fails its
+checksum) is left out and counted in one warning for the file. Nothing here raises
+on bad input but a :class:`~syncpace.errors.TraceError` the caller turns into a
+warning.
 """
 
 from __future__ import annotations
 
+import json
+import re
+import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 import numpy as np
@@ -61,15 +66,57 @@ class Detection(msgspec.Struct, frozen=True):
 _DECODER = msgspec.json.Decoder(Detection)
 
 
+#: The end of a checksummed line: ``, "crc32": "1a2b3c4d"}``.
+_CHECKSUM_TAIL = re.compile(rb', "' + schema.CHECKSUM_KEY.encode() + rb'": "([0-9a-f]{8})"}\s*$')
+
+
+def detection_line(record: dict[str, Any]) -> str:
+    """One line of a detections file (no newline): ``record`` as JSON with sorted keys,
+    then the CRC-32 of that text as its last key. A flipped digit in a share or a step
+    is otherwise a valid, wrong detection; lines without one (older files) are read
+    unchecked."""
+    body = json.dumps(record, sort_keys=True, allow_nan=False)
+    if not body.startswith("{") or body == "{}":
+        raise ValueError("a detection is a non-empty JSON object")
+    crc = zlib.crc32(body.encode())
+    return f'{body[:-1]}, "{schema.CHECKSUM_KEY}": "{crc:08x}"}}'
+
+
+def _checksum_fails(line: bytes) -> bool:
+    found = _CHECKSUM_TAIL.search(line)
+    if found is None:
+        return False
+    body = line[: found.start()] + b"}"
+    return f"{zlib.crc32(body):08x}".encode() != found.group(1)
+
+
 def monitor_path(root: Path, rank: int) -> Path:
     return root / f"{schema.rank_stem(rank)}{schema.MONITOR_SUFFIX}"
 
 
-def read_detections(path: Path, world_size: int, warnings: list[str]) -> list[Detection]:
+def declared_detections(meta: dict[str, Any]) -> int | None:
+    """How many detections a finished rank's live monitor recorded (its metadata's
+    ``monitor.detections``); ``None`` when it does not say."""
+    monitor = meta.get("monitor") if meta.get("finished") is True else None
+    count = monitor.get("detections") if isinstance(monitor, dict) else None
+    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        return None
+    return count
+
+
+def read_detections(
+    path: Path, world_size: int, warnings: list[str], declared: int | None = None
+) -> list[Detection]:
     """The detections of one rank's file; ``[]`` when there is none. A file that is not
     a regular file or too large is refused with one warning; each bad line is left out
-    (one warning for the file, with the first reason)."""
+    (one warning for the file, with the first reason). ``declared``: the detections
+    the rank's metadata says it recorded; a file missing them is said."""
     if not path.exists() and not path.is_symlink():
+        if declared:
+            warnings.append(
+                f"{path}: missing (the metadata declares {declared:,} detections); they "
+                "are left out where no other rank holds them"
+            )
         return []
     try:
         data = validate.read_regular(path, MAX_MONITOR_BYTES, "detections file")
@@ -86,6 +133,9 @@ def read_detections(path: Path, world_size: int, warnings: list[str]) -> list[De
         if len(line) > MAX_LINE_BYTES:
             bad.append((number, f"longer than {MAX_LINE_BYTES:,} bytes"))
             continue
+        if _checksum_fails(line):
+            bad.append((number, "its checksum does not match"))
+            continue
         try:
             record = _DECODER.decode(line)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
@@ -96,6 +146,12 @@ def read_detections(path: Path, world_size: int, warnings: list[str]) -> list[De
             bad.append((number, problem))
             continue
         out.append(record)
+    lines_held = sum(1 for line in lines if line.strip())
+    if declared is not None and lines_held < declared:
+        warnings.append(
+            f"{path}: {lines_held:,} detection line(s) found, fewer than the {declared:,} "
+            "the metadata declares"
+        )
     if bad:
         number, reason = bad[0]
         ending = " (the last one cut short)" if cut and bad[-1][0] == len(lines) else ""
@@ -117,13 +173,20 @@ def _problem(d: Detection, world_size: int) -> str | None:
 
 
 def run_detections(
-    root: Path, ranks: Iterable[int], world_size: int, warnings: list[str]
+    root: Path,
+    ranks: Iterable[int],
+    world_size: int,
+    warnings: list[str],
+    metas: dict[int, dict[str, Any]] | None = None,
 ) -> list[Detection]:
     """Every rank's detections, each once (every rank records the same ones; a rank
-    that stopped early holds fewer), in step order."""
+    that stopped early holds fewer), in step order. ``metas``: the ranks' metadata,
+    for the count each finished rank declares."""
     seen: set[Detection] = set()
     for rank in ranks:
-        seen.update(read_detections(monitor_path(root, rank), world_size, warnings))
+        declared = declared_detections(metas.get(rank, {})) if metas is not None else None
+        path = monitor_path(root, rank)
+        seen.update(read_detections(path, world_size, warnings, declared))
     return sorted(seen, key=lambda d: (d.step, d.kind, -1 if d.rank is None else d.rank, d.state))
 
 
@@ -132,10 +195,19 @@ def summary_file(root: Path, rank: int) -> Path:
     return root / f"{schema.rank_stem(rank)}{schema.SUMMARY_SUFFIX}"
 
 
-def read_summary(path: Path, rank: int, warnings: list[str]) -> pa.Table | None:
+def read_summary(
+    path: Path, rank: int, warnings: list[str], declared: int | None = None
+) -> pa.Table | None:
     """One rank's summaries, validated; ``None`` when there is no file or it cannot be
-    read at all (said in ``warnings``). A cut file keeps its complete batches."""
+    read at all (said in ``warnings``). A cut file keeps its complete batches.
+    ``declared``: the rows a finished rank's metadata says it wrote; a file that is
+    missing or holds another number is said."""
     if not path.exists() and not path.is_symlink():
+        if declared:
+            warnings.append(
+                f"{path}: missing (the metadata declares {declared:,} summaries); the whole "
+                f"run leaves rank {rank} out"
+            )
         return None
     try:
         stream = validate.Stream(path, schema.SUMMARY)
@@ -153,6 +225,12 @@ def read_summary(path: Path, rank: int, warnings: list[str]) -> pa.Table | None:
         warnings.append(
             f"{path}: batch(es) {', '.join(map(str, stream.corrupt_batches[:5]))} fail their "
             f"checksum: {stream.corrupt_rows:,} summaries left out"
+        )
+    if declared is not None and stream.rows != declared:
+        relation = "fewer" if stream.rows < declared else "more"
+        warnings.append(
+            f"{path}: {stream.rows:,} summaries found, {relation} than the {declared:,} "
+            f"the metadata declares"
         )
     kept, bad = validate.check_summaries(table, rank)
     if bad.rows:
