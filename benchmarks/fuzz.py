@@ -23,6 +23,7 @@ import multiprocessing
 import sys
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from hypothesis import HealthCheck, Phase, given, seed, settings
@@ -135,8 +136,11 @@ def main() -> None:
     made = Path(tempfile.mkdtemp(prefix="syncpace-fuzz-bases-"))
     h.base_traces(made)
     plan = [(kind, (*params, str(made))) for kind, params in plan]
-    with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
-        results = pool.map(worker, [p[1] for p in plan])
+    # An executor, not a Pool: a worker that dies (a crash in native code) ends the run
+    # with an error instead of leaving the pool waiting for its task forever.
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(args.jobs, mp_context=context) as pool:
+        results = list(pool.map(worker, [p[1] for p in plan]))
     h._rmtree(made)
     table: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     problems: list = []
