@@ -25,15 +25,23 @@ def find_prometheus() -> str | None:
 
 @contextmanager
 def prometheus(
-    binary: str, targets: list[str], workdir: Path, interval_s: float = 0.25
+    binary: str,
+    targets: list[str],
+    workdir: Path,
+    interval_s: float = 0.25,
+    rules: Path | None = None,
 ) -> Iterator[str]:
-    """Yield the server's base URL once it is ready; it scrapes ``targets``."""
+    """Yield the server's base URL once it is ready; it scrapes ``targets`` and, with
+    ``rules``, evaluates that rules file at the scrape interval."""
     interval = f"{int(interval_s * 1000)}ms"
     config = workdir / "prometheus.yml"
+    rule_files = f"rule_files: [{json.dumps(str(rules))}]\n" if rules is not None else ""
     config.write_text(
         "global:\n"
         f"  scrape_interval: {interval}\n"
         f"  scrape_timeout: {interval}\n"
+        f"  evaluation_interval: {interval}\n"
+        f"{rule_files}"
         "scrape_configs:\n"
         "  - job_name: syncpace\n"
         "    static_configs:\n"

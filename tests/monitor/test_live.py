@@ -12,7 +12,9 @@ import json
 import math
 import os
 import re
+import shutil
 import socket
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -25,6 +27,7 @@ from syncpace.trace import load_trace
 
 WORKER = Path(__file__).resolve().parent / "workers" / "straggle.py"
 DASHBOARD = Path(__file__).resolve().parents[2] / "examples" / "grafana" / "syncpace-dashboard.json"
+ALERTS = Path(__file__).resolve().parents[2] / "examples" / "prometheus" / "syncpace-alerts.yml"
 WORLD, STEPS, SLOW_FROM, SLOW_TO, EVERY = 4, 130, 40, 85, 5
 SCRAPE_S = 0.25
 
@@ -52,6 +55,18 @@ def free_port_block(n: int) -> int:
     raise RuntimeError("no block of free ports")
 
 
+#: The example alert rules with minutes as seconds (the run lasts seconds, not hours),
+#: and every ``for`` at the evaluation interval.
+FOR_S = 0.5
+
+
+def fast_rules(text: str) -> str:
+    text = re.sub(r"\bfor: \d+[mh]\b", f"for: {int(FOR_S * 1000)}ms", text)
+    text = re.sub(r"\[(\d+)m\]", r"[\1s]", text)
+    text = re.sub(r"\[(\d+)h\]", lambda m: f"[{int(m.group(1)) * 60}s]", text)
+    return re.sub(r"offset (\d+)m\b", r"offset \1s", text)
+
+
 def delay_bound() -> int:
     """Steps from a change to its detection: the window, the gather lag and the CUSUM."""
     detector = OnlineDetector(WORLD)
@@ -74,7 +89,9 @@ def live_run(tmp_path_factory):
         "SYNCPACE_METRICS_PORT": str(base),
         "SYNCPACE_METRICS_ADDR": "127.0.0.1",
     }
-    with prometheus(binary, targets, work, SCRAPE_S) as url:
+    rules = work / "syncpace-alerts.yml"
+    rules.write_text(fast_rules(ALERTS.read_text()))
+    with prometheus(binary, targets, work, SCRAPE_S, rules) as url:
         results = run_ranks(
             WORKER, WORLD, [str(STEPS), str(SLOW_FROM), str(SLOW_TO)], timeout=120, env=env
         )
@@ -111,7 +128,11 @@ def live_run(tmp_path_factory):
                 dashboard[(panel["title"], target["refId"])] = query_range(
                     url, expr, min(times.values()), max(times.values()) + 1, SCRAPE_S
                 )
-    return results, times, series, steps_seen, work / "trace", dashboard, bandwidth
+        alerts = query_range(
+            url, 'ALERTS{alertstate="firing"}', min(times.values()), max(times.values()) + 1,
+            SCRAPE_S,
+        )  # fmt: skip
+    return results, times, series, steps_seen, work / "trace", dashboard, bandwidth, alerts
 
 
 def step_at(times: dict[int, float], t: float) -> int:
@@ -140,7 +161,7 @@ def test_the_live_line_names_the_straggler_within_the_delay(live_run):
 
 
 def test_every_rank_records_the_same_detections(live_run):
-    *_, trace_dir, _, _ = live_run
+    *_, trace_dir, _, _, _ = live_run
     records = [
         [
             json.loads(line)
@@ -157,7 +178,7 @@ def test_every_rank_records_the_same_detections(live_run):
 
 
 def test_prometheus_scraped_the_gauge_rise_and_clear(live_run):
-    _, times, series, steps_seen, _, _, _ = live_run
+    _, times, series, steps_seen, _, _, _, _ = live_run
     by_rank = {s["metric"]["rank"]: [(float(t), float(v)) for t, v in s["values"]] for s in series}
     assert set(by_rank) == {str(r) for r in range(WORLD)}
     for rank in ("0", "2", "3"):
@@ -178,7 +199,7 @@ def test_prometheus_scraped_the_gauge_rise_and_clear(live_run):
 
 
 def test_every_query_of_the_example_dashboard_runs_and_finds_series(live_run):
-    *_, dashboard, _ = live_run
+    *_, dashboard, _, _ = live_run
     assert len(dashboard) >= 8
     empty = [key for key, result in dashboard.items() if not result]
     assert empty == [], f"dashboard queries with no series on a live job: {empty}"
@@ -187,7 +208,7 @@ def test_every_query_of_the_example_dashboard_runs_and_finds_series(live_run):
 def test_bus_bandwidth_is_the_algorithm_bandwidth_times_the_ops_bus_factor(live_run):
     """nccl-tests' definition: an all-reduce over n ranks moves 2(n-1)/n of its bytes
     over each rank's link."""
-    *_, bandwidth = live_run
+    *_, bandwidth, _ = live_run
     series = {
         kind: {s["metric"]["rank"]: dict(s["values"]) for s in result}
         for kind, result in bandwidth.items()
@@ -199,3 +220,36 @@ def test_bus_bandwidth_is_the_algorithm_bandwidth_times_the_ops_bus_factor(live_
         assert len(common) >= 3
         for t in common:
             assert float(bus[t]) == pytest.approx(float(alg[t]) * 2 * (WORLD - 1) / WORLD)
+
+
+def test_the_example_straggler_alert_fires_for_the_straggler_alone_and_resolves(live_run):
+    _, times, *_, alerts = live_run
+    firing: dict[str, dict[str, list[float]]] = {}
+    for s in alerts:
+        name, rank = s["metric"]["alertname"], s["metric"].get("rank", "")
+        firing.setdefault(name, {}).setdefault(rank, []).extend(float(t) for t, _ in s["values"])
+    assert set(firing.get("SyncpaceStraggler", {})) == {"1"}, firing
+    # a rank that kept stepping is never stalled (the rule's window: 10 s here)
+    assert "SyncpaceRankStalled" not in firing, firing
+    stamps = sorted(firing["SyncpaceStraggler"]["1"])
+    first, last = step_at(times, stamps[0]), step_at(times, stamps[-1])
+    # the gauge's delay, then the rule's ``for`` and one evaluation, in ~30 ms steps
+    bound = delay_bound() + 2 * math.ceil(SCRAPE_S / 0.03) + math.ceil(2 * FOR_S / 0.03)
+    assert SLOW_FROM <= first <= SLOW_FROM + bound, (first, bound)
+    assert last <= SLOW_TO + bound, (last, bound)
+    assert max(times) - last > 5, "the alert must resolve before the run ends"
+
+
+def test_the_alert_rules_pass_promtool_and_its_rule_tests():
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        if os.environ.get("CI"):
+            pytest.fail("CI is set but promtool is not installed (apt-get install prometheus)")
+        pytest.skip("promtool is not installed (apt-get install -y prometheus)")
+    check = subprocess.run([promtool, "check", "rules", str(ALERTS)], capture_output=True,
+                           text=True, timeout=60)  # fmt: skip
+    assert check.returncode == 0 and "SUCCESS: 6 rules found" in check.stdout, check
+    tests = Path(__file__).with_name("alert_rules.test.yml")
+    run = subprocess.run([promtool, "test", "rules", tests.name], capture_output=True,
+                         text=True, timeout=60, cwd=tests.parent)  # fmt: skip
+    assert run.returncode == 0 and "SUCCESS" in run.stdout, run.stdout + run.stderr
