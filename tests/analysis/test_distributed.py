@@ -38,3 +38,25 @@ def test_dask_plan_equals_one_process(client, name: str) -> None:
     # the work ran on the cluster's two workers, not in this process
     done = client.run(lambda dask_worker: len(dask_worker.data) + dask_worker.state.executed_count)
     assert len(done) == 2 and all(v > 0 for v in done.values())
+
+
+def test_ranks_scanned_in_blocks_and_windows_run_in_order_give_the_same_result(
+    client, monkeypatch
+) -> None:
+    import syncpace.analysis.distributed as d
+
+    monkeypatch.setattr(d, "SCAN_BLOCK", 3)  # several blocks of ranks, one short
+    single, _ = stream_metrics(DATA / "real_ddp_straggler", window_events=1)
+    got = dask_metrics(DATA / "real_ddp_straggler", client, window_events=1)
+    assert same_metrics(single, got) == []
+
+
+def test_windows_are_cut_into_consecutive_runs_of_about_equal_length() -> None:
+    from syncpace.analysis.distributed import _runs_of
+
+    windows = [(i, i + 1) for i in range(10)]
+    for count in (1, 3, 4, 10, 50):
+        runs = _runs_of(windows, count)
+        assert [w for run in runs for w in run] == windows  # all of them, in order
+        assert len(runs) <= count and max(map(len, runs)) - min(map(len, runs)) <= 3
+    assert _runs_of([], 4) == []

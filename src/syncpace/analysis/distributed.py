@@ -4,12 +4,14 @@ The stages of :mod:`syncpace.analysis.streaming` are plain functions over pickla
 values, so a cluster runs them as they are, over the per-rank files on storage every
 worker reaches (the run directory on a shared file system):
 
-1. **scan**: one task per rank (:func:`syncpace.trace.chunks.scan_rank`): validate its
-   files to their end; the scans (steps, account, index of batches) come back;
-2. **windows**: one task per window of steps
+1. **scan**: one task per block of ranks (:func:`syncpace.trace.chunks.scan_rank`):
+   validate their files to their end; the scans (steps, account, index of batches)
+   come back;
+2. **windows**: one task per run of consecutive windows of steps
    (:func:`~syncpace.analysis.streaming.window_partial`), each reading the batches of
-   its steps from the index (the scans are sent to every worker once, without their
-   steps); each rank's call before a window comes from the scans' per-step tails;
+   its steps from the index, a batch decoded once per run (the scans are sent to
+   every worker once, without their steps); each rank's call before a window comes
+   from the scans' per-step tails;
 3. **finish** on the client (:func:`~syncpace.analysis.streaming.finish`), as in one
    process.
 
@@ -26,6 +28,7 @@ from typing import Any
 from syncpace.analysis.metrics import RunMetrics, compute_metrics
 from syncpace.analysis.streaming import (
     WINDOW_EVENTS,
+    Partial,
     base_trace,
     finish,
     needs_whole_run,
@@ -33,8 +36,8 @@ from syncpace.analysis.streaming import (
     window_partial,
 )
 from syncpace.errors import ConfigError
-from syncpace.trace.chunks import scan_rank, segments
-from syncpace.trace.reader import load_trace, read_metadata
+from syncpace.trace.chunks import BatchCache, RankScan, scan_rank, segments
+from syncpace.trace.reader import TraceMeta, load_trace, read_metadata
 
 
 def dask_metrics(
@@ -50,24 +53,50 @@ def dask_metrics(
     if needs_whole_run(index):  # rotated segments or a crash journal: loaded whole, here
         return compute_metrics(load_trace(path), warmup_steps=warmup_steps)
     ranks = index.ranks
-    rotated = segments(index)
-    n = len(ranks)
-    scans = client.gather(client.map(scan_rank, [index] * n, ranks, [rotated] * n, pure=False))
+    # The index (every rank's metadata: ~100 bytes a rank) goes to each worker once, not
+    # with each task; ranks are scanned in blocks, so the scheduler holds a few dozen
+    # tasks, not one per rank (with 4,096 ranks, per-rank tasks each carrying the index
+    # made the workers hold gigabytes of copies of it).
+    shared = client.scatter((index, segments(index)), broadcast=True)
+    blocks = [ranks[i : i + SCAN_BLOCK] for i in range(0, len(ranks), SCAN_BLOCK)]
+    scanned = client.gather(client.map(_scan_block, [shared] * len(blocks), blocks, pure=False))
+    scans = [scan for block in scanned for scan in block]
     p = plan(index, scans, warmup_steps=warmup_steps, window_events=window_events)
-    light = client.scatter(p.light(), broadcast=True)
-    world, w = index.world_size, len(p.windows)
-    futures = client.map(
-        window_partial,
-        [light] * w,
-        [world] * w,
-        [p.first] * w,
-        list(p.windows),
-        [None] * w,
-        [p.context] * w,
-        pure=False,
-    )
-    parts = client.gather(futures)  # in window order
+    light = client.scatter((p.light(), index.world_size, p.first, p.context), broadcast=True)
+    # Consecutive windows in one task share a cache of decoded batches: a batch spans
+    # several windows when there are thousands of ranks, and each window decoding it
+    # again cost most of the time. Two runs of windows per worker keep them all busy.
+    workers = max(1, len(client.scheduler_info().get("workers", {})))
+    runs = _runs_of(list(p.windows), 2 * workers)
+    futures = client.map(_window_run, [light] * len(runs), runs, pure=False)
+    parts = [part for run in client.gather(futures) for part in run]  # in window order
     return finish(p, parts, base_trace(p))
+
+
+def _runs_of(windows: list[tuple[int, int]], count: int) -> list[list[tuple[int, int]]]:
+    """``windows`` cut into at most ``count`` consecutive runs of about equal length."""
+    if not windows:  # a run without events: nothing to read
+        return []
+    count = max(1, min(count, len(windows)))
+    size = -(-len(windows) // count)
+    return [windows[i : i + size] for i in range(0, len(windows), size)]
+
+
+def _window_run(shared: tuple[Any, ...], windows: list[tuple[int, int]]) -> list[Partial]:
+    scans, world_size, first, context = shared
+    cache = BatchCache()
+    return [window_partial(scans, world_size, first, w, cache, context) for w in windows]
+
+
+#: Ranks scanned by one task.
+SCAN_BLOCK = 64
+
+
+def _scan_block(
+    shared: tuple[TraceMeta, dict[int, list[Path]]], ranks: list[int]
+) -> list[RankScan]:
+    index, rotated = shared
+    return [scan_rank(index, rank, rotated) for rank in ranks]
 
 
 def local_client(workers: int = 2) -> Any:
