@@ -556,22 +556,21 @@ _RAW_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f\u202e]")
 
 
 def _snapshot(root: Path) -> Any:
-    trace = load_trace(root)
+    return _observe(load_trace(root))[0]
+
+
+def _observe(trace: Any) -> tuple[Any, list[str]]:
+    """What a loaded trace holds (the whole run of an always-on run too), and what the
+    library says of it: the reader's warnings and those of the whole run's files."""
     whole = whole_run(trace)
-    return (
+    snapshot = (
         trace.world_size,
         trace.events.sort(trace.events.columns).rows(),
         trace.steps.sort(trace.steps.columns).rows(),
         {r: dict(sorted(m.items())) for r, m in trace.meta.items()},
         None if whole is None else (whole.to_json(), whole.bins.rows()),
     )
-
-
-def _warnings(root: Path, trace: Any) -> list[str]:
-    """What the library says of a loaded trace: the reader's warnings, and those of
-    the whole run's files (summaries and detections) of an always-on run."""
-    whole = whole_run(trace)
-    return [*trace.warnings, *(whole.warnings if whole is not None else ())]
+    return snapshot, [*trace.warnings, *(whole.warnings if whole is not None else ())]
 
 
 def _mentions(text: str, damage: Damage, root: Path) -> bool:
@@ -627,8 +626,7 @@ def _classify(
     try:
         with alarm(seconds):
             trace = load_trace(root)
-            after = _snapshot(root)
-            said = _warnings(root, trace)
+            after, said = _observe(trace)
     except Hang as exc:
         return Outcome("hang", str(exc), "load_trace")
     except SyncpaceError as exc:

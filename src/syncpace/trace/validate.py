@@ -421,13 +421,15 @@ class Stream:
                     batch.validate(full=True)
                     written = (custom or {}).get(schema.CHECKSUM_KEY.encode())
                     intact = written is None or written.decode() == schema.batch_checksum(batch)
-                    if not batch.schema.equals(self.expected):
-                        batch = batch.select(names).cast(self.expected)
-                    elif not batch.schema.equals(self.expected, check_metadata=True):
-                        # The same columns; the metadata is the file's, which the
-                        # checksum does not cover: a damaged byte there is not UTF-8,
-                        # and polars panics importing it. The format's own is handed on.
-                        batch = pa.RecordBatch.from_arrays(batch.columns, schema=self.expected)
+                    if not batch.schema.equals(self.expected, check_metadata=True):
+                        if batch.schema.equals(self.expected):
+                            # The same columns; the metadata is the file's, which the
+                            # checksum does not cover: a damaged byte there is not
+                            # UTF-8, and polars panics importing it. The format's own
+                            # is handed on.
+                            batch = pa.RecordBatch.from_arrays(batch.columns, schema=self.expected)
+                        else:
+                            batch = batch.select(names).cast(self.expected)
                 except StopIteration:
                     return
                 except DAMAGE as exc:

@@ -146,7 +146,7 @@ def read_detections(
             bad.append((number, problem))
             continue
         out.append(record)
-    lines_held = sum(1 for line in lines if line.strip())
+    lines_held = len(out) + len(bad)  # every line that is not blank is one or the other
     if declared is not None and lines_held < declared:
         warnings.append(
             f"{path}: {lines_held:,} detection line(s) found, fewer than the {declared:,} "
