@@ -752,8 +752,10 @@ class Sweep:
         world = index.world_size
         self._carry_enter = np.full(world, np.iinfo(np.int64).min, dtype=np.int64)
         self._carry_exit = np.full(world, -1, dtype=np.int64)
-        #: Validated rows not yet in a window: (table, rank, step, largest step) per group.
-        self._pending: list[tuple[pa.Table, np.ndarray, np.ndarray, int]] = []
+        #: The first window's end (the warm-up with the step after it).
+        self._first_hi = self.width if self.cut is None else max(self.width, self.cut + 1)
+        #: Validated rows not yet in a window, a group per read.
+        self._pending: list[_Held] = []
 
     def __iter__(self) -> Iterator[tuple[tuple[int, int], pa.Table, np.ndarray]]:
         """``((lo, hi), events, previous_exit)`` per window with events, in step order;
@@ -773,7 +775,7 @@ class Sweep:
                 return
             lo = hi
             if not table.num_rows and self._pending:  # skip the steps nobody has
-                ahead = min(int(p[2][p[2] >= hi].min()) for p in self._pending)
+                ahead = min(p.next_step() for p in self._pending)
                 lo = max(hi, ahead // self.width * self.width)
 
     def _read(self, lo: int, hi: int) -> tuple[pa.Table, np.ndarray]:
@@ -789,21 +791,21 @@ class Sweep:
                 new.append((cursor, *item))
                 rows += item[3].num_rows
             if rows >= GROUP_ROWS:  # validated and cut to the analysis columns in groups:
-                self._hold(*self._validated(new), lo)  # decoded batches do not pile up
+                self._hold(self._validated(new), lo)  # decoded batches do not pile up
                 new, rows = [], 0
-        self._hold(*self._validated(new), lo)
+        self._hold(self._validated(new), lo)
         # The window's rows of every held group, in rank order, file order within a rank
-        # (groups were read in file order): each row is copied once, when its window comes.
+        # (groups were read in file order, and each is held in window order): a slice
+        # of each, copied once into the window.
         pieces, ranks = [], []
-        for table, rank, step, _ in self._pending:
-            hit = (step < hi) & (step >= max(lo, self.first))
-            if hit.all():
-                pieces.append(table)
-                ranks.append(rank)
-            elif hit.any():
-                pieces.extend(_runs(table, hit))
-                ranks.append(rank[hit])
-        self._pending = [_rest(p, hi) for p in self._pending if p[3] >= hi]
+        first, last = self._window_of(np.array([lo, hi - 1], dtype=np.int64))
+        for held in self._pending:
+            a, b = held.rows_of(first, last)
+            if b > a:
+                pieces.append(held.table.slice(a, b - a))
+                ranks.append(held.rank[a:b])
+            held.start = b
+        self._pending = [p.rest() for p in self._pending if p.top >= hi]
         if not pieces:
             return _ANALYSIS.empty_table(), np.zeros(0, dtype=np.int64)
         table = _expand(pa.concat_tables(pieces).combine_chunks())
@@ -815,21 +817,29 @@ class Sweep:
             table, rank = table.take(pa.array(order)), rank[order]
         return table, rank
 
-    def _hold(self, table: pa.Table, rank: np.ndarray, lo: int) -> None:
+    def _window_of(self, step: np.ndarray) -> np.ndarray:
+        """The window each step falls in, numbered in step order (the first window's
+        steps 0; every other window is ``width`` steps from a multiple of it)."""
+        return np.where(step < self._first_hi, 0, step // self.width)
+
+    def _hold(self, table: pa.Table, lo: int) -> None:
         if not table.num_rows:
             return
         step = table.column("step").to_numpy()
         if step.min() < lo and ((step < lo) & (step >= self.first)).any():
             raise OutOfOrder(f"steps before {lo} after the sweep passed them")
-        entry = (table, rank, step, int(step.max()))
-        self._pending.append(entry)
+        window = self._window_of(step)
+        if len(window) > 1 and not np.all(window[1:] >= window[:-1]):
+            # in window order (a stable sort keeps rank and file order within one): a
+            # window's rows are then one slice, and rows not analysed yet one too
+            order = np.argsort(window, kind="stable")
+            table, window = table.take(pa.array(order)), window[order]
+        self._pending.append(_Held.of(table, window, int(step.max())))
 
-    def _validated(
-        self, new: list[tuple[_Cursor, int, int, int, pa.RecordBatch]]
-    ) -> tuple[pa.Table, np.ndarray]:
+    def _validated(self, new: list[tuple[_Cursor, int, int, int, pa.RecordBatch]]) -> pa.Table:
         """The valid rows of the batches just read (every rule of the loader), indexed."""
         if not new:
-            return _ANALYSIS.empty_table(), np.zeros(0, dtype=np.int64)
+            return _ANALYSIS.empty_table()
         sizes = np.array([item[4].num_rows for item in new], dtype=np.int64)
         # One copy into contiguous columns: every kernel after it runs once, not per batch.
         raw = pa.Table.from_batches([item[4] for item in new], schema=schema.EVENTS)
@@ -845,8 +855,15 @@ class Sweep:
                 starts.append(at)
             at += int(size)
         bounds = [*starts, at]
+        # What the windows keep, its strings dictionary-encoded first: the rules on them
+        # then test each name once, and the valid rows are taken from it.
+        analysis = _compact(raw.select(list(ANALYSIS_COLUMNS)))
+        checked = raw
+        for name in _STRINGS:
+            at_column = raw.schema.get_field_index(name)
+            checked = checked.set_column(at_column, name, analysis.column(name))
         try:
-            ok = validate.events_valid(raw, rank, self.index.world_size)
+            ok = validate.events_valid(checked, rank, self.index.world_size)
         except validate.DAMAGE:
             ok = None
         for c, a, b in zip(cursors, bounds[:-1], bounds[1:], strict=True):
@@ -866,7 +883,7 @@ class Sweep:
                 mask[kept.column("__row").to_numpy()] = True
                 ok[a:b] = mask
         assert ok is not None
-        self._first_calls(raw, ok, rank, cursors, bounds)
+        self._first_calls(raw, analysis, ok, cursors, bounds)
         step = pc.fill_null(raw.column("step"), -1).to_numpy()
         at = 0
         for (c, file, batch, offset, _), size in zip(new, sizes, strict=True):
@@ -875,34 +892,26 @@ class Sweep:
             c.record(file, batch, offset, m, step[at:end])
             c.total += int(m.sum())
             at = end
-        raw = raw.select(list(ANALYSIS_COLUMNS))  # what the windows keep
-        valid = _compact(raw if ok.all() else raw.filter(pa.array(ok)))
-        # A valid row's rank column is its file's rank (a rule): held as a view of it.
-        rank_valid = valid.column("rank").to_numpy()
+        valid = analysis if ok.all() else analysis.filter(pa.array(ok))
         if valid.num_rows:
             low = int(pc.min(valid.column("step")).as_py())
             self.min_step = low if self.min_step is None else min(self.min_step, low)
-        return valid, rank_valid
+        return valid
 
     def _first_calls(
         self,
         raw: pa.Table,
+        analysis: pa.Table,
         ok: np.ndarray,
-        rank: np.ndarray,
         cursors: list[_Cursor],
         bounds: list[int],
     ) -> None:
         """The loader's duplicate rule (first occurrence in file order) on the valid rows:
         unset ``ok`` where a call was seen before. One pass for all ranks when the
         window holds one kind of call and every rank's numbers go on where they were."""
-        kept = raw if ok.all() else raw.filter(pa.array(ok))
-        if not kept.num_rows:
+        if not ok.any():
             return
-        keys = [kept.column(c)[0] for c in ("group", "op", "peer")]
-        single = all(
-            pc.all(pc.equal(kept.column(c), k)).as_py()
-            for c, k in zip(("group", "op", "peer"), keys, strict=True)
-        )
+        key = _one_call(analysis, ok)
         seq = pc.fill_null(raw.column("seq"), -1).to_numpy()
         step_ok = np.flatnonzero(ok)
         for c, a, b in zip(cursors, bounds[:-1], bounds[1:], strict=True):
@@ -910,8 +919,7 @@ class Sweep:
             s = seq[a:b] if rows is None else seq[rows]
             if not len(s):
                 continue
-            if single:
-                key = (keys[0].as_py(), keys[1].as_py(), str(keys[2]))
+            if key is not None:
                 if (len(s) < 2 or bool(np.all(np.diff(s) == 1))) and c.seen.extend(
                     key, int(s[0]), int(s[-1])
                 ):
@@ -960,30 +968,67 @@ class Sweep:
         return [t for t, *_ in self._steps]
 
 
-def _rest(
-    held: tuple[pa.Table, np.ndarray, np.ndarray, int], hi: int
-) -> tuple[pa.Table, np.ndarray, np.ndarray, int]:
-    """A held group without its rows before ``hi`` (analysed) once they are most of it:
-    copying the rest then costs at most as much again, and memory stays about the rows
-    still to come, not the batches they came in."""
-    table, rank, step, top = held
-    rest = step >= hi
-    if 2 * int(rest.sum()) > len(step):
-        return held
-    kept = pa.concat_tables(_runs(table, rest)).combine_chunks()
-    return kept, rank[rest], step[rest], top
+class _Held:
+    """A group of validated rows not all analysed yet, in window order: ``windows``,
+    the windows it has rows of (ascending), and ``bounds``, the row each starts at
+    (and the end); ``top`` its largest step. The rows from :attr:`start` on are still
+    to come."""
+
+    def __init__(self, table: pa.Table, windows: np.ndarray, bounds: np.ndarray, top: int):
+        self.table = table
+        self.rank = table.column("rank").to_numpy()  # a view: one chunk, no nulls
+        self.windows, self._bounds, self.top = windows, bounds, top
+        self.start = 0
+
+    @classmethod
+    def of(cls, table: pa.Table, window: np.ndarray, top: int) -> _Held:
+        """``table``, whose rows are of windows ``window`` (nondecreasing)."""
+        windows, starts = np.unique(window, return_index=True)
+        return cls(table, windows, np.append(starts, len(window)), top)
+
+    def rows_of(self, first: int, last: int) -> tuple[int, int]:
+        """The rows of windows ``first..last``."""
+        i, j = np.searchsorted(self.windows, (first, last + 1))
+        return int(self._bounds[i]), int(self._bounds[j])
+
+    def next_step(self) -> int:
+        """The step of the first row still to come."""
+        return int(self.table.column("step")[self.start].as_py())
+
+    def rest(self) -> _Held:
+        """Without its analysed rows once they are most of it: copying the rest then
+        costs at most as much again, and memory stays about the rows still to come,
+        not the batches they came in."""
+        if 2 * self.start < self.table.num_rows:
+            return self
+        rows = self.table.slice(self.start)
+        kept = pa.Table.from_arrays(
+            [pa.concat_arrays(c.chunks) for c in rows.columns], schema=rows.schema
+        )  # a copy: a slice would hold the whole group
+        later = self._bounds[1:] > self.start  # the windows with rows still to come
+        bounds = np.append(np.maximum(self._bounds[:-1][later], self.start), self._bounds[-1])
+        return _Held(kept, self.windows[later], bounds - self.start, self.top)
 
 
-def _runs(table: pa.Table, mask: np.ndarray) -> list[pa.Table]:
-    """The rows of ``table`` where ``mask`` holds: a slice (no copy) when they are one
-    run, else one filtered copy. A slice per run (a window's rows of a group are a run
-    per rank) is cheap to make, but each is paid for again where the window joins and
-    frees them: measured on 24 M events of 4,096 ranks, filtering made the analysis
-    13-35 % faster, and no slower on 512 ranks (runs of 1,000 rows)."""
-    edges = np.flatnonzero(np.diff(mask, prepend=False, append=False))
-    if len(edges) == 2:
-        return [table.slice(edges[0], edges[1] - edges[0])]
-    return [table.filter(pa.array(mask))]
+def _one_call(analysis: pa.Table, ok: np.ndarray) -> tuple[Any, ...] | None:
+    """The call key (group, op, peer) every ``ok`` row of ``analysis`` has, if one: its
+    names are dictionary codes there, compared as numbers."""
+    key: list[Any] = []
+    for name in ("group", "op"):
+        column = analysis.column(name)
+        if column.num_chunks != 1 or not pa.types.is_dictionary(column.type):
+            return None
+        chunk = column.chunk(0)
+        codes = chunk.indices.to_numpy(zero_copy_only=False)
+        codes = codes if ok.all() else codes[ok]
+        if not np.all(codes == codes[0]):
+            return None
+        key.append(chunk.dictionary[int(codes[0])].as_py())
+    peer = pc.fill_null(analysis.column("peer"), 0).to_numpy()
+    peer = peer if ok.all() else peer[ok]
+    if not np.all(peer == peer[0]):
+        return None
+    return (*key, str(int(peer[0])))
 
 
 #: The string columns of the analysis, held dictionary-encoded between windows.
