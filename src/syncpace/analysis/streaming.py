@@ -60,6 +60,7 @@ from syncpace.trace.chunks import (
     CannotSweep,
     RankScan,
     Sweep,
+    analysis_frame,
     carry,
     read_window,
     scan_rank,
@@ -238,8 +239,7 @@ def partial(table: pa.Table, previous: np.ndarray, context: Context) -> Partial:
 
 def _analysed(table: pa.Table, context: Context) -> tuple[pl.DataFrame, pl.DataFrame]:
     """A window's events the analysis measures, and its trailing calls apart."""
-    events = pl.from_arrow(table.select(list(ANALYSIS_COLUMNS)))
-    assert isinstance(events, pl.DataFrame)
+    events = analysis_frame(table.select(list(ANALYSIS_COLUMNS)))
     cut = context.cut
     if cut is not None and events.height and int(events["step"].min()) < cut:  # type: ignore[arg-type]
         events = events.filter(collectives.call_steps(events) >= cut)
