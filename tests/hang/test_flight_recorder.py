@@ -214,6 +214,17 @@ def test_damaged_dumps_are_one_clear_error(tmp_path, content, problem):
         read_dump(path)
 
 
+def test_a_dump_that_is_not_a_regular_file_is_refused(tmp_path):
+    """A device's size is 0: ``/dev/zero`` under a dump's name was read until the
+    memory ran out. A FIFO is refused without waiting for a writer."""
+    with pytest.raises(TraceError, match="is a character device, not a regular file"):
+        read_dump("/dev/zero", rank=0)
+    fifo = tmp_path / "nccl_trace_rank_0"
+    os.mkfifo(fifo)
+    with pytest.raises(TraceError, match="is a FIFO, not a regular file"):
+        read_dump(fifo)
+
+
 def test_the_hang_verb_on_dumps(tmp_path, capsys):
     d = dataloader_hang(tmp_path)
     assert main(["hang", str(d)]) == 1

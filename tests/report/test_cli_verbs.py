@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -90,3 +91,15 @@ def test_diagnose_names_a_bench_result_without_a_fit(tmp_path, capsys):
     assert "bench: the benchmark has no bus bandwidth fit" in err
     assert main(["diagnose", str(DATA / "healthy"), "--bench", str(tmp_path / "none")]) == 2
     assert "no benchmark results here" in capsys.readouterr().err
+
+
+def test_diagnose_refuses_a_bench_that_is_not_a_regular_file(tmp_path, capsys):
+    """A device or a FIFO named as the benchmark is refused in one line, not read
+    (``/dev/zero`` was read until the memory ran out)."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for path, kind in (("/dev/zero", "character device"), (str(fifo), "FIFO")):
+        assert main(["diagnose", str(DATA / "healthy"), "--bench", path]) == 2
+        err = capsys.readouterr().err
+        assert f"{path}: is a {kind}, not a regular file" in err
+        assert len(err.strip().splitlines()) == 1

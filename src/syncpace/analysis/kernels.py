@@ -44,15 +44,25 @@ def value_at_max(
 
 
 def dense_index(parts: list[np.ndarray], limit: int) -> tuple[np.ndarray, int] | None:
-    """Mixed-radix index of non-negative integer columns, or ``None`` when its range
-    would exceed ``limit`` (then the caller factorises instead)."""
-    spans = [int(col.max()) + 1 if len(col) else 1 for col in parts]
+    """Mixed-radix index of integer columns, each counted from its smallest value, or
+    ``None`` when its range would exceed ``limit`` (then the caller factorises
+    instead). From the smallest, not from 0: a window late in a long run holds steps
+    and sequence numbers in the thousands, and (rank, step) counted from 0 outgrew the
+    limit there: every window of a 2,441-step run was factorised, sorting its rows."""
+    lows = [int(col.min()) if len(col) else 0 for col in parts]
+    spans = [
+        int(col.max()) - low + 1 if len(col) else 1 for col, low in zip(parts, lows, strict=True)
+    ]
     if int(np.prod(spans, dtype=object)) > limit:
         return None
     idx = parts[0].astype(np.int64, copy=True)
-    for col, span in zip(parts[1:], spans[1:], strict=True):
+    if lows[0]:
+        idx -= lows[0]
+    for col, low, span in zip(parts[1:], lows[1:], spans[1:], strict=True):
         idx *= span  # in place: every pass over 10M rows counts
         idx += col
+        if low:
+            idx -= low
     return idx, int(np.prod(spans, dtype=object))
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from syncpace.errors import TraceError
+from syncpace.trace.validate import read_regular
 
 BENCH_FILE = "bench.json"
 SCHEMA = "syncpace.bench"
@@ -255,16 +256,23 @@ def write_bench(result: BenchResult, run_dir: str | Path) -> Path:
     return path
 
 
+#: The largest ``bench.json`` read: a pair matrix of 4,096 ranks is about 200 MB.
+MAX_BENCH_BYTES = 512 << 20
+
+
 def load_bench(path: str | Path) -> dict[str, Any]:
     """``bench.json`` of a run directory (or the file itself), validated, as a dict."""
     path = Path(path)
     if path.is_dir():
         path = path / BENCH_FILE
+    if not path.exists() and not path.is_symlink():
+        raise TraceError(path, "no benchmark results here (run syncpace bench)")
+    # a regular file within a bound: a device or a FIFO named here is refused, not read
+    # until memory runs out (``--bench /dev/zero``)
+    raw = read_regular(path, MAX_BENCH_BYTES, "benchmark results file")
     try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError as exc:
-        raise TraceError(path, "no benchmark results here (run syncpace bench)") from exc
-    except (OSError, ValueError) as exc:
+        data = json.loads(raw)
+    except ValueError as exc:
         raise TraceError(path, f"cannot read benchmark results: {exc}") from exc
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise TraceError(path, f"not a {SCHEMA} file")

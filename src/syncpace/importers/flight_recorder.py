@@ -52,6 +52,7 @@ from syncpace.trace import schema
 from syncpace.trace.merge import join_parts, merge_traces
 from syncpace.trace.reader import Trace, load_trace
 from syncpace.trace.stall import Call, Frame, StallRecord, stall_path, write_stall
+from syncpace.trace.validate import read_regular
 
 #: The format version this importer was written against (torch 2.13).
 KNOWN_VERSION = "2.10"
@@ -162,15 +163,12 @@ def read_dump(path: str | os.PathLike[str], rank: int | None = None) -> RankDump
         if not m:
             raise TraceError(p, "no rank in the file name (Flight Recorder dumps end in it)")
         rank = int(m.group(1))
+    # a regular file within the bound (a device's size is 0: /dev/zero was read on)
+    obj = _decode(p, read_regular(p, MAX_DUMP_BYTES, "Flight Recorder dump"))
     try:
-        stat = p.stat()
-        size = stat.st_size
-        if size > MAX_DUMP_BYTES:
-            raise TraceError(p, f"{size} bytes: too large for a Flight Recorder dump")
-        data = p.read_bytes()
-    except OSError as exc:
+        mtime_ns = p.stat().st_mtime_ns
+    except OSError as exc:  # removed since it was read
         raise TraceError(p, f"cannot read: {exc.strerror or exc}") from exc
-    obj = _decode(p, data)
     version = str(obj.get("version"))
     if not version.startswith("2."):
         raise TraceError(p, f"Flight Recorder format version {version!r} is not supported (2.x is)")
@@ -188,7 +186,7 @@ def read_dump(path: str | os.PathLike[str], rank: int | None = None) -> RankDump
         tuple(entries),
         obj.get("pg_config") or {},
         obj.get("pg_status") or {},
-        stat.st_mtime_ns,
+        mtime_ns,
     )
 
 

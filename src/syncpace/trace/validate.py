@@ -480,6 +480,7 @@ class _Capped(io.RawIOBase):
     def __init__(self, fd: int, size: int) -> None:
         self._f = io.FileIO(fd, "rb", closefd=True)
         self._size = size
+        self._at = self._f.tell()  # kept here: asking the kernel is a system call a read
 
     def readable(self) -> bool:
         return True
@@ -488,14 +489,17 @@ class _Capped(io.RawIOBase):
         return True
 
     def read(self, n: int | None = -1) -> bytes:
-        left = max(self._size - self._f.tell(), 0)
-        return self._f.read(left if n is None or n < 0 or n > left else n)
+        left = max(self._size - self._at, 0)
+        data = self._f.read(left if n is None or n < 0 or n > left else n)
+        self._at += len(data)
+        return data
 
     def seek(self, offset: int, whence: int = 0) -> int:
-        return self._f.seek(offset, whence)
+        self._at = self._f.seek(offset, whence)
+        return self._at
 
     def tell(self) -> int:
-        return self._f.tell()
+        return self._at
 
     def close(self) -> None:
         self._f.close()
