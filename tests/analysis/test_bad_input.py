@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from syncpace.analysis import Severity, Thresholds, analyze
@@ -115,6 +115,8 @@ CORRUPTIONS = st.sampled_from(["truncate", "garbage", "delete", "bad_json", "wor
     cut=st.floats(0.0, 1.0),
     seed=st.integers(0, 2**16),
 )
+# garbage in a steps file whose steps then span more than int64: the sweep's windows
+@example(kind="garbage", rank=0, which="steps", cut=0.625, seed=0)
 def test_random_corruption_is_a_finding_or_a_clean_error(kind, rank, which, cut, seed) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         run = Path(tmp) / "run"

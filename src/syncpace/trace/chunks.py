@@ -746,7 +746,8 @@ class Sweep:
         self.first = 0
         expected = sum(_expected_events(index, c) for c in self.cursors)
         span = max(max_step - min_step + 1, 1)
-        self.width = max(1, int(window_events * span / max(expected, 1)))
+        # within int64 (numpy's), whatever a damaged steps file says its span is
+        self.width = max(1, min(int(window_events * span / max(expected, 1)), 1 << 62))
         self.estimate = max(1, (max_step + 1 - self.first) // self.width + 1)
         self.min_step: int | None = None  # of the valid rows
         self.windows: list[tuple[int, int]] = []
@@ -754,7 +755,9 @@ class Sweep:
         self._carry_enter = np.full(world, np.iinfo(np.int64).min, dtype=np.int64)
         self._carry_exit = np.full(world, -1, dtype=np.int64)
         #: The first window's end (the warm-up with the step after it).
-        self._first_hi = self.width if self.cut is None else max(self.width, self.cut + 1)
+        self._first_hi = (
+            self.width if self.cut is None else min(max(self.width, self.cut + 1), 1 << 62)
+        )
         #: Validated rows not yet in a window, a group per read.
         self._pending: list[_Held] = []
 
