@@ -674,6 +674,9 @@ class _Cursor:
 
 
 _NO_STEP = np.iinfo(np.int64).max
+#: The widest window, and the furthest first window's end: within numpy's int64,
+#: whatever span of steps a damaged steps file claims.
+_WIDEST = 1 << 62
 _ONE_THREAD = pa.ipc.IpcReadOptions(use_threads=False)
 _SCHEMA_MESSAGES: dict[pa.Schema, bytes] = {}
 
@@ -712,7 +715,8 @@ class Sweep:
     validates the new rows of all ranks together (:func:`validate.events_valid`; a rank
     whose rows break a rule is then checked alone for the reasons), drops the calls
     seen before (per rank, :class:`_Seen`), and yields the window's valid events in
-    rank order, file order within a rank — what :func:`read_window` returns for it.
+    rank order, file order within a rank — what :func:`read_window` returns for it,
+    but with the names dictionary-encoded (:func:`analysis_frame` reads both).
     Each rank's account is made when its files end (:meth:`scans`), with the index
     :func:`scan_rank` builds, so single steps can be read again (the report's samples).
 
@@ -746,8 +750,7 @@ class Sweep:
         self.first = 0
         expected = sum(_expected_events(index, c) for c in self.cursors)
         span = max(max_step - min_step + 1, 1)
-        # within int64 (numpy's), whatever a damaged steps file says its span is
-        self.width = max(1, min(int(window_events * span / max(expected, 1)), 1 << 62))
+        self.width = max(1, min(int(window_events * span / max(expected, 1)), _WIDEST))
         self.estimate = max(1, (max_step + 1 - self.first) // self.width + 1)
         self.min_step: int | None = None  # of the valid rows
         self.windows: list[tuple[int, int]] = []
@@ -756,7 +759,7 @@ class Sweep:
         self._carry_exit = np.full(world, -1, dtype=np.int64)
         #: The first window's end (the warm-up with the step after it).
         self._first_hi = (
-            self.width if self.cut is None else min(max(self.width, self.cut + 1), 1 << 62)
+            self.width if self.cut is None else min(max(self.width, self.cut + 1), _WIDEST)
         )
         #: Validated rows not yet in a window, a group per read.
         self._pending: list[_Held] = []
@@ -1016,6 +1019,7 @@ class _Held:
 def _one_call(analysis: pa.Table, ok: np.ndarray) -> tuple[Any, ...] | None:
     """The call key (group, op, peer) every ``ok`` row of ``analysis`` has, if one: its
     names are dictionary codes there, compared as numbers."""
+    every = bool(ok.all())
     key: list[Any] = []
     for name in ("group", "op"):
         column = analysis.column(name)
@@ -1023,12 +1027,12 @@ def _one_call(analysis: pa.Table, ok: np.ndarray) -> tuple[Any, ...] | None:
             return None
         chunk = column.chunk(0)
         codes = chunk.indices.to_numpy(zero_copy_only=False)
-        codes = codes if ok.all() else codes[ok]
+        codes = codes if every else codes[ok]
         if not np.all(codes == codes[0]):
             return None
         key.append(chunk.dictionary[int(codes[0])].as_py())
     peer = pc.fill_null(analysis.column("peer"), 0).to_numpy()
-    peer = peer if ok.all() else peer[ok]
+    peer = peer if every else peer[ok]
     if not np.all(peer == peer[0]):
         return None
     return (*key, str(int(peer[0])))
@@ -1145,7 +1149,7 @@ def analysis_frame(table: pa.Table) -> pl.DataFrame:
     """An analysis table as polars, its dictionary-encoded names as strings: each
     column's codes gathered from its dictionary, in polars (no Arrow strings made)."""
     encoded = [n for n in table.column_names if pa.types.is_dictionary(table.schema.field(n).type)]
-    frame = pl.from_arrow(table.drop_columns(encoded)) if encoded else pl.from_arrow(table)
+    frame = pl.from_arrow(table.drop_columns(encoded))
     assert isinstance(frame, pl.DataFrame)
     if not encoded:
         return frame

@@ -480,7 +480,7 @@ class _Capped(io.RawIOBase):
     def __init__(self, fd: int, size: int) -> None:
         self._f = io.FileIO(fd, "rb", closefd=True)
         self._size = size
-        self._at = self._f.tell()  # kept here: asking the kernel is a system call a read
+        self._at = self._f.tell()  # kept here: asking the kernel costs a call per read
 
     def readable(self) -> bool:
         return True
