@@ -2,7 +2,8 @@
 
 ``python steps_job.py OUT STEPS BASELINE``: after BASELINE steps rank 0 creates
 OUT/baseline-done (a test may then start background traffic); rank 0 writes the
-per-step times to OUT/steps.json at the end. One rank per host.
+per-step times to OUT/steps.json at the end, and when each step began and ended
+(wall clock, ns) to OUT/step-spans.json. One rank per host.
 """
 
 from __future__ import annotations
@@ -24,16 +25,18 @@ def main() -> int:
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=30))
     rank = dist.get_rank()
     tensor = torch.ones(256 * 1024)  # 1 MiB: at the latency knee, so bandwidth-bound
-    times = []
+    times, spans = [], []
     for step in range(steps):
-        start = time.perf_counter()
+        start, wall = time.perf_counter(), time.time_ns()
         dist.all_reduce(tensor)
         syncpace.step()
         times.append(time.perf_counter() - start)
+        spans.append((wall, time.time_ns()))
         if rank == 0 and step + 1 == baseline:
             (out / "baseline-done").touch()
     if rank == 0:
         (out / "steps.json").write_text(json.dumps(times))
+        (out / "step-spans.json").write_text(json.dumps(spans))
     dist.destroy_process_group()
     return 0
 

@@ -17,6 +17,7 @@ the host sampler reads (same contract as :mod:`syncpace.capture.netstats`).
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 from syncpace.capture.netstats import NO_PORT, PFile, Series, Values, _int
@@ -85,16 +86,25 @@ class JobSched:
             ("cpu", "", NO_PORT, "job_run_ns"),
             ("cpu", "", NO_PORT, "job_wait_ns"),
         ]
+        # A thread that ends takes its schedstat with it: what it last showed is kept
+        # here so that the sums are counters, never falling when a thread exits.
+        self._last: dict[str, tuple[int, int]] = {}
+        self._ended = (0, 0)
+        self._lock = threading.Lock()  # scrapes may come on several server threads
         if self.read() == [None, None]:
             raise FileNotFoundError(f"{self.tasks}: no schedstat of the job's threads")
 
     def read(self) -> Values:
-        run = wait = 0
-        seen = False
+        with self._lock:
+            return self._read()
+
+    def _read(self) -> Values:
         try:
             tasks = os.listdir(self.tasks)
         except OSError:
             return [None, None]
+        ended_run, ended_wait = self._ended
+        now: dict[str, tuple[int, int]] = {}
         for task in tasks:
             try:
                 with open(self.tasks / task / "schedstat", "rb") as f:
@@ -102,10 +112,19 @@ class JobSched:
             except OSError:  # a thread that just ended
                 continue
             if len(fields) >= 2:
-                run += int(fields[0])
-                wait += int(fields[1])
-                seen = True
-        return [run, wait] if seen else [None, None]
+                now[task] = (int(fields[0]), int(fields[1]))
+        for task, (run, wait) in self._last.items():
+            later = now.get(task)
+            if later is None or later[0] < run or later[1] < wait:  # ended (id reused)
+                ended_run += run
+                ended_wait += wait
+        self._last, self._ended = now, (ended_run, ended_wait)
+        if not now:
+            return [None, None]
+        return [
+            ended_run + sum(run for run, _ in now.values()),
+            ended_wait + sum(wait for _, wait in now.values()),
+        ]
 
     def close(self) -> None:
         pass
