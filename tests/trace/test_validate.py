@@ -225,3 +225,42 @@ def test_an_intact_trace_has_no_warnings_and_a_complete_account(good):
     assert trace.warnings == ()
     assert not any(c.lossy for c in trace.completeness.values())
     assert trace.completeness[1].events_declared == trace.completeness[1].events_found == 12
+
+
+def _messages(data: bytes) -> list[tuple[int, int, str, int]]:
+    """``(offset, metadata length, type, body length)`` of each message of a stream."""
+    out, at = [], 0
+    while at + 8 <= len(data):
+        meta = int.from_bytes(data[at + 4 : at + 8], "little")
+        if meta == 0:  # the end-of-stream marker
+            break
+        message = pa.ipc.read_message(pa.BufferReader(data[at:]))
+        out.append((at, meta, message.type, message.body.size))
+        at += 8 + meta + message.body.size
+    return out
+
+
+@pytest.mark.parametrize("length", ["metadata", "body"])
+@pytest.mark.parametrize("huge", [2**31 - 1, 2**40, 2**62])
+def test_a_damaged_length_ends_the_stream_without_allocating_it(run, length, huge):
+    """A length that claims more than the file holds: the batches before it are read,
+    the stream is cut there, and nothing of that size is allocated (a MemoryError)."""
+    from syncpace.trace import schema, validate
+
+    path = run / "rank-00001.events.arrow"
+    data = bytearray(path.read_bytes())
+    read = list(validate.Stream(path, schema.EVENTS, mapped=False).batches())
+    batches = [m for m in _messages(bytes(data)) if m[2] == "record batch"]
+    assert len(read) >= 2 and len(batches) >= len(read)
+    at, meta, _, body = batches[-1]
+    if length == "metadata":
+        data[at + 4 : at + 8] = min(huge, 2**31 - 1).to_bytes(4, "little")
+    else:  # the body length is an int64 in the message's metadata
+        where = data.index(body.to_bytes(8, "little"), at + 8, at + 8 + meta)
+        data[where : where + 8] = huge.to_bytes(8, "little")
+    path.write_bytes(bytes(data))
+    stream = validate.Stream(path, schema.EVENTS, mapped=False)
+    kept = list(stream.batches())
+    assert [b.num_rows for b in kept] == [b.num_rows for b in read[:-1]]
+    rows = sum(b.num_rows for b in kept)
+    assert stream.cut is not None and stream.cut.startswith(f"cut short after {rows:,} rows (")
