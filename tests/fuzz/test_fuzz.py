@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 
 from fuzz import harness as h
 from syncpace.cli.main import main
+from syncpace.trace.schema import EVENTS
 
 CI = settings(
     max_examples=int(os.environ.get("SYNCPACE_FUZZ_EXAMPLES", "35")),
@@ -84,6 +85,8 @@ KNOWN = [
     h.Damage("writer", "null", "rank-00000.events.arrow", (1, 0)),
     # a byte of a steps file's schema metadata: not UTF-8 (polars panicked on it)
     h.Damage("writer", "flip", "rank-00001.steps.arrow", (177, 0x80)),
+    # a valid value (no error) in a rewritten file: only the missing checksums tell
+    h.Damage("writer", "null", "rank-00001.events.arrow", (EVENTS.names.index("error"), 5)),
     # always-on files: a digit of a detection, a cut detections file, a finished rank's
     # summaries gone, a segment's bad row, a kept segment gone
     h.Damage("always_on", "flip", "rank-00000.monitor.jsonl", (12, 12)),

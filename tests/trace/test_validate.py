@@ -264,3 +264,28 @@ def test_a_damaged_length_ends_the_stream_without_allocating_it(run, length, hug
     assert [b.num_rows for b in kept] == [b.num_rows for b in read[:-1]]
     rows = sum(b.num_rows for b in kept)
     assert stream.cut is not None and stream.cut.startswith(f"cut short after {rows:,} rows (")
+
+
+def test_batches_rewritten_without_their_checksums_are_said(run):
+    path = run / "rank-00001.events.arrow"
+    table = _table(path)
+    sizes = table.column("bytes").to_pylist()
+    sizes[4] *= 2  # another valid size: only the missing checksums can tell
+    _write(path, table.set_column(table.schema.get_field_index("bytes"), "bytes", pa.array(sizes)))
+    trace = load_trace(run)
+    said = [w for w in trace.warnings if "carry no checksum" in w]
+    assert said == [
+        f"{path}: batch(es) 1, 2, 3, 4 carry no checksum though its writer checksums every "
+        "batch "
+        f"(rewritten by another program?): {table.num_rows:,} events checked only against "
+        "the format's rules"
+    ]
+    assert sorted(trace.events.filter(trace.events["rank"] == 1)["bytes"]) == sorted(sizes)
+
+
+def test_a_trace_from_before_checksums_reads_without_that_warning(tmp_path):
+    fixture = Path(__file__).resolve().parents[1] / "data" / "straggler"
+    assert not any(  # written before the writer checksummed its metadata and batches
+        '"crc32"' in p.read_text() for p in fixture.glob("rank-*.meta.json")
+    )
+    assert not [w for w in load_trace(fixture).warnings if "checksum" in w]

@@ -362,6 +362,9 @@ def _stream_export(index: TraceMeta, f: IO[str], chunk_events: int) -> ExportRes
                     f"{stream.path}: {stream.corrupt_rows:,} {what} in batches failing their "
                     "checksum left out"
                 )
+            unvouched = stream.unvouched(what) if validate.expects_checksums(meta) else None
+            if unvouched:
+                warnings.append(unvouched)
             if stream.cut:
                 cut.append(what)
                 warnings.append(f"{stream.path}: {stream.cut}")

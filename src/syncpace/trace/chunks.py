@@ -384,6 +384,11 @@ def _fold(into: validate.Stream, other: validate.Stream) -> None:
     into.rows += other.rows
     into.corrupt_rows += other.corrupt_rows
     into.corrupt_batches.extend(other.corrupt_batches)
+    into.unvouched_rows += other.unvouched_rows
+    into.unvouched_batches[:] = [  # named by segment once there are several
+        *(b if isinstance(b, str) else f"{into.path.name}:{b}" for b in into.unvouched_batches),
+        *(f"{other.path.name}:{b}" for b in other.unvouched_batches),
+    ]
     into.cut = into.cut or other.cut
     into.has_eos = other.has_eos
 

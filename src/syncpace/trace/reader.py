@@ -95,6 +95,15 @@ class _Joined:
     has_eos: bool = True
     corrupt_rows: int = 0
     corrupt_batches: list[int] = field(default_factory=list)
+    unvouched_rows: int = 0
+    unvouched_batches: list[str] = field(default_factory=list)
+
+    def unvouched(self, what: str) -> str | None:
+        if not self.unvouched_batches:
+            return None
+        return validate.unvouched_warning(
+            self.path, self.unvouched_batches, self.unvouched_rows, what
+        )
 
 
 def segment_files(root: Path) -> dict[int, list[Path]]:
@@ -126,6 +135,8 @@ def _read_segments(
         joined.rows += stream.rows
         joined.corrupt_rows += stream.corrupt_rows
         joined.corrupt_batches += [f"{path.name}:{b}" for b in stream.corrupt_batches]
+        joined.unvouched_rows += stream.unvouched_rows
+        joined.unvouched_batches += [f"{path.name}:{b}" for b in stream.unvouched_batches]
         if i == len(paths) - 1:
             joined.cut, joined.has_eos = stream.cut, stream.has_eos
         elif not stream.has_eos and not stream.cut:
@@ -197,6 +208,9 @@ def account_rank(
                 f"{stream.path}: batch(es) {', '.join(map(str, stream.corrupt_batches[:5]))} "
                 f"fail their checksum: {stream.corrupt_rows:,} {what} left out"
             )
+        unvouched = stream.unvouched(what) if validate.expects_checksums(meta) else None
+        if unvouched:
+            warnings.append(unvouched)
         if bad.rows:
             warnings.append(
                 f"{stream.path}: {bad.rows:,} of {stream.rows:,} {what} left out as invalid "
@@ -482,7 +496,9 @@ def load_summaries(
         meta = metas[rank]
         declared = meta.get("summaries_written") if meta.get("finished") is True else None
         path = wholerun.summary_file(root, rank)
-        table = wholerun.read_summary(path, rank, warnings, declared)
+        table = wholerun.read_summary(
+            path, rank, warnings, declared, checksummed=validate.expects_checksums(meta)
+        )
         if table is not None:
             tables.append(table)
     frame = pl.from_arrow(pa.concat_tables(tables) if tables else schema.SUMMARY.empty_table())

@@ -363,6 +363,10 @@ class Stream:
         #: Rows of complete batches whose checksum did not match (left out), and where.
         self.corrupt_rows = 0
         self.corrupt_batches: list[int] = []
+        #: Rows of batches with rows but no checksum (kept), and where: the writer
+        #: checksums every such batch, so they were written by something else.
+        self.unvouched_rows = 0
+        self.unvouched_batches: list[int | str] = []
         #: The record batch the last slice came from (its number in the stream, from 0).
         self.batch = -1
         #: Byte offset of that batch's message in the file.
@@ -445,6 +449,9 @@ class Stream:
                     self.cut = f"cut short after {self.rows:,} rows ({first_line(exc)})"
                     return
                 self.rows += batch.num_rows
+                if written is None and batch.num_rows:
+                    self.unvouched_rows += batch.num_rows
+                    self.unvouched_batches.append(index)
                 if not intact:
                     self.corrupt_rows += batch.num_rows
                     self.corrupt_batches.append(index)
@@ -467,6 +474,13 @@ class Stream:
         finally:
             self.close()
 
+    def unvouched(self, what: str) -> str | None:
+        """The warning for batches no checksum vouches for (None when there are none).
+        Their values are still checked against the format's rules, one by one."""
+        if not self.unvouched_batches:
+            return None
+        return unvouched_warning(self.path, self.unvouched_batches, self.unvouched_rows, what)
+
     def read_all(self) -> pa.Table:
         batches = list(self.batches())
         if not batches:
@@ -484,6 +498,22 @@ def _reopened(fd: int, path: Path) -> pa.NativeFile:
         return pa.OSFile(f"/dev/fd/{fd}" if _FD_DIR.is_dir() else str(path))
     except OSError as exc:
         raise TraceError(path, f"cannot open the data file: {first_line(exc)}") from exc
+
+
+def expects_checksums(meta: dict[str, Any]) -> bool:
+    """Whether the rank's streams were written with a checksum in every batch: the
+    writer that checksums its metadata does so in every batch with rows (older
+    writers, version 1 and the simulator checksum neither)."""
+    return meta.get(schema.CHECKSUM_KEY) is not None and meta.get("schema_version") != 1
+
+
+def unvouched_warning(path: Path, batches: list[Any], rows: int, what: str) -> str:
+    shown = ", ".join(map(str, batches[:5])) + (", ..." if len(batches) > 5 else "")
+    return (
+        f"{path}: batch(es) {shown} carry no checksum though its writer checksums every "
+        f"batch (rewritten by another program?): {rows:,} {what} checked only against "
+        "the format's rules"
+    )
 
 
 def check_schema(path: Path, got: pa.Schema, expected: pa.Schema) -> None:

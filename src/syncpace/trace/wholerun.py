@@ -196,12 +196,18 @@ def summary_file(root: Path, rank: int) -> Path:
 
 
 def read_summary(
-    path: Path, rank: int, warnings: list[str], declared: int | None = None
+    path: Path,
+    rank: int,
+    warnings: list[str],
+    declared: int | None = None,
+    *,
+    checksummed: bool = False,
 ) -> pa.Table | None:
     """One rank's summaries, validated; ``None`` when there is no file or it cannot be
     read at all (said in ``warnings``). A cut file keeps its complete batches.
     ``declared``: the rows a finished rank's metadata says it wrote; a file that is
-    missing or holds another number is said."""
+    missing or holds another number is said. ``checksummed``: its writer checksums
+    every batch, so a batch without one is said."""
     if not path.exists() and not path.is_symlink():
         if declared:
             warnings.append(
@@ -226,6 +232,9 @@ def read_summary(
             f"{path}: batch(es) {', '.join(map(str, stream.corrupt_batches[:5]))} fail their "
             f"checksum: {stream.corrupt_rows:,} summaries left out"
         )
+    unvouched = stream.unvouched("summaries") if checksummed else None
+    if unvouched:
+        warnings.append(unvouched)
     if declared is not None and stream.rows != declared:
         relation = "fewer" if stream.rows < declared else "more"
         warnings.append(
