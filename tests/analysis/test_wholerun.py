@@ -308,3 +308,25 @@ def test_a_ranks_missing_or_cut_detections_file_is_said_against_its_declared_cou
             "declares") in trace.warnings  # fmt: skip
     w = whole_run(trace)
     assert w is not None and len(w.detections) == 3  # rank 0 holds them all
+
+
+@pytest.mark.parametrize("verb", ["diagnose", "report"])
+def test_each_detections_file_is_read_once(run, verb, monkeypatch, tmp_path, capsys):
+    """At thousands of ranks each holding the same lines, a second reading doubles the
+    cost: the reader's detections are the whole run's."""
+    from syncpace.trace import wholerun
+
+    read: list[Path] = []
+    real = wholerun.read_detections
+
+    def counted(path, *args, **kwargs):
+        read.append(Path(path))
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(wholerun, "read_detections", counted)
+    argv = [verb, str(run)] + (["-o", str(tmp_path / "r.html")] if verb == "report" else [])
+    assert main(argv) == 0
+    capsys.readouterr()
+    files = sorted(run.glob(f"*{schema.MONITOR_SUFFIX}"))
+    assert len(files) == WORLD
+    assert sorted(read) == files

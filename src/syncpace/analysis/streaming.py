@@ -349,7 +349,7 @@ def base_trace(p: Plan, events: pl.DataFrame | None = None) -> Trace:
         warnings.extend(s.warnings)
     root = index.path
     summaries = load_summaries(root, index.meta, warnings)
-    check_detections(root, index.meta, index.world_size, warnings)
+    detections = check_detections(root, index.meta, index.world_size, warnings)
     counters, hosts = load_host_files(root, warnings)
     stalls, stall_warnings = load_stalls(root)
     warnings.extend(stall_warnings)
@@ -371,6 +371,7 @@ def base_trace(p: Plan, events: pl.DataFrame | None = None) -> Trace:
         hosts,
         stalls,
         summaries,
+        detections,
     )
 
 

@@ -261,7 +261,13 @@ def whole_run(trace: Trace, *, max_points: int = MAX_POINTS) -> WholeRun | None:
     if not found:
         return None
     warnings: list[str] = []
-    detections = wholerun.run_detections(root, ranks, trace.world_size, warnings, trace.meta)
+    if trace.detections is not None:  # read with the trace
+        detections = trace.detections.found
+        warnings.extend(trace.detections.warnings)
+    else:
+        detections = tuple(
+            wholerun.run_detections(root, ranks, trace.world_size, warnings, trace.meta)
+        )
     rotated = rotated_steps(trace.meta)
     gone = np.zeros(every.size, dtype=bool)
     for a, b in rotated:

@@ -50,6 +50,10 @@ class Trace:
     stalls: dict[int, StallRecord] = field(default_factory=dict)
     #: Per rank and step summaries of the whole run (always-on mode), else empty.
     summaries: pl.DataFrame = field(default_factory=lambda: _empty_summaries())
+    #: The live monitor's detections, as read with the trace (their files' problems
+    #: among :attr:`warnings` too); None when the trace was not read from its files,
+    #: and whoever needs them reads them.
+    detections: wholerun.RunDetections | None = None
 
     @property
     def ranks(self) -> list[int]:
@@ -426,7 +430,7 @@ def load_trace(path: str | Path, *, allow_missing_ranks: bool = True) -> Trace:
     steps = pl.from_arrow(pa.concat_tables(step_tables))
     assert isinstance(events, pl.DataFrame) and isinstance(steps, pl.DataFrame)
     summaries = load_summaries(root, metas, warnings)
-    check_detections(root, metas, world_size, warnings)
+    detections = check_detections(root, metas, world_size, warnings)
     rotated = rotated_steps(metas)
     if rotated:
         # A step some rank lost events of cannot be matched across ranks: analyse the
@@ -457,6 +461,7 @@ def load_trace(path: str | Path, *, allow_missing_ranks: bool = True) -> Trace:
         hosts,
         stalls,
         summaries,
+        detections,
     )
 
 
@@ -508,11 +513,14 @@ def load_summaries(
 
 def check_detections(
     root: Path, metas: dict[int, dict[str, Any]], world_size: int, warnings: list[str]
-) -> None:
-    """Say in ``warnings`` what is wrong with the live monitor's detections files (the
-    whole run's analysis reads them; a damaged line must show wherever the trace is
-    described, ``trace-info`` too)."""
-    wholerun.run_detections(root, sorted(metas), world_size, warnings, metas)
+) -> wholerun.RunDetections:
+    """The live monitor's detections, each once; what is wrong with their files said in
+    ``warnings`` too (a damaged line must show wherever the trace is described,
+    ``trace-info`` too), read once for the whole run's analysis."""
+    said: list[str] = []
+    found = wholerun.run_detections(root, sorted(metas), world_size, said, metas)
+    warnings.extend(said)
+    return wholerun.RunDetections(tuple(found), tuple(said))
 
 
 def _empty_summaries() -> pl.DataFrame:

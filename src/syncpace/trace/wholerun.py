@@ -172,6 +172,14 @@ def _problem(d: Detection, world_size: int) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class RunDetections:
+    """Every rank's detections, each once, and what was wrong with their files."""
+
+    found: tuple[Detection, ...]
+    warnings: tuple[str, ...]
+
+
 def run_detections(
     root: Path,
     ranks: Iterable[int],
