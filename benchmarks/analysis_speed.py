@@ -272,7 +272,11 @@ def main() -> int:
                 f"({size:.2f} GB, {size * 1e9 / n:.1f} bytes/event)"
             )
         # the child's allocators as the command line sets them (syncpace.allocators)
-        env = {allocators.POLARS_MALLOC_CONF: allocators.KEEP_PAGES, **os.environ}
+        env = {
+            allocators.POLARS_MALLOC_CONF: allocators.KEEP_PAGES,
+            allocators.ARROW_PURGE_DELAY: allocators.ARROW_KEEP_MS,
+            **os.environ,
+        }
         env["POLARS_MAX_THREADS"] = "1"
         command = [sys.executable, __file__, "--measure", str(run_dir)]
         if args.dask_workers:

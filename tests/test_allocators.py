@@ -1,6 +1,7 @@
-"""The analysis process's allocators: polars' jemalloc reads the options syncpace gives
-it (jemalloc itself says so), the variable does not reach the processes started after,
-and Arrow's pool is the system allocator."""
+"""The analysis process's allocators: polars' jemalloc and Arrow's mimalloc read the
+options syncpace gives them (each says so itself), the variables do not reach the
+processes started after, and Arrow's pool is mimalloc when it read them, the system
+allocator otherwise."""
 
 from __future__ import annotations
 
@@ -13,7 +14,11 @@ SRC = str(Path(__file__).resolve().parents[1] / "src")
 
 
 def _python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items() if k != "_RJEM_MALLOC_CONF"}
+    clean = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("_RJEM_MALLOC_CONF", "MIMALLOC_PURGE_DELAY", "MIMALLOC_VERBOSE")
+    }
     clean.update(PYTHONPATH=SRC, **env)
     return subprocess.run(
         [sys.executable, "-c", code], env=clean, capture_output=True, text=True, timeout=120
@@ -52,12 +57,54 @@ def test_too_late_once_polars_is_loaded_and_a_users_setting_wins() -> None:
     assert own.stdout.split() == ["False", "narenas:2"], own.stderr
 
 
+def test_arrow_allocator_reads_the_delay_and_children_do_not_see_it() -> None:
+    # MIMALLOC_VERBOSE makes mimalloc print its options when it starts: proof it read them
+    code = (
+        "import os, subprocess, sys\n"
+        "from syncpace import allocators\n"
+        "allocators.keep_freed_pages()\n"
+        "assert 'pyarrow' in sys.modules and 'polars' in sys.modules\n"
+        "assert allocators.ARROW_PURGE_DELAY not in os.environ\n"
+        "allocators.reuse_freed_memory()\n"
+        "import pyarrow as pa\n"
+        "print('pool:', pa.default_memory_pool().backend_name)\n"
+        "child = subprocess.run([sys.executable, '-c', 'import os; "
+        'print(os.environ.get("MIMALLOC_PURGE_DELAY"))\'], capture_output=True, text=True)\n'
+        "print('child:', child.stdout.strip())\n"
+    )
+    done = _python(code, MIMALLOC_VERBOSE="1")
+    assert done.returncode == 0, done.stderr
+    assert "pool: mimalloc" in done.stdout
+    assert "child: None" in done.stdout
+    assert "option 'purge_delay': 10000" in done.stderr
+
+
+def test_arrow_too_late_once_loaded_uses_the_system_allocator() -> None:
+    late = _python(
+        "import pyarrow as pa\nfrom syncpace import allocators\n"
+        "print(allocators.keep_arrow_pages())\nallocators.reuse_freed_memory()\n"
+        "print(pa.default_memory_pool().backend_name)"
+    )
+    assert late.stdout.split() == ["False", "system"], late.stderr
+
+
 def test_arrow_uses_the_system_allocator() -> None:
     done = _python(
         "import pyarrow as pa\nfrom syncpace import allocators\n"
         "allocators.reuse_freed_memory()\nprint(pa.default_memory_pool().backend_name)"
     )
     assert done.stdout.strip() == "system", done.stderr
+
+
+def test_numpy_asks_for_no_huge_pages() -> None:
+    """numpy's switch returns its previous state: off once the analysis settings apply."""
+    done = _python(
+        "import numpy as np\nfrom syncpace import allocators\n"
+        "before = np._core.multiarray._set_madvise_hugepage(True)\n"
+        "allocators.reuse_freed_memory()\n"
+        "print(before, np._core.multiarray._set_madvise_hugepage(True))"
+    )
+    assert done.stdout.split() == ["True", "False"], done.stderr
 
 
 def test_freed_memory_is_handed_back_between_phases() -> None:

@@ -139,6 +139,11 @@ def match(events: pl.DataFrame, *, previous_exit: np.ndarray | None = None) -> M
 def _group_codes(groups: pl.Series) -> np.ndarray:
     """Integer codes of the group names (hashing 10M strings is slow: skip it when there
     is only one group, the usual data-parallel case)."""
+    if groups.dtype == pl.Categorical:  # codes already: compared as numbers
+        codes = groups.to_physical().to_numpy()
+        if len(codes) == 0 or codes.min() == codes.max():
+            return np.zeros(len(codes), dtype=np.int64)
+        return codes.astype(np.int64)
     if groups.len() == 0 or groups.min() == groups.max():
         return np.zeros(groups.len(), dtype=np.int64)
     return groups.cast(pl.Categorical).to_physical().cast(pl.Int64).to_numpy()
@@ -190,10 +195,11 @@ def _instances(
     late_own = np.where(known, np.maximum(gap_last - gap_first, 0), -1)
     frame = pl.DataFrame(
         {
-            "group": ev["group"].gather(first_row),
+            # strings, whether the events hold their names as strings or categoricals
+            "group": ev["group"].gather(first_row).cast(pl.String),
             "seq": ev["seq"].gather(first_row),
             "pair": pair[first_row] if pair is not None else np.full(size, -1, np.int64),
-            "op": ev["op"].gather(first_row),
+            "op": ev["op"].gather(first_row).cast(pl.String),
             "step": kernels.minimum(idx, t.step, size),
             "group_size": kernels.maximum(idx, ev["group_size"].cast(pl.Int64).to_numpy(), size),
             "bytes": kernels.maximum(idx, nbytes, size),

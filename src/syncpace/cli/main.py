@@ -50,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    allocators.keep_polars_pages()  # before a verb's module loads polars
+    allocators.keep_freed_pages()  # before a verb's module loads polars or pyarrow
     parser = build_parser()
     args = parser.parse_args(argv)
     allocators.reuse_freed_memory()  # an analysis frees and takes memory all along

@@ -1150,9 +1150,18 @@ def _merged_codes(arrays: list[pa.Array]) -> pa.Array:
     )
 
 
-def analysis_frame(table: pa.Table) -> pl.DataFrame:
+def analysis_frame(table: pa.Table, *, categorical: bool = False) -> pl.DataFrame:
     """An analysis table as polars, its dictionary-encoded names as strings: each
-    column's codes gathered from its dictionary, in polars (no Arrow strings made)."""
+    column's codes gathered from its dictionary, in polars (no Arrow strings made).
+
+    ``categorical``: the names as polars categoricals instead (a window's hot path
+    compares and groups them, never shows them), converted by polars from the
+    dictionaries as they are (2.3 ms for a window of 409,600 events, against 11 ms
+    for strings); the caller turns what it keeps of them into strings."""
+    if categorical:
+        converted = pl.from_arrow(table)
+        assert isinstance(converted, pl.DataFrame)
+        return converted
     encoded = [n for n in table.column_names if pa.types.is_dictionary(table.schema.field(n).type)]
     frame = pl.from_arrow(table.drop_columns(encoded))
     assert isinstance(frame, pl.DataFrame)
