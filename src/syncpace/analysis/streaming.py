@@ -553,7 +553,7 @@ def _swept(
     context = Context.of(index.world_size, sweep.steps_tables(), warmup_steps)
     carried = _Carry(index.world_size)
     parts = []
-    for i, (_, table, _) in enumerate(sweep):
+    for i, (_, table) in enumerate(sweep):
         part = partial(table, carried.exit.copy(), context)
         carried.add(part)
         parts.append(part)
