@@ -56,6 +56,8 @@ class Matched:
     instances: pl.DataFrame  # row i describes instance id i
     events: EventTimes
     dropped: int  # events without a usable rank, step, sequence number or enter time
+    #: ``events.rs`` as groups, laid out once for the per-(rank, step) reductions
+    by_rank_step: kernels.Groups | None = None
 
 
 def call_key() -> list[pl.Expr]:
@@ -119,7 +121,8 @@ def match(events: pl.DataFrame, *, previous_exit: np.ndarray | None = None) -> M
         inst = (np.cumsum(present) - 1)[raw]
         size = int(present.sum())
     rs, rs_size = kernels.group_index([rank, step]) if ev.height else (raw, 0)
-    first, last = kernels.minimum(inst, enter, size), kernels.maximum(inst, enter, size)
+    by_instance, by_rank_step = kernels.Groups(inst, size), kernels.Groups(rs, rs_size)
+    first, last = by_instance.minimum(enter), by_instance.maximum(enter)
     times = EventTimes(
         rank,
         step,
@@ -130,10 +133,10 @@ def match(events: pl.DataFrame, *, previous_exit: np.ndarray | None = None) -> M
         rs_size,
         first_enter=first[inst],
         last_enter=last[inst],
-        tail_start=kernels.maximum(rs, enter, rs_size),
+        tail_start=by_rank_step.maximum(enter),
     )
-    frame = _instances(ev, times, size, pair, first, last, previous_exit)
-    return Matched(frame, times, dropped)
+    frame = _instances(ev, times, by_instance, pair, first, last, previous_exit)
+    return Matched(frame, times, dropped, by_rank_step)
 
 
 def _group_codes(groups: pl.Series) -> np.ndarray:
@@ -168,17 +171,16 @@ def _pair(ev: pl.DataFrame) -> np.ndarray | None:
 def _instances(
     ev: pl.DataFrame,
     t: EventTimes,
-    size: int,
+    by_instance: kernels.Groups,
     pair: np.ndarray | None,
     first_enter: np.ndarray,
     last_enter: np.ndarray,
     previous_exit: np.ndarray | None = None,
 ) -> pl.DataFrame:
-    idx = t.instance
-    first_row = np.full(size, len(idx), dtype=np.int64)  # a representative event each
-    first_row[idx[::-1]] = np.arange(len(idx) - 1, -1, -1, dtype=np.int64)
+    idx, size = t.instance, by_instance.size
+    first_row = by_instance.first_row()  # a representative event each
     nbytes = ev["bytes"].to_numpy()
-    exit_, bounded = instance_exits(ev, t, size)
+    exit_, bounded = instance_exits(ev, t, size, by_instance)
     hit = t.enter == t.last_enter
     last_rank = np.full(size, -1, dtype=np.int64)
     last_rank[idx[hit]] = t.rank[hit]
@@ -200,10 +202,10 @@ def _instances(
             "seq": ev["seq"].gather(first_row),
             "pair": pair[first_row] if pair is not None else np.full(size, -1, np.int64),
             "op": ev["op"].gather(first_row).cast(pl.String),
-            "step": kernels.minimum(idx, t.step, size),
-            "group_size": kernels.maximum(idx, ev["group_size"].cast(pl.Int64).to_numpy(), size),
-            "bytes": kernels.maximum(idx, nbytes, size),
-            "bytes_min": kernels.minimum(idx, nbytes, size),
+            "step": by_instance.minimum(t.step),
+            "group_size": by_instance.maximum(ev["group_size"].cast(pl.Int64).to_numpy()),
+            "bytes": by_instance.maximum(nbytes),
+            "bytes_min": by_instance.minimum(nbytes),
             "n": kernels.count(idx, size),
             "first_enter": first_enter,
             "last_enter": last_enter,
@@ -250,7 +252,7 @@ def _first_gaps(t: EventTimes, previous_exit: np.ndarray, gap: np.ndarray) -> No
     # The first row of each rank among those with its smallest enter (a stable sort's
     # first), by two scatters instead of a sort of the whole window.
     size = len(previous_exit)
-    low = kernels.minimum(t.rank, t.enter, size)
+    low = kernels.Groups(t.rank, size).minimum(t.enter)
     cand = np.flatnonzero(t.enter == low[t.rank])
     row = kernels.minimum(t.rank[cand], cand, size)
     head = row[row < len(t.enter)]
@@ -321,15 +323,18 @@ def late_waited(ev: pl.DataFrame, t: EventTimes) -> np.ndarray:
     return by_wait & (wait >= 0) & (t.exit >= 0) & (late > LATE_WAIT_NS) & (10 * quick < late)
 
 
-def instance_exits(ev: pl.DataFrame, t: EventTimes, size: int) -> tuple[np.ndarray, np.ndarray]:
+def instance_exits(
+    ev: pl.DataFrame, t: EventTimes, size: int, by_instance: kernels.Groups | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Per instance: its completion (the latest exact exit of its members) and whether
     that is only an upper bound (no member observed it exactly: then the earliest of the
     bounds, since every member's work ended together)."""
+    groups = by_instance or kernels.Groups(t.instance, size)
     bounded = late_waited(ev, t)
     if not bounded.any():
-        return kernels.maximum(t.instance, t.exit, size), np.zeros(size, dtype=bool)
-    exact = kernels.maximum(t.instance, np.where(bounded, -1, t.exit), size)
-    upper = kernels.minimum(t.instance, np.where(bounded, t.exit, np.iinfo(np.int64).max), size)
+        return groups.maximum(t.exit), np.zeros(size, dtype=bool)
+    exact = groups.maximum(np.where(bounded, -1, t.exit))
+    upper = groups.minimum(np.where(bounded, t.exit, np.iinfo(np.int64).max))
     only_upper = (exact < 0) & (upper < np.iinfo(np.int64).max)
     return np.where(only_upper, upper, exact), only_upper
 
@@ -494,7 +499,7 @@ def rank_step_arrivals(m: Matched) -> pl.DataFrame:
     wait = np.full(size, -1, dtype=np.int64)
     hit = t.enter == t.tail_start[t.rs]
     wait[t.rs[hit]] = t.last_enter[hit] - t.enter[hit]
-    rows = kernels.minimum(t.rs, np.arange(len(t.rs), dtype=np.int64), size)
+    rows = (m.by_rank_step or kernels.Groups(t.rs, size)).first_row()
     return pl.DataFrame(
         {
             "rank": t.rank[rows[keep]].astype(np.int32),

@@ -32,6 +32,84 @@ def minimum(idx: np.ndarray, values: np.ndarray, size: int, empty: int = _INT_MA
     return out
 
 
+class Groups:
+    """A dense group index ``idx`` (ids ``0..size-1``) and its reductions, each computed
+    the fastest exact way the layout of the ids allows (a scatter, ``ufunc.at``, costs
+    about 2 ns a row and is a fifth of a window's analysis at 4,096 ranks):
+
+    - *runs*: ids that never decrease (a window's (rank, step) ids, its rows rank by
+      rank) are reduced run by run (``reduceat``);
+    - *tiled*: rows that are one sequence of distinct ids repeated (every rank making
+      the same calls in the same order, a data-parallel window's instance ids) are
+      reduced as a (repeats, calls) table over its first axis;
+    - otherwise by the scatter. An id no row has gets ``empty``.
+
+    Finding the layout costs one or two passes over the ids, repaid by the first
+    reduction."""
+
+    def __init__(self, idx: np.ndarray, size: int) -> None:
+        self.idx, self.size = idx, size
+        self.starts: np.ndarray | None = None  # runs: each run's first row
+        self.row: np.ndarray | None = None  # tiled: the ids of one repeat, in order
+        if len(idx) < 2:
+            return
+        if not (idx[1:] < idx[:-1]).any():
+            change = np.empty(len(idx), dtype=bool)
+            change[0] = True
+            np.not_equal(idx[1:], idx[:-1], out=change[1:])
+            self.starts = np.flatnonzero(change)
+        else:
+            self.row = _repeated_row(idx)
+
+    def maximum(self, values: np.ndarray, empty: int = -1) -> np.ndarray:
+        return self._reduce(np.maximum, values, empty)
+
+    def minimum(self, values: np.ndarray, empty: int = _INT_MAX) -> np.ndarray:
+        return self._reduce(np.minimum, values, empty)
+
+    def first_row(self) -> np.ndarray:
+        """Per id, its first row (``len(idx)`` where it has none)."""
+        n = len(self.idx)
+        if self.starts is not None:
+            out = np.full(self.size, n, dtype=np.int64)
+            out[self.idx[self.starts]] = self.starts
+            return out
+        if self.row is not None:
+            out = np.full(self.size, n, dtype=np.int64)
+            out[self.row] = np.arange(len(self.row), dtype=np.int64)
+            return out
+        return minimum(self.idx, np.arange(n, dtype=np.int64), self.size, empty=n)
+
+    def _reduce(self, ufunc: np.ufunc, values: np.ndarray, empty: int) -> np.ndarray:
+        # as the scatter into an array of ``empty`` does, ``empty`` is one of the values
+        if self.starts is not None:
+            out = np.full(self.size, empty, dtype=np.int64)
+            out[self.idx[self.starts]] = ufunc(ufunc.reduceat(values, self.starts), empty)
+            return out
+        if self.row is not None:
+            out = np.full(self.size, empty, dtype=np.int64)
+            reduced = ufunc.reduce(values.reshape(-1, len(self.row)), axis=0)
+            out[self.row] = ufunc(reduced, empty)
+            return out
+        out = np.full(self.size, empty, dtype=np.int64)
+        ufunc.at(out, self.idx, values)
+        return out
+
+
+def _repeated_row(idx: np.ndarray) -> np.ndarray | None:
+    """The ids of one repeat when ``idx`` is one sequence of distinct ids repeated."""
+    at = np.flatnonzero(idx == idx[0])
+    width = int(at[1]) if len(at) > 1 else len(idx)
+    if len(idx) % width or len(at) != len(idx) // width:
+        return None
+    row = idx[:width]
+    if width > 1 and len(np.unique(row)) != width:
+        return None
+    if not (idx.reshape(-1, width) == row).all():
+        return None
+    return row
+
+
 def value_at_max(
     idx: np.ndarray, key: np.ndarray, values: np.ndarray, size: int, empty: int = -1
 ) -> np.ndarray:

@@ -44,7 +44,7 @@ def rank_step_comm(m: Matched) -> pl.DataFrame:
     first = np.flatnonzero(boundary)
     group_rs = rs[first]
     comm, exposed = union_and_tail(first, t0, t1, t.tail_start[group_rs])
-    rows = kernels.minimum(t.rs, np.arange(len(t.rs), dtype=np.int64), t.rs_size)[group_rs]
+    rows = (m.by_rank_step or kernels.Groups(t.rs, t.rs_size)).first_row()[group_rs]
     return pl.DataFrame(
         {
             "rank": t.rank[rows].astype(np.int32),

@@ -336,8 +336,7 @@ def _last_calls(m: collectives.Matched) -> tuple[np.ndarray, np.ndarray, np.ndar
     t = m.events
     if not len(t.rank):
         return _NONE, _NONE, _NONE
-    top = np.full(int(t.rank.max()) + 1, np.iinfo(np.int64).min, dtype=np.int64)
-    np.maximum.at(top, t.rank, t.enter)
+    top = kernels.Groups(t.rank, int(t.rank.max()) + 1).maximum(t.enter, np.iinfo(np.int64).min)
     cand = np.flatnonzero(t.enter == top[t.rank])
     cand = cand[np.lexsort((cand, t.step[cand], t.rank[cand]))]
     pick = cand[np.r_[t.rank[cand][1:] != t.rank[cand][:-1], True]]
