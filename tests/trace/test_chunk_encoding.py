@@ -3,12 +3,13 @@ runs of equal values, they are what Arrow's own dictionary cast makes of them.""
 
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from syncpace.trace.chunks import _CODES, _compact, _joined, analysis_frame
+from syncpace.trace.chunks import _CODES, _compact, _Held, _window_table, analysis_frame
 
 #: Runs of a few values (as a rank writes them), now and then a null.
 runs = st.lists(
@@ -46,22 +47,59 @@ def test_alternating_values_are_hashed_row_by_row() -> None:
     assert got.type == _CODES and got.chunk(0).equals(values.cast(_CODES))
 
 
+#: Runs of names as valid rows hold them (no nulls).
+valid_runs = st.lists(
+    st.tuples(st.sampled_from(["0", "1", "all_reduce", "broadcast", ""]), st.integers(1, 40)),
+    min_size=1,
+    max_size=30,
+)
+
+
 @settings(max_examples=150, deadline=None)
-@given(st.lists(st.tuples(runs, st.booleans()), min_size=1, max_size=5))
+@given(st.lists(st.tuples(valid_runs, st.booleans(), st.integers(1, 4)), min_size=1, max_size=5))
 def test_pieces_join_and_convert_to_the_strings_they_hold(specs: list) -> None:
-    """A window's pieces, each encoded on its own (some with over 127 names, so with
-    wider codes), joined under one dictionary and read as polars: the same strings."""
-    pieces, expected = [], []
-    for spec, many in specs:
+    """A window's pieces: held groups, each encoded on its own (some with over 127
+    names, so with wider codes), their rows of several windows out of window order,
+    gathered into one table under one dictionary and read as polars, window after
+    window (the rows still to come copied once most are read): each window's rows, in
+    their order within each group, the same strings."""
+    held, expected = [], {}
+    rank = 0
+    for spec, many, windows in specs:
         values = column(spec)
         if many:
             values = pa.concat_arrays([values, pa.array([f"g{i}" for i in range(200)])])
         n = len(values)
-        piece = _compact(pa.table({"op": values, "n": pa.array(range(n), pa.int64())}))
-        pieces.append(piece.slice(n // 3))  # a held group's rows from one window on
-        expected.extend(values.to_pylist()[n // 3 :])
-    table = _joined(pieces)
-    assert table.column("op").to_pylist() == expected
-    frame = analysis_frame(table)
-    assert frame.schema["op"] == pl.String and frame.columns == ["op", "n"]
-    assert frame["op"].to_list() == expected
+        window = np.arange(n, dtype=np.int64) % windows  # rows of each window interleaved
+        piece = _compact(
+            pa.table(
+                {
+                    "op": values,
+                    "rank": pa.array(np.full(n, rank), pa.int32()),
+                    "n": pa.array(range(n), pa.int64()),
+                }
+            )
+        )
+        held.append(_Held.of(piece, window, windows))
+        for w in range(windows):
+            rows = np.flatnonzero(window == w)
+            names = values.take(rows).to_pylist()
+            expected.setdefault(w, []).extend(zip(names, rows.tolist(), strict=True))
+        rank += 1
+    for w in range(max(expected) + 1):
+        pieces = []
+        for h in held:
+            a, b = h.rows_of(w, w)
+            if b > a:
+                pieces.append((h, a, b))
+            h.start = b
+        held = [h.rest() for h in held]  # the rows to come copied once most are read
+        if not pieces:
+            assert expected[w] == []
+            continue
+        table = _window_table(pieces)
+        got = zip(table.column("op").to_pylist(), table.column("n").to_pylist(), strict=True)
+        assert list(got) == expected[w]
+        frame = analysis_frame(table)
+        assert frame.schema["op"] == pl.String and frame.columns == ["op", "rank", "n"]
+        assert frame["op"].to_list() == [v for v, _ in expected[w]]

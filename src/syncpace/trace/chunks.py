@@ -765,6 +765,9 @@ class Sweep:
         )
         #: Validated rows not yet in a window, a group per read.
         self._pending: list[_Held] = []
+        #: Per cursor, what its ``reached`` and ``done`` say (a window asks every rank).
+        self._reached = np.full(len(self.cursors), -1, dtype=np.int64)
+        self._done = np.zeros(len(self.cursors), dtype=bool)
 
     def __iter__(self) -> Iterator[tuple[tuple[int, int], pa.Table]]:
         """``((lo, hi), events)`` per window with events, in step order (each rank's call
@@ -779,7 +782,7 @@ class Sweep:
             if table.num_rows:
                 self.windows.append((lo, hi))
                 yield (lo, hi), table
-            if all(c.done for c in self.cursors) and not self._pending:
+            if self._done.all() and not self._pending:
                 return
             lo = hi
             if not table.num_rows and self._pending:  # skip the steps nobody has
@@ -791,39 +794,30 @@ class Sweep:
         rows = 0
         # Only the ranks whose batches read so far end before ``hi`` read on (in rank
         # order): with many ranks a window is a few steps, a batch several windows.
-        reached = np.fromiter((c.reached for c in self.cursors), np.int64, len(self.cursors))
-        done = np.fromiter((c.done for c in self.cursors), bool, len(self.cursors))
-        for i in np.flatnonzero((reached < hi) & ~done):
+        for i in np.flatnonzero((self._reached < hi) & ~self._done):
             cursor = self.cursors[i]
             for item in cursor.read_until(hi):
                 new.append((cursor, *item))
                 rows += item[3].num_rows
+            self._reached[i], self._done[i] = cursor.reached, cursor.done
             if rows >= GROUP_ROWS:  # validated and cut to the analysis columns in groups:
                 self._hold(self._validated(new), lo)  # decoded batches do not pile up
                 new, rows = [], 0
         self._hold(self._validated(new), lo)
         # The window's rows of every held group, in rank order, file order within a rank
-        # (groups were read in file order, and each is held in window order): a slice
-        # of each, copied once into the window.
-        pieces, ranks = [], []
+        # (groups were read in file order, and each is held with its window order):
+        # gathered from each straight into the window's columns, one copy.
+        pieces = []
         first, last = self._window_of(np.array([lo, hi - 1], dtype=np.int64))
         for held in self._pending:
             a, b = held.rows_of(first, last)
             if b > a:
-                pieces.append(held.table.slice(a, b - a))
-                ranks.append(held.rank[a:b])
+                pieces.append((held, a, b))
             held.start = b
         self._pending = [p.rest() for p in self._pending if p.top >= hi]
         if not pieces:
             return _ANALYSIS.empty_table()
-        table = _joined(pieces)
-        # each piece is in rank order: the window is, unless two pieces overlap in ranks
-        if any(int(a[-1]) > int(b[0]) for a, b in zip(ranks[:-1], ranks[1:], strict=True)):
-            # groups read in different windows overlap in ranks: a rank's rows by rank,
-            # its earlier group's first (a stable sort keeps the file order)
-            order = np.argsort(np.concatenate(ranks), kind="stable")
-            table = table.take(pa.array(order))
-        return table
+        return _window_table(pieces)
 
     def _window_of(self, step: np.ndarray) -> np.ndarray:
         """The window each step falls in, numbered in step order (the first window's
@@ -836,13 +830,7 @@ class Sweep:
         step = table.column("step").to_numpy()
         if step.min() < lo and ((step < lo) & (step >= self.first)).any():
             raise OutOfOrder(f"steps before {lo} after the sweep passed them")
-        window = self._window_of(step)
-        if len(window) > 1 and not np.all(window[1:] >= window[:-1]):
-            # in window order (a stable sort keeps rank and file order within one): a
-            # window's rows are then one slice, and rows not analysed yet one too
-            order = np.argsort(window, kind="stable")
-            table, window = table.take(pa.array(order)), window[order]
-        self._pending.append(_Held.of(table, window, int(step.max())))
+        self._pending.append(_Held.of(table, self._window_of(step), int(step.max())))
 
     def _validated(self, new: list[tuple[_Cursor, int, int, int, pa.RecordBatch]]) -> pa.Table:
         """The valid rows of the batches just read (every rule of the loader), indexed."""
@@ -959,45 +947,166 @@ class Sweep:
 
 
 class _Held:
-    """A group of validated rows not all analysed yet, in window order: ``windows``,
-    the windows it has rows of (ascending), and ``bounds``, the row each starts at
-    (and the end); ``top`` its largest step. The rows from :attr:`start` on are still
-    to come."""
+    """A group of validated rows not all analysed yet: its columns as numpy arrays (the
+    names as codes into :attr:`names`), and the window order of its rows: ``order``
+    (None when the rows are in it already), ``windows`` (ascending) and ``bounds``,
+    where each window's rows start in that order (and the end); ``top`` its largest
+    step. The rows from :attr:`start` on, in window order, are still to come.
 
-    def __init__(self, table: pa.Table, windows: np.ndarray, bounds: np.ndarray, top: int):
-        self.table = table
-        self.rank = table.column("rank").to_numpy()  # a view: one chunk, no nulls
+    The rows are not moved into window order: a window gathers its rows from each
+    group straight into its own columns (:func:`_window_table`), so a row is copied
+    once between being validated and being analysed, not three times (into window
+    order, then a slice of it joined into the window, 18 % of the 100M case)."""
+
+    def __init__(
+        self,
+        columns: dict[str, np.ndarray],
+        names: dict[str, list[str]],
+        order: np.ndarray | None,
+        windows: np.ndarray,
+        bounds: np.ndarray,
+        top: int,
+    ) -> None:
+        self.columns, self.names, self.order = columns, names, order
         self.windows, self._bounds, self.top = windows, bounds, top
         self.start = 0
 
     @classmethod
     def of(cls, table: pa.Table, window: np.ndarray, top: int) -> _Held:
-        """``table``, whose rows are of windows ``window`` (nondecreasing)."""
-        windows, starts = np.unique(window, return_index=True)
-        return cls(table, windows, np.append(starts, len(window)), top)
+        """``table`` (validated rows: no nulls; names dictionary-encoded), whose rows are
+        of windows ``window``."""
+        columns: dict[str, np.ndarray] = {}
+        names: dict[str, list[str]] = {}
+        for name in table.column_names:
+            column = table.column(name)
+            chunk = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+            if pa.types.is_dictionary(chunk.type):
+                names[name] = chunk.dictionary.to_pylist()
+                chunk = chunk.indices
+            columns[name] = chunk.to_numpy()
+        order, windows, bounds = _window_order(window)
+        return cls(columns, names, order, windows, bounds, top)
+
+    @property
+    def num_rows(self) -> int:
+        return int(self._bounds[-1])
 
     def rows_of(self, first: int, last: int) -> tuple[int, int]:
-        """The rows of windows ``first..last``."""
+        """The rows of windows ``first..last`` (positions in window order)."""
         i, j = np.searchsorted(self.windows, (first, last + 1))
         return int(self._bounds[i]), int(self._bounds[j])
 
+    def rows(self, a: int, b: int) -> np.ndarray | slice:
+        """Where positions ``a..b`` of the window order are among the held rows."""
+        return slice(a, b) if self.order is None else self.order[a:b]
+
     def next_step(self) -> int:
         """The step of the first row still to come."""
-        return int(self.table.column("step")[self.start].as_py())
+        at = self.start if self.order is None else int(self.order[self.start])
+        return int(self.columns["step"][at])
 
     def rest(self) -> _Held:
         """Without its analysed rows once they are most of it: copying the rest then
         costs at most as much again, and memory stays about the rows still to come,
         not the batches they came in."""
-        if 2 * self.start < self.table.num_rows:
+        n = self.num_rows
+        if 4 * self.start < 3 * n:
             return self
-        rows = self.table.slice(self.start)
-        kept = pa.Table.from_arrays(  # a copy (a slice, even combined, holds the group)
-            [pa.concat_arrays(c.chunks) for c in rows.columns], schema=rows.schema
-        )
+        rows = self.rows(self.start, n)
+        kept = {name: values[rows] for name, values in self.columns.items()}
+        if isinstance(rows, slice):  # a view would hold the whole group
+            kept = {name: values.copy() for name, values in kept.items()}
         later = self._bounds[1:] > self.start  # the windows with rows still to come
-        bounds = np.append(np.maximum(self._bounds[:-1][later], self.start), self._bounds[-1])
-        return _Held(kept, self.windows[later], bounds - self.start, self.top)
+        bounds = np.append(np.maximum(self._bounds[:-1][later], self.start), n)
+        return _Held(kept, self.names, None, self.windows[later], bounds - self.start, self.top)
+
+
+def _window_order(window: np.ndarray) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:
+    """The rows in window order (None when they are), the windows present (ascending)
+    and where each starts in that order (and the end). A stable order keeps rank and
+    file order within a window; a group spans a few windows, so their numbers from the
+    smallest fit 16 bits, which numpy sorts by radix (a pass per byte)."""
+    n = len(window)
+    if n == 0:
+        return None, np.zeros(0, dtype=np.int64), np.zeros(1, dtype=np.int64)
+    low = int(window.min())
+    span = int(window.max()) - low + 1
+    if n > 1 and not (window[1:] < window[:-1]).any():
+        order = None
+    elif span <= 1 << 16:
+        order = np.argsort((window - low).astype(np.uint16), kind="stable")
+    else:
+        order = np.argsort(window, kind="stable")
+    if span <= 4 * n + 1024:
+        counts = np.bincount(window - low, minlength=span)
+        present = np.flatnonzero(counts)
+        windows = present + low
+        bounds = np.r_[0, np.cumsum(counts[present])]
+    else:
+        windows, counts = np.unique(window, return_counts=True)
+        bounds = np.r_[0, np.cumsum(counts)]
+    return order, windows.astype(np.int64), bounds.astype(np.int64)
+
+
+def _window_table(pieces: list[tuple[_Held, int, int]]) -> pa.Table:
+    """One window's table from its pieces, rows ``a..b`` (in window order) of held
+    groups: each column gathered from the pieces straight into one array, the names
+    kept as codes under one dictionary (the pieces' merged, values in order of first
+    appearance), for :func:`analysis_frame`. In rank order, file order within a rank:
+    each piece is; the pieces too unless two groups read in different windows overlap
+    in ranks, and then a stable sort by rank puts a rank's earlier group first."""
+    total = sum(b - a for _, a, b in pieces)
+    first = pieces[0][0]
+    columns: dict[str, np.ndarray] = {}
+    dictionaries: dict[str, list[str]] = {}
+    for name, values in first.columns.items():
+        if name in first.names:
+            columns[name], dictionaries[name] = _gathered_codes(name, pieces, total)
+            continue
+        out = np.empty(total, dtype=values.dtype)
+        at = 0
+        for h, a, b in pieces:
+            rows = h.rows(a, b)
+            if isinstance(rows, slice):
+                out[at : at + b - a] = h.columns[name][rows]
+            else:
+                np.take(h.columns[name], rows, out=out[at : at + b - a])
+            at += b - a
+        columns[name] = out
+    rank = columns["rank"]
+    edges = np.cumsum([b - a for _, a, b in pieces])[:-1]
+    if len(edges) and (rank[edges - 1] > rank[edges]).any():
+        order = np.argsort(rank, kind="stable")
+        columns = {name: values[order] for name, values in columns.items()}
+    arrays = [
+        pa.DictionaryArray.from_arrays(pa.array(values), pa.array(dictionaries[name], pa.string()))
+        if name in dictionaries
+        else pa.array(values)
+        for name, values in columns.items()
+    ]
+    return pa.Table.from_arrays(arrays, names=list(columns))
+
+
+def _gathered_codes(
+    name: str, pieces: list[tuple[_Held, int, int]], total: int
+) -> tuple[np.ndarray, list[str]]:
+    """A name column's codes of the pieces under one dictionary, and that dictionary.
+    Pieces with the same dictionary (the usual case: the same few names all along)
+    have their codes gathered as they are; others through a map of their codes."""
+    dictionaries = [h.names[name] for h, _, _ in pieces]
+    merged: dict[str, int] = {}
+    maps = []
+    for dictionary in dictionaries:
+        maps.append(np.array([merged.setdefault(v, len(merged)) for v in dictionary], np.int32))
+    kind = np.int8 if len(merged) <= 127 else np.int32
+    out = np.empty(total, dtype=kind)
+    at = 0
+    for (h, a, b), remap in zip(pieces, maps, strict=True):
+        codes = h.columns[name][h.rows(a, b)]
+        identity = len(remap) == 0 or bool((remap == np.arange(len(remap))).all())
+        out[at : at + b - a] = codes if identity else remap[codes]
+        at += b - a
+    return out, list(merged)
 
 
 def _one_call(analysis: pa.Table, ok: np.ndarray) -> tuple[Any, ...] | None:
@@ -1087,43 +1196,6 @@ def _contiguous(raw: pa.Table) -> pa.Table:
         joined.column(n) if n in ANALYSIS_COLUMNS else raw.column(n) for n in raw.column_names
     ]
     return pa.Table.from_arrays(columns, schema=raw.schema)
-
-
-def _joined(pieces: list[pa.Table]) -> pa.Table:
-    """One window's table from its pieces, each column one array: the names stay
-    dictionary codes, each column's under one dictionary (the pieces' merged), for
-    :func:`analysis_frame` to expand. Expanding them here (a cast, then polars'
-    conversion of strings) was a tenth of the sweep's time."""
-    names = pieces[0].column_names
-    strings = [n for n in names if n in _STRINGS]
-    numbers = pa.concat_tables([p.drop_columns(strings) for p in pieces]).combine_chunks()
-    columns = []
-    for name in names:
-        if name in _STRINGS:
-            arrays = [chunk for piece in pieces for chunk in piece.column(name).chunks]
-            columns.append(_merged_codes(arrays))
-        else:
-            columns.append(numbers.column(name))
-    return pa.Table.from_arrays(columns, names=names)
-
-
-def _merged_codes(arrays: list[pa.Array]) -> pa.Array:
-    """Dictionary arrays under one dictionary (their values in order of first
-    appearance), or the strings themselves where one holds nulls."""
-    if any(a.null_count or not pa.types.is_dictionary(a.type) for a in arrays):
-        return pa.concat_arrays([a.cast(pa.string()) for a in arrays])
-    values: dict[str, int] = {}
-    codes = []
-    for a in arrays:
-        names = a.dictionary.to_pylist()
-        remap = np.array([values.setdefault(v, len(values)) for v in names], dtype=np.int32)
-        indices = a.indices.to_numpy(zero_copy_only=False)
-        codes.append(remap[indices] if len(remap) else indices.astype(np.int32))
-    merged = np.concatenate(codes)
-    kind = pa.int8() if len(values) <= 127 else pa.int32()
-    return pa.DictionaryArray.from_arrays(
-        pa.array(merged.astype(kind.to_pandas_dtype()), kind), pa.array(list(values), pa.string())
-    )
 
 
 def analysis_frame(table: pa.Table, *, categorical: bool = False) -> pl.DataFrame:
