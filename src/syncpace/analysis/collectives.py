@@ -94,11 +94,16 @@ def usable_events(events: pl.DataFrame) -> pl.DataFrame:
     return events if mask else events.filter(usable)  # filtering copies every column: skip it
 
 
-def match(events: pl.DataFrame, *, previous_exit: np.ndarray | None = None) -> Matched:
+def match(
+    events: pl.DataFrame, *, previous_exit: np.ndarray | None = None, derived: bool = True
+) -> Matched:
     """Match ``events`` (schema ``EVENTS``) into collective instances.
 
     ``previous_exit`` (indexed by rank, -1 for none): the exit of each rank's call just
-    before the first of ``events``, when they are a window of a longer trace."""
+    before the first of ``events``, when they are a window of a longer trace.
+    ``derived``: with the instances' derived columns (:func:`derive`); a window of a
+    longer trace leaves them to the run's instances, where queueing looks back across
+    windows (without: :data:`BASE_COLUMNS` only, 5 ms less a window of 4,096 ranks)."""
     ev = usable_events(events)
     dropped = events.height - ev.height
     rank = ev["rank"].to_numpy()
@@ -136,7 +141,7 @@ def match(events: pl.DataFrame, *, previous_exit: np.ndarray | None = None) -> M
         tail_start=by_rank_step.maximum(enter),
     )
     frame = _instances(ev, times, by_instance, pair, first, last, previous_exit)
-    return Matched(frame, times, dropped, by_rank_step)
+    return Matched(_derive(frame) if derived else frame, times, dropped, by_rank_step)
 
 
 def _group_codes(groups: pl.Series) -> np.ndarray:
@@ -218,7 +223,7 @@ def _instances(
         exit=pl.when(pl.col("exit") >= 0).then(pl.col("exit")),
         late_own_ns=pl.when(pl.col("late_own_ns") >= 0).then(pl.col("late_own_ns")),
     )
-    return _derive(frame)
+    return frame
 
 
 def _own_gap(t: EventTimes, previous_exit: np.ndarray | None = None) -> np.ndarray:
@@ -317,10 +322,13 @@ def late_waited(ev: pl.DataFrame, t: EventTimes) -> np.ndarray:
     if "wait_ns" not in ev.columns or ev.height == 0:
         return np.zeros(ev.height, dtype=bool)
     wait = ev["wait_ns"].to_numpy()
+    waited = wait >= 0
+    if not waited.any():  # no wait recorded (synchronous calls): one pass, not five
+        return waited
     by_wait = (ev["timing"] == "wait").to_numpy()
     late = wait - t.enter
     quick = t.exit - wait
-    return by_wait & (wait >= 0) & (t.exit >= 0) & (late > LATE_WAIT_NS) & (10 * quick < late)
+    return by_wait & waited & (t.exit >= 0) & (late > LATE_WAIT_NS) & (10 * quick < late)
 
 
 def instance_exits(

@@ -133,6 +133,11 @@ def dense_index(parts: list[np.ndarray], limit: int) -> tuple[np.ndarray, int] |
     ]
     if int(np.prod(spans, dtype=object)) > limit:
         return None
+    # a column of one value adds nothing to the index (one group, one call kind): skipped
+    varying = [i for i, span in enumerate(spans) if span > 1] or [0]
+    parts = [parts[i] for i in varying]
+    lows = [lows[i] for i in varying]
+    spans = [spans[i] for i in varying]
     idx = parts[0].astype(np.int64, copy=True)
     if lows[0]:
         idx -= lows[0]

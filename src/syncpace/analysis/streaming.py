@@ -221,7 +221,7 @@ def partial(table: pa.Table, previous: np.ndarray, context: Context) -> Partial:
     events, trailing = _analysed(table, context, categorical=True)
     del table
     counts = _counts(events)
-    m = collectives.match(events, previous_exit=previous)
+    m = collectives.match(events, previous_exit=previous, derived=False)
     n = events.height
     tail = _last_calls(m)
     del events
