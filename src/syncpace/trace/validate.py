@@ -610,6 +610,8 @@ def _nulls(table: Any, nullable: tuple[str, ...]) -> list[tuple[str, np.ndarray]
 
 def check_events(table: Any, rank: int, world_size: int) -> tuple[Any, Quarantine]:
     """The rows of an events table (or batch) that keep the format's invariants."""
+    if all_events_valid(table, rank, world_size):
+        return table, Quarantine()
     return _apply(table, event_rules(table, rank, world_size))
 
 
@@ -617,10 +619,61 @@ def events_valid(table: Any, ranks: np.ndarray, world_size: int) -> np.ndarray:
     """Per row of an events table holding many ranks' rows (``ranks``: the rank each
     row's file belongs to), whether it keeps every invariant of :func:`check_events`:
     one pass over a window of every rank, instead of one per rank and batch."""
+    if all_events_valid(table, ranks, world_size):
+        return np.ones(table.num_rows, dtype=bool)
     bad = np.zeros(table.num_rows, dtype=bool)
     for _, flags in event_rules(table, ranks, world_size):
         bad |= flags
     return ~bad
+
+
+def all_events_valid(table: Any, rank: Any, world_size: int) -> bool:
+    """Whether every row keeps every rule of :func:`event_rules`, shown from each
+    column's range where the rules allow it (a rule per row costs a pass and a
+    temporary; a column's least and greatest value show most of them at once): a
+    third of the passes for the usual table, of completed calls without waits.
+    ``False`` says only that the rules must be applied row by row."""
+    if table.num_rows == 0:
+        return True
+    if any(table.column(n).null_count for n in table.column_names if n != "error"):
+        return False
+    col = table.column
+    allowed = (("op", schema.OPS), ("timing", schema.TIMING_SOURCES), ("status", ("completed",)))
+    for name, values in allowed:
+        if not all(v in values for v in _names_in(col(name))):
+            return False  # a name outside the format, or a call not completed
+    step, seq, nbytes = _np(col("step")), _np(col("seq")), _np(col("bytes"))
+    if min(int(step.min()), int(seq.min()), int(nbytes.min())) < 0:
+        return False
+    group_size, peer = _np(col("group_size")), _np(col("peer"))
+    if int(group_size.min()) < 1 or int(group_size.max()) > world_size:
+        return False
+    if int(peer.min()) < -1 or int(peer.max()) > world_size - 1:
+        return False
+    enter, exit_ = _np(col("enter_ns")), _np(col("exit_ns"))
+    # every call completed: each needs an exit in range, at or after its enter
+    if int(enter.min()) < 0 or int(exit_.min()) < 0:
+        return False
+    if int(enter.max()) > MAX_TIME_NS or int(exit_.max()) > MAX_TIME_NS:
+        return False
+    span = exit_ - enter  # both within [0, 2^62]: no overflow
+    if int(span.min()) < 0 or int(span.max()) > MAX_SPAN_NS:
+        return False
+    wait = _np(col("wait_ns"))
+    if int(wait.min()) != -1 or int(wait.max()) != -1:
+        recorded = wait != -1
+        if (recorded & ((wait < enter) | (wait > MAX_TIME_NS))).any():
+            return False
+    return bool((_np(col("rank")) == rank).all())
+
+
+def _names_in(column: pa.ChunkedArray | pa.Array) -> list[Any]:
+    """The distinct names of a string column: a dictionary-encoded one's dictionary
+    (values no row uses included: a conservative answer), another's unique values."""
+    chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+    if chunks and all(pa.types.is_dictionary(c.type) for c in chunks):
+        return [v for c in chunks for v in c.dictionary.to_pylist()]
+    return pc.unique(column).to_pylist()
 
 
 def event_rules(table: Any, rank: Any, world_size: int) -> list[tuple[str, np.ndarray]]:
