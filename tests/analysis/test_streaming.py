@@ -8,6 +8,7 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
 import pytest
@@ -201,3 +202,84 @@ def test_a_rotated_run_agrees_with_the_loader(tmp_path: Path) -> None:
     got, _ = stream_metrics(tmp_path, window_events=1)
     assert same_metrics(expected, got) == []
     assert any("rotated out" in w for w in got.warnings)
+
+
+def _cut_in_batches(run: Path) -> None:
+    """Every rank's events rewritten a batch per step (they are in step order)."""
+    for path in sorted(run.glob("rank-*.events.arrow")):
+        rank = int(path.name.split(".")[0].split("-")[1])
+        step = pa.ipc.open_stream(pa.py_buffer(path.read_bytes())).read_all()["step"]
+        step = step.to_numpy()
+        assert (np.diff(step) >= 0).all()
+        _rewrite(run, rank, lambda ev: ev, cuts=tuple(np.flatnonzero(np.diff(step)) + 1))
+
+
+@pytest.mark.parametrize("indexed_by", ["sweep", "scan"])
+def test_a_step_is_read_again_from_its_batches_bytes_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, indexed_by: str
+) -> None:
+    """Reading one step of every rank again (the report's samples) reads the bytes of
+    the batches holding it and nothing else, with the kernel's read-ahead off for the
+    file (thousands of ranks' read-ahead would read most of a large run), and gives the
+    rows the loader has for that step."""
+    import os
+
+    from syncpace.trace.chunks import read_window, scan_rank
+
+    run = tmp_path / "run"
+    shutil.copytree(DATA / "latency_bound", run)
+    _cut_in_batches(run)
+    index = read_metadata(run)
+    if indexed_by == "sweep":
+        sweep = Sweep(index, warmup_steps=1, window_events=1)
+        for _ in sweep:
+            pass
+        scans = sweep.scans()
+    else:
+        scans = [scan_rank(index, rank) for rank in index.ranks]
+    step = 5
+    read: list[int] = []
+    advised: list[int] = []
+    real_pread, real_advise = os.pread, os.posix_fadvise
+
+    def pread(fd: int, n: int, at: int) -> bytes:
+        read.append(n)
+        return real_pread(fd, n, at)
+
+    def advise(fd: int, offset: int, length: int, advice: int) -> None:
+        advised.append(advice)
+        real_advise(fd, offset, length, advice)
+
+    monkeypatch.setattr(os, "pread", pread)
+    monkeypatch.setattr(os, "posix_fadvise", advise)
+    got = read_window(scans, step, step + 1, columns=schema.EVENTS.names)
+    monkeypatch.undo()
+    sizes = sum(p.stat().st_size for p in run.glob("rank-*.events.arrow"))
+    # the step's batch of each rank, read in one call
+    assert len(read) == len(index.ranks)
+    assert sum(read) < sizes / 8
+    assert advised.count(os.POSIX_FADV_RANDOM) == len(index.ranks)
+    loaded = load_trace(run).events.filter(pl.col("step") == step)
+    assert pl.from_arrow(got).equals(loaded.select(schema.EVENTS.names))
+
+
+def test_a_file_cut_after_it_was_read_is_said_in_one_line(tmp_path: Path) -> None:
+    """A rank's file cut short between the read and reading a step again: an error
+    naming the file, not a traceback nor rows of another batch."""
+    from syncpace.trace.chunks import read_window
+
+    run = tmp_path / "run"
+    shutil.copytree(DATA / "latency_bound", run)
+    _cut_in_batches(run)
+    sweep = Sweep(read_metadata(run), warmup_steps=1, window_events=1)
+    for _ in sweep:
+        pass
+    scans = sweep.scans()
+    path = run / "rank-00003.events.arrow"
+    with path.open("r+b") as f:
+        f.truncate(path.stat().st_size // 2)
+    with pytest.raises(TraceError) as err:
+        read_window(scans, 10, 11)
+    assert str(path) in str(err.value)
+    assert "changed since it was read" in str(err.value)
+    assert "\n" not in str(err.value)

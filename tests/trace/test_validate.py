@@ -289,3 +289,32 @@ def test_a_trace_from_before_checksums_reads_without_that_warning(tmp_path):
         '"crc32"' in p.read_text() for p in fixture.glob("rank-*.meta.json")
     )
     assert not [w for w in load_trace(fixture).warnings if "checksum" in w]
+
+
+def test_a_prefetching_stream_keeps_the_kernel_ahead_and_reads_the_same(good, monkeypatch):
+    """Read with a bounded read-ahead of its own: the kernel's is switched off for the
+    file, each batch lies within what was asked for before it is read, no more than
+    the allowance is asked for past it, and the batches are those read without."""
+    from syncpace.trace import schema, validate
+
+    path = good / f"{schema.rank_stem(0)}{schema.EVENTS_SUFFIX}"
+    plain = list(validate.Stream(path, schema.EVENTS, mapped=False).batches())
+    calls: list[tuple[int, int, int]] = []
+    real = os.posix_fadvise
+
+    def advise(fd: int, offset: int, length: int, advice: int) -> None:
+        calls.append((offset, length, advice))
+        real(fd, offset, length, advice)
+
+    monkeypatch.setattr(os, "posix_fadvise", advise)
+    prefetch = 64
+    stream = validate.Stream(path, schema.EVENTS, mapped=False, prefetch=prefetch)
+    read, asked = [], 0
+    for batch in stream.batches():
+        asked = max(o + n for o, n, a in calls if a == os.POSIX_FADV_WILLNEED)
+        assert stream.offset < asked <= stream.offset + 2 * prefetch + 1024
+        read.append(batch)
+    assert calls[0] == (0, 0, os.POSIX_FADV_RANDOM)
+    willneed = [(o, n) for o, n, a in calls if a == os.POSIX_FADV_WILLNEED]
+    assert all(o == p + q for (p, q), (o, _) in zip(willneed, willneed[1:], strict=False))
+    assert [b.to_pylist() for b in read] == [b.to_pylist() for b in plain]
