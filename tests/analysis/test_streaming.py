@@ -283,3 +283,35 @@ def test_a_file_cut_after_it_was_read_is_said_in_one_line(tmp_path: Path) -> Non
     assert str(path) in str(err.value)
     assert "changed since it was read" in str(err.value)
     assert "\n" not in str(err.value)
+
+
+def test_a_file_replaced_by_a_fifo_after_it_was_read_is_refused_at_once(tmp_path: Path) -> None:
+    """Reading a step again opens the file as the sweep did: a FIFO put in its place
+    (whose open would wait for a writer) is refused in one line, without waiting."""
+    import os
+    import signal
+
+    from syncpace.trace.chunks import read_window
+
+    run = tmp_path / "run"
+    shutil.copytree(DATA / "latency_bound", run)
+    sweep = Sweep(read_metadata(run), warmup_steps=1, window_events=1)
+    for _ in sweep:
+        pass
+    scans = sweep.scans()
+    path = run / "rank-00002.events.arrow"
+    path.unlink()
+    os.mkfifo(path)
+
+    def hang(*_: object) -> None:
+        raise AssertionError("reading the step again waited on the FIFO")
+
+    previous = signal.signal(signal.SIGALRM, hang)
+    signal.alarm(10)
+    try:
+        with pytest.raises(TraceError) as err:
+            read_window(scans, 5, 6)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    assert str(err.value) == f"{path}: is a FIFO, not a regular file (refused, not read)"
