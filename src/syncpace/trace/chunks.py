@@ -129,29 +129,6 @@ class RankScan:
         return out
 
 
-class _Offsets:
-    """Byte offsets of a stream's record batch messages, found by walking the messages
-    (headers only: bodies are neither copied nor decompressed)."""
-
-    def __init__(self, path: Path) -> None:
-        self._source = pa.memory_map(str(path))
-        self._count = -1
-        self._at = self._end = 0
-
-    def of(self, batch: int) -> tuple[int, int]:
-        """Where the message of record batch ``batch`` starts and ends."""
-        while self._count < batch:
-            at = self._source.tell()
-            message = pa.ipc.read_message(self._source)
-            if message.type == "record batch":
-                self._count += 1
-                self._at, self._end = at, self._source.tell()
-        return self._at, self._end
-
-    def close(self) -> None:
-        self._source.close()
-
-
 class _Seen:
     """The calls a rank has written so far, for the loader's duplicate rule (first
     occurrence in file order wins). Per call key (group, op, peer), the sequence
@@ -272,14 +249,13 @@ def scan_rank(
             raise TraceError(path, "missing (the rank's metadata exists, its data file does not)")
         stream = validate.Stream(path, expected)
         first_stream = first_stream or stream
-        walker = _Offsets(path)
         entries: dict[str, list[Any]] = {k: [] for k in ("offsets", "ends", "lo", "hi", "rows")}
         keep: dict[int, np.ndarray] = {}
-        pending: list[tuple[int, pa.RecordBatch]] = []
+        # each slice with its batch's extent in the file (where its message starts, ends)
+        pending: list[tuple[tuple[int, int], pa.RecordBatch]] = []
 
         def flush(
-            pending: list[tuple[int, pa.RecordBatch]] = pending,
-            walker: _Offsets = walker,
+            pending: list[tuple[tuple[int, int], pa.RecordBatch]] = pending,
             entries: dict[str, list[Any]] = entries,
             keep: dict[int, np.ndarray] = keep,
         ) -> None:
@@ -307,13 +283,12 @@ def scan_rank(
             if kept.num_rows:
                 tails.append(_tails(kept))
             start = 0
-            for batch_no, batch in _merge_slices(pending):
+            for (at_byte, end_byte), batch in _merge_slices(pending):
                 end = start + batch.num_rows
                 m, s = mask[start:end], step[start:end]
                 rows = int(m.sum())
                 if rows:
                     at = len(entries["offsets"])
-                    at_byte, end_byte = walker.of(batch_no)
                     entries["offsets"].append(at_byte)
                     entries["ends"].append(end_byte)
                     entries["lo"].append(int(s[m].min()))
@@ -327,7 +302,7 @@ def scan_rank(
         try:
             rows_pending = 0
             for piece in stream.batches():
-                pending.append((stream.batch, piece))
+                pending.append(((stream.offset, stream.end), piece))
                 rows_pending += piece.num_rows
                 if rows_pending >= CHECK_ROWS:
                     flush()
@@ -335,8 +310,6 @@ def scan_rank(
             flush()
         except validate.DAMAGE as exc:
             raise TraceError(path, f"unreadable columns ({validate.first_line(exc)})") from exc
-        finally:
-            walker.close()
         if stream.cut:
             warnings.append(f"{path}: {stream.cut}")
         if stream.corrupt_rows:
@@ -374,15 +347,16 @@ def scan_rank(
 
 
 def _merge_slices(
-    pending: list[tuple[int, pa.RecordBatch]],
-) -> list[tuple[int, pa.RecordBatch | pa.Table]]:
-    """The slices of ``pending`` joined back into their record batches, in order."""
-    out: list[tuple[int, Any]] = []
-    for batch_no, piece in pending:
-        if out and out[-1][0] == batch_no:
-            out[-1] = (batch_no, _Rows(out[-1][1].num_rows + piece.num_rows))
+    pending: list[tuple[tuple[int, int], pa.RecordBatch]],
+) -> list[tuple[tuple[int, int], _Rows]]:
+    """The slices of ``pending`` joined back into their record batches (the slices of
+    one batch share its extent), in order: each batch's rows."""
+    out: list[tuple[tuple[int, int], _Rows]] = []
+    for extent, piece in pending:
+        if out and out[-1][0] == extent:
+            out[-1] = (extent, _Rows(out[-1][1].num_rows + piece.num_rows))
         else:
-            out.append((batch_no, _Rows(piece.num_rows)))
+            out.append((extent, _Rows(piece.num_rows)))
     return out
 
 
