@@ -82,17 +82,14 @@ class Groups:
 
     def _reduce(self, ufunc: np.ufunc, values: np.ndarray, empty: int) -> np.ndarray:
         # as the scatter into an array of ``empty`` does, ``empty`` is one of the values
+        out = np.full(self.size, empty, dtype=np.int64)
         if self.starts is not None:
-            out = np.full(self.size, empty, dtype=np.int64)
             out[self.idx[self.starts]] = ufunc(ufunc.reduceat(values, self.starts), empty)
-            return out
-        if self.row is not None:
-            out = np.full(self.size, empty, dtype=np.int64)
+        elif self.row is not None:
             reduced = ufunc.reduce(values.reshape(-1, len(self.row)), axis=0)
             out[self.row] = ufunc(reduced, empty)
-            return out
-        out = np.full(self.size, empty, dtype=np.int64)
-        ufunc.at(out, self.idx, values)
+        else:
+            ufunc.at(out, self.idx, values)
         return out
 
 

@@ -252,9 +252,9 @@ def _counts(events: pl.DataFrame) -> pl.DataFrame:
     parts.append(events["rank"].to_numpy())
     idx, size = kernels.group_index(parts)
     n = kernels.count(idx, size)
-    first = np.empty(size, dtype=np.int64)  # a row of each: the last written wins
-    first[idx] = np.arange(len(idx), dtype=np.int64)
-    rows = pl.Series(first[n > 0])
+    row_of = np.empty(size, dtype=np.int64)  # a row of each: the last written wins
+    row_of[idx] = np.arange(len(idx), dtype=np.int64)
+    rows = pl.Series(row_of[n > 0])
     return pl.DataFrame(
         {
             **{k: events[k].gather(rows).cast(pl.String) for k in keys},

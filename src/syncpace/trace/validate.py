@@ -398,8 +398,8 @@ class Stream:
             os.close(fd)
         self._prefetch = prefetch if self._file is not None else 0
         self._fetched = 0
-        if self._prefetch:
-            self._fetch_ahead(0, start=True)
+        if self._prefetch:  # the kernel's own read-ahead off: the schema is read next
+            self._advise(0, 0, os.POSIX_FADV_RANDOM)
         self._source = source
         try:
             # One thread: a batch's columns are too small to be worth a thread pool's
@@ -486,23 +486,23 @@ class Stream:
         finally:
             self.close()
 
-    def _fetch_ahead(self, at: int, *, start: bool = False) -> None:
+    def _fetch_ahead(self, at: int) -> None:
         """Ask the kernel to read the file up to ``2 * prefetch`` bytes past ``at`` (so it
         stays ahead until the reader is ``prefetch`` from that end), its own read-ahead
-        switched off (at the ``start``). Read in lockstep, thousands of files each get
-        the kernel's read-ahead, megabytes each (8 MiB on the disks measured here): more
+        switched off at the start. Read in lockstep, thousands of files each get the
+        kernel's read-ahead, megabytes each (8 MiB on the disks measured here): more
         than a memory-limited container's page cache holds, so pages fetched ahead are
-        dropped before they are read, and read again. A failure leaves the kernel's own
-        read-ahead."""
+        dropped before they are read, and read again."""
+        end = at + 2 * self._prefetch
+        self._advise(self._fetched, end - self._fetched, os.POSIX_FADV_WILLNEED)
+        self._fetched = end
+
+    def _advise(self, offset: int, length: int, advice: int) -> None:
+        """``posix_fadvise`` on the file; a failure (no such call here, or refused) ends
+        the prefetching and leaves the kernel's own read-ahead."""
         try:
-            fd = self._file.fileno()  # type: ignore[union-attr]
-            if start:  # the schema is read next: no more than it
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
-                return
-            end = at + 2 * self._prefetch
-            os.posix_fadvise(fd, self._fetched, end - self._fetched, os.POSIX_FADV_WILLNEED)
-            self._fetched = end
-        except (OSError, ValueError, AttributeError):  # no such call here, or refused
+            os.posix_fadvise(self._file.fileno(), offset, length, advice)  # type: ignore[union-attr]
+        except (OSError, ValueError, AttributeError):
             self._prefetch = 0
 
     def unvouched(self, what: str) -> str | None:
