@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 import pyarrow as pa
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -103,3 +104,39 @@ def test_pieces_join_and_convert_to_the_strings_they_hold(specs: list) -> None:
         frame = analysis_frame(table)
         assert frame.schema["op"] == pl.String and frame.columns == ["op", "rank", "n"]
         assert frame["op"].to_list() == [v for v, _ in expected[w]]
+
+
+@pytest.mark.parametrize(
+    "values",
+    [["ab", "", "abab"], ["a", "aa", ""], ["", "x"], ["x", ""], ["abc"] * 7, [""] * 5, ["é"] * 3],
+)
+def test_one_value_only_where_every_row_is_it(values: list[str]) -> None:
+    """A column read as one value (its bytes the first value's repeated) only where each
+    row is that value: rows of other lengths whose bytes join into the same are not."""
+    array = pa.array(["pad", *values], pa.string()).slice(1)  # an offset into its buffers
+    got = _compact(pa.table({"op": array})).column("op")
+    assert got.to_pylist() == values
+    assert got.chunk(0).equals(array.cast(_CODES))
+
+
+@pytest.mark.parametrize("names", [["all_reduce"], ["all_gather", "reduce_scatter"]])
+def test_categoricals_of_one_name_read_as_polars_reads_them(names: list[str]) -> None:
+    """A window's names as categoricals: a column whose dictionary is one name is made
+    as that name repeated; it reads (values, order, type) as polars' own conversion."""
+    n = 1000
+    codes = pa.array(np.arange(n) % len(names), pa.int8())
+    table = pa.table(
+        {
+            "rank": pa.array(np.arange(n), pa.int32()),
+            "op": pa.DictionaryArray.from_arrays(codes, pa.array(names)),
+            "status": pa.DictionaryArray.from_arrays(
+                pa.array(np.zeros(n, np.int8)), pa.array(["completed"])
+            ),
+        }
+    )
+    got = analysis_frame(table, categorical=True)
+    reference = pl.from_arrow(table)
+    assert got.columns == ["rank", "op", "status"]
+    assert got.schema == reference.schema and got.equals(reference)
+    assert got.filter(pl.col("status") == "completed").height == n
+    assert got["op"].to_physical().to_list() == reference["op"].to_physical().to_list()

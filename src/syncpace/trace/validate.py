@@ -253,7 +253,7 @@ def read_host_meta(path: Path) -> dict[str, Any]:
 def check_counters(table: pa.Table) -> tuple[pa.Table, Quarantine]:
     """Counter rows a reading can use: no nulls, a time, a known source."""
     rules = _nulls(table, ())
-    rules.append(("time before 0", _np(table.column("time_ns"), -1) < 0))
+    rules.append(("time before 0", column_numpy(table.column("time_ns"), -1) < 0))
     rules.append(("unknown source", _not_in(table.column("source"), tuple(schema.COUNTER_SOURCES))))
     return _apply(table, rules)
 
@@ -586,7 +586,7 @@ class Quarantine:
         return text + (f", {len(items) - limit} more reasons" if len(items) > limit else "")
 
 
-def _np(column: pa.ChunkedArray | pa.Array, fill: int = 0) -> np.ndarray:
+def column_numpy(column: pa.ChunkedArray | pa.Array, fill: int = 0) -> np.ndarray:
     """The column as numpy, nulls as ``fill`` (read-only where it has none: a view)."""
     if column.null_count:
         column = pc.fill_null(column, fill)
@@ -598,11 +598,15 @@ def _is_in(column: pa.ChunkedArray | pa.Array, values: tuple[str, ...]) -> np.nd
     A dictionary-encoded column is tested once per value of its dictionary."""
     chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
     if not chunks or not all(pa.types.is_dictionary(c.type) for c in chunks):
-        return _np(pc.is_in(column, value_set=pa.array(values, pa.string())), False).astype(bool)
+        return column_numpy(
+            pc.is_in(column, value_set=pa.array(values, pa.string())), False
+        ).astype(bool)
     out = []
     for chunk in chunks:
-        hit = _np(pc.is_in(chunk.dictionary, value_set=pa.array(values, pa.string())), False)
-        codes = _np(chunk.indices, 0).astype(np.intp)
+        hit = column_numpy(
+            pc.is_in(chunk.dictionary, value_set=pa.array(values, pa.string())), False
+        )
+        codes = column_numpy(chunk.indices, 0).astype(np.intp)
         flags = hit.astype(bool)[codes] if len(hit) else np.zeros(len(chunk), dtype=bool)
         if chunk.null_count:
             flags &= chunk.is_valid().to_numpy(zero_copy_only=False)
@@ -635,7 +639,7 @@ def _nulls(table: Any, nullable: tuple[str, ...]) -> list[tuple[str, np.ndarray]
     for name in table.column_names:
         column = table.column(name)
         if name not in nullable and column.null_count:
-            rules.append((f"null {name}", _np(pc.is_null(column), False).astype(bool)))
+            rules.append((f"null {name}", column_numpy(pc.is_null(column), False).astype(bool)))
     return rules
 
 
@@ -673,15 +677,19 @@ def all_events_valid(table: Any, rank: Any, world_size: int) -> bool:
     for name, values in allowed:
         if not all(v in values for v in _names_in(col(name))):
             return False  # a name outside the format, or a call not completed
-    step, seq, nbytes = _np(col("step")), _np(col("seq")), _np(col("bytes"))
+    step, seq, nbytes = (
+        column_numpy(col("step")),
+        column_numpy(col("seq")),
+        column_numpy(col("bytes")),
+    )
     if min(int(step.min()), int(seq.min()), int(nbytes.min())) < 0:
         return False
-    group_size, peer = _np(col("group_size")), _np(col("peer"))
+    group_size, peer = column_numpy(col("group_size")), column_numpy(col("peer"))
     if int(group_size.min()) < 1 or int(group_size.max()) > world_size:
         return False
     if int(peer.min()) < -1 or int(peer.max()) > world_size - 1:
         return False
-    enter, exit_ = _np(col("enter_ns")), _np(col("exit_ns"))
+    enter, exit_ = column_numpy(col("enter_ns")), column_numpy(col("exit_ns"))
     # every call completed: each needs an exit in range, at or after its enter
     if int(enter.min()) < 0 or int(exit_.min()) < 0:
         return False
@@ -690,12 +698,12 @@ def all_events_valid(table: Any, rank: Any, world_size: int) -> bool:
     span = exit_ - enter  # both within [0, 2^62]: no overflow
     if int(span.min()) < 0 or int(span.max()) > MAX_SPAN_NS:
         return False
-    wait = _np(col("wait_ns"))
+    wait = column_numpy(col("wait_ns"))
     if int(wait.min()) != -1 or int(wait.max()) != -1:
         recorded = wait != -1
         if (recorded & ((wait < enter) | (wait > MAX_TIME_NS))).any():
             return False
-    return bool((_np(col("rank")) == rank).all())
+    return bool((column_numpy(col("rank")) == rank).all())
 
 
 def _names_in(column: pa.ChunkedArray | pa.Array) -> list[Any]:
@@ -710,20 +718,24 @@ def _names_in(column: pa.ChunkedArray | pa.Array) -> list[Any]:
 def event_rules(table: Any, rank: Any, world_size: int) -> list[tuple[str, np.ndarray]]:
     """The rules of :func:`check_events`, in order: (reason, rows breaking it)."""
     col = table.column
-    enter, exit_, wait = _np(col("enter_ns")), _np(col("exit_ns")), _np(col("wait_ns"))
+    enter, exit_, wait = (
+        column_numpy(col("enter_ns")),
+        column_numpy(col("exit_ns")),
+        column_numpy(col("wait_ns")),
+    )
     status = col("status")
     completed = _is_in(status, ("completed",))
     ended = completed | _is_in(status, ("failed", "timed_out", "aborted"))
-    group_size, peer = _np(col("group_size")), _np(col("peer"))
+    group_size, peer = column_numpy(col("group_size")), column_numpy(col("peer"))
     rules = _nulls(table, ("error",))
     rules += [
-        (f"rank column not {rank}", _np(col("rank")) != rank),
+        (f"rank column not {rank}", column_numpy(col("rank")) != rank),
         ("unknown op", _not_in(col("op"), schema.OPS)),
         ("unknown timing source", _not_in(col("timing"), schema.TIMING_SOURCES)),
         ("unknown status", _not_in(status, schema.STATUSES)),
-        ("negative step", _np(col("step")) < 0),
-        ("negative seq", _np(col("seq")) < 0),
-        ("negative bytes", _np(col("bytes")) < 0),
+        ("negative step", column_numpy(col("step")) < 0),
+        ("negative seq", column_numpy(col("seq")) < 0),
+        ("negative bytes", column_numpy(col("bytes")) < 0),
         (f"group_size outside 1..{world_size}", (group_size < 1) | (group_size > world_size)),
         (f"peer outside -1..{world_size - 1}", (peer < -1) | (peer >= world_size)),
         ("enter_ns out of range", (enter < 0) | (enter > MAX_TIME_NS)),
@@ -741,11 +753,15 @@ def check_steps(table: Any, rank: int) -> tuple[Any, Quarantine]:
     """The rows of a steps table that keep the format's invariants (row checks only;
     :func:`check_step_order` checks the order of a whole rank's steps)."""
     col = table.column
-    start, end, delay = _np(col("start_ns")), _np(col("end_ns")), _np(col("pacing_delay_ns"))
+    start, end, delay = (
+        column_numpy(col("start_ns")),
+        column_numpy(col("end_ns")),
+        column_numpy(col("pacing_delay_ns")),
+    )
     rules = _nulls(table, ())
     rules += [
-        (f"rank column not {rank}", _np(col("rank")) != rank),
-        ("negative step", _np(col("step")) < 0),
+        (f"rank column not {rank}", column_numpy(col("rank")) != rank),
+        ("negative step", column_numpy(col("step")) < 0),
         ("start_ns out of range", (start < 0) | (start > MAX_TIME_NS)),
         ("end_ns before start_ns", end < start),
         ("end_ns out of range", end > MAX_TIME_NS),
@@ -764,14 +780,18 @@ def check_summaries(table: Any, rank: int) -> tuple[Any, Quarantine]:
     invariants: counts and times not negative, the longest call within the step's time
     in calls, failures among the calls, each step once."""
     col = table.column
-    calls, failed = _np(col("calls")), _np(col("failed"))
-    comm, blocked, longest = _np(col("comm_ns")), _np(col("blocked_ns")), _np(col("longest_ns"))
-    steps = _np(col("step"))
+    calls, failed = column_numpy(col("calls")), column_numpy(col("failed"))
+    comm, blocked, longest = (
+        column_numpy(col("comm_ns")),
+        column_numpy(col("blocked_ns")),
+        column_numpy(col("longest_ns")),
+    )
+    steps = column_numpy(col("step"))
     rules = _nulls(table, ())
     rules += [
-        (f"rank column not {rank}", _np(col("rank")) != rank),
+        (f"rank column not {rank}", column_numpy(col("rank")) != rank),
         ("step out of range", (steps < 0) | (steps > MAX_STEP)),
-        ("negative count", (calls < 0) | (failed < 0) | (_np(col("bytes")) < 0)),
+        ("negative count", (calls < 0) | (failed < 0) | (column_numpy(col("bytes")) < 0)),
         ("more failures than calls", failed > calls),
         ("time out of range", (comm < 0) | (blocked < 0) | (longest < 0) | (comm > MAX_TIME_NS)),
         ("longest call beyond the time in calls", longest > comm),
@@ -785,7 +805,7 @@ def check_summaries(table: Any, rank: int) -> tuple[Any, Quarantine]:
 def check_step_order(table: pa.Table) -> tuple[pa.Table, Quarantine]:
     """A rank writes its steps in order, once each: a step id that repeats or goes
     back is damage (a duplicated or replayed batch)."""
-    steps = _np(table.column("step"))
+    steps = column_numpy(table.column("step"))
     if steps.size < 2:
         return table, Quarantine()
     prior_max = np.concatenate(([np.iinfo(np.int64).min], np.maximum.accumulate(steps)[:-1]))
