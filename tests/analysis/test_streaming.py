@@ -263,6 +263,59 @@ def test_a_step_is_read_again_from_its_batches_bytes_alone(
     assert pl.from_arrow(got).equals(loaded.select(schema.EVENTS.names))
 
 
+def test_steps_read_again_together_decode_a_shared_batch_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The report's sampled steps read together: each rank's file opened once, a batch
+    holding two of them read once, the rows rank by rank, the steps in the order asked
+    (what a reading of each rank and step alone gives)."""
+    import os
+
+    from syncpace.trace.chunks import read_steps
+
+    run = tmp_path / "run"
+    shutil.copytree(DATA / "latency_bound", run)
+    for path in sorted(run.glob("rank-*.events.arrow")):  # a batch of two steps each
+        rank = int(path.name.split(".")[0].split("-")[1])
+        step = pa.ipc.open_stream(pa.py_buffer(path.read_bytes())).read_all()["step"]
+        step = step.to_numpy()
+        cuts = np.flatnonzero((np.diff(step) > 0) & (step[1:] % 2 == 0)) + 1
+        _rewrite(run, rank, lambda ev: ev, cuts=tuple(cuts))
+    index = read_metadata(run)
+    sweep = Sweep(index, warmup_steps=1, window_events=1)
+    for _ in sweep:
+        pass
+    scans = sweep.scans()
+    read: list[int] = []
+    opened: list[int] = []
+    real_pread, real_advise = os.pread, os.posix_fadvise
+
+    def pread(fd: int, n: int, at: int) -> bytes:
+        read.append(n)
+        return real_pread(fd, n, at)
+
+    def advise(fd: int, offset: int, length: int, advice: int) -> None:
+        opened.append(advice)
+        real_advise(fd, offset, length, advice)
+
+    monkeypatch.setattr(os, "pread", pread)
+    monkeypatch.setattr(os, "posix_fadvise", advise)
+    got = read_steps(scans, [5, 4, 9], columns=schema.EVENTS.names)
+    monkeypatch.undo()
+    ranks = len(index.ranks)
+    assert len(read) == 2 * ranks  # steps 4 and 5 share a batch; 9 is in another
+    assert opened.count(os.POSIX_FADV_RANDOM) == ranks
+    events = load_trace(run).events.select(schema.EVENTS.names)
+    expected = pl.concat(
+        [
+            events.filter((pl.col("rank") == r) & (pl.col("step") == s))
+            for r in index.ranks
+            for s in (5, 4, 9)
+        ]
+    )
+    assert expected.height > 0 and pl.from_arrow(got).equals(expected)
+
+
 def test_a_file_cut_after_it_was_read_is_said_in_one_line(tmp_path: Path) -> None:
     """A rank's file cut short between the read and reading a step again: an error
     naming the file, not a traceback nor rows of another batch."""

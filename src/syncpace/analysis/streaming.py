@@ -62,6 +62,7 @@ from syncpace.trace.chunks import (
     Sweep,
     analysis_frame,
     carry,
+    read_steps,
     read_window,
     scan_rank,
     segments,
@@ -478,14 +479,10 @@ def sample(p: Plan, metrics: RunMetrics, trace: Trace | None = None) -> Iteratio
     # Rank by rank, as the files are read (the picks in their order within a rank), a
     # group of ranks at a time into polars: the Arrow copy of all never exists at once.
     parts = []
-    for at in range(0, len(p.scans), _SAMPLE_RANKS):
-        tables = [
-            read_window([s], step, step + 1, columns=_ALL)
-            for s in p.scans[at : at + _SAMPLE_RANKS]
-            for _, step in picks
-        ]
-        if tables:
-            parts.append(pl.from_arrow(pa.concat_tables(tables)))
+    steps = [step for _, step in picks]
+    for at in range(0, len(p.scans) if steps else 0, _SAMPLE_RANKS):
+        table = read_steps(list(p.scans[at : at + _SAMPLE_RANKS]), steps, columns=_ALL)
+        parts.append(pl.from_arrow(table))
     events = pl.concat(parts, rechunk=False) if parts else None
     base = trace or base_trace(p)
     sampled = dataclasses.replace(base, events=events) if events is not None else base

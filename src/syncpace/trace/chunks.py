@@ -462,15 +462,7 @@ def read_window(
                     batch = _decode(sources[f], ef, entry, columns)
                 if cache is not None and ef.hi[entry] >= hi:
                     held[key] = batch
-                # a null step (a row the scan left out) is in no window
-                step = pc.fill_null(batch.column("step"), lo - 1).to_numpy()
-                sel = (step >= lo) & (step < hi)
-                if entry in ef.keep:
-                    sel &= ef.keep[entry]
-                if sel.all():
-                    out.append(batch)
-                elif sel.any():
-                    out.append(batch.filter(pa.array(sel)))
+                _select(batch, ef, entry, lo, hi, out)
         except validate.DAMAGE as exc:
             raise TraceError(
                 scan.files[0].path, f"changed since it was read ({validate.first_line(exc)})"
@@ -480,10 +472,60 @@ def read_window(
                 os.close(fd)
     if cache is not None:
         cache.keep(held)
-    if not out:
+    return _joined(out, target)
+
+
+def read_steps(
+    scans: list[RankScan], steps: list[int], *, columns: tuple[str, ...] = ANALYSIS_COLUMNS
+) -> pa.Table:
+    """The valid events of each of ``steps`` of every rank in ``scans``: rank by rank,
+    the steps in the order given, file order within a step (what one
+    :func:`read_window` of each rank and step gives, joined). A rank's files are opened
+    once and a batch holding several of the steps decoded once."""
+    out: list[pa.RecordBatch] = []
+    target = pa.schema([schema.EVENTS.field(c) for c in columns])
+    for scan in scans:
+        sources: dict[int, int] = {}
+        decoded: dict[tuple[int, int], pa.RecordBatch] = {}
+        try:
+            for step in steps:
+                for f, entry in scan.batches(step, step + 1):
+                    ef = scan.files[f]
+                    batch = decoded.get((f, entry))
+                    if batch is None:
+                        if f not in sources:
+                            sources[f] = _random_access(ef.path)
+                        batch = decoded[(f, entry)] = _decode(sources[f], ef, entry, columns)
+                    _select(batch, ef, entry, step, step + 1, out)
+        except validate.DAMAGE as exc:
+            raise TraceError(
+                scan.files[0].path, f"changed since it was read ({validate.first_line(exc)})"
+            ) from exc
+        finally:
+            for fd in sources.values():
+                os.close(fd)
+    return _joined(out, target)
+
+
+def _select(batch: pa.RecordBatch, ef: EventFile, entry: int, lo: int, hi: int, out: list) -> None:
+    """Append to ``out`` the rows of ``batch`` (entry ``entry`` of ``ef``) the scan kept
+    whose step is in ``[lo, hi)``."""
+    # a null step (a row the scan left out) is in no window
+    step = validate.column_numpy(batch.column("step"), lo - 1)
+    sel = (step >= lo) & (step < hi)
+    if entry in ef.keep:
+        sel &= ef.keep[entry]
+    if sel.all():
+        out.append(batch)
+    elif sel.any():
+        out.append(batch.filter(pa.array(sel)))
+
+
+def _joined(batches: list[pa.RecordBatch], target: pa.Schema) -> pa.Table:
+    if not batches:
         return target.empty_table()
     # Contiguous: polars converts a table of thousands of small chunks several times slower.
-    return pa.Table.from_batches(out, schema=target).combine_chunks()
+    return pa.Table.from_batches(batches, schema=target).combine_chunks()
 
 
 def _random_access(path: Path) -> int:
