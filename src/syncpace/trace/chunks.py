@@ -978,14 +978,13 @@ class Sweep:
         # together, each rank then only told where its run starts and ends
         runs = _counting_runs(seq, bounds) if key is not None and ok.all() else None
         step_ok = np.flatnonzero(ok) if runs is None else None
+        counting, firsts, lasts = runs if runs is not None else ([], [], [])
         for i, (c, a, b) in enumerate(zip(cursors, bounds[:-1], bounds[1:], strict=True)):
             rows = None
-            if runs is not None:
-                counting, firsts, lasts = runs
+            if step_ok is None:
                 if counting[i] and c.seen.extend(key, firsts[i], lasts[i]):
                     continue
             else:
-                assert step_ok is not None
                 rows = step_ok[(step_ok >= a) & (step_ok < b)] if not ok[a:b].all() else None
                 s = seq[a:b] if rows is None else seq[rows]
                 if not len(s):
