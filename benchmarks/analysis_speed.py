@@ -145,7 +145,8 @@ def _write(
     compression: str | None,
 ) -> None:
     """As the tracer's writer writes a stream: record batches with their CRC-32."""
-    table = pa.table({name: columns[name] for name in arrow_schema.names}, schema=arrow_schema)
+    conform = schema.events_table if arrow_schema is schema.EVENTS else schema.steps_table
+    table = conform(columns)
     options = pa.ipc.IpcWriteOptions(compression=compression)
     with (
         pa.OSFile(str(path), "wb") as sink,

@@ -72,7 +72,7 @@ def write_rank(out: Path, rank: int, world: int, calls: int) -> None:
         "wait_ns": pa.array(np.full(n, -1, np.int64)),
     }
     for suffix, table in (
-        (schema.EVENTS_SUFFIX, pa.table(columns, schema=schema.EVENTS)),
+        (schema.EVENTS_SUFFIX, schema.events_table(columns)),
         (schema.STEPS_SUFFIX, schema.STEPS.empty_table()),
     ):
         with pa.OSFile(f"{stem}{suffix}", "wb") as sink, pa.ipc.new_stream(sink, table.schema) as w:

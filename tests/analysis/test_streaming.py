@@ -88,7 +88,7 @@ def _rewrite(run: Path, rank: int, edit, cuts: tuple[int, ...] = ()) -> None:
     the new count in its metadata."""
     path = run / f"rank-{rank:05d}.events.arrow"
     frame = edit(pl.from_arrow(pa.ipc.open_stream(pa.py_buffer(path.read_bytes())).read_all()))
-    table = frame.to_arrow().cast(schema.EVENTS)
+    table = schema.events_table(frame.to_arrow())
     bounds = [0, *cuts, table.num_rows]
     with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, schema.EVENTS) as out:
         for a, b in zip(bounds[:-1], bounds[1:], strict=True):

@@ -53,9 +53,9 @@ def ev(
 
 
 def frame(rows: list[tuple]) -> pl.DataFrame:
-    cols = [f.name for f in schema.EVENTS]
-    data = {c: [r[i] for r in rows] for i, c in enumerate(cols)}
-    table = pl.from_arrow(schema.EVENTS.empty_table())
+    written = schema.events_schema(2)  # these runs declare schema version 2
+    data = {c: [r[i] for r in rows] for i, c in enumerate(written.names)}
+    table = pl.from_arrow(written.empty_table())
     return pl.concat([table, pl.DataFrame(data, schema=table.schema)]) if rows else table
 
 

@@ -36,6 +36,10 @@ def _row(draw: st.DrawFn) -> dict:
             st.sampled_from([-1, -2, 0, enter, enter + 10, enter + validate.MAX_SPAN_NS + 1, BIG])
         ),
         "wait_ns": draw(st.sampled_from([-1, -1, enter, enter - 1, BIG + 1])),
+        "device_enter_ns": (device := draw(st.sampled_from([-1, -1, 0, enter, BIG + 1, -3]))),
+        "device_exit_ns": draw(
+            st.sampled_from([-1, -1, device, device + 7, device - 1, validate.MAX_SPAN_NS + 9])
+        ),
     }
 
 
@@ -43,7 +47,7 @@ def _row(draw: st.DrawFn) -> dict:
 def tables(draw: st.DrawFn) -> pa.Table:
     rows = draw(st.lists(st.composite(_row)(), min_size=1, max_size=12))
     columns = {name: [r[name] for r in rows] for name in schema.EVENTS.names}
-    return pa.table(columns, schema=schema.EVENTS)
+    return schema.events_table(columns)
 
 
 def _flagged(table: pa.Table, rank) -> np.ndarray:
@@ -76,7 +80,7 @@ def test_a_clean_table_is_taken_by_its_ranges() -> None:
         "status": ["completed"] * n, "error": [None] * n, "enter_ns": enter,
         "exit_ns": enter + 500, "wait_ns": [-1] * n,
     }  # fmt: skip
-    table = pa.table(columns, schema=schema.EVENTS)
+    table = schema.events_table(columns)
     assert validate.all_events_valid(table, 1, WORLD)
     assert validate.all_events_valid(_compact(table), np.ones(n), WORLD)
     waited = table.set_column(14, "wait_ns", pa.array(enter + 100))
@@ -118,7 +122,7 @@ def test_one_bad_value_in_a_clean_table_is_never_passed(n: int, edge: tuple, dat
     row = data.draw(st.integers(0, n - 1))
     name, value = edge
     columns[name][row] = value
-    table = pa.table(columns, schema=schema.EVENTS)
+    table = schema.events_table(columns)
     for t in (table, _compact(table)):
         flagged = _flagged(t, 1)
         if validate.all_events_valid(t, 1, WORLD):

@@ -13,6 +13,7 @@ import pytest
 
 from syncpace.trace import RankTraceWriter, load_trace
 from syncpace.trace import journal as jr
+from syncpace.trace.columns import complete_event
 
 
 def event(i: int, *, status: str = "completed", error: str | None = None) -> tuple:
@@ -53,7 +54,7 @@ def test_events_and_steps_round_trip_through_the_journal(tmp_path):
     w.close()
     assert not (tmp_path / "run" / "rank-00000.journal").exists()  # a clean close removes it
     trace = load_trace(tmp_path / "run")
-    assert trace.events.rows() == rows
+    assert trace.events.rows() == [complete_event(row) for row in rows]  # no device times
     assert trace.steps.rows() == [(0, 0, 10, 3000, 7)]
 
 
@@ -165,7 +166,28 @@ def test_a_closed_or_foreign_journal_is_ignored(tmp_path):
 
 def test_records_match_the_numpy_view_field_by_field():
     buf = bytearray(jr.RECORD.size)
-    values = (7, jr.EVENT, 2, 3, 1, 9, 4, 5, 6, 10, 20, 15, 8, -1, 11, 12, 13, 7 ^ jr.COMMIT)
+    values = (
+        7,
+        jr.EVENT,
+        2,
+        3,
+        1,
+        9,
+        4,
+        5,
+        6,
+        10,
+        20,
+        15,
+        8,
+        -1,
+        11,
+        12,
+        13,
+        30,
+        40,
+        7 ^ jr.COMMIT,
+    )
     jr.RECORD.pack_into(buf, 0, *values)
     rec = np.frombuffer(bytes(buf), jr.RECORD_DTYPE)[0]
     names = [n for n in jr.RECORD_DTYPE.names if n != "pad"]

@@ -265,7 +265,7 @@ def test_a_newer_schema_version_is_refused_in_one_line(good, tmp_path):
     meta_path.write_text(json.dumps(meta))
     with pytest.raises(
         TraceError,
-        match=r"rank-00001.meta.json: trace schema version 3 is not "
-        r"supported \(this syncpace reads versions 1, 2\)",
+        match=rf"rank-00001.meta.json: trace schema version {SCHEMA_VERSION + 1} is not "
+        r"supported \(this syncpace reads versions 1, 2, 3\)",
     ):
         load_trace(run)

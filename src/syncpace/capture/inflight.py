@@ -21,10 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-#: Indices of the fields of an event row (``syncpace.trace.schema.EVENTS`` order).
-RANK, STEP, GROUP, GROUP_SIZE, SEQ, OP, BYTES, DTYPE, PEER, ENTER = range(10)
-#: ... and of the fields the tracer appends when it records the call.
-EXIT, TIMING, STATUS, ERROR, WAIT = range(10, 15)
+from syncpace.trace.columns import EV
 
 
 class InFlight:
@@ -40,7 +37,7 @@ class InFlight:
         key = id(row)
         self.calls.pop(key, None)
         self.works.pop(key, None)
-        self.last[row[GROUP]] = event
+        self.last[row[EV.group]] = event
 
     def forget(self, row: tuple) -> None:
         """``row`` will never be recorded (tracing is off): drop it."""

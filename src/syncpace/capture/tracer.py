@@ -44,6 +44,7 @@ from syncpace.errors import ConfigError
 from syncpace.monitor import MonitorConfig
 from syncpace.monitor.detector import Detection
 from syncpace.trace import schema
+from syncpace.trace.columns import EV
 from syncpace.trace.journal import NO_SLOT
 from syncpace.trace.stall import FATAL_SUFFIX, stall_path
 from syncpace.trace.writer import RankTraceWriter
@@ -423,15 +424,21 @@ class Tracer:
             self.in_flight.forget(row)
             return
         exit_ns = -1 if status == "unobserved" else self.now()
-        event = row + (exit_ns, how, status, error, wait_ns)
+        event = row + (exit_ns, how, status, error, wait_ns, -1, -1)
         writer.add_event(event, token)
         in_flight, key = self.in_flight, id(row)  # InFlight.recorded, inlined: hot path
         in_flight.calls.pop(key, None)
         in_flight.works.pop(key, None)
-        in_flight.last[row[2]] = event
+        in_flight.last[row[EV.group]] = event
         metrics = self.metrics
         if metrics is not None and exit_ns >= 0:
-            metrics.on_collective(row[2], row[5], row[6], (exit_ns - row[9]) / 1e9, row[3])
+            metrics.on_collective(
+                row[EV.group],
+                row[EV.op],
+                row[EV.bytes],
+                (exit_ns - row[EV.enter_ns]) / 1e9,
+                row[EV.group_size],
+            )
         if status in _FAILED and self.watchdog is not None:
             self.watchdog.on_failure(event)
 
@@ -541,7 +548,7 @@ class Tracer:
                 status, error = "aborted", "in flight when the process group was destroyed"
             else:
                 status, error = "pending", None
-            writer.add_event(row + (-1, "unobserved", status, error, -1), token)
+            writer.add_event(row + (-1, "unobserved", status, error, -1, -1, -1), token)
 
 
 class Placement:

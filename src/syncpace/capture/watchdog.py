@@ -40,9 +40,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from syncpace.capture import inflight as f
 from syncpace.capture.inflight import InFlight
 from syncpace.capture.log import warn_once
+from syncpace.trace.columns import EV
 from syncpace.trace.stall import Call, Frame, StallRecord, ThreadStack, write_stall
 
 #: Bounds: calls listed, threads and frames per thread kept, failures captured.
@@ -60,8 +60,8 @@ MAX_SCAN = 4096
 def _oldest(calls: dict[int, tuple]) -> list[tuple]:
     """The calls in flight, oldest first, at most MAX_SCAN of them."""
     if len(calls) <= MAX_SCAN:
-        return sorted(calls.values(), key=lambda r: r[f.ENTER])
-    return heapq.nsmallest(MAX_SCAN, calls.values(), key=lambda r: r[f.ENTER])
+        return sorted(calls.values(), key=lambda r: r[EV.enter_ns])
+    return heapq.nsmallest(MAX_SCAN, calls.values(), key=lambda r: r[EV.enter_ns])
 
 
 def thread_stacks(skip: int | None = None) -> tuple[ThreadStack, ...]:
@@ -200,10 +200,10 @@ class StallWatchdog:
         stall is written down when it becomes one rather than up to a poll later."""
         calls, _works, last = self.registry.snapshot()
         if calls:
-            start = _oldest(calls)[0][f.ENTER]
+            start = _oldest(calls)[0][EV.enter_ns]
         else:
             _step, boundary = self._progress()
-            start = max([boundary] + [e[f.EXIT] for e in last.values() if e[f.EXIT] >= 0])
+            start = max([boundary] + [e[EV.exit_ns] for e in last.values() if e[EV.exit_ns] >= 0])
         due = (start + self.after_ns - now) / 1e9 + 0.001
         return self.poll_s if due <= 0 else min(self.poll_s, due)
 
@@ -226,7 +226,7 @@ class StallWatchdog:
         """``(kind, since local ns, live calls oldest first)`` if stalled, else ``None``."""
         calls, works, last = self.registry.snapshot()
         live = _oldest(calls)
-        old = [r for r in live if now - r[f.ENTER] > self.after_ns]
+        old = [r for r in live if now - r[EV.enter_ns] > self.after_ns]
         if old:
             finished = set()
             for row in old[:MAX_POLLED]:
@@ -239,11 +239,11 @@ class StallWatchdog:
             live = [r for r in live if id(r) not in finished]
             old = [r for r in old if id(r) not in finished]
         if old:
-            return "in_collective", old[0][f.ENTER], live
+            return "in_collective", old[0][EV.enter_ns], live
         if live:
             return None
         _step, boundary = self._progress()
-        activity = max([boundary] + [e[f.EXIT] for e in last.values() if e[f.EXIT] >= 0])
+        activity = max([boundary] + [e[EV.exit_ns] for e in last.values() if e[EV.exit_ns] >= 0])
         if now - activity > self.after_ns:
             return "no_progress", activity, live
         return None
@@ -349,18 +349,18 @@ class StallWatchdog:
 
     def _call(self, row: tuple, offset: int | None = None) -> Call:
         offset = self._offset() if offset is None else offset
-        done = len(row) > f.EXIT
-        exit_ns = row[f.EXIT] if done else -1
+        done = len(row) > EV.exit_ns
+        exit_ns = row[EV.exit_ns] if done else -1
         return Call(
-            group=str(row[f.GROUP]),
-            seq=int(row[f.SEQ]),
-            op=str(row[f.OP]),
-            bytes=int(row[f.BYTES]),
-            dtype=str(row[f.DTYPE]),
-            peer=int(row[f.PEER]),
-            step=int(row[f.STEP]),
-            enter_ns=row[f.ENTER] + offset,
+            group=str(row[EV.group]),
+            seq=int(row[EV.seq]),
+            op=str(row[EV.op]),
+            bytes=int(row[EV.bytes]),
+            dtype=str(row[EV.dtype]),
+            peer=int(row[EV.peer]),
+            step=int(row[EV.step]),
+            enter_ns=row[EV.enter_ns] + offset,
             exit_ns=exit_ns + offset if exit_ns >= 0 else -1,
-            status=str(row[f.STATUS]) if done else "in_flight",
-            error=row[f.ERROR] if done else None,
+            status=str(row[EV.status]) if done else "in_flight",
+            error=row[EV.error] if done else None,
         )

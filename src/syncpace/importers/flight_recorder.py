@@ -49,6 +49,7 @@ from syncpace.errors import TraceError
 from syncpace.importers.config import ImportConfig
 from syncpace.importers.tracebuild import INPUT_COLUMNS, ImportResult, RankInput, write_trace
 from syncpace.trace import schema
+from syncpace.trace.columns import EVENT_COLUMNS
 from syncpace.trace.merge import join_parts, merge_traces
 from syncpace.trace.reader import Trace, load_trace
 from syncpace.trace.stall import Call, Frame, StallRecord, stall_path, write_stall
@@ -395,7 +396,7 @@ def to_trace(
                 "pg_status": d.pg_status,
             },
         }
-    events = pl.DataFrame(rows, schema=_polars(schema.EVENTS), orient="row")
+    events = pl.from_arrow(schema.events_table(_columns(rows)))
     steps = pl.DataFrame(schema=_polars(schema.STEPS))
     warnings = []
     if any(d.version != KNOWN_VERSION for d in dumps):
@@ -408,26 +409,31 @@ def to_trace(
     return Trace(where, world, meta, events, steps, tuple(warnings), stalls=stalls)
 
 
-def _event(rank: int, c: Call, world: int, groups: dict[str, list[int]]) -> tuple:
-    size = len(groups.get(c.group, [])) or world
-    status = "completed" if c.done else "pending"
-    return (
-        rank,
-        -1,
-        c.group,
-        size,
-        c.seq,
-        c.op,
-        c.bytes,
-        c.dtype,
-        c.peer,
-        c.enter_ns,
-        c.exit_ns,
-        "wait",
-        status,
-        None,
-        -1,
-    )
+def _event(rank: int, c: Call, world: int, groups: dict[str, list[int]]) -> dict[str, Any]:
+    """One call as the trace's columns; a dump has no device time of its own (its
+    ``duration_ms`` is not placed on any clock), so those columns read as not observed."""
+    return {
+        "rank": rank,
+        "step": -1,
+        "group": c.group,
+        "group_size": len(groups.get(c.group, [])) or world,
+        "seq": c.seq,
+        "op": c.op,
+        "bytes": c.bytes,
+        "dtype": c.dtype,
+        "peer": c.peer,
+        "enter_ns": c.enter_ns,
+        "exit_ns": c.exit_ns,
+        "timing": "wait",
+        "status": "completed" if c.done else "pending",
+        "error": None,
+        "wait_ns": -1,
+    }
+
+
+def _columns(rows: list[dict[str, Any]]) -> dict[str, list[Any]]:
+    names = [c.name for c in EVENT_COLUMNS if not c.name.startswith("device_")]
+    return {name: [row[name] for row in rows] for name in names}
 
 
 def _polars(arrow_schema: Any) -> dict[str, Any]:

@@ -42,24 +42,15 @@ from syncpace.trace.writer import write_table
 #: How the converters mark a column they could not fill.
 UNKNOWN = -1
 
-#: Columns a converter hands over (the trace's events, minus ``rank``/``step``, plus the
-#: host time of the call, which places it in its iteration).
-INPUT_COLUMNS = {
-    "group": pl.String,
-    "group_size": pl.Int32,
-    "seq": pl.Int64,
-    "op": pl.String,
-    "bytes": pl.Int64,
-    "dtype": pl.String,
-    "peer": pl.Int32,
-    "enter_ns": pl.Int64,
-    "exit_ns": pl.Int64,
-    "timing": pl.String,
-    "status": pl.String,
-    "error": pl.String,
-    "wait_ns": pl.Int64,
-    "call_ns": pl.Int64,
-}
+#: Columns a converter hands over: the trace's events, minus ``rank``/``step`` and the
+#: device times (a converted trace puts the source's own times in ``enter_ns`` and
+#: ``exit_ns``, ``timing`` naming which), plus the host time of the call, which places
+#: it in its iteration.
+INPUT_COLUMNS: dict[str, Any] = {
+    name: dtype
+    for name, dtype in pl.from_arrow(schema.EVENTS.empty_table()).schema.items()  # type: ignore[union-attr]
+    if name not in ("rank", "step") and not name.startswith("device_")
+} | {"call_ns": pl.Int64}
 
 #: How a rank's iterations are delimited.
 STEP_RULES = (
@@ -449,24 +440,7 @@ def _config_json(config: ImportConfig) -> dict[str, Any]:
 
 
 def _events_table(ev: pl.DataFrame) -> pa.Table:
-    cols = ev.select(
-        pl.col("rank").cast(pl.Int32),
-        pl.col("step").cast(pl.Int64),
-        pl.col("group").cast(pl.String),
-        pl.col("group_size").cast(pl.Int32),
-        pl.col("seq").cast(pl.Int64),
-        pl.col("op").cast(pl.String),
-        pl.col("bytes").cast(pl.Int64),
-        pl.col("dtype").cast(pl.String),
-        pl.col("peer").cast(pl.Int32),
-        pl.col("enter_ns").cast(pl.Int64),
-        pl.col("exit_ns").cast(pl.Int64),
-        pl.col("timing").cast(pl.String),
-        pl.col("status").cast(pl.String),
-        pl.col("error").cast(pl.String),
-        pl.col("wait_ns").cast(pl.Int64),
-    )
-    return cols.to_arrow().cast(schema.EVENTS)
+    return schema.events_table(ev.to_arrow())
 
 
 def _steps_table(rank: int, steps: pl.DataFrame) -> pa.Table:

@@ -205,14 +205,14 @@ class ExportResult:
 
 
 def _event_slices(index: TraceMeta, rank: int, account: _Account) -> Iterator[pa.Table]:
-    v1 = index.meta[rank]["schema_version"] == 1
+    version = index.meta[rank]["schema_version"]
     path = index.stream_paths(rank)[0]
-    stream = validate.Stream(path, schema.EVENTS_V1 if v1 else schema.EVENTS, mapped=False)
+    stream = validate.Stream(path, schema.events_schema(version), mapped=False)
     account.streams["events"] = stream
     for batch in stream.batches():
         table = pa.Table.from_batches([batch])
-        if v1:
-            table = schema.upgrade_events(table)
+        if version != schema.SCHEMA_VERSION:
+            table = schema.upgrade_events(table, version)
         table, bad = validate.check_events(table, rank, index.world_size)
         account.events.add(bad)
         yield table

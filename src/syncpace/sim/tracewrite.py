@@ -56,35 +56,39 @@ def write_trace(result: SimResult, out_dir: str | os.PathLike[str], max_ranks: i
     op = result.config.workload.op
     n = iters * buckets
     for rank in ranks.tolist():
-        events = pa.RecordBatch.from_arrays(
-            [
-                pa.array(np.full(n, rank, dtype=np.int32)),
-                pa.array(steps_idx),
-                pa.array(["0"] * n, type=pa.string()),
-                pa.array(np.full(n, result.world_size, dtype=np.int32)),
-                pa.array(seq),
-                pa.array([op] * n, type=pa.string()),
-                pa.array(nbytes),
-                pa.array([dtype] * n, type=pa.string()),
-                pa.array(np.full(n, schema.NO_PEER, dtype=np.int32)),
-                pa.array(enter[:, :, rank].reshape(-1)),
-                pa.array(exits[:, :, rank].reshape(-1)),
-                pa.array(["simulated"] * n, type=pa.string()),
-                pa.array(["completed"] * n, type=pa.string()),
-                pa.nulls(n, pa.string()),
-                pa.array(np.full(n, -1, dtype=np.int64)),
-            ],
-            schema=schema.EVENTS,
+        events = (
+            schema.events_table(
+                {
+                    "rank": np.full(n, rank, dtype=np.int32),
+                    "step": steps_idx,
+                    "group": ["0"] * n,
+                    "group_size": np.full(n, result.world_size, dtype=np.int32),
+                    "seq": seq,
+                    "op": [op] * n,
+                    "bytes": nbytes,
+                    "dtype": [dtype] * n,
+                    "peer": np.full(n, schema.NO_PEER, dtype=np.int32),
+                    "enter_ns": enter[:, :, rank].reshape(-1),
+                    "exit_ns": exits[:, :, rank].reshape(-1),
+                    "timing": ["simulated"] * n,
+                    "status": ["completed"] * n,
+                }
+            )
+            .combine_chunks()
+            .to_batches()[0]
         )
-        steps = pa.RecordBatch.from_arrays(
-            [
-                pa.array(np.full(iters, rank, dtype=np.int32)),
-                pa.array(np.arange(iters, dtype=np.int64)),
-                pa.array(start[:, rank]),
-                pa.array(end[:, rank]),
-                pa.array(delay[:, rank].astype(np.int64)),
-            ],
-            schema=schema.STEPS,
+        steps = (
+            schema.steps_table(
+                {
+                    "rank": np.full(iters, rank, dtype=np.int32),
+                    "step": np.arange(iters, dtype=np.int64),
+                    "start_ns": start[:, rank],
+                    "end_ns": end[:, rank],
+                    "pacing_delay_ns": delay[:, rank].astype(np.int64),
+                }
+            )
+            .combine_chunks()
+            .to_batches()[0]
         )
         stem = out / schema.rank_stem(rank)
         _write_stream(Path(f"{stem}{schema.EVENTS_SUFFIX}"), events)

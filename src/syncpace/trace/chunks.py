@@ -94,7 +94,7 @@ class EventFile:
     """The index of one events file: one entry per record batch with valid rows."""
 
     path: Path
-    v1: bool
+    version: int  # the schema version that wrote it
     arrow_schema: pa.Schema  # as written (columns may come in another order)
     offsets: np.ndarray  # byte offset of each batch's message
     ends: np.ndarray  # and where it ends
@@ -235,8 +235,8 @@ def scan_rank(
     event_paths, steps_path = rank_files(index, rank, rotated)
     if not event_paths:
         event_paths = [index.stream_paths(rank)[0]]
-    v1 = meta["schema_version"] == 1
-    expected = schema.EVENTS_V1 if v1 else schema.EVENTS
+    version = meta["schema_version"]
+    expected = schema.events_schema(version)
     warnings: list[str] = []
     ev_bad = validate.Quarantine()
     seen = _Seen()
@@ -263,8 +263,8 @@ def scan_rank(
             if not pending:
                 return
             table = pa.Table.from_batches([b for _, b in pending])
-            if v1:
-                table = schema.upgrade_events(table)
+            if version != schema.SCHEMA_VERSION:
+                table = schema.upgrade_events(table, version)
             n = table.num_rows
             table = table.append_column("__row", pa.array(np.arange(n, dtype=np.int64)))
             kept, bad = validate.check_events(table, rank, index.world_size)
@@ -319,7 +319,7 @@ def scan_rank(
         files.append(
             EventFile(
                 path,
-                v1,
+                version,
                 stream._reader.schema,
                 np.array(entries["offsets"], dtype=np.int64),
                 np.array(entries["ends"], dtype=np.int64),
@@ -549,8 +549,8 @@ def _decode(fd: int, ef: EventFile, entry: int, columns: tuple[str, ...]) -> pa.
     # takes no options, and its thread pool doubles the cost of a flush-sized batch).
     stream = pa.BufferReader(pa.py_buffer(_schema_message(ef.arrow_schema) + body))
     batch = pa.ipc.open_stream(stream, options=_ONE_THREAD).read_next_batch()
-    if ef.v1:
-        table = schema.upgrade_events(pa.Table.from_batches([batch]))
+    if ef.version != schema.SCHEMA_VERSION:
+        table = schema.upgrade_events(pa.Table.from_batches([batch]), ef.version)
         batch = table.combine_chunks().to_batches()[0]
     batch = batch.select(list(columns))
     target = pa.schema([schema.EVENTS.field(c) for c in columns])
@@ -597,8 +597,8 @@ class _Cursor:
         event_paths, self.steps_path = rank_files(index, rank, rotated)
         if not event_paths:
             event_paths = [index.stream_paths(rank)[0]]
-        self.v1 = index.meta[rank]["schema_version"] == 1
-        self._expected = schema.EVENTS_V1 if self.v1 else schema.EVENTS
+        self.version = index.meta[rank]["schema_version"]
+        self._expected = schema.events_schema(self.version)
         for path in event_paths:
             if not path.exists() and not path.is_symlink():
                 raise TraceError(
@@ -658,8 +658,8 @@ class _Cursor:
             stream = self.streams[self._file]
             if not piece.num_rows:  # the writer's first batch (it puts the schema there)
                 continue
-            if self.v1:
-                piece = schema.upgrade_events(pa.Table.from_batches([piece]))
+            if self.version != schema.SCHEMA_VERSION:
+                piece = schema.upgrade_events(pa.Table.from_batches([piece]), self.version)
                 piece = piece.select(schema.EVENTS.names).combine_chunks().to_batches()[0]
             out.append((self._file, stream.batch, (stream.offset, stream.end), piece))
             top = _largest(piece.column("step"))
@@ -730,7 +730,7 @@ class _Cursor:
         )
         warnings.extend(rank_warnings(self.rank, meta, stem))
         files = tuple(
-            _event_file(stream, self.v1, e, keep)
+            _event_file(stream, self.version, e, keep)
             for stream, e, keep in zip(self.streams, self.entries, self.keep, strict=True)
         )
         empty = np.zeros(0, dtype=np.int64)
@@ -755,7 +755,7 @@ def _schema_message(arrow_schema: pa.Schema) -> bytes:
 
 
 def _event_file(
-    stream: validate.Stream, v1: bool, e: dict[str, list[Any]], keep: dict[int, np.ndarray]
+    stream: validate.Stream, version: int, e: dict[str, list[Any]], keep: dict[int, np.ndarray]
 ) -> EventFile:
     """The index of one file from a sweep's entries: the batches with valid rows."""
     rows = np.array(e["rows"], dtype=np.int64)
@@ -763,7 +763,7 @@ def _event_file(
     renumber = {int(old): new for new, old in enumerate(used)}
     return EventFile(
         stream.path,
-        v1,
+        version,
         stream._reader.schema,
         np.array(e["offsets"], dtype=np.int64)[used],
         np.array(e["ends"], dtype=np.int64)[used],

@@ -46,18 +46,19 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from syncpace.trace import schema
+from syncpace.trace.columns import EV, ST, complete_event
 
 JOURNAL_SUFFIX = ".journal"
 MAGIC = b"SPJRNL\x00\x01"
-VERSION = 1
+VERSION = 2  # 2: the device times
 HEADER_BYTES = 4096
 COMMIT = 0x5350_4A52_4E4C_5F31
 
 EVENT, STEP, ENTER, VOID = 1, 2, 3, 4
 
 #: seq kind op timing status group | step gseq bytes enter exit wait | group_size peer
-#: dtype (pad) error | entry tail
-RECORD = struct.Struct("<qBBBBIqqqqqqiiHxxIqq")
+#: dtype (pad) error | entry | device_enter device_exit | tail
+RECORD = struct.Struct("<qBBBBIqqqqqqiiHxxIqqqq")
 RECORD_DTYPE = np.dtype(
     [
         ("seq", "<i8"),
@@ -78,23 +79,33 @@ RECORD_DTYPE = np.dtype(
         ("pad", "<u2"),
         ("error", "<u4"),
         ("entry", "<i8"),
+        ("device_enter", "<i8"),
+        ("device_exit", "<i8"),
         ("tail", "<i8"),
     ]
 )
-assert RECORD.size == RECORD_DTYPE.itemsize == 96
+assert RECORD.size == RECORD_DTYPE.itemsize == 112
 _HEADER = struct.Struct("<8sIIQQQqqI")  # magic version record ring inflight strings rank pid closed
 _CLOSED_AT = struct.calcsize("<8sIIQQQqq")
 _STRING_HEAD = struct.Struct("<IH")
 _CRC = struct.Struct("<I")
 _HEAD = struct.Struct("<q")
 
-#: Index 0 of each code table means "not one of these".
-OP_CODES = {name: i + 1 for i, name in enumerate(schema.OPS)}
-TIMING_CODES = {name: i + 1 for i, name in enumerate(schema.TIMING_SOURCES)}
-STATUS_CODES = {name: i + 1 for i, name in enumerate(schema.STATUSES)}
-_OPS = pa.array(["unknown", *schema.OPS, "unknown"])
-_TIMINGS = pa.array(["unobserved", *schema.TIMING_SOURCES, "unobserved"])
-_STATUSES = pa.array(["unobserved", *schema.STATUSES, "unobserved"])
+#: The schema's append-only code tables; code 0 means "not one of these".
+OP_CODES, TIMING_CODES, STATUS_CODES = schema.OP_CODES, schema.TIMING_CODES, schema.STATUS_CODES
+
+
+def _names(codes: dict[str, int], unknown: str) -> pa.Array:
+    """Code -> name, ``unknown`` for 0 and for any code past the table."""
+    names = [unknown] * (max(codes.values()) + 2)
+    for name, code in codes.items():
+        names[code] = name
+    return pa.array(names)
+
+
+_OPS = _names(OP_CODES, "unknown")
+_TIMINGS = _names(TIMING_CODES, "unobserved")
+_STATUSES = _names(STATUS_CODES, "unobserved")
 _OP_GET, _TIMING_GET, _STATUS_GET = OP_CODES.get, TIMING_CODES.get, STATUS_CODES.get
 _SIZE = RECORD.size
 _PENDING = STATUS_CODES["pending"]
@@ -200,18 +211,19 @@ class Journal:
         self._string_at = end
 
     def event(self, row: Sequence[Any], token: int = NO_SLOT) -> bool:
-        """Pack one event row (schema.EVENTS order); release its in-flight slot. False
+        """Pack one event row (positions :class:`EV`); release its in-flight slot. False
         when the ring is full (the caller keeps the row some other way)."""
+        row = complete_event(row)
         ids = self._ids
-        group = ids.get(row[2])
+        group = ids.get(row[EV.group])
         if group is None:
-            group = self.intern(row[2])
-        dtype = ids.get(row[7])
+            group = self.intern(row[EV.group])
+        dtype = ids.get(row[EV.dtype])
         if dtype is None:
-            dtype = self.intern(row[7])
-        error = ids.get(row[13])
+            dtype = self.intern(row[EV.dtype])
+        error = ids.get(row[EV.error])
         if error is None:
-            error = self.intern(row[13])
+            error = self.intern(row[EV.error])
         with self._lock:
             seq = self._next
             if self.closed or seq - self.consumed >= self.ring_slots:
@@ -223,21 +235,23 @@ class Journal:
                     self._ring_at + (seq % self.ring_slots) * _SIZE,
                     seq,
                     EVENT,
-                    _OP_GET(row[5], 0),
-                    _TIMING_GET(row[11], 0),
-                    _STATUS_GET(row[12], 0),
+                    _OP_GET(row[EV.op], 0),
+                    _TIMING_GET(row[EV.timing], 0),
+                    _STATUS_GET(row[EV.status], 0),
                     group,
-                    row[1],
-                    row[4],
-                    row[6],
-                    row[9],
-                    row[10],
-                    row[14],
-                    row[3],
-                    row[8],
+                    row[EV.step],
+                    row[EV.seq],
+                    row[EV.bytes],
+                    row[EV.enter_ns],
+                    row[EV.exit_ns],
+                    row[EV.wait_ns],
+                    row[EV.group_size],
+                    row[EV.peer],
                     dtype,
                     error,
                     token >> 16,
+                    row[EV.device_enter_ns],
+                    row[EV.device_exit_ns],
                     seq ^ COMMIT,
                 )
                 self._next = seq + 1  # only once packed: a bad row leaves no hole
@@ -250,7 +264,7 @@ class Journal:
         return ok
 
     def step(self, row: Sequence[Any]) -> bool:
-        """Pack one step row (schema.STEPS order). False when the ring is full."""
+        """Pack one step row (positions :class:`ST`). False when the ring is full."""
         with self._lock:
             seq = self._next
             if self.closed or seq - self.consumed >= self.ring_slots:
@@ -265,17 +279,19 @@ class Journal:
                 0,
                 0,
                 0,
-                row[1],
+                row[ST.step],
                 0,
                 0,
-                row[2],
-                row[3],
-                row[4],
+                row[ST.start_ns],
+                row[ST.end_ns],
+                row[ST.pacing_delay_ns],
                 0,
                 -1,
                 0,
                 0,
                 0,
+                -1,
+                -1,
                 seq ^ COMMIT,
             )
             self._next = seq + 1
@@ -295,33 +311,35 @@ class Journal:
         except IndexError:  # more calls in flight than slots: this one is not journaled
             return (entry << 16) | NO_SLOT
         ids = self._ids
-        group = ids.get(row[2])
+        group = ids.get(row[EV.group])
         if group is None:
-            group = self.intern(row[2])
-        dtype = ids.get(row[7])
+            group = self.intern(row[EV.group])
+        dtype = ids.get(row[EV.dtype])
         if dtype is None:
-            dtype = self.intern(row[7])
+            dtype = self.intern(row[EV.dtype])
         try:
             RECORD.pack_into(
                 self._mm,
                 self._inflight_at + slot * _SIZE,
                 entry,
                 ENTER,
-                _OP_GET(row[5], 0),
+                _OP_GET(row[EV.op], 0),
                 _UNOBSERVED,
                 _PENDING,
                 group,
-                row[1],
-                row[4],
-                row[6],
-                row[9],
+                row[EV.step],
+                row[EV.seq],
+                row[EV.bytes],
+                row[EV.enter_ns],
                 -1,
                 -1,
-                row[3],
-                row[8],
+                row[EV.group_size],
+                row[EV.peer],
                 dtype,
                 0,
                 entry,
+                -1,
+                -1,
                 entry ^ COMMIT,
             )
         except (struct.error, TypeError, IndexError):
@@ -421,6 +439,8 @@ def events_table(
         ),
         "error": text(records["error"]),
         "wait_ns": pa.array(aligned(records["wait"])),
+        "device_enter_ns": pa.array(aligned(records["device_enter"])),
+        "device_exit_ns": pa.array(aligned(records["device_exit"])),
     }
     arrays = [columns[f.name].cast(f.type) for f in schema.EVENTS]
     return pa.Table.from_arrays(arrays, schema=schema.EVENTS)

@@ -127,15 +127,19 @@ def segment_files(root: Path) -> dict[int, list[Path]]:
 def _read_segments(
     first: Path, later: list[Path], meta: dict[str, Any], warnings: list[str]
 ) -> tuple[pa.Table, validate.Stream | _Joined]:
-    """A rank's events: one file, or the segments rotation kept (the first may be gone)."""
+    """A rank's events: one file, or the segments rotation kept (the first may be gone),
+    in the current schema whatever version wrote them."""
+    version = meta["schema_version"]
+    written = schema.events_schema(version)
     if not later and not meta.get("segments"):
-        return _read_rank_stream(first, schema.EVENTS, warnings)
+        table, stream = _read_rank_stream(first, written, warnings)
+        return _current(table, version), stream
     paths = ([first] if first.exists() else []) + later
     joined = _Joined(first.with_name(first.name.replace(".events.arrow", ".events.*.arrow")))
     tables = []
     for i, path in enumerate(paths):
-        table, stream = _read_rank_stream(path, schema.EVENTS, warnings)
-        tables.append(table)
+        table, stream = _read_rank_stream(path, written, warnings)
+        tables.append(_current(table, version))
         joined.rows += stream.rows
         joined.corrupt_rows += stream.corrupt_rows
         joined.corrupt_batches += [f"{path.name}:{b}" for b in stream.corrupt_batches]
@@ -147,6 +151,10 @@ def _read_segments(
             warnings.append(f"{path}: a closed segment ends without its end-of-stream marker")
     table = pa.concat_tables(tables) if tables else schema.EVENTS.empty_table()
     return table, joined
+
+
+def _current(table: pa.Table, version: int) -> pa.Table:
+    return table if version == schema.SCHEMA_VERSION else schema.upgrade_events(table, version)
 
 
 def rotated_steps(metas: dict[int, dict[str, Any]]) -> list[list[int]]:
@@ -396,11 +404,7 @@ def load_trace(path: str | Path, *, allow_missing_ranks: bool = True) -> Trace:
     for rank, meta in sorted(metas.items()):
         stem = root / schema.rank_stem(rank)
         events_path = Path(f"{stem}{schema.EVENTS_SUFFIX}")
-        if meta["schema_version"] == 1:
-            v1, ev_stream = _read_rank_stream(events_path, schema.EVENTS_V1, warnings)
-            ev = (schema.upgrade_events(v1), ev_stream)
-        else:
-            ev = _read_segments(events_path, segments.get(rank, []), meta, warnings)
+        ev = _read_segments(events_path, segments.get(rank, []), meta, warnings)
         st = _read_rank_stream(Path(f"{stem}{schema.STEPS_SUFFIX}"), schema.STEPS, warnings)
         events_table, steps_table, completeness[rank] = _check_rank(
             rank, meta, stem, ev, st, world_size, warnings

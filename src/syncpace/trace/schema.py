@@ -1,4 +1,4 @@
-"""Trace schema v2: file names, columns and the per-rank metadata keys.
+"""Trace schema v3: file names, the tables' Arrow schemas and the per-rank metadata keys.
 
 A run directory holds, for every rank ``R`` (zero-padded to five digits):
 
@@ -6,25 +6,29 @@ A run directory holds, for every rank ``R`` (zero-padded to five digits):
 * ``rank-R.events.arrow`` collective / point-to-point events (Arrow IPC stream);
 * ``rank-R.steps.arrow``  iteration boundaries (Arrow IPC stream).
 
-Timestamps are nanoseconds on rank 0's clock (see ``docs/trace-format.md``).
-Version 1 traces (no ``status``, ``error`` or ``wait_ns`` column) are still read: the
-reader derives the missing columns (:func:`upgrade_events`).
+The columns themselves are declared once, in :mod:`syncpace.trace.columns`.
+Timestamps are nanoseconds on rank 0's clock (see ``docs/trace-format.md``). Older
+traces are still read: version 1 lacks ``status``, ``error`` and ``wait_ns``, version 2
+the device times; the reader fills what is missing (:func:`upgrade_events`).
 """
 
 from __future__ import annotations
 
 import re
 import zlib
+from typing import Any
 
 import msgspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from syncpace.trace import columns
+
 SCHEMA_NAME = "syncpace.trace"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 #: Versions this syncpace reads.
-READABLE_VERSIONS = (1, 2)
+READABLE_VERSIONS = (1, 2, 3)
 
 META_SUFFIX = ".meta.json"
 EVENTS_SUFFIX = ".events.arrow"
@@ -36,105 +40,80 @@ SUMMARY_SUFFIX = ".summary.arrow"
 #: Per-direction link counters of a run on the emulated fabric (``syncpace.fabric.counters``).
 LINKS_FILE = "fabric-links.arrow"
 
-EVENTS = pa.schema(
-    [
-        ("rank", pa.int32()),
-        ("step", pa.int64()),
-        ("group", pa.string()),
-        ("group_size", pa.int32()),
-        ("seq", pa.int64()),
-        ("op", pa.string()),
-        ("bytes", pa.int64()),
-        ("dtype", pa.string()),
-        ("peer", pa.int32()),
-        ("enter_ns", pa.int64()),
-        ("exit_ns", pa.int64()),
-        ("timing", pa.string()),
-        ("status", pa.string()),
-        ("error", pa.string()),
-        ("wait_ns", pa.int64()),
-    ],
-    metadata={"schema": SCHEMA_NAME, "schema_version": str(SCHEMA_VERSION), "table": "events"},
-)
+EVENTS = columns.arrow_schema(columns.EVENT_COLUMNS, "events", SCHEMA_VERSION, SCHEMA_NAME)
+STEPS = columns.arrow_schema(columns.STEP_COLUMNS, "steps", SCHEMA_VERSION, SCHEMA_NAME)
+#: One row per rank and step, derived from that step's events as they are written: what
+#: stays of every step after its events have rotated out (always-on mode).
+SUMMARY = columns.arrow_schema(columns.SUMMARY_COLUMNS, "summary", SCHEMA_VERSION, SCHEMA_NAME)
+#: Columns holding times, shifted onto rank 0's clock when written.
+EVENT_TIME_COLUMNS = columns.time_columns(columns.EVENT_COLUMNS)
+STEP_TIME_COLUMNS = columns.time_columns(columns.STEP_COLUMNS)
 
-#: Columns version 1 lacked, appended at the end by version 2.
-EVENTS_V2_COLUMNS = ("status", "error", "wait_ns")
-EVENTS_V1 = pa.schema([f for f in EVENTS if f.name not in EVENTS_V2_COLUMNS])
 
-STEPS = pa.schema(
-    [
-        ("rank", pa.int32()),
-        ("step", pa.int64()),
-        ("start_ns", pa.int64()),
-        ("end_ns", pa.int64()),
-        ("pacing_delay_ns", pa.int64()),
-    ],
-    metadata={"schema": SCHEMA_NAME, "schema_version": str(SCHEMA_VERSION), "table": "steps"},
-)
+def events_schema(version: int) -> pa.Schema:
+    """The events columns as files of ``version`` hold them (one of READABLE_VERSIONS)."""
+    return _EVENTS_BY_VERSION[version]
+
+
+_EVENTS_BY_VERSION = {
+    v: columns.arrow_schema(columns.EVENT_COLUMNS, "events", v, SCHEMA_NAME)
+    for v in READABLE_VERSIONS
+}
 
 #: Canonical op names. Every API that issues the same wire operation maps to one name
 #: (``all_gather_into_tensor``, ``all_gather_single`` and ``all_gather`` are all
 #: ``all_gather``), so analysis groups by what travels, not by how it was called.
-OPS = (
-    "all_reduce",
-    "all_gather",
-    "reduce_scatter",
-    "broadcast",
-    "reduce",
-    "gather",
-    "scatter",
-    "all_to_all",
-    "barrier",
-    "send",
-    "recv",
-)
+#: Each name's code in the crash journal. Append-only: a code already on disk never
+#: changes meaning (``tests/trace/test_columns.py`` holds the codes of every release).
+OP_CODES = {
+    "all_reduce": 1,
+    "all_gather": 2,
+    "reduce_scatter": 3,
+    "broadcast": 4,
+    "reduce": 5,
+    "gather": 6,
+    "scatter": 7,
+    "all_to_all": 8,
+    "barrier": 9,
+    "send": 10,
+    "recv": 11,
+}
+OPS = tuple(OP_CODES)
 
-#: How ``exit_ns`` was obtained.
-TIMING_SOURCES = (
-    "wait",  # wait() returned, or is_completed() first saw the work done
-    "future",  # completion callback of the work's future (when the caller used it)
-    "call",  # the call returned (coalesced calls that return no work)
-    "unobserved",  # the work was dropped without its completion being observed
-    "cuda_event",  # CUDA events around the collective on its stream (device time)
-    "nccl_hook",  # NCCL completion hook (watchdog saw the device finish)
-    "simulated",  # written by the simulator
+#: How ``exit_ns`` was obtained, and each source's journal code (append-only, like
+#: ``OP_CODES``).
+TIMING_CODES = {
+    "wait": 1,  # wait() returned, or is_completed() first saw the work done
+    "future": 2,  # completion callback of the work's future (when the caller used it)
+    "call": 3,  # the call returned (coalesced calls that return no work)
+    "unobserved": 4,  # the work was dropped without its completion being observed
+    "cuda_event": 5,  # CUDA events around the collective on its stream (device time)
+    "nccl_hook": 6,  # NCCL completion hook (watchdog saw the device finish)
+    "simulated": 7,  # written by the simulator
     # Imported from other tools' traces (docs/imports.md); a row's enter and exit always
     # come from one source:
-    "profiler_host",  # PyTorch profiler: the c10d call began / gloo's work span ended
-    "profiler_call",  # PyTorch profiler: the call began / returned (no completion seen)
-    "profiler_device",  # PyTorch profiler: the NCCL kernel's start / end on the GPU
-    "inspector_kernel_gpu",  # NCCL Inspector: kernel time from the GPU's global timer
-    "inspector_kernel_cpu",  # NCCL Inspector: kernel start/stop as the host saw them
-    "inspector_collective_cpu",  # NCCL Inspector: the collective's host-side start/stop
-    "inspector_unknown",  # NCCL Inspector records older than coll_timing_source
-)
+    "profiler_host": 8,  # PyTorch profiler: the c10d call began / gloo's work span ended
+    "profiler_call": 9,  # PyTorch profiler: the call began / returned (no completion seen)
+    "profiler_device": 10,  # PyTorch profiler: the NCCL kernel's start / end on the GPU
+    "inspector_kernel_gpu": 11,  # NCCL Inspector: kernel time from the GPU's global timer
+    "inspector_kernel_cpu": 12,  # NCCL Inspector: kernel start/stop as the host saw them
+    "inspector_collective_cpu": 13,  # NCCL Inspector: the collective's host-side start/stop
+    "inspector_unknown": 14,  # NCCL Inspector records older than coll_timing_source
+}
+TIMING_SOURCES = tuple(TIMING_CODES)
 
-#: What became of a call (``status``). Every status but ``completed`` describes a call
-#: whose ``exit_ns`` is not a completion time: when it failed, or ``-1``.
-STATUSES = (
-    "completed",  # the work finished and its completion was observed
-    "failed",  # the call or its wait raised; ``error`` holds "Type: message"
-    "timed_out",  # the wait raised a timeout (the backend's or the caller's)
-    "aborted",  # the process group was aborted or shut down with the work in flight
-    "unobserved",  # the work was dropped without its completion being observed
-    "pending",  # entered, and the trace ended (crash, hang, kill) before it completed
-)
-
-#: One row per rank and step, derived from that step's events as they are written: what
-#: stays of every step after its events have rotated out (always-on mode).
-SUMMARY = pa.schema(
-    [
-        ("rank", pa.int32()),
-        ("step", pa.int64()),
-        ("calls", pa.int32()),
-        ("bytes", pa.int64()),
-        ("comm_ns", pa.int64()),  # sum of the calls' durations (enter to exit)
-        ("blocked_ns", pa.int64()),  # sum of the time callers waited on the work
-        ("longest_ns", pa.int64()),  # the longest call of the step
-        ("failed", pa.int32()),  # calls that did not complete
-    ],
-    metadata={"schema": SCHEMA_NAME, "schema_version": str(SCHEMA_VERSION), "table": "summary"},
-)
+#: What became of a call (``status``), and each status's journal code (append-only).
+#: Every status but ``completed`` describes a call whose ``exit_ns`` is not a completion
+#: time: when it failed, or ``-1``.
+STATUS_CODES = {
+    "completed": 1,  # the work finished and its completion was observed
+    "failed": 2,  # the call or its wait raised; ``error`` holds "Type: message"
+    "timed_out": 3,  # the wait raised a timeout (the backend's or the caller's)
+    "aborted": 4,  # the process group was aborted or shut down with the work in flight
+    "unobserved": 5,  # the work was dropped without its completion being observed
+    "pending": 6,  # entered, and the trace ended (crash, hang, kill) before it completed
+}
+STATUSES = tuple(STATUS_CODES)
 
 
 #: Keys every ``rank-R.meta.json`` must carry.
@@ -201,15 +180,24 @@ def segment_name(rank: int, index: int) -> str:
 SEGMENT_RE = re.compile(r"^rank-(\d{5,})\.events\.(\d{6})\.arrow$")
 
 
-def upgrade_events(table: pa.Table) -> pa.Table:
-    """A version-1 events table with the version-2 columns derived: ``status`` is
-    ``unobserved`` where ``exit_ns`` is -1 and ``completed`` elsewhere, no ``error``,
-    and ``wait_ns`` -1 (not recorded)."""
+def upgrade_events(table: pa.Table, version: int) -> pa.Table:
+    """An events table of an older ``version`` with the columns it lacks appended:
+    each column's ``fill`` (``wait_ns`` and the device times -1: not recorded), except
+    version 1's ``status``, derived: ``unobserved`` where ``exit_ns`` is -1 and
+    ``completed`` elsewhere."""
     n = table.num_rows
-    status = pc.if_else(pc.less(table.column("exit_ns"), 0), "unobserved", "completed")
-    table = table.append_column("status", status.cast(pa.string()))
-    table = table.append_column("error", pa.nulls(n, pa.string()))
-    return table.append_column("wait_ns", pa.array(np.full(n, -1, dtype=np.int64)))
+    for column in columns.EVENT_COLUMNS:
+        if column.since <= version or column.name in table.column_names:
+            continue
+        if column.name == "status":
+            derived = pc.if_else(pc.less(table.column("exit_ns"), 0), "unobserved", "completed")
+            values = derived.cast(column.type)
+        elif column.fill is None:
+            values = pa.nulls(n, column.type)
+        else:
+            values = pa.array(np.full(n, column.fill), type=column.type)
+        table = table.append_column(pa.field(column.name, column.type), values)
+    return table
 
 
 def meta_checksum(meta: dict) -> str:
@@ -295,3 +283,13 @@ def host_stem(host: str) -> str:
     """``host-H``: the host name made safe as a file name."""
     safe = "".join(c if c.isalnum() and c.isascii() or c in "._-" else "_" for c in host)
     return HOST_PREFIX + (safe or "_")
+
+
+def events_table(values: Any) -> pa.Table:
+    """An events table from named columns (see :func:`columns.conform`)."""
+    return columns.conform(values, columns.EVENT_COLUMNS, EVENTS)
+
+
+def steps_table(values: Any) -> pa.Table:
+    """A steps table from named columns (see :func:`columns.conform`)."""
+    return columns.conform(values, columns.STEP_COLUMNS, STEPS)

@@ -703,6 +703,8 @@ def all_events_valid(table: Any, rank: Any, world_size: int) -> bool:
         recorded = wait != -1
         if (recorded & ((wait < enter) | (wait > MAX_TIME_NS))).any():
             return False
+    if not _device_times_valid(col):
+        return False
     return bool((column_numpy(col("rank")) == rank).all())
 
 
@@ -746,7 +748,37 @@ def event_rules(table: Any, rank: Any, world_size: int) -> list[tuple[str, np.nd
         ("call longer than a week", (exit_ >= enter) & (exit_ - enter > MAX_SPAN_NS)),
         ("wait_ns out of range", (wait != -1) & ((wait < enter) | (wait > MAX_TIME_NS))),
     ]
-    return rules
+    return rules + _device_rules(col)
+
+
+def _device_rules(col: Any) -> list[tuple[str, np.ndarray]]:
+    """The device times: each -1 (not observed) or in range, an exit only after an
+    entry, and no call longer than a week. Nothing ties them to the host times: the
+    device runs behind the host, and each clock has its own uncertainty."""
+    enter, exit_ = column_numpy(col("device_enter_ns")), column_numpy(col("device_exit_ns"))
+    return [
+        ("device_enter_ns out of range", (enter < -1) | (enter > MAX_TIME_NS)),
+        ("device_exit_ns out of range", (exit_ < -1) | (exit_ > MAX_TIME_NS)),
+        ("device_exit_ns without device_enter_ns", (exit_ >= 0) & (enter < 0)),
+        ("device_exit_ns before device_enter_ns", (exit_ >= 0) & (exit_ < enter)),
+        (
+            "device call longer than a week",
+            (exit_ >= 0) & (exit_ >= enter) & (exit_ - enter > MAX_SPAN_NS),
+        ),
+    ]
+
+
+def _device_times_valid(col: Any) -> bool:
+    """Whether the device times keep :func:`_device_rules`, from their ranges where the
+    trace has none (every host-only trace) and row by row otherwise."""
+    enter, exit_ = column_numpy(col("device_enter_ns")), column_numpy(col("device_exit_ns"))
+    if (
+        int(enter.max()) == -1
+        and int(exit_.max()) == -1
+        and int(min(enter.min(), exit_.min())) == -1
+    ):
+        return True
+    return not any(flags.any() for _, flags in _device_rules(col))
 
 
 def check_steps(table: Any, rank: int) -> tuple[Any, Quarantine]:

@@ -40,6 +40,7 @@ import pyarrow as pa
 from syncpace.errors import TraceWriteError
 from syncpace.trace import journal as jr
 from syncpace.trace import schema
+from syncpace.trace.columns import complete_event
 from syncpace.trace.segments import RotationPolicy, SegmentedEvents
 from syncpace.trace.stepsummary import StepSummaries, summary_path
 
@@ -48,8 +49,10 @@ log = logging.getLogger("syncpace")
 #: Tokens of calls without a journal slot start here, apart from the journal's entries.
 _OWN_TOKENS = 1 << 46
 
-EventRow = tuple  # columns of schema.EVENTS, timestamps on the local clock
-StepRow = tuple  # columns of schema.STEPS, timestamps on the local clock
+#: Positions columns.EV, timestamps on the local clock; a row may stop at an older
+#: version's last column (the rest read as not observed).
+EventRow = tuple
+StepRow = tuple  # positions columns.ST, timestamps on the local clock
 
 #: Trailing whitespace after the metadata's JSON: room for an in-place rewrite.
 META_RESERVE = 1024
@@ -75,8 +78,15 @@ def _reason(exc: OSError) -> str:
 class _Stream:
     """One Arrow IPC stream file fed from a deque of row tuples."""
 
-    def __init__(self, path: Path, arrow_schema: pa.Schema, time_columns: tuple[str, ...]):
+    def __init__(
+        self,
+        path: Path,
+        arrow_schema: pa.Schema,
+        time_columns: tuple[str, ...],
+        complete: Callable[[tuple], tuple] = lambda row: row,
+    ):
         self.path = path
+        self._complete = complete  # a row of an older version's length made whole
         self.schema = arrow_schema
         self.rows: deque[tuple] = deque()
         self._time_idx = [arrow_schema.get_field_index(c) for c in time_columns]
@@ -106,7 +116,7 @@ class _Stream:
         n = len(self.rows)
         if n == 0:
             return None
-        rows = [self.rows.popleft() for _ in range(n)]
+        rows = [self._complete(self.rows.popleft()) for _ in range(n)]
         columns = list(zip(*rows, strict=True))
         arrays = []
         for i, field in enumerate(self.schema):
@@ -160,14 +170,14 @@ class RankTraceWriter:
         self.meta_path = self.dir / f"{stem}{schema.META_SUFFIX}"
         self.meta = dict(meta)
         self.meta.setdefault("schema", schema.SCHEMA_NAME)
-        self.meta.setdefault("schema_version", schema.SCHEMA_VERSION)
+        self.meta["schema_version"] = schema.SCHEMA_VERSION  # what this writer writes
         self.meta["rank"] = rank
         self.meta.setdefault("finished", False)
         self.meta.setdefault("dropped_events", 0)
         events_path = self.dir / f"{stem}{schema.EVENTS_SUFFIX}"
 
         def open_events(path: Path) -> _Stream:
-            return _Stream(path, schema.EVENTS, ("enter_ns", "exit_ns", "wait_ns"))
+            return _Stream(path, schema.EVENTS, schema.EVENT_TIME_COLUMNS, complete_event)
 
         self._summaries: StepSummaries | None = None
         try:
@@ -177,7 +187,7 @@ class RankTraceWriter:
                 else SegmentedEvents(self.dir, rank, open_events, rotation)
             )
             self._steps = _Stream(
-                self.dir / f"{stem}{schema.STEPS_SUFFIX}", schema.STEPS, ("start_ns", "end_ns")
+                self.dir / f"{stem}{schema.STEPS_SUFFIX}", schema.STEPS, schema.STEP_TIME_COLUMNS
             )
             if summaries:
                 self._summaries = StepSummaries(
