@@ -127,14 +127,21 @@ def test_every_event_column_round_trips_through_the_journal(tmp_path: Path) -> N
 
 
 def test_a_step_round_trips_through_the_journal(tmp_path: Path) -> None:
-    step = (3, 5, 1_000, 4_000, 250)
+    step = (3, 5, 1_000, 4_000, 250, 200)
     j = journal.Journal(tmp_path / "rank-00003.journal", 3, ring_slots=8, inflight_slots=4)
     assert j.step(step)
     records, _ = j.take()
     table = journal.steps_table(records, 3, offset_ns=10)
     j.close()
     assert table.to_pylist() == [
-        {"rank": 3, "step": 5, "start_ns": 1_010, "end_ns": 4_010, "pacing_delay_ns": 250}
+        {
+            "rank": 3,
+            "step": 5,
+            "start_ns": 1_010,
+            "end_ns": 4_010,
+            "pacing_delay_ns": 250,
+            "device_delay_ns": 200,
+        }
     ]
 
 
@@ -145,6 +152,15 @@ def test_importers_hand_over_the_event_columns() -> None:
         if c.name not in ("rank", "step") and not c.name.startswith("device_")
     ]
     assert list(tracebuild.INPUT_COLUMNS) == [*names, "call_ns"]
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_older_steps_read_with_no_device_delay(version: int) -> None:
+    written = schema.steps_schema(version)
+    table = pa.table({f.name: pa.array([7], type=f.type) for f in written}, schema=written)
+    table = schema.upgrade_steps(table, version)
+    assert table.schema.names == schema.STEPS.names
+    assert table.column("device_delay_ns").to_pylist() == [0]
 
 
 @pytest.mark.parametrize("version", [1, 2])

@@ -32,9 +32,14 @@ class TraceConfig:
     clock_timeout_s: float = setting(
         30.0, "Bound on any wait of the clock protocol; past it alignment fails open."
     )
+    device_time: bool = setting(
+        True,
+        "Time calls on CUDA tensors on the device too (two CUDA events per call, read "
+        "off the training thread), and place the pacer's delay on the device's stream.",
+    )
     journal_slots: int = setting(
         65536,
-        "Records of the memory-mapped crash journal (96 bytes each; 0 disables it): a rank "
+        "Records of the memory-mapped crash journal (112 bytes each; 0 disables it): a rank "
         "killed by a signal keeps every record made before it died.",
     )
     close_timeout_s: float = setting(

@@ -156,8 +156,12 @@ class TracingProcessGroup(dist.ProcessGroup):
         seq: int,
     ) -> Any:
         recorder = self._recorder
+        on_device = recorder.device_timeline is not None and recorder.device_owns(args)
         # The first call of a step is its sync point: arrival noted, pacing applied.
-        enter = recorder.now() if recorder.arrival_step == recorder.step else recorder.arrive()
+        if recorder.arrival_step == recorder.step:
+            enter = recorder.now()
+        else:
+            enter = recorder.arrive(on_device)
         if recorder.paused:  # tracing switched off at runtime: the call passes through
             recorder.skip_paused()
             return getattr(self._inner, method)(*args, **kwargs)
@@ -174,6 +178,8 @@ class TracingProcessGroup(dist.ProcessGroup):
             enter,
         )
         token = recorder.begin(row)  # the journal's and the stall watchdog's registries
+        if on_device:
+            recorder.device_start(token)
         try:
             work = getattr(self._inner, method)(*args, **kwargs)
         except BaseException as exc:

@@ -25,6 +25,8 @@ from typing import Any
 from syncpace import __version__
 from syncpace.capture.clock import ClockSync, OffsetEstimate, local_clock
 from syncpace.capture.config import TraceConfig
+from syncpace.capture.device import select
+from syncpace.capture.devicetime import DeviceTimeline
 from syncpace.capture.host import device_facts, env_int, rank_facts
 from syncpace.capture.inflight import InFlight
 from syncpace.capture.job import agree_job_id, launcher_facts
@@ -93,6 +95,11 @@ class Tracer:
         self.arrival_step = -1
         self._arrival_ns = 0
         self._live: dict[int, tuple[tuple, Any]] = {}  # token -> (row, work) in flight
+        #: Device times (None: host times only); a call's arrival event by its token.
+        self.device_timeline: DeviceTimeline | None = None
+        self._device_starts: dict[int, Any] = {}
+        self.device_delays = 0  # pacing delays placed on the device's stream
+        self.device_delay_ns = 0  # of this step's pacing delay, the part on the device
         self._armed = 0  # completion callbacks attached and not yet run
         self._armed_cv = threading.Condition()
         self._closing = False
@@ -180,6 +187,7 @@ class Tracer:
             clock_sync.initial(participate=False)
             raise
         self._clock_sync = clock_sync
+        self._start_device_time(self.writer)
         clock_sync.initial()
         if clock_sync.first_round is not None:
             first = clock_sync.first_round
@@ -211,6 +219,48 @@ class Tracer:
         _install_sigterm(self)
         if self.config.step_hook:
             _install_step_hook(self)
+
+    def _start_device_time(self, writer: RankTraceWriter) -> None:
+        """Time calls on the device where the job has one (see capture/device.py)."""
+        try:
+            device = select(self.config.device_time)
+            if device is None:
+                return
+            timeline = DeviceTimeline(device, self.now, self.config.flush_interval_s)
+        except Exception as exc:  # host times only
+            warn_once("device", "device times unavailable: %s", exc)
+            return
+        self.device_timeline = timeline
+        writer.before_flush = lambda closing: self._resolve_device(timeline, writer, closing)
+
+    def _resolve_device(
+        self, timeline: DeviceTimeline, writer: RankTraceWriter, closing: bool
+    ) -> None:
+        """The flush thread: calls whose device events completed go to the writer."""
+        wait_s = self.config.close_timeout_s if closing else 0.0
+        if timeline.resolve(writer.add_event, wait_s):
+            summary = timeline.summary()
+            summary["paced_on_device"] = self.device_delays
+            writer.update_meta(device_clock=summary)
+
+    def device_owns(self, args: tuple) -> bool:
+        """Whether a call with these arguments runs on the traced device."""
+        timeline = self.device_timeline
+        if timeline is None:
+            return False
+        tensor = _first_tensor(args)
+        return tensor is not None and timeline.device.owns(tensor)
+
+    def device_start(self, token: int) -> None:
+        """Mark the device's arrival at the call of ``token``, about to be issued."""
+        timeline = self.device_timeline
+        if timeline is None:
+            return
+        try:
+            self._device_starts[token] = timeline.start()
+        except Exception as exc:  # host times only from here on
+            warn_once("device-start", "device times stopped: %s", exc)
+            self.device_timeline = None
 
     def _start_controller(self, store: Any, rank: int, world_size: int) -> None:
         config = self.controller_config
@@ -342,20 +392,36 @@ class Tracer:
             self.watchdog = None
 
     # Sync points -------------------------------------------------------------------
-    def arrive(self) -> int:
-        """First collective of the current step: note the arrival, apply any pacing delay.
+    def arrive(self, on_device: bool = False) -> int:
+        """First collective of the current step: note the arrival, apply any pacing delay
+        (on the device's stream for a call on the device, where the CPU may be far
+        ahead and a host sleep would only move the enqueue).
 
-        Returns the time the call is issued (after the delay)."""
+        Returns the time the call is issued (after a host delay)."""
         self.arrival_step = self.step
         now = self._arrival_ns = self.now()
         controller = self.controller
         if controller is not None:
             delay = controller.delay_for(self.step)
             if delay > 0:
+                delay_ns = int(delay * 1e9)
+                self.pacing_delay_ns += delay_ns
+                if on_device and self._delay_on_device(delay_ns):
+                    self.device_delay_ns += delay_ns
+                    return now
                 time.sleep(delay)
-                self.pacing_delay_ns += int(delay * 1e9)
                 now = self.now()
         return now
+
+    def _delay_on_device(self, delay_ns: int) -> bool:
+        timeline = self.device_timeline
+        try:
+            placed = timeline is not None and timeline.delay(delay_ns)
+        except Exception as exc:  # the host sleeps instead
+            warn_once("device-delay", "device-side pacing failed: %s", exc)
+            return False
+        self.device_delays += placed
+        return placed
 
     def _on_clock(self, estimate: OffsetEstimate | None, error: str | None) -> None:
         if estimate is not None:
@@ -424,8 +490,10 @@ class Tracer:
             self.in_flight.forget(row)
             return
         exit_ns = -1 if status == "unobserved" else self.now()
-        event = row + (exit_ns, how, status, error, wait_ns, -1, -1)
-        writer.add_event(event, token)
+        event = row + (exit_ns, how, status, error, wait_ns)
+        start = self._device_starts.pop(token, None) if self._device_starts else None
+        if start is None or not self._finish_on_device(event, start, how, status, token):
+            writer.add_event(event + (-1, -1), token)
         in_flight, key = self.in_flight, id(row)  # InFlight.recorded, inlined: hot path
         in_flight.calls.pop(key, None)
         in_flight.works.pop(key, None)
@@ -441,6 +509,23 @@ class Tracer:
             )
         if status in _FAILED and self.watchdog is not None:
             self.watchdog.on_failure(event)
+
+    def _finish_on_device(
+        self, event: tuple, start: Any, how: str, status: str, token: int
+    ) -> bool:
+        """Hand a call with an arrival event to the device timeline; its exit is marked
+        where the host observed a completion through which the current stream waits for
+        the work (``wait``, a future's callback), else left unknown."""
+        timeline = self.device_timeline
+        if timeline is None:
+            return False
+        try:
+            timeline.finish(event, start, token, exact=status == "completed" and how != "call")
+        except Exception as exc:
+            warn_once("device-finish", "device times stopped: %s", exc)
+            self.device_timeline = None
+            return False
+        return True
 
     def _record_batch(
         self, calls: list, how: str, status: str, error: str | None, wait_ns: int, _token: int
@@ -467,8 +552,10 @@ class Tracer:
         with self._lock:
             end = self.now()
             step, start = self.step, self._last_boundary
-            writer.add_step((self.rank, step, start, end, self.pacing_delay_ns))
-            self.pacing_delay_ns = 0
+            writer.add_step(
+                (self.rank, step, start, end, self.pacing_delay_ns, self.device_delay_ns)
+            )
+            self.pacing_delay_ns = self.device_delay_ns = 0
             self.step += 1
             self._last_boundary = end
         controller, monitor = self.controller, self.monitor
@@ -696,3 +783,15 @@ def attach(out: str | None = None, **settings: Any) -> None:
 def manual_step() -> None:
     if TRACER is not None:
         TRACER.on_step(manual=True)
+
+
+def _first_tensor(args: tuple) -> Any:
+    """The first tensor among a call's arguments (in a list, for the list APIs)."""
+    for arg in args:
+        if isinstance(arg, (list, tuple)):
+            arg = arg[0] if arg else None
+            if isinstance(arg, (list, tuple)):
+                arg = arg[0] if arg else None
+        if hasattr(arg, "is_cuda"):
+            return arg
+    return None

@@ -453,7 +453,7 @@ def _steps_table(rank: int, steps: pl.DataFrame) -> pa.Table:
         pl.col("end_ns").cast(pl.Int64),
         pl.lit(0, pl.Int64).alias("pacing_delay_ns"),
     )
-    return cols.to_arrow().cast(schema.STEPS)
+    return schema.steps_table(cols.to_arrow())
 
 
 def _meta_text(meta: dict[str, Any]) -> str:

@@ -219,12 +219,18 @@ def _event_slices(index: TraceMeta, rank: int, account: _Account) -> Iterator[pa
 
 
 def _step_slices(index: TraceMeta, rank: int, account: _Account | None) -> Iterator[pa.Table]:
-    stream = validate.Stream(index.stream_paths(rank)[1], schema.STEPS, mapped=False)
+    version = index.meta[rank]["schema_version"]
+    stream = validate.Stream(
+        index.stream_paths(rank)[1], schema.steps_schema(version), mapped=False
+    )
     if account is not None:
         account.streams["steps"] = stream
     last = np.iinfo(np.int64).min
     for batch in stream.batches():
-        table, bad = validate.check_steps(pa.Table.from_batches([batch]), rank)
+        table = pa.Table.from_batches([batch])
+        if version != schema.SCHEMA_VERSION:
+            table = schema.upgrade_steps(table, version)
+        table, bad = validate.check_steps(table, rank)
         steps = table.column("step").to_numpy()
         if steps.size:  # in order, once each: a step at or below the last is damage
             prior = np.maximum.accumulate(np.concatenate(([last], steps)))[:-1]

@@ -39,9 +39,9 @@ from syncpace.errors import TraceError
 from syncpace.trace import schema, validate
 from syncpace.trace.reader import (
     TraceMeta,
-    _read_rank_stream,
     account_rank,
     rank_warnings,
+    read_steps_file,
     segment_files,
 )
 
@@ -332,7 +332,7 @@ def scan_rank(
         if len(event_paths) > 1 and stream is not first_stream:
             _fold(first_stream, stream)
     assert first_stream is not None
-    st_table, st_stream = _read_rank_stream(steps_path, schema.STEPS, warnings)
+    st_table, st_stream = read_steps_file(steps_path, meta, warnings)
     st_kept, st_bad = validate.check_steps(st_table, rank)
     if st_stream.corrupt_rows:
         st_bad.reasons["in batches failing their checksum"] = st_stream.corrupt_rows
@@ -806,7 +806,7 @@ class Sweep:
         for rank in index.ranks:  # the files of every rank opened (and checked) first
             cursor = _Cursor(index, rank, rotated, prefetch)
             warnings: list[str] = []
-            st_table, st_stream = _read_rank_stream(cursor.steps_path, schema.STEPS, warnings)
+            st_table, st_stream = read_steps_file(cursor.steps_path, index.meta[rank], warnings)
             st_kept, st_bad = validate.check_steps(st_table, rank)
             if st_stream.corrupt_rows:
                 st_bad.reasons["in batches failing their checksum"] = st_stream.corrupt_rows

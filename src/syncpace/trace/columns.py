@@ -66,6 +66,7 @@ STEP_COLUMNS: tuple[Column, ...] = (
     Column("start_ns", pa.int64(), "ns", "end of the previous iteration", 1, -1),
     Column("end_ns", pa.int64(), "ns", "the iteration boundary", 1, -1),
     Column("pacing_delay_ns", pa.int64(), "ns_span", "delay the pacer injected this iteration"),
+    Column("device_delay_ns", pa.int64(), "ns_span", "the part placed on the device", 3, 0),
 )
 
 SUMMARY_COLUMNS: tuple[Column, ...] = (
@@ -113,11 +114,20 @@ class ST:
     start_ns = 2
     end_ns = 3
     pacing_delay_ns = 4
+    device_delay_ns = 5
 
 
 #: Length of an event row as a call is issued (through ``enter_ns``).
 ENTERED = EV.enter_ns + 1
 _EVENT_FILLS = tuple(c.fill for c in EVENT_COLUMNS)
+
+
+_STEP_FILLS = tuple(c.fill for c in STEP_COLUMNS)
+
+
+def complete_step(row: tuple) -> tuple:
+    """A step row of an older version's length, completed like :func:`complete_event`."""
+    return row if len(row) >= len(_STEP_FILLS) else row + _STEP_FILLS[len(row) :]
 
 
 def complete_event(row: tuple) -> tuple:

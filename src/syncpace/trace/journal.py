@@ -46,7 +46,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from syncpace.trace import schema
-from syncpace.trace.columns import EV, ST, complete_event
+from syncpace.trace.columns import EV, ST, complete_event, complete_step
 
 JOURNAL_SUFFIX = ".journal"
 MAGIC = b"SPJRNL\x00\x01"
@@ -265,6 +265,7 @@ class Journal:
 
     def step(self, row: Sequence[Any]) -> bool:
         """Pack one step row (positions :class:`ST`). False when the ring is full."""
+        row = complete_step(row)
         with self._lock:
             seq = self._next
             if self.closed or seq - self.consumed >= self.ring_slots:
@@ -290,7 +291,7 @@ class Journal:
                 0,
                 0,
                 0,
-                -1,
+                row[ST.device_delay_ns],
                 -1,
                 seq ^ COMMIT,
             )
@@ -454,6 +455,7 @@ def steps_table(records: np.ndarray, rank: int, offset_ns: int) -> pa.Table:
         "start_ns": np.where(records["enter"] >= 0, records["enter"] + offset_ns, -1),
         "end_ns": np.where(records["exit"] >= 0, records["exit"] + offset_ns, -1),
         "pacing_delay_ns": records["wait"],
+        "device_delay_ns": records["device_enter"],
     }
     arrays = [pa.array(columns[f.name], type=f.type) for f in schema.STEPS]
     return pa.Table.from_arrays(arrays, schema=schema.STEPS)

@@ -153,6 +153,17 @@ def _read_segments(
     return table, joined
 
 
+def read_steps_file(
+    path: Path, meta: dict[str, Any], warnings: list[str]
+) -> tuple[pa.Table, validate.Stream]:
+    """A rank's steps file, in the current schema whatever version wrote it."""
+    version = meta["schema_version"]
+    table, stream = _read_rank_stream(path, schema.steps_schema(version), warnings)
+    if version != schema.SCHEMA_VERSION:
+        table = schema.upgrade_steps(table, version)
+    return table, stream
+
+
 def _current(table: pa.Table, version: int) -> pa.Table:
     return table if version == schema.SCHEMA_VERSION else schema.upgrade_events(table, version)
 
@@ -405,7 +416,7 @@ def load_trace(path: str | Path, *, allow_missing_ranks: bool = True) -> Trace:
         stem = root / schema.rank_stem(rank)
         events_path = Path(f"{stem}{schema.EVENTS_SUFFIX}")
         ev = _read_segments(events_path, segments.get(rank, []), meta, warnings)
-        st = _read_rank_stream(Path(f"{stem}{schema.STEPS_SUFFIX}"), schema.STEPS, warnings)
+        st = read_steps_file(Path(f"{stem}{schema.STEPS_SUFFIX}"), meta, warnings)
         events_table, steps_table, completeness[rank] = _check_rank(
             rank, meta, stem, ev, st, world_size, warnings
         )

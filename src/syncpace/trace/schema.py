@@ -55,8 +55,17 @@ def events_schema(version: int) -> pa.Schema:
     return _EVENTS_BY_VERSION[version]
 
 
+def steps_schema(version: int) -> pa.Schema:
+    """The steps columns as files of ``version`` hold them."""
+    return _STEPS_BY_VERSION[version]
+
+
 _EVENTS_BY_VERSION = {
     v: columns.arrow_schema(columns.EVENT_COLUMNS, "events", v, SCHEMA_NAME)
+    for v in READABLE_VERSIONS
+}
+_STEPS_BY_VERSION = {
+    v: columns.arrow_schema(columns.STEP_COLUMNS, "steps", v, SCHEMA_NAME)
     for v in READABLE_VERSIONS
 }
 
@@ -185,8 +194,18 @@ def upgrade_events(table: pa.Table, version: int) -> pa.Table:
     each column's ``fill`` (``wait_ns`` and the device times -1: not recorded), except
     version 1's ``status``, derived: ``unobserved`` where ``exit_ns`` is -1 and
     ``completed`` elsewhere."""
+    return _upgrade(table, version, columns.EVENT_COLUMNS)
+
+
+def upgrade_steps(table: pa.Table, version: int) -> pa.Table:
+    """A steps table of an older ``version`` with the columns it lacks appended (no
+    delay on the device)."""
+    return _upgrade(table, version, columns.STEP_COLUMNS)
+
+
+def _upgrade(table: pa.Table, version: int, declared: tuple[columns.Column, ...]) -> pa.Table:
     n = table.num_rows
-    for column in columns.EVENT_COLUMNS:
+    for column in declared:
         if column.since <= version or column.name in table.column_names:
             continue
         if column.name == "status":

@@ -785,11 +785,13 @@ def check_steps(table: Any, rank: int) -> tuple[Any, Quarantine]:
     """The rows of a steps table that keep the format's invariants (row checks only;
     :func:`check_step_order` checks the order of a whole rank's steps)."""
     col = table.column
-    start, end, delay = (
+    start, end, delay, on_device = (
         column_numpy(col("start_ns")),
         column_numpy(col("end_ns")),
         column_numpy(col("pacing_delay_ns")),
+        column_numpy(col("device_delay_ns")),
     )
+    host_delay = delay - on_device  # what the host slept: within its step
     rules = _nulls(table, ())
     rules += [
         (f"rank column not {rank}", column_numpy(col("rank")) != rank),
@@ -798,7 +800,11 @@ def check_steps(table: Any, rank: int) -> tuple[Any, Quarantine]:
         ("end_ns before start_ns", end < start),
         ("end_ns out of range", end > MAX_TIME_NS),
         ("step longer than a week", end - start > MAX_SPAN_NS),
-        ("pacing delay outside the step", (delay < 0) | (delay > np.maximum(end - start, 0))),
+        (
+            "pacing delay outside the step",
+            (delay < 0) | (host_delay < 0) | (host_delay > np.maximum(end - start, 0)),
+        ),
+        ("device delay negative", on_device < 0),
     ]
     return _apply(table, rules)
 

@@ -281,10 +281,15 @@ def rank_series(root: Path, rank: int, warnings: list[str]) -> RankSeries | None
         return None
     steps = schema.STEPS.empty_table()
     steps_path = root / f"{schema.rank_stem(rank)}{schema.STEPS_SUFFIX}"
-    try:
-        steps = validate.Stream(steps_path, schema.STEPS).read_all()
-    except (TraceError, *validate.DAMAGE):
-        pass
+    for version in sorted(schema.READABLE_VERSIONS, reverse=True):  # the file's own
+        try:
+            written = validate.Stream(steps_path, schema.steps_schema(version)).read_all()
+        except (TraceError, *validate.DAMAGE):
+            continue
+        steps = (
+            schema.upgrade_steps(written, version) if version != schema.SCHEMA_VERSION else written
+        )
+        break
     steps, _ = validate.check_steps(steps, rank)
     steps, _ = validate.check_step_order(steps)
     start = steps.column("start_ns").to_numpy()

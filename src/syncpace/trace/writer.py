@@ -40,7 +40,7 @@ import pyarrow as pa
 from syncpace.errors import TraceWriteError
 from syncpace.trace import journal as jr
 from syncpace.trace import schema
-from syncpace.trace.columns import complete_event
+from syncpace.trace.columns import complete_event, complete_step
 from syncpace.trace.segments import RotationPolicy, SegmentedEvents
 from syncpace.trace.stepsummary import StepSummaries, summary_path
 
@@ -187,7 +187,10 @@ class RankTraceWriter:
                 else SegmentedEvents(self.dir, rank, open_events, rotation)
             )
             self._steps = _Stream(
-                self.dir / f"{stem}{schema.STEPS_SUFFIX}", schema.STEPS, schema.STEP_TIME_COLUMNS
+                self.dir / f"{stem}{schema.STEPS_SUFFIX}",
+                schema.STEPS,
+                schema.STEP_TIME_COLUMNS,
+                complete_step,
             )
             if summaries:
                 self._summaries = StepSummaries(
@@ -225,6 +228,9 @@ class RankTraceWriter:
             self.write_meta()
         except OSError as exc:
             raise TraceWriteError(self.meta_path, f"cannot write: {_reason(exc)}") from exc
+        #: Called by every flush before it writes (``closing``: the trace is ending): a
+        #: producer that completes rows off the hot path (device times) hands them over.
+        self.before_flush: Callable[[bool], None] | None = None
         self._thread = threading.Thread(target=self._run, name="syncpace-flush", daemon=True)
         self._thread.start()
 
@@ -318,6 +324,12 @@ class RankTraceWriter:
         )
 
     def flush(self) -> None:
+        hook = self.before_flush
+        if hook is not None:
+            try:
+                hook(self._closed)
+            except Exception as exc:  # the rows it holds stay with it; the flush goes on
+                log.warning("syncpace: completing rows before a flush failed: %s", exc)
         with self._lock:
             if self._events is None or self.write_error is not None:
                 return
