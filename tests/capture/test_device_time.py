@@ -170,3 +170,46 @@ def test_a_hung_device_neither_hangs_the_close_nor_loses_the_call(tmp_path):
     assert events["status"].to_list() == ["completed", "completed"]
     assert events["device_enter_ns"][0] >= 0 and events["device_exit_ns"][1] == -1
     assert trace.meta[0]["device_clock"]["unresolved"] == 1
+
+
+FAKE_GPU = Path(__file__).parent / "workers" / "fake_gpu.py"
+
+
+def _arrivals(events: pl.DataFrame, column: str) -> pl.DataFrame:
+    """Per step, which rank reached the collective last by ``column``."""
+    return (
+        events.filter(pl.col("step") >= 2)  # past the start-up
+        .sort(column)
+        .group_by("step")
+        .agg(pl.col("rank").last().alias("last"))
+    )
+
+
+def _run_ahead(events: pl.DataFrame) -> dict[int, float]:
+    ahead = events.group_by("rank").agg((pl.col("device_enter_ns") - pl.col("enter_ns")).median())
+    return {r: v / MS for r, v in ahead.sort("rank").rows()}
+
+
+@pytest.mark.multirank
+@pytest.mark.parametrize("mode", ["slow_gpu", "late_cpu"])
+def test_the_rank_late_on_the_device_is_found_by_device_time(tmp_path, mode):
+    """Three ranks on fake GPUs, one of them late on its device: a slow GPU (its CPU
+    runs ahead like the others') or a late CPU (its device waits for it). The device
+    arrivals name it every step; the run-ahead tells the two apart."""
+    from multirank import run_ranks
+
+    run_ranks(FAKE_GPU, 3, [mode, "1", "12"], env={"TRACE_DIR": str(tmp_path)}, timeout=120)
+    trace = load_trace(tmp_path)
+    events = trace.events
+    assert events.height == 36 and (events["device_enter_ns"] >= 0).all()
+    assert all(trace.meta[r]["device_clock"]["resolved"] == 12 for r in range(3))
+    device_last = _arrivals(events, "device_enter_ns")["last"].to_list()
+    assert device_last.count(1) == len(device_last)
+    ahead = _run_ahead(events)
+    if mode == "slow_gpu":
+        # its host enqueued as early as anyone's: the host's arrivals do not single it out
+        host_last = _arrivals(events, "enter_ns")["last"].to_list()
+        assert host_last.count(1) < len(host_last)
+        assert ahead[1] > 50 and ahead[1] >= max(ahead[0], ahead[2])
+    else:
+        assert ahead[1] < 30 < min(ahead[0], ahead[2])
