@@ -19,6 +19,8 @@ metadata (``device_clock.uncertainty_ns``).
 
 from __future__ import annotations
 
+import bisect
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -67,6 +69,7 @@ class DeviceTimeline:
         self._pending: deque[_Pending] = deque()
         self._anchors: deque[Anchor] = deque(maxlen=ANCHORS_KEPT)
         self._drift = 0.0  # largest |host - device| rate seen between anchors
+        self._resolving = threading.Lock()  # one resolver at a time (flusher, close, stall)
         self.resolved = 0
         self.unresolved = 0  # written without device times
         self.failed_anchors = 0
@@ -107,6 +110,20 @@ class DeviceTimeline:
         trace is closing) hand them over without. True when anything changed."""
         if not self._pending:
             return False
+        # another thread resolving now hands these over itself; a close waits for it
+        got = (
+            self._resolving.acquire(timeout=wait_s)
+            if wait_s > 0
+            else self._resolving.acquire(False)
+        )
+        if not got:
+            return False
+        try:
+            return self._resolve_locked(add, wait_s)
+        finally:
+            self._resolving.release()
+
+    def _resolve_locked(self, add: Callable[[tuple, int], None], wait_s: float) -> bool:
         self._maybe_anchor()
         deadline = time.monotonic() + wait_s
         changed = False
@@ -125,12 +142,17 @@ class DeviceTimeline:
 
     def _resolve_once(self, add: Callable[[tuple, int], None]) -> bool:
         device, now, changed = self.device, self._now(), False
+        anchors = list(self._anchors)
+        hosts = [a.host_ns for a in anchors]
         for _ in range(len(self._pending)):
             item = self._pending.popleft()
             ready = device.done(item.start) and (item.end is None or device.done(item.end))
-            if ready and self._anchors:
-                enter, enter_err = self._convert(item.start)
-                exit_, exit_err = self._convert(item.end) if item.end is not None else (-1, 0)
+            if ready and anchors:
+                anchor = _nearest(anchors, hosts, item.seen_ns)
+                enter, enter_err = self._convert(anchor, item.start)
+                exit_, exit_err = (
+                    self._convert(anchor, item.end) if item.end is not None else (-1, 0)
+                )
                 self.worst_ns = max(self.worst_ns, enter_err, exit_err)
                 self.resolved += 1
                 add(item.row + (enter, exit_), item.token)
@@ -185,16 +207,10 @@ class DeviceTimeline:
             return None
         return Anchor(event, (before + after) // 2, (after - before + 1) // 2)
 
-    def _convert(self, event: Any) -> tuple[int, int]:
-        """``event``'s time on the host clock, and its uncertainty, from the anchor
-        nearest to it in device time."""
-        best: tuple[float, Anchor] | None = None
-        for anchor in self._anchors:
-            gap = self.device.elapsed_ns(anchor.event, event)
-            if best is None or abs(gap) < abs(best[0]):
-                best = (gap, anchor)
-        assert best is not None  # callers check that an anchor exists
-        gap, anchor = best
+    def _convert(self, anchor: Anchor, event: Any) -> tuple[int, int]:
+        """``event``'s time on the host clock from ``anchor``, and its uncertainty: the
+        anchor's, the timer's and the drift's over the interval between them."""
+        gap = self.device.elapsed_ns(anchor.event, event)
         error = anchor.half_ns + self.device.resolution_ns + self._drift * abs(gap)
         return anchor.host_ns + round(gap), int(error)
 
@@ -210,3 +226,13 @@ class DeviceTimeline:
             "unresolved": self.unresolved,
             "pending": len(self._pending),
         }
+
+
+def _nearest(anchors: list[Anchor], hosts: list[int], host_ns: int) -> Anchor:
+    """The anchor nearest to a call the host saw at ``host_ns`` (``hosts``: the
+    anchors' host times, ascending). The device ran the call at or after that, and
+    anchors come once a flush: choosing by host time costs no query of the device."""
+    i = bisect.bisect_left(hosts, host_ns)
+    if i == len(anchors) or (i > 0 and host_ns - hosts[i - 1] <= hosts[i] - host_ns):
+        return anchors[i - 1]
+    return anchors[i]

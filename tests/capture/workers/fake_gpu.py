@@ -3,7 +3,8 @@ traced through the tracer's own path, device times included.
 
 Usage: fake_gpu.py MODE WHO STEPS
   slow_gpu  rank WHO's kernels take 2.5 times as long: its CPU still runs ahead, its
-            device reaches every collective last
+            device reaches every collective last; meanwhile the next rank's host is
+            the last to enqueue (5 ms of host work a step), far ahead of its device
   late_cpu  rank WHO's host works 60 ms before it enqueues each step: its device
             waits for it
   even      every rank alike
@@ -46,6 +47,8 @@ def main() -> None:
     for _ in range(steps):
         if mode == "late_cpu" and rank == who:
             time.sleep(0.06)  # data loading, Python: the host is late to enqueue
+        if mode == "slow_gpu" and rank == (who + 1) % world:
+            time.sleep(0.005)  # late to enqueue, yet its device waits on the slow one
         device.launch(compute)
         group.allreduce([x]).wait()
         tracer.on_step(manual=True)

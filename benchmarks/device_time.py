@@ -1,0 +1,187 @@
+"""Device times through the tracer's own path, on the fake GPU the tests use.
+
+1. Accuracy: one rank issues all-reduces behind compute kernels on a fake device whose
+   clock has its own offset and drift; each traced device time against the time the
+   device really reached the event, beside the uncertainty the trace states.
+2. Pacing: a 50 ms delay on one step; how far it moved the device's arrival, and
+   whether the host slept.
+3. Who is late: three ranks, one with a slow GPU, then one with a late CPU; which rank
+   arrives last by host and by device time, and each rank's run-ahead.
+4. Host cost: what the device path adds per call on the calling thread, its Python
+   alone (a device whose events cost nothing), paired in one process with the device
+   path off. CUDA's own event records come on top on a GPU (not measured here).
+
+    python benchmarks/device_time.py [--calls 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import torch
+from _ranks import spawn_ranks
+from rich.console import Console
+from rich.table import Table
+
+TESTS = Path(__file__).resolve().parents[1] / "tests"
+sys.path.insert(0, str(TESTS))
+sys.path.insert(0, str(TESTS / "capture"))
+
+from test_device_time import MS, FixedDelays, Job  # noqa: E402
+
+from fakedevice import FakeDevice  # noqa: E402
+from syncpace.trace import load_trace  # noqa: E402
+
+FAKE_GPU = TESTS / "capture" / "workers" / "fake_gpu.py"
+
+
+def accuracy(calls: int) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        job = Job(Path(tmp), offset_ns=123_456_789_000, drift_ppm=40.0)
+        for _ in range(calls):
+            job.step(2 * MS)
+        events = job.finish()
+        bound = load_trace(tmp).meta[0]["device_clock"]["uncertainty_ns"]
+    truth = np.array([e.truth_ns for e in job.recorded[0::2]])
+    err = np.abs(events["device_enter_ns"].to_numpy() - truth)
+    ahead = (events["device_enter_ns"] - events["enter_ns"]).to_numpy()
+    return {
+        "calls": calls,
+        "error_p50_us": float(np.median(err)) / 1e3,
+        "error_max_us": float(err.max()) / 1e3,
+        "stated_uncertainty_us": bound / 1e3,
+        "run_ahead_last_ms": float(ahead[-1]) / 1e6,
+    }
+
+
+def pacing() -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        job = Job(Path(tmp))
+        job.tracer.controller = FixedDelays({2: 0.05})
+        for _ in range(4):
+            job.step(2 * MS)
+        events = job.finish()
+        steps = load_trace(tmp).steps.sort("step")
+    gaps = (events["device_enter_ns"][1:] - events["device_exit_ns"][:-1]).to_list()
+    return {
+        "delay_ms": 50.0,
+        "device_arrival_shift_ms": (gaps[1] - (gaps[0] + gaps[2]) / 2) / 1e6,
+        "device_delay_ns_in_steps": steps["device_delay_ns"].to_list(),
+    }
+
+
+def who_is_late(mode: str, steps: int = 12) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        base = dict(os.environ, TRACE_DIR=tmp, PYTHONPATH=os.pathsep.join(sys.path))
+        procs = spawn_ranks(3, [str(FAKE_GPU), mode, "1", str(steps)], base)
+        for proc in procs:
+            out, err = proc.communicate(timeout=180)
+            if "WORKER_DONE" not in out:
+                raise SystemExit(f"a rank failed: {err[-2000:]}")
+        events = load_trace(tmp).events.filter(pl.col("step") >= 2)
+
+    def last(column: str) -> dict[int, int]:
+        per_step = events.sort(column).group_by("step").agg(pl.col("rank").last())
+        return {r: per_step["rank"].to_list().count(r) for r in range(3)}
+
+    ahead = events.group_by("rank").agg((pl.col("device_enter_ns") - pl.col("enter_ns")).median())
+    return {
+        "mode": mode,
+        "steps": steps - 2,
+        "last_by_host": last("enter_ns"),
+        "last_by_device": last("device_enter_ns"),
+        "run_ahead_median_ms": {r: v / 1e6 for r, v in sorted(ahead.rows())},
+    }
+
+
+class NullEvent:
+    __slots__ = ()
+
+
+class NullDevice(FakeDevice):
+    """Events that cost nothing: the Python of the device path alone."""
+
+    def new_event(self) -> NullEvent:
+        return NullEvent()
+
+    def record(self, event: Any) -> None:
+        pass
+
+    def record_idle(self, event: Any) -> None:
+        pass
+
+    def done(self, event: Any) -> bool:
+        return True
+
+    def elapsed_ns(self, first: Any, second: Any) -> float:
+        return 0.0
+
+
+def host_cost(calls: int, rounds: int = 7) -> dict[str, Any]:
+    """Per call: device path on vs off, alternated in blocks; wall time of the calling
+    thread, and CPU time of the whole process (the flush thread's resolution too)."""
+    samples: dict[bool, list[float]] = {True: [], False: []}
+    cpu: dict[bool, list[float]] = {True: [], False: []}
+    with tempfile.TemporaryDirectory() as tmp:
+        job = Job(Path(tmp))
+        null = NullDevice(host_now=job.tracer.now)
+        job.tracer.device_timeline.device = null
+        x = [torch.ones(4)]
+        for _ in range(rounds):
+            for on in (True, False):
+                null.owns = (lambda t: True) if on else (lambda t: False)  # type: ignore
+                job.tracer.writer.flush()  # the previous block's rows resolved first
+                start, used = time.perf_counter_ns(), time.process_time_ns()
+                for _ in range(calls):
+                    job.group.allreduce(x).wait()
+                job.tracer.writer.flush()  # this block's rows resolved and written
+                cpu[on].append((time.process_time_ns() - used) / calls)
+                samples[on].append((time.perf_counter_ns() - start) / calls)
+        job.finish()
+    on, off = statistics.median(samples[True]), statistics.median(samples[False])
+    cpu_on, cpu_off = statistics.median(cpu[True]), statistics.median(cpu[False])
+    return {
+        "calls_per_block": calls,
+        "wall_off_us": off / 1e3,
+        "wall_added_us": (on - off) / 1e3,
+        "process_cpu_off_us": cpu_off / 1e3,
+        "process_cpu_added_us": (cpu_on - cpu_off) / 1e3,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=200)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    figures = {
+        "accuracy": accuracy(args.calls),
+        "pacing": pacing(),
+        "slow_gpu": who_is_late("slow_gpu"),
+        "late_cpu": who_is_late("late_cpu"),
+        "host_cost": host_cost(2000),
+    }
+    if args.json:
+        print(json.dumps(figures, indent=1))
+        return
+    table = Table("figure", "value", title="device times on the fake GPU")
+    for part, values in figures.items():
+        for key, value in values.items():
+            table.add_row(
+                f"{part}.{key}", f"{value:.3f}" if isinstance(value, float) else str(value)
+            )
+    Console().print(table)
+
+
+if __name__ == "__main__":
+    main()
