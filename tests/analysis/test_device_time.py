@@ -12,9 +12,10 @@ import polars as pl
 import pytest
 from tests.device_traces import MS, US, DeviceRun, plant, write_device_run
 
-from syncpace.analysis import analyze, timebase
+from syncpace.analysis import Thresholds, analyze, timebase
 from syncpace.analysis.metrics import RunMetrics, compute_metrics
 from syncpace.analysis.streaming import Context, same_metrics, stream_metrics
+from syncpace.errors import ConfigError
 from syncpace.trace.chunks import ANALYSIS_COLUMNS
 from syncpace.trace.reader import load_trace
 
@@ -53,6 +54,7 @@ def test_a_slow_gpu_is_the_straggler_on_device_time_not_on_host_time(tmp_path: P
     found = stragglers(device)
     assert list(found) == [(1,)]
     assert found[(1,)]["compute_excess_ms"] == {1: 30.0}
+    assert found[(1,)]["late_side"] == {1: "slow GPU"}
     # the host's arrivals alone: rank 1 enqueues first, rank 3 last; no straggler
     assert not any(1 in ranks for ranks in stragglers(host))
     assert stragglers(host) == {}
@@ -66,6 +68,35 @@ def test_run_ahead_per_rank_is_device_enter_minus_host_enter(tmp_path: Path) -> 
     assert ahead == want == p90 == {0: 15 * MS, 1: 65 * MS, 2: 15 * MS, 3: 5 * MS}
     summary = m.summary()["time_base"]
     assert summary["run_ahead_ns"]["1"] == {"p50": 65 * MS, "p90": 65 * MS}
+
+
+def test_late_cpu_and_slow_gpu_are_told_apart(tmp_path: Path) -> None:
+    found = stragglers(write_device_run(tmp_path / "run", BOTH))
+    assert set(found) == {(1,), (2,)}  # 30 ms and 12 ms late: two levels of slowness
+    gpu, cpu = found[(1,)], found[(2,)]
+    assert gpu["late_side"] == {1: "slow GPU"}
+    assert cpu["late_side"] == {2: "late CPU"}
+    # Against the typical rank (ranks 0 and 3): rank 2's device is 12 ms late at call 0
+    # and on time at call 1, 6 ms a call; its host enqueues 46.95 and 64.95 ms after
+    # rank 1's (the first, 35 and 65 ms ahead), the typical rank's 20 and 50 ms after:
+    # 20.95 ms later a call. Rank 1's host enqueues 35 ms before the typical rank's.
+    assert cpu["device_late_p50_ms"] == {2: 6.0}
+    assert cpu["host_late_p50_ms"] == {2: 20.95}
+    assert cpu["run_ahead_p50_ms"] == {2: 0.05}
+    assert gpu["device_late_p50_ms"] == {1: 15.0}
+    assert gpu["host_late_p50_ms"] == {1: -35.0}
+    assert gpu["run_ahead_p50_ms"] == {1: 65.0}
+    assert gpu["typical_run_ahead_p50_ms"] == cpu["typical_run_ahead_p50_ms"] == 15.0
+
+
+def test_the_thresholds_decide_what_near_zero_is(tmp_path: Path) -> None:
+    run = write_device_run(tmp_path / "run", BOTH)
+    strict = analyze([str(run)], Thresholds(late_cpu_run_ahead_us=10.0))  # 50 µs is not 0
+    sides = {f.ranks: f.evidence["late_side"] for f in strict.findings if f.mode == "straggler"}
+    assert sides == {(1,): {1: "slow GPU"}, (2,): {2: "unclear"}}
+    for bad in ({"late_cpu_share": 1.5}, {"late_cpu_run_ahead_us": -1.0}):
+        with pytest.raises(ConfigError):
+            Thresholds(**bad)
 
 
 def test_device_figures_equal_the_planted_ones(tmp_path: Path) -> None:
