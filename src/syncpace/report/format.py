@@ -21,6 +21,7 @@ from typing import Any
 
 import polars as pl
 
+from syncpace.analysis.timebase import TimeBase
 from syncpace.analysis.wholerun import DetectionSpan, WholeRun
 from syncpace.trace.validate import ranges
 
@@ -463,6 +464,27 @@ def trailing_line(t: dict) -> str:
         f"{number(t.get('calls_per_rank', 0))} calls per rank ({ops}) over "
         f"{duration_ns(t.get('span_ns', 0))}, not counted in the iteration figures"
     )
+
+
+# --------------------------------------------------------------------------- clock
+
+
+def time_base_line(base: TimeBase, per_rank: pl.DataFrame, places: Places | None = None) -> str:
+    """Which clock a run's figures are on and, on the device's, each rank's CPU
+    run-ahead: 'device (CUDA events, ±12 µs); CPU ahead of the device (median): …'."""
+    line = base.label()
+    if base.note():
+        line += f" ({base.note()})"
+    if base.device and "run_ahead_p50_ns" in per_rank.columns:
+        ahead = {
+            int(r): v / 1e6
+            for r, v in zip(per_rank["rank"], per_rank["run_ahead_p50_ns"], strict=True)
+            if v is not None
+        }
+        line += "; CPU ahead of the device (median): " + (
+            value("run_ahead_p50_ms", ahead, places) or "—"
+        )
+    return line
 
 
 # --------------------------------------------------------------------------- pacing
