@@ -49,6 +49,10 @@ class EventTimes:
     first_enter: np.ndarray  # of the event's instance
     last_enter: np.ndarray  # of the event's instance
     tail_start: np.ndarray  # per rs: the enter of the rank's last collective of the step
+    #: Under the device clock (``timebase``): the host's enqueue of each event, and how
+    #: long after the first member's host enqueue of its instance it came. None on host.
+    host_enter: np.ndarray | None = None
+    host_late: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -128,6 +132,7 @@ def match(
     rs, rs_size = kernels.group_index([rank, step]) if ev.height else (raw, 0)
     by_instance, by_rank_step = kernels.Groups(inst, size), kernels.Groups(rs, rs_size)
     first, last = by_instance.minimum(enter), by_instance.maximum(enter)
+    host, host_late = _host_times(ev, inst, by_instance)
     times = EventTimes(
         rank,
         step,
@@ -139,9 +144,22 @@ def match(
         first_enter=first[inst],
         last_enter=last[inst],
         tail_start=by_rank_step.maximum(enter),
+        host_enter=host,
+        host_late=host_late,
     )
     frame = _instances(ev, times, by_instance, pair, first, last, previous_exit)
     return Matched(_derive(frame) if derived else frame, times, dropped, by_rank_step)
+
+
+def _host_times(
+    ev: pl.DataFrame, inst: np.ndarray, by_instance: kernels.Groups
+) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """Per event under the device clock (a ``host_enter_ns`` column): its host enqueue
+    and its lateness by host enqueue within its instance; (None, None) on host time."""
+    if "host_enter_ns" not in ev.columns:
+        return None, None
+    host = ev["host_enter_ns"].to_numpy()
+    return host, host - by_instance.minimum(host)[inst]
 
 
 def _group_codes(groups: pl.Series) -> np.ndarray:
@@ -507,8 +525,9 @@ def rank_step_arrivals(m: Matched) -> pl.DataFrame:
     wait = np.full(size, -1, dtype=np.int64)
     hit = t.enter == t.tail_start[t.rs]
     wait[t.rs[hit]] = t.last_enter[hit] - t.enter[hit]
-    rows = (m.by_rank_step or kernels.Groups(t.rs, size)).first_row()
-    return pl.DataFrame(
+    groups = m.by_rank_step or kernels.Groups(t.rs, size)
+    rows = groups.first_row()
+    frame = pl.DataFrame(
         {
             "rank": t.rank[rows[keep]].astype(np.int32),
             "step": t.step[rows[keep]],
@@ -518,6 +537,30 @@ def rank_step_arrivals(m: Matched) -> pl.DataFrame:
             "collectives": n[keep],
         }
     )
+    if t.host_enter is None or t.host_late is None:
+        return frame
+    return frame.with_columns(**_device_rank_step(t, groups, hit, n, keep))
+
+
+def _device_rank_step(
+    t: EventTimes, groups: kernels.Groups, hit: np.ndarray, n: np.ndarray, keep: np.ndarray
+) -> dict[str, np.ndarray]:
+    """Per (rank, step) under the device clock (``timebase.DEVICE_RANK_STEP``): mean
+    host lateness and run-ahead (device enter - host enter) over its calls, the
+    run-ahead of its last call, its first device enter and its last device exit
+    (-1 when none completed): what moves its iteration boundary to the device."""
+    assert t.host_enter is not None and t.host_late is not None
+    size = t.rs_size
+    ahead = t.enter - t.host_enter
+    tail = np.zeros(size, dtype=np.int64)
+    tail[t.rs[hit]] = ahead[hit]
+    return {
+        "host_lateness_ns": kernels.total(t.rs, t.host_late, size)[keep] / n[keep],
+        "run_ahead_ns": kernels.total(t.rs, ahead, size)[keep] / n[keep],
+        "tail_run_ahead_ns": tail[keep],
+        "first_enter_ns": groups.minimum(t.enter)[keep],
+        "last_exit_ns": groups.maximum(t.exit)[keep],
+    }
 
 
 def last_arrivers(rank_step: pl.DataFrame) -> pl.DataFrame:

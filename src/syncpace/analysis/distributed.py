@@ -25,6 +25,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from syncpace.analysis import timebase
 from syncpace.analysis.metrics import RunMetrics, compute_metrics
 from syncpace.analysis.streaming import (
     WINDOW_EVENTS,
@@ -33,6 +34,7 @@ from syncpace.analysis.streaming import (
     finish,
     needs_whole_run,
     plan,
+    stream_metrics,
     window_partial,
 )
 from syncpace.errors import ConfigError
@@ -52,6 +54,11 @@ def dask_metrics(
     index = read_metadata(path)
     if needs_whole_run(index):  # rotated segments or a crash journal: loaded whole, here
         return compute_metrics(load_trace(path), warmup_steps=warmup_steps)
+    if timebase.declared(index.meta):
+        # A window on a worker looks back at each rank's call before it through the
+        # scans, which keep it in host time only: device-timed runs stream here, window
+        # after window, each carrying the device time of the call before the next.
+        return stream_metrics(path, warmup_steps=warmup_steps, window_events=window_events)[0]
     ranks = index.ranks
     # The index (every rank's metadata: ~100 bytes a rank) goes to each worker once, not
     # with each task; ranks are scanned in blocks, so the scheduler holds a few dozen

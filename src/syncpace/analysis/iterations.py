@@ -10,7 +10,20 @@ from __future__ import annotations
 
 import polars as pl
 
-from syncpace.analysis.collectives import call_key
+from syncpace.analysis.collectives import call_key, call_steps
+
+
+def after_warmup(
+    steps: pl.DataFrame, events: pl.DataFrame, warmup_steps: int
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """``steps`` and ``events`` without the first ``warmup_steps`` iterations (setup,
+    first-call costs), unless nothing would be left; by call, not by event: a call
+    some rank made in the warm-up is left out whole."""
+    max_step = int(steps["step"].max()) if steps.height else 0  # type: ignore[arg-type]
+    if not warmup_steps or max_step < warmup_steps:
+        return steps, events
+    steps = steps.filter(pl.col("step") >= warmup_steps)
+    return steps, events.filter(call_steps(events) >= warmup_steps)
 
 
 def rank_steps(steps: pl.DataFrame) -> pl.DataFrame:

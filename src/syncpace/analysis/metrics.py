@@ -14,10 +14,12 @@ from syncpace.analysis import (
     locality,
     overlap,
     parallelism,
+    timebase,
 )
 from syncpace.analysis.hang import HangAnalysis, analyze_hang, hang_input
 from syncpace.analysis.parallelism import Parallelism
 from syncpace.analysis.replay import Program, build_program, replayable
+from syncpace.analysis.timebase import TimeBase
 from syncpace.analysis.wholerun import WholeRun, whole_run
 from syncpace.trace.reader import Trace
 from syncpace.trace.summary import pacing_summary
@@ -68,6 +70,8 @@ class RunMetrics:
     hosts: hostcounters.HostMetrics | None = None  # host counters and topology, when sampled
     #: the whole run from its per-step summaries (always-on mode), else None
     whole_run: WholeRun | None = None
+    #: which clock the figures are on (device where every call has device times)
+    time_base: TimeBase = field(default_factory=TimeBase)
 
     @property
     def iteration_ns(self) -> float:
@@ -98,27 +102,44 @@ class RunMetrics:
             "iteration_boundaries": self.boundaries,
             "hosts": self.hosts.to_json() if self.hosts is not None else None,
             "whole_run": self.whole_run.to_json() if self.whole_run is not None else None,
+            "time_base": self._time_base_json(),
         }
+
+    def _time_base_json(self) -> dict[str, Any]:
+        """The clock of the figures and, on the device clock, each rank's run-ahead."""
+        out = self.time_base.to_json()
+        if self.time_base.device and "run_ahead_p50_ns" in self.per_rank.columns:
+            rows = self.per_rank.select(
+                "rank", "run_ahead_p50_ns", "run_ahead_p90_ns", "host_lateness_p50_ns"
+            )
+            out["run_ahead_ns"] = {
+                str(r["rank"]): {"p50": r["run_ahead_p50_ns"], "p90": r["run_ahead_p90_ns"]}
+                for r in rows.iter_rows(named=True)
+            }
+            out["host_lateness_p50_ns"] = {
+                str(r["rank"]): r["host_lateness_p50_ns"] for r in rows.iter_rows(named=True)
+            }
+        return out
 
 
 def compute_metrics(trace: Trace, *, warmup_steps: int = 1) -> RunMetrics:
     """Measure ``trace``. The first ``warmup_steps`` iterations (setup, first-call costs)
     are left out, unless nothing would be left."""
     hang = analyze_hang(hang_input(trace))
-    steps, events = trace.steps, trace.events
-    boundaries = steps.height
-    max_step = int(steps["step"].max()) if steps.height else 0  # type: ignore[arg-type]
-    if warmup_steps and max_step >= warmup_steps:
-        steps = steps.filter(pl.col("step") >= warmup_steps)
-        # by call, not by event: a call some rank made in the warm-up is left out whole
-        events = events.filter(collectives.call_steps(events) >= warmup_steps)
+    boundaries = trace.steps.height
+    steps, events = iterations.after_warmup(trace.steps, trace.events, warmup_steps)
+    base = timebase.of_events(trace.meta, events)
+    if base.device:
+        events = timebase.on_device(events)
     events, trailing = iterations.split_trailing(events, steps)
     rank_steps = iterations.rank_steps(steps)
-    global_steps = iterations.global_steps(rank_steps)
-    parallel = parallelism.infer(trace.meta, events, trace.world_size, global_steps.height)
     matched = collectives.match(events)
     rank_step = collectives.rank_step_arrivals(matched)
     comm = overlap.rank_step_comm(matched)
+    if base.device:
+        rank_steps = timebase.device_steps(rank_steps, rank_step)
+    global_steps = iterations.global_steps(rank_steps)
+    parallel = parallelism.infer(trace.meta, events, trace.world_size, global_steps.height)
     inst, dropped = matched.instances, matched.dropped
     program = (
         build_program(
@@ -146,6 +167,7 @@ def compute_metrics(trace: Trace, *, warmup_steps: int = 1) -> RunMetrics:
         boundaries=boundaries,
         hang=hang,
         program=program,
+        time_base=base,
     )
 
 
@@ -163,18 +185,23 @@ def from_parts(
     boundaries: int,
     hang: HangAnalysis | None = None,
     program: Program | None = None,
+    time_base: TimeBase | None = None,
 ) -> RunMetrics:
     """The run's metrics from its per-event results (instances, per (rank, step)
     arrivals and communication) — computed on the whole trace at once, or window by
     window and concatenated (:mod:`syncpace.analysis.streaming`). ``trace`` supplies
-    metadata, steps, warnings and host files; ``events``: how many it holds."""
+    metadata, steps, warnings and host files; ``events``: how many it holds.
+    ``time_base``: the clock of the per-event results (``rank_steps`` already on it)."""
     inst = instances
+    base = time_base or TimeBase()
     global_steps = iterations.global_steps(rank_steps)
     last = collectives.last_arrivers(rank_step)
     ovl = overlap.with_step_time(comm, rank_steps)
     per_rank = iterations.per_rank_summary(rank_steps, rank_step, last)
+    if base.device and "run_ahead_ns" in rank_step.columns:
+        per_rank = per_rank.join(timebase.run_ahead(rank_step), on="rank", how="left")
     place = locality.placement(trace.meta)
-    uncertainty = _clock_uncertainty(trace)
+    uncertainty = _clock_uncertainty(trace, base)
     whole = whole_run(trace)
     warnings = trace.warnings
     if whole is not None:
@@ -209,6 +236,7 @@ def from_parts(
         hang=hang,
         hosts=hostcounters.host_metrics(trace.counters, trace.hosts, trace.meta),
         whole_run=whole,
+        time_base=base,
     )
 
 
@@ -229,12 +257,16 @@ def _group_nodes(meta: dict[int, dict[str, Any]], place: pl.DataFrame) -> dict[s
     return spans
 
 
-def _clock_uncertainty(trace: Trace) -> int | None:
+def _clock_uncertainty(trace: Trace, base: TimeBase | None = None) -> int | None:
     """The worst rank's clock uncertainty; ``None`` when any rank's offset is unknown
-    (its skews against the others cannot be trusted, however well the rest align)."""
+    (its skews against the others cannot be trusted, however well the rest align).
+    On the device clock the device times' conversion to the host clock adds its own."""
     values = [(m.get("clock") or {}).get("uncertainty_ns") for r, m in trace.meta.items() if r != 0]
     known = [int(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
-    return max(known) if known and len(known) == len(values) else None
+    if not known or len(known) != len(values):
+        return None
+    extra = base.uncertainty_ns if base is not None and base.device else None
+    return max(known) + (extra or 0)
 
 
 def _quality(

@@ -42,7 +42,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from syncpace import allocators
-from syncpace.analysis import collectives, iterations, kernels, overlap, parallelism
+from syncpace.analysis import collectives, iterations, kernels, overlap, parallelism, timebase
 from syncpace.analysis.hang import analyze_hang, hang_input
 from syncpace.analysis.metrics import RunMetrics, compute_metrics, from_parts
 from syncpace.analysis.replay import (
@@ -52,6 +52,7 @@ from syncpace.analysis.replay import (
     replayed_steps,
     same_program,
 )
+from syncpace.analysis.timebase import TimeBase
 from syncpace.analysis.timeline import IterationSample, pick_iterations, sample_iterations
 from syncpace.trace import journal, schema
 from syncpace.trace.chunks import (
@@ -90,15 +91,35 @@ _NONE = np.zeros(0, dtype=np.int64)
 
 @dataclass(frozen=True)
 class Context:
-    """What a window's events are measured against, from the whole run's steps."""
+    """What a window's events are measured against, from the whole run's steps, and on
+    which clock (:mod:`~syncpace.analysis.timebase`): ``read_device`` reads the device
+    times and counts the calls lacking them (some rank declares a device clock);
+    ``device`` measures on them. The run's rule needs every window's count, so a run is
+    measured on the device clock first and again on the host's if some call lacked
+    device time (a mixed run, rare: two passes)."""
 
     cut: int | None  # the warm-up: calls some rank made in an earlier step are left out
     last_step: np.ndarray  # per rank (by rank): its last iteration boundary, -1 for none
+    read_device: bool = False
+    device: bool = False
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """The event columns a window reads: the device times only where declared (the
+        host-only path reads what it always read)."""
+        return ANALYSIS_COLUMNS + timebase.DEVICE_COLUMNS if self.read_device else ANALYSIS_COLUMNS
+
+    def on_host(self) -> Context:
+        """The same context measuring on host time (still counting device times)."""
+        return dataclasses.replace(self, device=False)
 
     @staticmethod
-    def of(world_size: int, steps: list[pa.Table], warmup_steps: int) -> Context:
+    def of(
+        world_size: int, steps: list[pa.Table], warmup_steps: int, *, device: bool = False
+    ) -> Context:
         """As :func:`~syncpace.analysis.metrics.compute_metrics` cuts the warm-up and
-        finds the calls after each rank's last iteration."""
+        finds the calls after each rank's last iteration; ``device``: some rank declares
+        a device clock (its times are read, and measured on until a call lacks them)."""
         found = [t.column("step") for t in steps if t.num_rows]
         max_step = max((int(pc.max(c).as_py()) for c in found), default=0)
         cut = warmup_steps if warmup_steps and max_step >= warmup_steps else None
@@ -111,7 +132,7 @@ class Context:
                 step = step[step >= cut]
             if len(step):
                 last[int(t.column("rank")[0].as_py())] = int(step.max())
-        return Context(cut, last)
+        return Context(cut, last, device, device)
 
 
 @dataclass(frozen=True)
@@ -148,6 +169,9 @@ class Partial:
     trailing: pl.DataFrame  # calls after every member's last iteration (kept apart)
     counts: pl.DataFrame  # events per (group, op, timing, rank), for the parallelism
     tail: tuple[np.ndarray, np.ndarray, np.ndarray]  # per rank: its last call's enter, exit
+    #: completed calls and those lacking device time (counted where the context reads them)
+    calls: int = 0
+    lacking: int = 0
 
 
 def scan(
@@ -178,7 +202,8 @@ def plan(
     cut = warmup_steps if warmup_steps and max_step >= warmup_steps else None
     los = [int(f.lo.min()) for s in scans for f in s.files if len(f.lo)]
     his = [int(f.hi.max()) for s in scans for f in s.files if len(f.hi)]
-    context = Context.of(index.world_size, [s.steps for s in scans], warmup_steps)
+    declared = timebase.declared(index.meta)
+    context = Context.of(index.world_size, [s.steps for s in scans], warmup_steps, device=declared)
     if not los:
         return Plan(index, tuple(scans), cut or 0, (), context)
     start, end = min(los), max(his) + 1
@@ -209,17 +234,20 @@ def window_partial(
     """Match and reduce the events of steps ``window`` of every rank (``previous``:
     each rank's call before the window, from the scans' tails when not given)."""
     lo, hi = window
-    table = read_window(scans, lo, hi, cache=cache)
+    context = context or Context(None, _NONE)
+    table = read_window(scans, lo, hi, cache=cache, columns=context.columns)
     if previous is None:
+        if context.device:  # the scans keep each step's last call in host time only
+            raise ValueError("on the device clock the call before a window must be given")
         previous = carry(list(scans), world_size, first, lo)
-    return partial(table, previous, context or Context(None, _NONE))
+    return partial(table, previous, context)
 
 
 def partial(table: pa.Table, previous: np.ndarray, context: Context) -> Partial:
     """One window's results from its events (``previous``: each rank's call before),
     by :func:`~syncpace.analysis.metrics.compute_metrics`' rules: the warm-up's calls
     and the calls after the last iteration left out, whole."""
-    events, trailing = _analysed(table, context, categorical=True)
+    events, trailing, (calls, lacking) = _analysed(table, context, categorical=True)
     del table
     counts = _counts(events)
     m = collectives.match(events, previous_exit=previous, derived=False)
@@ -235,11 +263,14 @@ def partial(table: pa.Table, previous: np.ndarray, context: Context) -> Partial:
         trailing.with_columns(pl.col(_NAMES).cast(pl.String)),
         counts,
         tail,
+        calls,
+        lacking,
     )
 
 
 #: The names a window's events hold as categoricals (:func:`analysis_frame`).
 _NAMES = ("group", "op", "status", "timing")
+_DEVICE = list(timebase.DEVICE_COLUMNS)
 
 
 def _counts(events: pl.DataFrame) -> pl.DataFrame:
@@ -267,13 +298,19 @@ def _counts(events: pl.DataFrame) -> pl.DataFrame:
 
 def _analysed(
     table: pa.Table, context: Context, *, categorical: bool = False
-) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """A window's events the analysis measures, and its trailing calls apart
-    (``categorical``: their names as categoricals, see :func:`analysis_frame`)."""
-    events = analysis_frame(table.select(list(ANALYSIS_COLUMNS)), categorical=categorical)
+) -> tuple[pl.DataFrame, pl.DataFrame, tuple[int, int]]:
+    """A window's events the analysis measures on the context's clock, its trailing
+    calls apart (``categorical``: their names as categoricals, see
+    :func:`analysis_frame`), and (completed calls, those lacking device time) after
+    the warm-up, where the context reads device times: the in-memory path's counts."""
+    events = analysis_frame(table.select(list(context.columns)), categorical=categorical)
     cut = context.cut
     if cut is not None and events.height and int(events["step"].min()) < cut:  # type: ignore[arg-type]
         events = events.filter(collectives.call_steps(events) >= cut)
+    counted = (0, 0)
+    if context.read_device:
+        counted = timebase.coverage(events)
+        events = timebase.on_device(events) if context.device else events.drop(_DEVICE)
     trailing = events.clear()
     if events.height and len(context.last_step):
         rank, step = events["rank"].to_numpy(), events["step"].to_numpy()
@@ -285,7 +322,7 @@ def _analysed(
             )
             trailing = marked.filter(pl.col("_trailing")).drop("_late", "_trailing")
             events = marked.filter(~pl.col("_trailing")).drop("_late", "_trailing")
-    return events, trailing
+    return events, trailing, counted
 
 
 def _program(
@@ -306,7 +343,8 @@ def _program(
     if held > REPLAY_EVENTS:  # its two iterations alone: more than may be held
         return None
     lo = max((a for a, _ in p.windows if a <= steps[0]), default=p.windows[0][0])
-    events, _ = _analysed(read_window(list(p.scans), lo, int(steps[-1]) + 1), p.context)
+    table = read_window(list(p.scans), lo, int(steps[-1]) + 1, columns=p.context.columns)
+    events, _, _ = _analysed(table, p.context)
     m = collectives.match(events)
     if m.instances.height == 0:
         return None
@@ -356,6 +394,24 @@ class _Carry:
         later = enter >= self.enter[rank]  # on a tie the later window's call is later
         self.enter[rank[later]] = enter[later]
         self.exit[rank[later]] = exit_[later]
+
+
+def on_clock(p: Plan, measure: Callable[[Plan], list[Partial]]) -> tuple[Plan, list[Partial]]:
+    """The windows of ``p`` measured by ``measure`` on the run's clock: on the device's
+    first where declared, again on the host's when the run is not on it after all (a
+    call lacked device time, or none completed: the rule needs the whole run's count)."""
+    parts = measure(p)
+    if p.context.device and not time_base(p, parts).device:
+        p = dataclasses.replace(p, context=p.context.on_host())
+        parts = measure(p)
+    return p, parts
+
+
+def time_base(p: Plan, parts: list[Partial]) -> TimeBase:
+    """The run's clock from its windows' counts (:func:`on_clock` made them agree)."""
+    if not p.context.read_device:
+        return TimeBase()
+    return timebase.choose(p.index.meta, sum(q.calls for q in parts), sum(q.lacking for q in parts))
 
 
 def windows(p: Plan) -> Iterator[Partial]:
@@ -415,6 +471,9 @@ def finish(
     every column, when the caller holds them; read again otherwise)."""
     trace = trace or base_trace(p)
     parts = list(partials)
+    base = time_base(p, parts)
+    if base.device != p.context.device:
+        raise ValueError("the windows were measured on another clock than the run's")
     steps = trace.steps
     if p.first and steps.height and int(steps["step"].max()) >= p.first:  # type: ignore[arg-type]
         steps = steps.filter(pl.col("step") >= p.first)
@@ -431,6 +490,8 @@ def finish(
         empty = collectives.match(pl.from_arrow(schema.EVENTS.empty_table()))  # type: ignore[arg-type]
         inst, rank_step = empty.instances, collectives.rank_step_arrivals(empty)
         comm = overlap.rank_step_comm(empty)
+    if base.device:
+        rank_steps = timebase.device_steps(rank_steps, rank_step)
     last = p.windows[-1] if p.windows else None  # where every group's last calls are
     if tail is None and last:
         tail = read_window(p.scans, last[0], last[1], columns=_ALL)
@@ -460,6 +521,7 @@ def finish(
         ),
         boundaries=trace.steps.height,
         program=program,
+        time_base=base,
     )
 
 
@@ -510,6 +572,8 @@ def stream_metrics(
     index = read_metadata(path)
     try:
         if not needs_whole_run(index):
+            if timebase.declared(index.meta):  # the one-pass sweep reads host columns only
+                return _two_pass(path, warmup_steps, window_events, progress)
             try:
                 return _swept(index, warmup_steps, window_events, progress)
             except CannotSweep:
@@ -573,13 +637,16 @@ def _two_pass(
     p = plan(index, scans, warmup_steps=warmup_steps, window_events=window_events)
     trace = base_trace(p)
 
-    def counted() -> Iterator[Partial]:
+    def counted(p: Plan) -> list[Partial]:
+        parts = []
         for i, part in enumerate(windows(p)):
             if progress is not None:
                 progress(i + 1, len(p.windows))
-            yield part
+            parts.append(part)
+        return parts
 
-    run = finish(p, counted(), trace)
+    p, parts = on_clock(p, counted)
+    run = finish(p, parts, trace)
     return run, sample(p, run, trace)
 
 

@@ -26,6 +26,17 @@ class Thresholds:
     straggler_factor: float = setting(
         3.0, "A late rank's median lateness must exceed the typical rank's by this factor."
     )
+    late_cpu_share: float = setting(
+        0.5,
+        "On device time, a late rank whose host enqueue is late (against the typical "
+        "rank's) by at least this share of its device lateness, its device waiting on it, "
+        "has a late CPU; one whose host is on time or early has a slow GPU.",
+    )
+    late_cpu_run_ahead_us: float = setting(
+        1000.0,
+        "Median CPU run-ahead (device reaching a call after the host issued it) at or below "
+        "which a rank's device waits for its CPU (us).",
+    )
     locality_node_fraction: float = setting(
         0.75, "A local rank late on at least this fraction of nodes (>= 2) is a locality pattern."
     )
@@ -128,6 +139,8 @@ class Thresholds:
             warning_cost="[0, 1]",
             straggler_min_share="[0, 1]",
             straggler_factor="[1, 1000]",
+            late_cpu_share="[0, 1]",
+            late_cpu_run_ahead_us="[0, 1000000]",
             locality_node_fraction="[0, 1]",
             sync_wait_share="[0, 1]",
             sync_spread="[0, 1]",

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from syncpace.analysis import timebase
 from syncpace.analysis.collectives import match
 from syncpace.analysis.metrics import RunMetrics
 from syncpace.trace.reader import Trace
@@ -62,13 +63,19 @@ def pick_iterations(steps: pl.DataFrame) -> tuple[tuple[str, int], ...]:
 def sample_iterations(
     trace: Trace, metrics: RunMetrics, picks: tuple[tuple[str, int], ...] | None = None
 ) -> IterationSample:
-    """The events and step boundaries of ``picks`` (default: :func:`pick_iterations`)."""
+    """The events and step boundaries of ``picks`` (default: :func:`pick_iterations`),
+    on the clock of the run's figures (``metrics.time_base``: on the device clock, the
+    device times and the boundaries the metrics moved to it)."""
     picks = pick_iterations(metrics.steps) if picks is None else picks
     wanted = [step for _, step in picks]
-    steps = trace.steps.filter(pl.col("step").is_in(wanted)).select(
+    device = metrics.time_base.device
+    source = metrics.rank_steps if device else trace.steps
+    steps = source.filter(pl.col("step").is_in(wanted)).select(
         "rank", "step", "start_ns", "end_ns", "pacing_delay_ns"
     )
     events = trace.events.filter(pl.col("step").is_in(wanted))
+    if device:
+        events = timebase.on_device(events)
     return IterationSample(metrics.run, picks, steps.sort("rank", "step"), _calls(events))
 
 

@@ -10,14 +10,13 @@ import sys
 
 from syncpace.capture.config import TraceConfig
 from syncpace.capture.launch import Tracing, armed_env, prepare_run_dir, run_command
-from syncpace.cli.trace_info import print_summary
+from syncpace.cli.trace_info import print_trace_info
 from syncpace.config import add_flags, from_flags
 from syncpace.control.config import ControllerConfig, PacingConfig
 from syncpace.errors import ConfigError
 from syncpace.monitor import MonitorConfig
 from syncpace.trace import schema
 from syncpace.trace.reader import load_trace
-from syncpace.trace.summary import summarize
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -82,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     code = run_command(command, armed_env(run_dir, tracing))
     print(f"syncpace run: trace in {run_dir}", file=sys.stderr)
     if not args.quiet and any(run_dir.glob(f"rank-*{schema.META_SUFFIX}")):
-        print_summary(summarize(load_trace(run_dir)))
+        print_trace_info(load_trace(run_dir))
     elif not any(run_dir.glob(f"rank-*{schema.META_SUFFIX}")):
         print(
             "syncpace run: no rank wrote a trace (did the command initialise torch.distributed?)",

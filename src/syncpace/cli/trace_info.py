@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Any
 
+import polars as pl
 from rich.console import Console
 from rich.table import Table
 
+from syncpace.analysis import timebase
+from syncpace.analysis.timebase import TimeBase
 from syncpace.console import make_console, safe
-from syncpace.trace.reader import load_trace
+from syncpace.trace.reader import Trace, load_trace
 from syncpace.trace.summary import TraceSummary, summarize
 
 
@@ -26,20 +30,56 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    summary = summarize(load_trace(args.dir))
+    trace = load_trace(args.dir)
     if args.json:
-        print(json.dumps(summary.to_json(), indent=2, sort_keys=True))
+        data = summarize(trace).to_json()
+        data["time_base"] = time_base_json(*timebase.of_trace(trace))
+        print(json.dumps(data, indent=2, sort_keys=True))
     else:
-        print_summary(summary)
+        print_trace_info(trace)
     return 0
+
+
+def print_trace_info(trace: Trace, console: Console | None = None) -> None:
+    """The summary of ``trace`` and the clock its analysis reads."""
+    print_summary(summarize(trace), console, time_base_line(*timebase.of_trace(trace)))
+
+
+def time_base_json(base: TimeBase, ahead: pl.DataFrame) -> dict[str, Any]:
+    """Which clock the analysis of this trace uses and, on the device's, each rank's
+    CPU run-ahead (ns)."""
+    out = base.to_json()
+    if ahead.height:
+        out["run_ahead_ns"] = {
+            str(r["rank"]): {"p50": r["run_ahead_p50_ns"], "p90": r["run_ahead_p90_ns"]}
+            for r in ahead.iter_rows(named=True)
+        }
+    return out
+
+
+def time_base_line(base: TimeBase, ahead: pl.DataFrame) -> str:
+    """The clock the figures will be on, why, and each rank's CPU run-ahead."""
+    line = f"clock of the figures: {base.label()}"
+    if base.note():
+        line += f" ({base.note()})"
+    if ahead.height:
+        each = ", ".join(
+            f"r{r['rank']} {r['run_ahead_p50_ns'] / 1e6:.2f} ({r['run_ahead_p90_ns'] / 1e6:.2f})"
+            for r in ahead.iter_rows(named=True)
+        )
+        line += f"; CPU run-ahead of the device, ms median (p90): {each}"
+    return line
 
 
 #: Warnings printed in full; the rest are counted (all of them are in --json).
 MAX_WARNINGS = 20
 
 
-def print_summary(summary: TraceSummary, console: Console | None = None) -> None:
-    """Everything from the trace is escaped: names can hold markup or control codes."""
+def print_summary(
+    summary: TraceSummary, console: Console | None = None, clock_line: str | None = None
+) -> None:
+    """Everything from the trace is escaped: names can hold markup or control codes.
+    ``clock_line``: which clock the analysis reads (:func:`time_base_line`)."""
     console = console or make_console()
     hosts = ", ".join(f"{safe(h)} ({len(r)})" for h, r in summary.hosts.items())
     console.print(f"[bold]{safe(summary.path)}[/]: {summary.world_size} ranks on {hosts}")
@@ -59,6 +99,8 @@ def print_summary(summary: TraceSummary, console: Console | None = None) -> None
         + ("unknown" if unc is None else f"{unc / 1e3:.1f} µs")
         + (f", unaligned ranks {clock['unaligned_ranks']}" if clock["unaligned_ranks"] else "")
     )
+    if clock_line:
+        console.print(safe(clock_line), soft_wrap=True)
     if summary.pacing is not None:
         p = summary.pacing
         ab = safe(p["ab_state"] or "off")

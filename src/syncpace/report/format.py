@@ -21,6 +21,7 @@ from typing import Any
 
 import polars as pl
 
+from syncpace.analysis.timebase import TimeBase
 from syncpace.analysis.wholerun import DetectionSpan, WholeRun
 from syncpace.trace.validate import ranges
 
@@ -50,6 +51,11 @@ LABELS = {
     "wait_share_of_iteration": "others' wait, share of the iteration",
     "iteration_ms": "iteration time",
     "other_local_ranks_lateness_p50_ms": "other local ranks' median lateness",
+    "late_side": "late CPU or slow GPU",
+    "device_late_p50_ms": "device arrival late by (median, against the typical rank)",
+    "host_late_p50_ms": "host enqueue late by (median, against the typical rank)",
+    "run_ahead_p50_ms": "CPU run-ahead of its device (median)",
+    "typical_run_ahead_p50_ms": "typical rank's CPU run-ahead (median)",
     "iteration_cv": "iteration-time CV",
     "ranks_ever_last": "ranks ever last",
     "max_last_share": "most iterations one rank was last",
@@ -458,6 +464,27 @@ def trailing_line(t: dict) -> str:
         f"{number(t.get('calls_per_rank', 0))} calls per rank ({ops}) over "
         f"{duration_ns(t.get('span_ns', 0))}, not counted in the iteration figures"
     )
+
+
+# --------------------------------------------------------------------------- clock
+
+
+def time_base_line(base: TimeBase, per_rank: pl.DataFrame, places: Places | None = None) -> str:
+    """Which clock a run's figures are on and, on the device's, each rank's CPU
+    run-ahead: 'device (CUDA events, ±12 µs); CPU ahead of the device (median): …'."""
+    line = base.label()
+    if base.note():
+        line += f" ({base.note()})"
+    if base.device and "run_ahead_p50_ns" in per_rank.columns:
+        ahead = {
+            int(r): v / 1e6
+            for r, v in zip(per_rank["rank"], per_rank["run_ahead_p50_ns"], strict=True)
+            if v is not None
+        }
+        line += "; CPU ahead of the device (median): " + (
+            value("run_ahead_p50_ms", ahead, places) or "—"
+        )
+    return line
 
 
 # --------------------------------------------------------------------------- pacing

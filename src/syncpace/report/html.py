@@ -237,6 +237,7 @@ def runs_html(analysis: Analysis, figures: _Figures, iteration_plot: Any = None)
     row("network busy", [fmt.percent(r.comm.get("network_share", 0)) for r in runs])
     row("communication exposed", [fmt.percent(r.comm.get("exposed_share", 0)) for r in runs])
     row("parallelism", [r.parallelism.describe() for r in runs])
+    row("clock of the figures", [_time_base(r) for r in runs])
     row("after the last iteration", [fmt.trailing_line(r.trailing) for r in runs])
     row("pacing", [fmt.pacing_line(r.pacing) if r.pacing else "off" for r in runs])
     head = "".join(f"<th>{e(names[r.run])}</th>" for r in runs)
@@ -260,6 +261,10 @@ def runs_html(analysis: Analysis, figures: _Figures, iteration_plot: Any = None)
         f'<section id="runs"><h2>Runs side by side</h2><p class="meta">{e(kind)}</p>'
         f'<div class="runs-grid"><div>{table}</div><div>{plot}</div></div></section>'
     )
+
+
+def _time_base(run: RunMetrics) -> str:
+    return fmt.time_base_line(run.time_base, run.per_rank, fmt.Places.of(run.placement))
 
 
 def _ranks_hosts(run: RunMetrics) -> str:

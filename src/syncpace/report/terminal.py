@@ -80,6 +80,7 @@ def print_runs(analysis: Analysis, console: Console) -> None:
             f"{fmt.percent(run.comm.get('exposed_share', 0))}"
         )
         console.print("  parallelism: " + safe(run.parallelism.describe()))
+        console.print("  clock of the figures: " + safe(_time_base(run)), soft_wrap=True)
         if run.trailing:
             console.print("  after the last iteration: " + safe(fmt.trailing_line(run.trailing)))
         if run.pacing is not None:
@@ -98,6 +99,7 @@ def print_runs(analysis: Analysis, console: Console) -> None:
         ("network busy", [fmt.percent(r.comm.get("network_share", 0)) for r in analysis.runs]),
         ("exposed", [fmt.percent(r.comm.get("exposed_share", 0)) for r in analysis.runs]),
         ("parallelism", [r.parallelism.describe() for r in analysis.runs]),
+        ("clock", [_time_base(r) for r in analysis.runs]),
         (
             "after last iteration",
             [fmt.trailing_line(r.trailing) if r.trailing else "—" for r in analysis.runs],
@@ -127,6 +129,10 @@ def print_runs(analysis: Analysis, console: Console) -> None:
             for p in analysis.scaling
         )
         console.print(f"scaling efficiency by world size: {points}")
+
+
+def _time_base(run: RunMetrics) -> str:
+    return fmt.time_base_line(run.time_base, run.per_rank, fmt.Places.of(run.placement))
 
 
 def print_whole_run(run: RunMetrics, console: Console) -> None:

@@ -234,4 +234,10 @@ def _trust(analysis: Analysis) -> str:
         parts.append(f"clocks aligned within ±{fmt.duration_ns(max(clocks))}")
     if unaligned:
         parts.append("clocks not aligned" + (" in some runs" if clocks else ""))
+    on_device = [r for r in runs if r.time_base.device]
+    if on_device:
+        some = " in some runs" if len(on_device) < len(runs) else ""
+        parts.append(f"times on the device clock{some}")
+    if any(r.time_base.mixed for r in runs):
+        parts.append("host times where device times were incomplete")
     return ", ".join(parts)

@@ -136,3 +136,30 @@ def comm_dominated(p: Parallelism) -> tuple[str, ...]:
         "Cut communication volume (bf16 communication, compression, sharding).",
         "See the bandwidth/latency findings for which side to attack.",
     )
+
+
+def _ranks(ranks: list[int]) -> str:
+    return f"rank{'s' * (len(ranks) > 1)} {', '.join(map(str, ranks))}"
+
+
+def late_cpu(ranks: list[int]) -> tuple[str, ...]:
+    """A straggler whose device waits for its CPU (device time shows it)."""
+    return (
+        f"The CPU of {_ranks(ranks)} is late and its GPU waits for it: profile the host "
+        "side of its step (py-spy, torch.profiler's CPU view): data loading (more "
+        "DataLoader workers, pin_memory, prefetch_factor), Python work per step, syncs "
+        "such as .item() or .cpu() that stop the CPU from running ahead.",
+        "If the step launches many small kernels, it is launch-bound: CUDA graphs "
+        "(torch.compile mode='reduce-overhead') or fused kernels cut the CPU's share.",
+    )
+
+
+def slow_gpu(ranks: list[int]) -> tuple[str, ...]:
+    """A straggler whose CPU is on time but whose device arrives late."""
+    return (
+        f"The GPU of {_ranks(ranks)} is slow while its CPU is on time: check its clocks, "
+        "power and thermal throttling (nvidia-smi -q -d PERFORMANCE,CLOCK,POWER), ECC "
+        "errors and retired pages, other processes on that GPU, its PCIe link width.",
+        "Compare its kernels' durations with a peer's in a profiler: a uniformly slower "
+        "GPU is hardware; slower kernels on that rank alone may be uneven work.",
+    )

@@ -18,27 +18,18 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from syncpace.analysis.detectors.context import Context, confidence_of, ms
+from syncpace.analysis.detectors import device
+from syncpace.analysis.detectors.context import (
+    Context,
+    confidence_of,
+    fast_half,
+    fast_noise,
+    ms,
+)
 from syncpace.analysis.findings import Finding
 from syncpace.analysis.replay import Change
 from syncpace.analysis.replay import counterfactuals as cf
 from syncpace.analysis.replay.whatif import evaluate
-
-
-def fast_half(values: pl.Expr) -> pl.Expr:
-    """The median of the values at or below the median: a baseline of the faster half,
-    which a slow half of the ranks cannot move."""
-    return values.filter(values <= values.median()).median()
-
-
-def fast_noise(frame: pl.DataFrame, value: str, base: str, mid: str) -> float:
-    """The median absolute deviation of the fast half's values (those at or below the
-    median ``mid`` of their group) from its baseline ``base``: the spread of the ranks
-    that are not slow, which a slow half does not inflate."""
-    fast = frame.filter(pl.col(value) <= pl.col(mid))
-    if fast.height == 0:
-        return 0.0
-    return float(fast.select((pl.col(value) - pl.col(base)).abs().median()).item() or 0.0)
 
 
 def rank_compute(ctx: Context) -> pl.DataFrame:
@@ -314,6 +305,9 @@ def _straggler_finding(ctx: Context, late: list[int]) -> Finding:
     limits = [_starved_note(node, cpu, ctx.thresholds) for node, cpu in starved.items()]
     if limits:
         more += " and communicates slowly: " + "; ".join(limits)
+    side = device.sides(ctx, late)  # on device time: its CPU late, or its GPU slow
+    if device.sentence(side):
+        more += " — " + device.sentence(side)
     return ctx.finding(
         "straggler",
         wait,
@@ -332,6 +326,7 @@ def _straggler_finding(ctx: Context, late: list[int]) -> Finding:
             "last_share": round(share, 4),
             "wait_share_of_iteration": round(wait, 4),
             "iteration_ms": ms(ctx.iteration_ns),
+            **device.evidence(side),
             **(
                 {
                     "cpu_throttled_share_by_host": {
@@ -357,6 +352,7 @@ def _straggler_finding(ctx: Context, late: list[int]) -> Finding:
                 if starved
                 else ()
             ),
+            *device.actions(side),
             "Inspect the named ranks/nodes: thermal throttling, a busy neighbour process, "
             "slower data loading, a degraded GPU or link (nvidia-smi -q, dmesg).",
             "Exclude or replace the node if it stays late; rebalance data loading.",

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import polars as pl
+
 from syncpace.analysis.findings import Finding, Severity, severity_for
 from syncpace.analysis.metrics import RunMetrics
 from syncpace.analysis.replay import Change, PacerFactory, Program
@@ -109,3 +111,19 @@ def confidence_of(value: float, threshold: float) -> float:
 def ms(ns: float) -> float:
     """Nanoseconds as milliseconds rounded for evidence."""
     return round(ns / 1e6, 4)
+
+
+def fast_half(values: pl.Expr) -> pl.Expr:
+    """The median of the values at or below the median: a baseline of the faster half,
+    which a slow half of the ranks cannot move."""
+    return values.filter(values <= values.median()).median()
+
+
+def fast_noise(frame: pl.DataFrame, value: str, base: str, mid: str) -> float:
+    """The median absolute deviation of the fast half's values (those at or below the
+    median ``mid`` of their group) from its baseline ``base``: the spread of the ranks
+    that are not slow, which a slow half does not inflate."""
+    fast = frame.filter(pl.col(value) <= pl.col(mid))
+    if fast.height == 0:
+        return 0.0
+    return float(fast.select((pl.col(value) - pl.col(base)).abs().median()).item() or 0.0)
