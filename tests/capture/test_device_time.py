@@ -20,6 +20,7 @@ from syncpace.capture.config import TraceConfig
 from syncpace.capture.device import use_device
 from syncpace.capture.process_group import TracingProcessGroup
 from syncpace.capture.tracer import Tracer
+from syncpace.analysis import analyze
 from syncpace.trace import RankTraceWriter, load_trace
 
 MS = 1_000_000
@@ -207,6 +208,12 @@ def test_the_rank_late_on_the_device_is_found_by_device_time(tmp_path, mode):
     device_last = _arrivals(events, "device_enter_ns")["last"].to_list()
     assert device_last.count(1) == len(device_last)
     ahead = _run_ahead(events)
+    diagnosis = analyze([str(tmp_path)])
+    found = {
+        f.ranks: f.evidence.get("late_side") for f in diagnosis.findings if f.mode == "straggler"
+    }
+    kind = "slow GPU" if mode == "slow_gpu" else "late CPU"
+    assert found == {(1,): {1: kind}}, diagnosis.findings
     if mode == "slow_gpu":
         # the host's arrivals point at rank 2, whose CPU is the last to enqueue
         host_last = _arrivals(events, "enter_ns")["last"].to_list()

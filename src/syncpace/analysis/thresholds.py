@@ -34,8 +34,9 @@ class Thresholds:
     )
     late_cpu_run_ahead_us: float = setting(
         1000.0,
-        "Median CPU run-ahead (device reaching a call after the host issued it) at or below "
-        "which a rank's device waits for its CPU (us).",
+        "On device time, a late rank whose host is late and whose median CPU run-ahead "
+        "(device reaching a call after the host issued it) exceeds the typical rank's by "
+        "at most this much has a device waiting for its CPU: a late CPU (us).",
     )
     locality_node_fraction: float = setting(
         0.75, "A local rank late on at least this fraction of nodes (>= 2) is a locality pattern."

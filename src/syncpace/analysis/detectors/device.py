@@ -62,24 +62,27 @@ def sides(ctx: Context, ranks: list[int]) -> list[Side]:
         device = float(row["lateness_p50_ns"]) - float(typical["device"] or 0.0)
         host = float(row["host_lateness_p50_ns"]) - float(typical["host"] or 0.0)
         ahead = float(row["run_ahead_p50_ns"])
-        kind = _kind(ctx, device, host, ahead)
-        out.append(Side(int(row["rank"]), kind, device, host, ahead, float(typical["ahead"] or 0)))
+        typical_ahead = float(typical["ahead"] or 0.0)
+        kind = _kind(ctx, device, host, ahead, typical_ahead)
+        out.append(Side(int(row["rank"]), kind, device, host, ahead, typical_ahead))
     return out
 
 
-def _kind(ctx: Context, device: float, host: float, ahead: float) -> str:
-    """Late CPU: the host late by at least ``late_cpu_share`` of the device lateness and
-    the device waiting on it (run-ahead at most ``late_cpu_run_ahead_us``); slow GPU:
-    the host on time or less late than that, well ahead of its device."""
+def _kind(ctx: Context, device: float, host: float, ahead: float, typical_ahead: float) -> str:
+    """Late CPU: the host late by at least ``late_cpu_share`` of the device lateness, and
+    the device waiting on it: its CPU no further ahead of it than the typical rank's
+    (plus ``late_cpu_run_ahead_us``; the work queued between a call's enqueue and the
+    collective, a backward pass, keeps a waiting device's run-ahead above zero). Slow
+    GPU: the host on time or less late than that, so the device had its work in time
+    and still arrives late. Unclear: a late host whose device is behind it all the
+    same (both late)."""
     th = ctx.thresholds
     if device <= 0:
         return UNCLEAR
-    host_late = host >= th.late_cpu_share * device
-    waiting = ahead <= th.late_cpu_run_ahead_us * 1e3
-    if host_late and waiting:
-        return LATE_CPU
-    if not host_late and not waiting:
+    if host < th.late_cpu_share * device:
         return SLOW_GPU
+    if ahead <= typical_ahead + th.late_cpu_run_ahead_us * 1e3:
+        return LATE_CPU
     return UNCLEAR
 
 
