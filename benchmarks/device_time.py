@@ -37,7 +37,7 @@ TESTS = Path(__file__).resolve().parents[1] / "tests"
 sys.path.insert(0, str(TESTS))
 sys.path.insert(0, str(TESTS / "capture"))
 
-from test_device_time import MS, FixedDelays, Job  # noqa: E402
+from test_device_timeline import MS, FixedDelays, Job  # noqa: E402
 
 from fakedevice import FakeDevice  # noqa: E402
 from syncpace.trace import load_trace  # noqa: E402
