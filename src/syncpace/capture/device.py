@@ -88,11 +88,17 @@ class CudaDevice:
 
         self._torch = torch
         self._idle: dict[int, Any] = {}  # device index -> its anchor stream
+        # The job's device, as its tensors say: the flush thread that anchors has a
+        # current device of its own (0), and events on two devices have no interval.
+        self._index: int | None = None
         self._cycles_per_ns: float | None = None
         self._calibration: tuple[Any, Any] | None = None
 
     def owns(self, tensor: Any) -> bool:
-        return bool(getattr(tensor, "is_cuda", False))
+        if not getattr(tensor, "is_cuda", False):
+            return False
+        self._index = tensor.device.index
+        return True
 
     def new_event(self) -> Any:
         return self._torch.cuda.Event(enable_timing=True)
@@ -104,10 +110,10 @@ class CudaDevice:
         event.record(self._idle_stream())
 
     def _idle_stream(self) -> Any:
-        index = self._torch.cuda.current_device()
+        index = self._index if self._index is not None else self._torch.cuda.current_device()
         stream = self._idle.get(index)
         if stream is None:
-            stream = self._idle[index] = self._torch.cuda.Stream()
+            stream = self._idle[index] = self._torch.cuda.Stream(device=index)
         return stream
 
     def done(self, event: Any) -> bool:
