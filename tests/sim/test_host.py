@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -10,7 +12,9 @@ from syncpace.errors import ConfigError
 from syncpace.sim import engine
 from syncpace.sim.engine import simulate
 from syncpace.sim.host import delay_shift
+from syncpace.sim.tracewrite import T0_NS, write_trace
 from syncpace.sim.workload import WorkloadSpec
+from syncpace.trace.reader import load_trace
 
 from .conftest import config
 
@@ -189,3 +193,43 @@ def test_host_settings_are_checked() -> None:
         WorkloadSpec(pacing_on="gpu")
     with pytest.raises(ConfigError, match="host rank outside the job"):
         simulate(config(workload={"host_ranks": [16], "host_rank_ms": [1.0]}))
+
+
+def trace_of(tmp_path: Path, **workload: object):
+    cfg = config(
+        noise={"rank_spread": 0.15},
+        pacing={"strategy": "early", "ab": False},
+        workload=workload,
+        run={"steps": 40},
+    )
+    result = simulate(cfg)
+    trace = load_trace(write_trace(result, tmp_path))
+    assert not trace.warnings
+    return result, trace
+
+
+def test_a_trace_without_a_host_is_the_device_times_as_before(tmp_path: Path) -> None:
+    result, trace = trace_of(tmp_path)
+    events = trace.events.filter(trace.events["rank"] == 3)
+    expected = T0_NS + np.round(result.enter_s[:, :, 3].reshape(-1) * 1e9)
+    assert np.array_equal(events["enter_ns"].to_numpy(), expected)
+    assert (events["device_enter_ns"] == -1).all() and (events["device_exit_ns"] == -1).all()
+    steps = trace.steps
+    assert steps["pacing_delay_ns"].sum() > 0
+    assert (steps["device_delay_ns"] == steps["pacing_delay_ns"]).all()  # on the device
+
+
+@pytest.mark.parametrize("pacing_on", ["device", "host"])
+def test_a_trace_with_a_host_has_both_clocks(tmp_path: Path, pacing_on: str) -> None:
+    result, trace = trace_of(tmp_path, host_ms=50.0, host_jitter=0.2, pacing_on=pacing_on)
+    events, steps = trace.events, trace.steps
+    ahead = (events["device_enter_ns"] - events["enter_ns"]).to_numpy()
+    assert ahead.min() > 0  # the host issues every call before the device reaches it
+    assert (events["exit_ns"] >= events["enter_ns"]).all()
+    rank = steps.filter(steps["rank"] == 2).sort("step")
+    host_end = T0_NS + np.round(result.host_end_s()[:, 2] * 1e9)
+    assert np.abs(rank["end_ns"].to_numpy() - host_end).max() <= 1  # the host's boundaries
+    slept = (steps["pacing_delay_ns"] - steps["device_delay_ns"]).to_numpy()
+    assert steps["pacing_delay_ns"].sum() > 0
+    assert (slept == 0).all() if pacing_on == "device" else (steps["device_delay_ns"] == 0).all()
+    assert (slept <= (steps["end_ns"] - steps["start_ns"]).to_numpy()).all()
