@@ -12,6 +12,7 @@ from syncpace.errors import ConfigError
 from syncpace.sim import engine
 from syncpace.sim.engine import simulate
 from syncpace.sim.host import delay_shift
+from syncpace.sim.study import run_study
 from syncpace.sim.tracewrite import T0_NS, write_trace
 from syncpace.sim.workload import WorkloadSpec
 from syncpace.trace.reader import load_trace
@@ -233,3 +234,31 @@ def test_a_trace_with_a_host_has_both_clocks(tmp_path: Path, pacing_on: str) -> 
     assert steps["pacing_delay_ns"].sum() > 0
     assert (slept == 0).all() if pacing_on == "device" else (steps["device_delay_ns"] == 0).all()
     assert (slept <= (steps["end_ns"] - steps["start_ns"]).to_numpy()).all()
+
+
+def test_the_study_shows_a_delay_on_the_host_beside_one_on_the_device() -> None:
+    # persistently early ranks whose waiting slows their neighbours: pacing on the device
+    # helps; the host runs two steps ahead, so the same delays slept there do nothing
+    cfg = config(
+        topology={"nodes": 2, "gpus_per_node": 8, "nics_per_node": 8},
+        noise={"rank_spread": 0.1, "jitter": 0.01},
+        interference={"mode": "spin", "slowdown": 0.6},
+        workload={"host_ms": 20.0},
+        pacing={"strategy": "early", "ab": False},
+        run={"steps": 120, "warmup": 30, "record_events": False},
+    )
+    study = run_study(cfg, [1, 2], placements=("device", "host"))
+    assert [(r["nodes"], r["pacing_on"]) for r in study.rows] == [
+        (1, "off"),
+        (2, "off"),
+        (1, "device"),
+        (2, "device"),
+        (1, "host"),
+        (2, "host"),
+    ]
+    for off, device, host in zip(
+        study.arm(False), study.arm(True, "device"), study.arm(True, "host"), strict=True
+    ):
+        assert device["pacing_gain"] > 0.01
+        assert host["pacing_gain"] == 0.0 and host["iteration_ms"] == off["iteration_ms"]
+        assert host["pacing_on_share"] > 0.5  # the pacer did delay the host, in vain
