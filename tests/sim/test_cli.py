@@ -62,7 +62,9 @@ def test_study_json_has_both_arms(capsys) -> None:
         (4, True),
     ]
     assert rows[0]["speedup"] == 1.0 and rows[0]["efficiency"] == 1.0
-    assert all({"throughput", "cv", "p99_ms", "pacing_gain", "ab_state"} <= set(r) for r in rows)
+    keys = {"throughput", "cv", "p99_ms", "pacing_gain", "ab_state", "pacing_on", "run_ahead_ms"}
+    assert all(keys <= set(r) for r in rows)
+    assert [r["pacing_on"] for r in rows] == ["off", "off", "device", "device"]
     # the paced arm runs the live pacer: its A/B guard is still probing after 30 steps
     assert [r["ab_state"] for r in rows] == [None, None, "probing", "probing"]
 
@@ -86,6 +88,10 @@ def test_study_table_and_plot(tmp_path: Path, capsys) -> None:
         (["--set", "noise.jitterr=0.1"], "unknown keys ['jitterr']"),
         (["--set", "nosuch.key=1"], "expected SECTION.KEY=VALUE"),
         (["--scenario", "/nonexistent.toml"], "/nonexistent.toml: cannot read"),
+        (["--pacing-on", "gpu"], "--pacing-on expects device or host or a comma list"),
+        (["--pacing-on", "device,host"], "compares paced arms: give a pacing strategy"),
+        (["--set", "workload.pacing_on=gpu"], "--set workload.pacing_on: must be one of"),
+        (["--set", "workload.host_ms=-1"], "--set workload.host_ms: must be in [0, 1e7]"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(capsys, argv: list[str], message: str) -> None:
@@ -103,6 +109,8 @@ def test_bad_input_is_one_line_and_exit_2(capsys, argv: list[str], message: str)
         ("[topology\n", "not valid TOML"),
         ("[study]\nnodes = [4, -1]\n", "bad.toml [study] nodes: must be a list of integers"),
         ("[study]\npace = true\n", "[study]: 'pace' is gone"),
+        ("[study]\npacing_on = ['cpu']\n", "bad.toml [study] pacing_on: must be a list of"),
+        ("[workload]\nrun_ahead_steps = 1.5\n", "[workload] run_ahead_steps: must be an integer"),
     ],
 )
 def test_bad_scenario_file(tmp_path: Path, capsys, text: str, message: str) -> None:
@@ -155,3 +163,51 @@ def test_study_writes_one_trace_per_run(tmp_path: Path, capsys) -> None:
         "nodes-2",
         "nodes-2-paced",
     ]
+
+
+def test_a_study_of_the_delay_on_the_device_and_on_the_host(tmp_path: Path, capsys) -> None:
+    code, out, _ = run(
+        capsys,
+        "--nodes",
+        "1",
+        "--gpus-per-node",
+        "2",
+        "--steps",
+        "12",
+        "--strategy",
+        "early",
+        "--pacing-on",
+        "device,host",
+        "--set",
+        "workload.host_ms=5",
+        "--out",
+        str(tmp_path),
+        "--json",
+    )
+    assert code == 0  # one scale, two places of the delay: a study
+    rows = json.loads(out)["rows"]
+    assert [(r["nodes"], r["pacing"], r["pacing_on"]) for r in rows] == [
+        (1, False, "off"),
+        (1, True, "device"),
+        (1, True, "host"),
+    ]
+    assert all(r["run_ahead_ms"] > 0 for r in rows)  # the host ran ahead of its device
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "nodes-1",
+        "nodes-1-paced",
+        "nodes-1-paced-host",
+    ]
+
+
+def test_one_place_of_the_delay_lands_in_the_workload(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "s.toml"
+    path.write_text('[study]\nnodes = [1, 2]\npacing_on = ["host", "device"]\n')
+    assert scenario.load(path).study_pacing_on == ("host", "device")
+    argv = ("--scenario", str(path), "--gpus-per-node", "2", "--steps", "8", "--json")
+    code, out, _ = run(capsys, *argv, "--strategy", "early")
+    rows = json.loads(out)["rows"]
+    assert (
+        code == 0 and [r["pacing_on"] for r in rows] == ["off"] * 2 + ["host"] * 2 + ["device"] * 2
+    )
+    code, out, _ = run(capsys, "--nodes", "1", "--steps", "8", "--pacing-on", "host", "--json")
+    assert code == 0 and json.loads(out)["config"]["workload"]["pacing_on"] == "host"

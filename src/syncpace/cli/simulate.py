@@ -2,7 +2,9 @@
 
 One node count runs one simulation (``--out DIR`` writes its trace, which ``diagnose``
 and ``report`` read unchanged); a comma list (``--nodes 4,8,16,32,64``) runs a scaling
-study and prints its table (``--json`` for machines, ``--plot FILE`` for a figure).
+study and prints its table (``--json`` for machines, ``--plot FILE`` for a figure);
+``--pacing-on device,host`` runs a paced arm with the delay on the device and one with
+it on the host, so the table shows what a host-side delay would have done.
 Parsing and printing only: the settings and their precedence are
 :mod:`syncpace.sim.settings`.
 """
@@ -17,7 +19,7 @@ from syncpace.config import add_flags, from_flags
 from syncpace.console import make_console
 from syncpace.sim.engine import SimConfig, SimResult, simulate
 from syncpace.sim.settings import SimulateSettings, Simulation, finite, prepare
-from syncpace.sim.study import plot, render, run_study
+from syncpace.sim.study import arm_name, arms, plot, render, run_study
 from syncpace.sim.tracewrite import write_trace
 
 
@@ -82,12 +84,13 @@ def _single(settings: SimulateSettings, sim: Simulation) -> int:
 def _study(settings: SimulateSettings, sim: Simulation) -> int:
     def keep(c: SimConfig, result: SimResult) -> None:
         if settings.out:
-            name = f"nodes-{c.topology.nodes}{'-paced' if c.pacing.paced else ''}"
-            write_trace(result, Path(settings.out) / name, settings.max_trace_ranks)
+            write_trace(result, Path(settings.out) / trace_name(c), settings.max_trace_ranks)
 
-    runs = len(sim.nodes) * (2 if sim.config.pacing.paced else 1)
+    runs = len(sim.nodes) * len(arms(sim.config, sim.placements))
     with _StudyProgress(runs, quiet=settings.json) as progress:
-        study = run_study(sim.config, sim.nodes, progress=progress, keep=keep)
+        study = run_study(
+            sim.config, sim.nodes, placements=sim.placements, progress=progress, keep=keep
+        )
     finite(study.to_json())
     if settings.plot:
         plot(study, settings.plot)
@@ -100,6 +103,15 @@ def _study(settings: SimulateSettings, sim: Simulation) -> int:
     if settings.plot:
         console.print(f"plot: {settings.plot}")
     return 0
+
+
+def trace_name(config: SimConfig) -> str:
+    """A study run's trace directory: ``nodes-N``, ``nodes-N-paced`` (the delay on the
+    device) or ``nodes-N-paced-host``."""
+    name = f"nodes-{config.topology.nodes}"
+    if config.pacing.paced:
+        name += "-paced" if arm_name(config) == "device" else f"-paced-{arm_name(config)}"
+    return name
 
 
 class _StudyProgress:

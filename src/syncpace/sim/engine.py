@@ -1,7 +1,9 @@
 """The simulation loop: iterations of DDP-like steps on a simulated cluster.
 
-Per iteration, vectorised over ranks: each rank starts where its previous step ended
-(plus the pacer's delay, slept at the start of the step), computes (noise, far-GPU
+Per iteration, vectorised over ranks: each rank's device starts where its previous step
+ended (plus the pacer's delay when it is placed on the device) or, if later, once its
+host has issued the step (:mod:`syncpace.sim.host`: the host may run a few steps ahead,
+and sleeps the delay when it is placed there), computes (noise, far-GPU
 penalty, neighbours' interference), issues its buckets during its last backward, and
 each bucket's collective runs once its last rank has issued it and the previous one is
 done (one stream). Every rank sees the collective end at the same time plus a few µs of
@@ -29,6 +31,7 @@ from syncpace.errors import ConfigError
 from syncpace.sim.analytical import AnalyticalNetwork
 from syncpace.sim.collectives import plan
 from syncpace.sim.flownet import FlowNetwork
+from syncpace.sim.host import delay_shift, device_begin, host_times, issue_start
 from syncpace.sim.interference import InterferenceSpec, stretch
 from syncpace.sim.network import NetworkSpec
 from syncpace.sim.noise import NoiseSpec, draw
@@ -84,14 +87,17 @@ def _plain(v: Any) -> Any:
 class SimResult:
     config: SimConfig
     topology: Topology
-    start_s: np.ndarray  # (I, R) step starts
-    end_s: np.ndarray  # (I, R) step ends
-    delay_s: np.ndarray  # (I, R) pacing delay slept in that step
-    enter_s: np.ndarray | None  # (I, K, R) bucket issue times
-    exit_s: np.ndarray | None  # (I, K, R) bucket completion times
+    start_s: np.ndarray  # (I, R) step starts (device: the previous step's end)
+    end_s: np.ndarray  # (I, R) step ends (device)
+    delay_s: np.ndarray  # (I, R) pacing delay of that step (placed as workload.pacing_on)
+    enter_s: np.ndarray | None  # (I, K, R) bucket issue times (device)
+    exit_s: np.ndarray | None  # (I, K, R) bucket completion times (device)
     bucket_bytes: np.ndarray  # (K,)
     comm_s: np.ndarray  # (I, K) collective durations
     pacing_active: np.ndarray  # (I,) bool: the policy paced and the A/B guard let it
+    host_start_s: np.ndarray  # (I, R) when the host could start issuing the step
+    host_s: np.ndarray  # (I, R) the host's time to issue the step (without a delay)
+    run_ahead_s: np.ndarray  # (I, R) device begin minus h_i: how long the issued step queued
     ab_state: str | None = None  # the A/B guard's state at the end (None: not paced)
 
     @property
@@ -118,7 +124,30 @@ class SimResult:
             "throughput": samples / mean if mean > 0 else 0.0,
             "comm_ms": float(self.comm_s[self.config.run.warmup :].sum(axis=1).mean()) * 1e3,
             "pacing_on_share": float(self.pacing_active[self.config.run.warmup :].mean()),
+            "run_ahead_ms": float(self.run_ahead_s[self.config.run.warmup :].mean()) * 1e3,
         }
+
+    def host_delay_s(self) -> np.ndarray:
+        """(I, R) the part of the pacing delay slept on the host (the rest is on the
+        device's stream)."""
+        on_host = self.config.workload.pacing_on == "host"
+        return self.delay_s if on_host else np.zeros_like(self.delay_s)
+
+    def host_end_s(self) -> np.ndarray:
+        """(I, R) ``h_i``: when the host had issued all of the step."""
+        return self.host_start_s + self.host_s + self.host_delay_s()
+
+    def host_calls_s(self) -> tuple[np.ndarray, np.ndarray]:
+        """(I, K, R) each bucket's issue on the host and when the host saw it through:
+        at its place in the host's issue of the step (the delay, slept before the first
+        collective, precedes every bucket), and at the end of backward's issue, where
+        DDP waits on its buckets (on a GPU that wait returns once the stream is made to
+        wait, not when the device is done)."""
+        positions, backward_end = self.config.workload.host_positions()
+        first = self.host_start_s + self.host_delay_s()
+        enter = first[:, None, :] + self.host_s[:, None, :] * positions[None, :, None]
+        seen = first + self.host_s * backward_end
+        return enter, np.broadcast_to(seen[:, None, :], enter.shape)
 
 
 def ring_exits(starts: np.ndarray, step_s: float, steps: int) -> np.ndarray:
@@ -136,11 +165,11 @@ def ring_exits(starts: np.ndarray, step_s: float, steps: int) -> np.ndarray:
 
 
 def array_bytes(cfg: SimConfig) -> int:
-    """About what :func:`simulate` holds in arrays: six (steps x ranks) tables, and two
+    """About what :func:`simulate` holds in arrays: ten (steps x ranks) tables, and two
     (steps x buckets x ranks) when events are recorded."""
     steps, ranks = cfg.run.steps, cfg.topology.world_size
     buckets = int(np.ceil(cfg.workload.model_mb / cfg.workload.bucket_mb - 1e-9))
-    per_step = 6 * ranks + buckets + (2 * buckets * ranks if cfg.run.record_events else 0)
+    per_step = 10 * ranks + buckets + (2 * buckets * ranks if cfg.run.record_events else 0)
     return 8 * steps * per_step
 
 
@@ -201,7 +230,12 @@ def _simulate(cfg: SimConfig, progress: Any) -> SimResult:
     record = run.record_events
     enter = np.zeros((iters, sizes.size, world)) if record else None
     exits = np.zeros((iters, sizes.size, world)) if record else None
+    host = host_times(wl, iters, world, run.seed)
+    host_start = np.zeros((iters, world))
+    run_ahead = np.zeros((iters, world))
+    on_host = wl.pacing_on == "host"
     prev_end = np.zeros(world)
+    prev_host_end = np.zeros(world)
     prev_bound = 0.0
     no_delay = np.zeros(world)
     jitter = cfg.network.exit_jitter_us * 1e-6
@@ -209,13 +243,20 @@ def _simulate(cfg: SimConfig, progress: Any) -> SimResult:
         scheduled = pacer.delays_for(i)[0] if pacer is not None else None
         delay = no_delay if scheduled is None else scheduled
         work = wl.compute_s * noise.mult[i] * (1.0 + far) + noise.stall_s[i]
-        # The pacer's delay is slept before the rank's first collective (inside backward,
-        # which it blocks): its whole tail shifts; asleep, the rank does not poll.
-        begin = prev_end + delay
+        back = i - 1 - wl.run_ahead_steps
+        host_start[i] = issue_start(prev_host_end, end[back] if back >= 0 else None)
+        host_end = host_start[i] + host[i] + (delay if on_host else no_delay)
+        # The pacer's delay comes before the rank's first collective (inside backward,
+        # which it blocks): its whole tail shifts; a rank held back does not poll. On the
+        # device it is a kernel on the stream; on the host a sleep, which reaches the
+        # device only through the host's issue.
+        begin = device_begin(prev_end, host_end, no_delay if on_host else delay)
         ready = stretch(begin + work, gpus, cfg.interference)
         # the last backward stretches with the whole step's compute
         last_bwd = bwd_last * noise.mult[i] * (ready - begin) / np.maximum(work, 1e-12)
         first_issue = ready - last_bwd * (1.0 - frac[0])
+        # how far the host was ahead: 0 when the device waited for it to issue the step
+        run_ahead[i] = begin - host_end
         free = 0.0
         for k in range(sizes.size):
             issue = ready - last_bwd * (1.0 - frac[k])
@@ -232,10 +273,28 @@ def _simulate(cfg: SimConfig, progress: Any) -> SimResult:
         bound = float(end[i].max())
         if pacer is not None:
             # as the live controller: arrival at the first collective, before the delay
-            observed = pacer.observe(i, first_issue - delay, bound - prev_bound)
+            # (here the device's: both placements are fed the same kind of arrival, so
+            # comparing them compares only where the delay went)
+            shift = delay_shift(prev_end, host_end, delay, on_host)
+            observed = pacer.observe(i, first_issue - shift, bound - prev_bound)
             active[i] = observed is not None and observed.pacing
-        prev_end, prev_bound = end[i], bound
+        prev_end, prev_host_end, prev_bound = end[i], host_end, bound
         if progress is not None:
             progress(i + 1, iters)
     ab_state = pacer.guard.state if pacer is not None and pacer.guard is not None else None
-    return SimResult(cfg, topo, start, end, delay_s, enter, exits, sizes, comm, active, ab_state)
+    return SimResult(
+        cfg,
+        topo,
+        start,
+        end,
+        delay_s,
+        enter,
+        exits,
+        sizes,
+        comm,
+        active,
+        host_start_s=host_start,
+        host_s=host,
+        run_ahead_s=run_ahead,
+        ab_state=ab_state,
+    )

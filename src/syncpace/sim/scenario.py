@@ -4,7 +4,8 @@ A file has an optional ``name`` and ``description`` and one table per section of
 :class:`~syncpace.sim.engine.SimConfig` (``topology``, ``workload``, ``noise``,
 ``network``, ``interference``, ``pacing``, ``run``), plus ``study`` (``nodes``: the
 scales of a scaling study; every scale runs paced too when ``[pacing] strategy`` is
-``early`` or ``target``) and ``calibration`` (``file``: a bench JSON or a trace
+``early`` or ``target``; ``pacing_on``: the places of the pacer's delay to run a paced
+arm of, e.g. ``["device", "host"]``) and ``calibration`` (``file``: a bench JSON or a trace
 directory, relative to the file). Unknown sections and keys are errors, so a typo never
 silently falls back to a default; every value is checked for its type and range, and an
 error names the file, the section and the key.
@@ -25,7 +26,7 @@ from syncpace.sim.interference import InterferenceSpec
 from syncpace.sim.network import NetworkSpec
 from syncpace.sim.noise import NoiseSpec
 from syncpace.sim.topology import TopologySpec
-from syncpace.sim.workload import WorkloadSpec
+from syncpace.sim.workload import PLACEMENTS, WorkloadSpec
 
 SECTIONS: dict[str, type] = {
     "topology": TopologySpec,
@@ -45,12 +46,13 @@ class Scenario:
     study_nodes: tuple[int, ...] = ()
     calibration: str | None = None
     path: str | None = None
+    study_pacing_on: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
             "name": self.config.name,
             "description": self.description,
-            "study": {"nodes": list(self.study_nodes)},
+            "study": {"nodes": list(self.study_nodes), "pacing_on": list(self.study_pacing_on)},
             "config": self.config.to_json(),
         }
 
@@ -100,7 +102,7 @@ def from_dict(data: dict[str, Any], source: str = "scenario", base: Path | None 
             f"{source} [study]: 'pace' is gone: a study runs every scale paced too when "
             "[pacing] strategy is early or target"
         )
-    extra = sorted(set(study) - {"nodes"}) or sorted(set(calibration) - {"file"})
+    extra = sorted(set(study) - {"nodes", "pacing_on"}) or sorted(set(calibration) - {"file"})
     if extra:
         raise ScenarioError(f"{source}: unknown keys {extra} in [study]/[calibration]")
     nodes = study.get("nodes", [])
@@ -111,12 +113,25 @@ def from_dict(data: dict[str, Any], source: str = "scenario", base: Path | None 
         raise ScenarioError(
             f"{source} [study] nodes: must be a list of integers in 1..{limit}, got {nodes!r}"
         )
+    places = _placements(study, source)
     cal = calibration.get("file")
     if cal is not None and not isinstance(cal, str):
         raise ScenarioError(f"{source} [calibration] file: must be a path, got {cal!r}")
     if cal is not None and base is not None and not Path(cal).is_absolute():
         cal = str(base / cal)
-    return Scenario(config, description, tuple(nodes), cal, source)
+    return Scenario(config, description, tuple(nodes), cal, source, places)
+
+
+def _placements(study: dict[str, Any], source: str) -> tuple[str, ...]:
+    """``[study] pacing_on``: a non-empty list of places of the pacer's delay, each once."""
+    if "pacing_on" not in study:
+        return ()
+    places = study["pacing_on"]
+    if not isinstance(places, list) or not places or not all(p in PLACEMENTS for p in places):
+        raise ScenarioError(
+            f"{source} [study] pacing_on: must be a list of {', '.join(PLACEMENTS)}, got {places!r}"
+        )
+    return tuple(dict.fromkeys(places))
 
 
 def _table(value: Any, where: str) -> dict[str, Any]:

@@ -4,7 +4,9 @@
 derived from it); :func:`prepare` turns them into the configuration to simulate, in
 the documented precedence: built-in defaults < scenario file < calibration <
 ``--set SECTION.KEY=VALUE`` < flags. One node count is one simulation; several are a
-scaling study, paced too when the pacer has a strategy.
+scaling study, paced too when the pacer has a strategy. Where the pacer's delay goes is
+``workload.pacing_on``; ``--pacing-on device,host`` (or ``[study] pacing_on``) runs one
+paced arm per place, a study even at one node count.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from syncpace.sim import scenario as sc
 from syncpace.sim.calibrate import Calibration, calibrate
 from syncpace.sim.engine import SimConfig
 from syncpace.sim.topology import TopologySpec
+from syncpace.sim.workload import PLACEMENTS
 
 
 @dataclass(kw_only=True, slots=True)
@@ -39,6 +42,9 @@ class SimulateSettings:
         None, "Pacing strategy (off, early, target); a study runs every scale with and without."
     )
     interference: str | None = setting(None, "Waiting ranks slow neighbours: none or spin.")
+    pacing_on: str | None = setting(
+        None, "Where the pacer's delay goes: device or host; device,host: a paced arm of each."
+    )
     calibrate: str | None = setting(None, "bench.json / bench run dir / trace dir to fit from.")
     out: str | None = setting(None, "Write the trace here (a study: one directory per run).")
     max_trace_ranks: int = setting(1024, "Write at most this many ranks (whole nodes) per trace.")
@@ -58,6 +64,7 @@ class SimulateSettings:
         if self.strategy is not None:
             check_choice(self, "strategy", STRATEGIES)
         self.node_counts()
+        self.placements()
 
     def node_counts(self) -> list[int]:
         if self.nodes is None:
@@ -73,6 +80,18 @@ class SimulateSettings:
             raise ConfigError(f"--nodes expects integers in 1..{limit}, got {self.nodes[:40]!r}")
         return counts
 
+    def placements(self) -> list[str]:
+        """The places of the pacer's delay given by ``--pacing-on`` (a comma list)."""
+        if self.pacing_on is None:
+            return []
+        places = list(dict.fromkeys(p.strip() for p in self.pacing_on.split(",") if p.strip()))
+        if not places or not set(places) <= set(PLACEMENTS):
+            raise ConfigError(
+                f"--pacing-on expects {' or '.join(PLACEMENTS)} or a comma list of them, "
+                f"got {self.pacing_on[:40]!r}"
+            )
+        return places
+
 
 #: The simulation setting each flag lands in, to name the flag in an error.
 FLAGS = {
@@ -86,6 +105,7 @@ FLAGS = {
     "algorithm": "--algorithm",
     "mode": "--interference",
     "strategy": "--strategy",
+    "pacing_on": "--pacing-on",
 }
 
 
@@ -94,12 +114,13 @@ class Simulation:
     """What :func:`prepare` made of the settings."""
 
     config: SimConfig
-    nodes: tuple[int, ...]  # the scales of a study (one or none: a single run)
+    nodes: tuple[int, ...]  # the scales of a study (none: a single run)
     calibration: Calibration | None
+    placements: tuple[str, ...] = ()  # a study's paced arms (none: the workload's place)
 
     @property
     def is_study(self) -> bool:
-        return len(self.nodes) > 1
+        return len(self.nodes) > 1 or len(self.placements) > 1
 
 
 def prepare(settings: SimulateSettings, assignments: Sequence[str] = ()) -> Simulation:
@@ -112,6 +133,7 @@ def prepare(settings: SimulateSettings, assignments: Sequence[str] = ()) -> Simu
         cfg = calibration.apply(cfg)
     cfg = sc.override(cfg, list(assignments))
     counts = settings.node_counts() or list(scen.study_nodes)
+    places = settings.placements() or list(scen.study_pacing_on)
     topo: dict[str, Any] = _given(
         kind=settings.topology, oversub=settings.oversub, gpus_per_node=settings.gpus_per_node
     )
@@ -129,6 +151,7 @@ def prepare(settings: SimulateSettings, assignments: Sequence[str] = ()) -> Simu
         "run": run,
         "interference": _given(mode=settings.interference),
         "pacing": _given(strategy=settings.strategy),
+        "workload": {"pacing_on": places[0]} if len(places) == 1 else {},
     }
     try:
         cfg = cfg.replace(
@@ -138,6 +161,14 @@ def prepare(settings: SimulateSettings, assignments: Sequence[str] = ()) -> Simu
         raise renamed(exc, FLAGS) from None
     if not settings.out:
         cfg = cfg.replace(run=dataclasses.replace(cfg.run, record_events=False))
+    if len(places) > 1 and not cfg.pacing.paced:
+        raise ConfigError(
+            "--pacing-on device,host compares paced arms: give a pacing strategy "
+            "(--strategy early or target)"
+        )
+    if len(places) > 1:  # a comparison is a study, even at one scale
+        counts = counts or [cfg.topology.nodes]
+        return Simulation(cfg, tuple(counts), calibration, tuple(places))
     return Simulation(cfg, tuple(counts) if len(counts) > 1 else (), calibration)
 
 

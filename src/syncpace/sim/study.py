@@ -2,7 +2,10 @@
 
 Every scale runs unpaced and, when the configuration's pacer has a strategy, paced as
 well: the same pacer (policy, lag, A/B guard) a live run uses, so the paced arm is
-what a user would get, A/B probing included.
+what a user would get, A/B probing included. A study may run one paced arm per place of
+the pacer's delay (``placements``: ``device``, the kernel the tracer puts on the stream
+on a GPU, and ``host``, a sleep), so it shows what a host-side delay would have done;
+every paced row's ``pacing_gain`` is against the unpaced row of its scale.
 
 Weak scaling (the per-GPU batch is fixed): throughput = samples/s, speedup = throughput
 / throughput at the smallest scale of the same arm, efficiency = speedup / (nodes /
@@ -19,11 +22,12 @@ from typing import Any
 
 from syncpace.errors import ConfigError
 from syncpace.sim.engine import SimConfig, SimResult, simulate
+from syncpace.sim.workload import PLACEMENTS
 
 COLUMNS = (
     ("nodes", "nodes", "{:d}"),
     ("world_size", "ranks", "{:d}"),
-    ("pacing", "pacing", "{}"),
+    ("pacing_on", "pacing", "{}"),
     ("iteration_ms", "iter ms", "{:.1f}"),
     ("throughput", "samples/s", "{:,.0f}"),
     ("speedup", "speedup", "{:.2f}"),
@@ -32,6 +36,7 @@ COLUMNS = (
     ("p99_ms", "p99 ms", "{:.1f}"),
     ("comm_ms", "comm ms", "{:.1f}"),
     ("pacing_on_share", "pacer on", "{:.0%}"),
+    ("run_ahead_ms", "run-ahead ms", "{:.1f}"),
 )
 
 
@@ -43,8 +48,14 @@ class StudyResult:
     def to_json(self) -> dict[str, Any]:
         return {"scenario": self.name, "rows": [dict(r) for r in self.rows]}
 
-    def arm(self, paced: bool) -> list[dict[str, Any]]:
-        return [r for r in self.rows if r["pacing"] == paced]
+    def arm(self, paced: bool, pacing_on: str | None = None) -> list[dict[str, Any]]:
+        """The rows of one arm: unpaced, or paced (with the delay ``pacing_on``, when
+        given; every paced arm otherwise)."""
+        return [
+            r
+            for r in self.rows
+            if r["pacing"] == paced and (pacing_on is None or r["pacing_on"] == pacing_on)
+        ]
 
 
 def at_scale(config: SimConfig, nodes: int) -> SimConfig:
@@ -53,31 +64,49 @@ def at_scale(config: SimConfig, nodes: int) -> SimConfig:
     return config.replace(topology=dataclasses.replace(topo, nodes=nodes, cluster_nodes=cluster))
 
 
-def arms(config: SimConfig) -> list[SimConfig]:
-    """The unpaced configuration, and the paced one when ``config`` paces."""
+def arms(config: SimConfig, placements: Sequence[str] = ()) -> list[SimConfig]:
+    """The unpaced configuration and, when ``config`` paces, one paced configuration per
+    place of the delay in ``placements`` (default: the workload's ``pacing_on``)."""
     off = config.replace(pacing=dataclasses.replace(config.pacing, strategy="off"))
-    return [off, config] if config.pacing.paced else [off]
+    if not config.pacing.paced:
+        return [off]
+    places = list(dict.fromkeys(placements)) or [config.workload.pacing_on]
+    unknown = sorted(set(places) - set(PLACEMENTS))
+    if unknown:
+        raise ConfigError(f"pacing_on: must be one of {', '.join(PLACEMENTS)}, got {unknown}")
+    paced = [
+        config.replace(workload=dataclasses.replace(config.workload, pacing_on=place))
+        for place in places
+    ]
+    return [off, *paced]
+
+
+def arm_name(config: SimConfig) -> str:
+    """``off``, or where the paced arm's delay goes (``device``, ``host``)."""
+    return config.workload.pacing_on if config.pacing.paced else "off"
 
 
 def run_study(
     config: SimConfig,
     nodes: Sequence[int],
     *,
+    placements: Sequence[str] = (),
     progress: Callable[[str], None] | None = None,
     keep: Callable[[SimConfig, SimResult], None] | None = None,
 ) -> StudyResult:
-    """Simulate every scale without pacing, and with ``config``'s pacer when it paces."""
+    """Simulate every scale without pacing, and with ``config``'s pacer when it paces:
+    once per place of its delay in ``placements`` (default: the workload's)."""
     scales = sorted(set(nodes))
     if not scales:
         raise ConfigError("a scaling study needs at least one node count")
     rows: list[dict[str, Any]] = []
-    for arm in arms(config):
+    for arm in arms(config, placements):
         base = None
         paced = arm.pacing.paced
         for n in scales:
             cfg = at_scale(arm, n)
             if progress is not None:
-                progress(f"{n} nodes{' paced' if paced else ''}")
+                progress(f"{n} nodes{f' paced on the {arm_name(arm)}' if paced else ''}")
             result = simulate(cfg)
             if keep is not None:
                 keep(cfg, result)
@@ -88,6 +117,7 @@ def run_study(
                 {
                     **s,
                     "pacing": paced,
+                    "pacing_on": arm_name(arm),
                     "ab_state": result.ab_state,
                     "speedup": speedup,
                     "efficiency": speedup / (n / base["nodes"]),
@@ -112,10 +142,7 @@ def render(study: StudyResult) -> Any:
         table.add_column("A/B", justify="right")
         table.add_column("pacing gain", justify="right")
     for r in study.rows:
-        cells = [
-            fmt.format(r[key]) if key != "pacing" else ("on" if r[key] else "off")
-            for key, _, fmt in COLUMNS
-        ]
+        cells = [fmt.format(r[key]) for key, _, fmt in COLUMNS]
         if paced:
             cells.append((r["ab_state"] or "") if r["pacing"] else "")
             cells.append(f"{r['pacing_gain']:+.1%}" if r["pacing"] else "")
@@ -130,11 +157,9 @@ def plot(study: StudyResult, path: str | Path) -> Path:
     except ImportError as exc:
         raise ConfigError("--plot needs plotly (pip install 'syncpace[report]')") from exc
     fig = make_subplots(rows=1, cols=2, subplot_titles=("throughput (samples/s)", "iteration CV"))
-    for paced in (False, True):
-        rows = study.arm(paced)
-        if not rows:
-            continue
-        label = "pacing on" if paced else "pacing off"
+    for name in dict.fromkeys(r["pacing_on"] for r in study.rows):
+        rows = [r for r in study.rows if r["pacing_on"] == name]
+        label = "pacing off" if name == "off" else f"pacing on the {name}"
         x = [r["nodes"] for r in rows]
         fig.add_scatter(x=x, y=[r["throughput"] for r in rows], name=label, row=1, col=1)
         fig.add_scatter(x=x, y=[r["cv"] for r in rows], name=f"CV, {label}", row=1, col=2)

@@ -6,6 +6,18 @@ writer thread per rank would dominate at thousands of ranks. Above ``max_ranks``
 whole nodes, evenly spaced, are written; the metadata keeps the true world size and
 lists the written ranks under ``sampled_ranks`` (the analysis then reports the others
 as missing).
+
+**Two clocks.** When the workload models its host (``WorkloadSpec.host_modelled``: a host
+time above 0 or the pacer's delay slept on the host), the columns are what the tracer
+writes on a GPU: ``enter_ns`` and ``exit_ns`` the host's issue of each call and when it
+saw it through (the end of backward's issue, where DDP waits), the steps' ``start_ns``
+and ``end_ns`` the host's iteration boundaries (when it had issued the previous and this
+iteration), and ``device_enter_ns`` / ``device_exit_ns`` the device's times. Otherwise
+the host never limits and is not written: the simulated (device) times stay in
+``enter_ns`` / ``exit_ns`` and the steps' bounds, the device columns read -1, and the
+trace is the one written before there was a host, so analyses that read the host columns
+see the same arrivals. ``device_delay_ns`` is the step's delay when the pacer placed it
+on the device.
 """
 
 from __future__ import annotations
@@ -50,12 +62,14 @@ def write_trace(result: SimResult, out_dir: str | os.PathLike[str], max_ranks: i
     steps_idx = np.repeat(np.arange(iters, dtype=np.int64), buckets)
     seq = np.arange(iters * buckets, dtype=np.int64)
     nbytes = np.tile(result.bucket_bytes.astype(np.int64), iters)
-    enter, exits = ns(result.enter_s), ns(result.exit_s)
-    start, end, delay = ns(result.start_s), ns(result.end_s), np.round(result.delay_s * 1e9)
+    clocks = _clocks(result)
+    delay = np.round(result.delay_s * 1e9).astype(np.int64)
+    on_device = delay if result.config.workload.pacing_on == "device" else np.zeros_like(delay)
     dtype = result.config.workload.comm_dtype
     op = result.config.workload.op
     n = iters * buckets
     for rank in ranks.tolist():
+        calls = {name: times[:, :, rank].reshape(-1) for name, times in clocks["events"].items()}
         events = (
             schema.events_table(
                 {
@@ -68,8 +82,7 @@ def write_trace(result: SimResult, out_dir: str | os.PathLike[str], max_ranks: i
                     "bytes": nbytes,
                     "dtype": [dtype] * n,
                     "peer": np.full(n, schema.NO_PEER, dtype=np.int32),
-                    "enter_ns": enter[:, :, rank].reshape(-1),
-                    "exit_ns": exits[:, :, rank].reshape(-1),
+                    **calls,
                     "timing": ["simulated"] * n,
                     "status": ["completed"] * n,
                 }
@@ -82,9 +95,10 @@ def write_trace(result: SimResult, out_dir: str | os.PathLike[str], max_ranks: i
                 {
                     "rank": np.full(iters, rank, dtype=np.int32),
                     "step": np.arange(iters, dtype=np.int64),
-                    "start_ns": start[:, rank],
-                    "end_ns": end[:, rank],
-                    "pacing_delay_ns": delay[:, rank].astype(np.int64),
+                    "start_ns": clocks["start_ns"][:, rank],
+                    "end_ns": clocks["end_ns"][:, rank],
+                    "pacing_delay_ns": delay[:, rank],
+                    "device_delay_ns": on_device[:, rank],
                 }
             )
             .combine_chunks()
@@ -96,6 +110,44 @@ def write_trace(result: SimResult, out_dir: str | os.PathLike[str], max_ranks: i
         meta = _meta(result, rank, n, iters, sampled)
         Path(f"{stem}{schema.META_SUFFIX}").write_text(json.dumps(meta, indent=1, sort_keys=True))
     return out
+
+
+def _clocks(result: SimResult) -> dict[str, Any]:
+    """The time columns, in ns: ``events`` (name to an (I, K, R) array), ``start_ns`` and
+    ``end_ns`` ((I, R)). Host and device clocks when the host is modelled; otherwise the
+    device's times in the host columns and no device columns (they read -1)."""
+    assert result.enter_s is not None and result.exit_s is not None
+    if not result.config.workload.host_modelled:
+        return {
+            "events": {"enter_ns": ns(result.enter_s), "exit_ns": ns(result.exit_s)},
+            "start_ns": ns(result.start_s),
+            "end_ns": ns(result.end_s),
+        }
+    host_enter, host_exit = result.host_calls_s()
+    slept = np.round(result.host_delay_s() * 1e9).astype(np.int64)
+    bounds = _boundaries(ns(result.host_end_s()), slept)
+    return {
+        "events": {
+            "enter_ns": ns(host_enter),
+            "exit_ns": ns(host_exit),
+            "device_enter_ns": ns(result.enter_s),
+            "device_exit_ns": ns(result.exit_s),
+        },
+        "start_ns": bounds[:-1],
+        "end_ns": bounds[1:],
+    }
+
+
+def _boundaries(ends: np.ndarray, slept: np.ndarray) -> np.ndarray:
+    """(I + 1, R) iteration boundaries from the run's start and the (I, R) ends, each at
+    least the step's host sleep after the one before: the format holds a slept delay
+    within its step, and rounding each end to the ns on its own could miss that by 1 ns.
+
+    ``E_i = max(ends_i, E_{i-1} + slept_i)``, in closed form with ``C`` the running sum
+    of ``slept``: ``E_i = C_i + max_{j <= i}(ends_j - C_j)``."""
+    ends = np.vstack([np.full((1, ends.shape[1]), T0_NS, dtype=np.int64), ends])
+    total = np.cumsum(np.vstack([np.zeros((1, ends.shape[1]), dtype=np.int64), slept]), axis=0)
+    return total + np.maximum.accumulate(ends - total, axis=0)
 
 
 def _write_stream(path: Path, batch: pa.RecordBatch) -> None:

@@ -8,6 +8,13 @@ or all at the end of backward when ``overlap`` is off. Buckets of one rank run i
 on one communication stream. The optimizer step follows once backward and every bucket
 are done. Bytes on the wire are the fp32 gradient bytes scaled by the communication
 dtype (``bfloat16`` halves them) and divided by ``compression``.
+
+The host (CPU) that issues the work is part of the workload: it takes ``host_ms`` to
+issue one iteration (``host_ranks`` take their own ``host_rank_ms``), may run up to
+``run_ahead_steps`` iterations ahead of its device, and the pacer's delay is placed on
+the device's stream or slept on the host (``pacing_on``). :mod:`syncpace.sim.host` has
+the equations; with every host time 0 and the delay on the device the host never limits
+and the simulation is the one without a host.
 """
 
 from __future__ import annotations
@@ -23,6 +30,8 @@ MIB = 1 << 20
 DTYPES = {"float32": 4, "bfloat16": 2, "float16": 2}
 #: The collectives a gradient bucket can be reduced with.
 GRADIENT_OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all")
+#: Where the pacer's delay goes: a kernel on the device's stream, or a sleep of the host.
+PLACEMENTS = ("device", "host")
 
 
 @dataclass(kw_only=True, slots=True)
@@ -38,6 +47,20 @@ class WorkloadSpec:
     compression: float = setting(1.0, "Gradient compression ratio (>= 1) on the wire.")
     batch_per_gpu: int = setting(32, "Samples per GPU and micro-step (for samples/s).")
     op: str = setting("all_reduce", "Collective of each bucket.")
+    host_ms: float = setting(
+        0.0, "Host (CPU) time to issue one iteration's work, ms; 0: the host never limits."
+    )
+    host_ranks: tuple[int, ...] = setting((), "Ranks whose host takes its own time (host_rank_ms).")
+    host_rank_ms: tuple[float, ...] = setting(
+        (), "Each of host_ranks' host time per iteration, ms, in host_ranks' order."
+    )
+    host_jitter: float = setting(0.0, "Per-iteration host-time jitter (lognormal sigma).")
+    run_ahead_steps: int = setting(
+        2, "Iterations the host may issue ahead of its device (0: it waits for every one)."
+    )
+    pacing_on: str = setting(
+        "device", "Where the pacer's delay goes: device (a kernel on the stream) or host (a sleep)."
+    )
 
     def __post_init__(self) -> None:
         check_numbers(
@@ -50,6 +73,11 @@ class WorkloadSpec:
             accumulation="[1, 100000]",
             compression="[1, 1e6]",
             batch_per_gpu="[1, 1e9]",
+            host_ms="[0, 1e7]",
+            host_ranks="[0, 100000000]",
+            host_rank_ms="[0, 1e7]",
+            host_jitter="[0, 10]",
+            run_ahead_steps="[0, 1000]",
         )
         if self.bucket_mb * 100_000 < self.model_mb:
             raise ConfigError(
@@ -58,6 +86,14 @@ class WorkloadSpec:
             )
         check_choice(self, "comm_dtype", tuple(DTYPES))
         check_choice(self, "op", GRADIENT_OPS)
+        check_choice(self, "pacing_on", PLACEMENTS)
+        self.host_ranks = tuple(int(r) for r in self.host_ranks)
+        self.host_rank_ms = tuple(float(t) for t in self.host_rank_ms)
+        if len(self.host_rank_ms) != len(self.host_ranks):
+            raise ConfigError(
+                f"host_rank_ms needs one time per host rank ({len(self.host_ranks)}), "
+                f"got {len(self.host_rank_ms)}"
+            )
 
     def bucket_bytes(self) -> np.ndarray:
         """Wire bytes of each bucket, in issue order."""
@@ -75,6 +111,25 @@ class WorkloadSpec:
         if not self.overlap:
             return np.ones(sizes.size)
         return np.cumsum(sizes) / sizes.sum()
+
+    def host_positions(self) -> tuple[np.ndarray, float]:
+        """Where in the host's issue of one iteration each bucket is issued, and where its
+        backward ends, as fractions of that issue. The host issues kernels in program
+        order, taken here in proportion to what they take on the device (nominal times,
+        no noise); DDP waits on its buckets at the end of backward. With no device work
+        at all every position is 1 (the end)."""
+        total = self.compute_s + self.opt_ms * 1e-3
+        if total <= 0:
+            return np.ones(self.bucket_bytes().size), 1.0
+        issued = self.compute_s - self.bwd_ms * 1e-3 * (1.0 - self.ready_fraction())
+        return issued / total, self.compute_s / total
+
+    @property
+    def host_modelled(self) -> bool:
+        """Whether the host can change anything: a host time above 0 or a delay slept on
+        the host. Without either the host never limits (the simulation without one)."""
+        timed = self.host_ms > 0 or any(t > 0 for t in self.host_rank_ms)
+        return timed or self.pacing_on == "host"
 
     @property
     def compute_s(self) -> float:
