@@ -7,9 +7,13 @@
   and ``new_group`` create groups) is wrapped to ask for ``syncpace`` instead of
   gloo/NCCL, remembering the real choice per group.
 * ``get_backend`` is wrapped to report the real backend name, so user code that
-  checks ``dist.get_backend() == "nccl"`` behaves as before.
+  checks ``dist.get_backend() == "nccl"`` behaves as before; torch's own record of
+  each group's backend (``_world.pg_map``, ``get_backend_config``) names the real one.
+* ``destroy_process_group`` closes the trace before teardown, and
+  ``batch_isend_irecv`` keeps NCCL's coalesced path.
 
 Other backends (MPI, UCC, XCCL, third-party) pass through untraced, with a warning.
+A group that cannot be traced runs untraced, with one warning naming why.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from __future__ import annotations
 import functools
 import inspect
 import sys
+import warnings
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from syncpace.capture.log import warn_once
@@ -29,7 +35,13 @@ PLUGIN = "syncpace"
 _TRACEABLE = {"gloo", "nccl"}
 
 _state: dict[str, Any] = {"installed": False, "tracer": None, "default_map": None}
-_pending: dict[str, dict[str, str]] = {}  # group name -> real device->backend map
+# group name -> (the real device->backend map, the device torch binds the group to)
+_pending: dict[str, tuple[dict[str, str], Any]] = {}
+
+
+class Untraceable(Exception):
+    """The plugin could not prepare a group's backends; nothing was built yet, so
+    torch's own path can build the group instead (untraced)."""
 
 
 def install(tracer: Tracer) -> None:
@@ -48,23 +60,20 @@ def install(tracer: Tracer) -> None:
             "traced, the default group is not",
         )
     c10d.Backend.register_backend(PLUGIN, _create, extended_api=True, devices=["cpu", "cuda"])
-    original_helper = c10d._new_process_group_helper
-    c10d._new_process_group_helper = _wrap_helper(original_helper)
-    original_get_backend = c10d.get_backend
-    patched_get_backend = _wrap_get_backend(original_get_backend)
-    c10d.get_backend = patched_get_backend
-    original_destroy = c10d.destroy_process_group
-    patched_destroy = _wrap_destroy(original_destroy)
-    c10d.destroy_process_group = patched_destroy
-    original_batch = c10d.batch_isend_irecv
-    patched_batch = _wrap_batch_isend_irecv(original_batch)
-    c10d.batch_isend_irecv = patched_batch
     dist = sys.modules.get("torch.distributed")
-    for name, original, patched in (
-        ("get_backend", original_get_backend, patched_get_backend),
-        ("destroy_process_group", original_destroy, patched_destroy),
-        ("batch_isend_irecv", original_batch, patched_batch),
+    for name, wrap in (
+        ("_new_process_group_helper", _wrap_helper),
+        ("get_backend", _wrap_get_backend),
+        ("destroy_process_group", _wrap_destroy),
+        ("batch_isend_irecv", _wrap_batch_isend_irecv),
     ):
+        original = getattr(c10d, name, None)
+        if original is None:  # an older torch without it: nothing to keep as untraced
+            continue
+        patched = wrap(original)
+        setattr(c10d, name, patched)
+        # torch.distributed re-exports some of them; when armed by the import hook it
+        # is still half-initialised and picks the patched ones up itself.
         if getattr(dist, name, None) is original:
             setattr(dist, name, patched)
     _state["installed"] = True
@@ -120,6 +129,13 @@ def _device_map(backend: Any) -> dict[str, str]:
 
 
 def _wrap_helper(original: Any) -> Any:
+    """Create gloo/NCCL groups through the plugin, so they come out traced.
+
+    Contract: the group returned behaves as torch's own (see :func:`_create`), and
+    torch's record of it (``_world.pg_map``, ``pg_backend_config``) names the real
+    backend, not the plugin. A group the plugin cannot prepare is made by torch's own
+    path, untraced, with one warning.
+    """
     from torch.distributed import distributed_c10d as c10d
 
     signature = inspect.signature(original)
@@ -128,7 +144,8 @@ def _wrap_helper(original: Any) -> Any:
     def helper(*args: Any, **kwargs: Any) -> Any:
         try:
             bound = signature.bind(*args, **kwargs)
-            backend = str(bound.arguments.get("backend", "")).lower()
+            requested = bound.arguments.get("backend", "")
+            backend = str(requested).lower()
             group_name = str(bound.arguments.get("group_name"))
             is_default = c10d._world.default_pg is None if hasattr(c10d, "_world") else False
             if backend == PLUGIN:
@@ -144,21 +161,46 @@ def _wrap_helper(original: Any) -> Any:
             return original(*args, **kwargs)
         if is_default:
             _state["default_map"] = device_map
-        _pending[group_name] = device_map
+        _pending[group_name] = (device_map, bound.arguments.get("device_id"))
         bound.arguments["backend"] = PLUGIN
         try:
             result = original(*bound.args, **bound.kwargs)
+        except Untraceable as exc:
+            warn_once(
+                f"prepare-{type(exc.__cause__).__name__}",
+                "process group %s runs untraced (as does any other failing the same way): %s",
+                group_name,
+                exc,
+            )
+            return original(*args, **kwargs)
         finally:
             _pending.pop(group_name, None)
         pg = result[0] if isinstance(result, tuple) else result
-        device_id = bound.arguments.get("device_id")
-        if device_id is not None and hasattr(pg, "_inner"):
-            pg.bound_device_id = device_id
+        _name_real_backend(pg, requested)
         if is_default and hasattr(pg, "_inner"):
             _on_default(pg, bound.arguments.get("store"), device_map)
         return result
 
     return helper
+
+
+def _name_real_backend(pg: Any, backend: Any) -> None:
+    """Put the real backend back where torch keeps each group's backend.
+
+    torch recorded the plugin; ``get_backend``, ``get_backend_config``, the Flight
+    Recorder's group list, a new group's default backend and timeout, and
+    ``split_group``'s child backend all read it back from there.
+    """
+    from torch.distributed import distributed_c10d as c10d
+
+    try:
+        entry = c10d._world.pg_map.get(pg)
+        if entry is None or str(entry[0]).lower() != PLUGIN or str(backend).lower() == PLUGIN:
+            return
+        c10d._world.pg_map[pg] = (backend, entry[1])
+        c10d._world.pg_backend_config[pg] = str(c10d.BackendConfig(c10d.Backend(str(backend))))
+    except Exception as exc:  # only introspection suffers: the group works
+        warn_once("world", "torch's record of a traced group names the plugin: %s", exc)
 
 
 def _on_default(pg: Any, store: Any, device_map: dict[str, str]) -> None:
@@ -256,10 +298,98 @@ def _is_traced(group: Any) -> bool:
     return isinstance(group, TracingProcessGroup)
 
 
-def _build_backend(name: str, store: Any, opts: Any, backend_options: Any) -> tuple[Any, Any]:
-    import torch.distributed as dist
-    from torch._C._distributed_c10d import ProcessGroup
+@dataclass
+class _Plan:
+    """What torch's helper would build for one group, decided before anything is."""
 
+    store: Any  # the group's store: torch's PrefixStore("<group name>/", job store)
+    device_map: dict[str, str]  # device type -> backend name (gloo, nccl)
+    device_id: Any  # the device the group is bound to, or None
+    types: dict[str, Any]  # device type -> ProcessGroup.BackendType
+    default_type: Any
+    default_name: str
+    nccl_options: Any  # ProcessGroupNCCL.Options, ready to build with; None without NCCL
+    debug_wrap: bool  # TORCH_DISTRIBUTED_DEBUG=DETAIL: each backend in a ProcessGroupWrapper
+
+
+def _prepare(opts: Any, backend_options: Any) -> _Plan:
+    """Every decision torch's ``_new_process_group_helper`` takes before it builds."""
+    from torch._C._distributed_c10d import ProcessGroup
+    from torch.distributed import distributed_c10d as c10d
+
+    device_map, device_id = _pending.get(str(opts.group_id)) or (
+        _state["default_map"] or {"cpu": "gloo"},
+        None,
+    )
+    kinds = {"gloo": ProcessGroup.BackendType.GLOO, "nccl": ProcessGroup.BackendType.NCCL}
+    types = {device: kinds[name] for device, name in device_map.items()}
+    nccl = "nccl" in device_map.values()
+    return _Plan(
+        store=_group_store(opts.store),
+        device_map=device_map,
+        device_id=device_id,
+        types=types,
+        default_type=ProcessGroup.BackendType.NCCL if nccl else ProcessGroup.BackendType.GLOO,
+        default_name="nccl" if nccl else "gloo",
+        nccl_options=_nccl_options(opts, backend_options) if nccl else None,
+        debug_wrap=c10d.get_debug_level() == c10d.DebugLevel.DETAIL and c10d._GLOO_AVAILABLE,
+    )
+
+
+def _group_store(store: Any) -> Any:
+    """The group's own store, as torch's helper makes it.
+
+    torch hands the plugin its first device's store (``<group>/<device>/``); the
+    backends are built on ``<group>/<device>/`` of the group's store as torch would,
+    so a rank whose group fell back to torch's own path still meets its peers.
+    """
+    return getattr(store, "underlying_store", None) or store
+
+
+def _nccl_options(opts: Any, backend_options: Any) -> Any:
+    """NCCL's options for this group, made exactly as torch's helper makes them:
+    the caller's (checked, their timeout overridden) or defaults without the
+    high-priority stream; the default group's communicator to split from once that
+    group is bound to a device (``ncclCommSplit``: non-members split it too, so
+    members must); the group's ranks and name."""
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d as c10d
+
+    options = backend_options
+    if options is not None:
+        if not isinstance(options, dist.ProcessGroupNCCL.Options):
+            raise AssertionError(
+                "Expected backend_options argument to be of type ProcessGroupNCCL.Options"
+            )
+        if options._timeout != opts.timeout:
+            warnings.warn(
+                "backend_options._timeout was specified, "
+                "but timeout kwarg has a default value that will always override it. ",
+                stacklevel=2,
+            )
+    else:
+        options = dist.ProcessGroupNCCL.Options()
+        options.is_high_priority_stream = False
+    options._timeout = opts.timeout
+    global_ranks = list(opts.global_ranks_in_group)
+    split_from = None
+    if c10d.is_initialized() and c10d._get_default_group().bound_device_id:
+        split_from = c10d._get_split_source(c10d._get_default_group())
+    if split_from:
+        options.split_from = split_from
+        options.split_color = c10d._process_group_color(global_ranks)
+    options.global_ranks_in_group = global_ranks
+    options.group_name = opts.group_id
+    return options
+
+
+def _build_backend(name: str, device: str, plan: _Plan, opts: Any) -> Any:
+    """One real backend, built, numbered and (in DETAIL debug mode) wrapped as torch
+    builds it. Its own errors propagate: untraced, torch would raise them too."""
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d as c10d
+
+    store = dist.PrefixStore(f"{device}/", plan.store)
     if name == "gloo":
         backend = dist.ProcessGroupGloo(
             store, opts.group_rank, opts.group_size, timeout=opts.timeout
@@ -272,63 +402,71 @@ def _build_backend(name: str, store: Any, opts: Any, backend_options: Any) -> tu
                 setattr(backend.options, attr, value)
             except Exception:
                 pass
-        backend_type = ProcessGroup.BackendType.GLOO
     else:
-        options = (
-            backend_options if backend_options is not None else dist.ProcessGroupNCCL.Options()
-        )
-        if backend_options is None:
-            options.is_high_priority_stream = False
-        options._timeout = opts.timeout
-        options.global_ranks_in_group = list(opts.global_ranks_in_group)
-        options.group_name = opts.group_id
-        backend = dist.ProcessGroupNCCL(store, opts.group_rank, opts.group_size, options)
-        backend_type = ProcessGroup.BackendType.NCCL
+        backend = dist.ProcessGroupNCCL(store, opts.group_rank, opts.group_size, plan.nccl_options)
     if hasattr(backend, "_set_sequence_number_for_group"):
         backend._set_sequence_number_for_group()
-    return backend, backend_type
+    if plan.debug_wrap:
+        backend = c10d._create_process_group_wrapper(
+            wrapped_pg=backend,
+            store_prefix=opts.group_id,
+            store=store,
+            rank=opts.group_rank,
+            world_size=opts.group_size,
+            timeout=opts.timeout,
+        )
+    return backend
 
 
 def _create(opts: Any, backend_options: Any) -> Any:
-    """Backend-plugin creator: the real backends, wrapped for tracing."""
+    """Backend-plugin creator: the real backends, built as torch builds them, traced.
+
+    Contract: the group returned holds what torch's own helper would give it (the
+    same backends on the same store keys, options, bound device and default
+    backend), so traced and untraced ranks interoperate. Raises :class:`Untraceable`
+    when preparing fails (nothing built yet: the helper runs torch's own path); a
+    backend's own error propagates as it would untraced; when wrapping fails the
+    plain group is returned, untraced, with one warning.
+    """
     import torch
-    import torch.distributed as dist
     from torch._C._distributed_c10d import ProcessGroup
 
     # Only now: at install time torch.distributed is half-initialised, and the
     # process group subclasses its ProcessGroup.
-    from syncpace.capture.process_group import TracingProcessGroup
+    from syncpace.capture.process_group import wrap_group
 
-    group_name = str(opts.group_id)
-    device_map = _pending.get(group_name) or _state["default_map"] or {"cpu": "gloo"}
-    built = []
-    by_name: dict[str, tuple[Any, Any]] = {}
-    for device, name in device_map.items():
-        # One backend per backend name, registered for every device that uses it, as
-        # torch does: plain "gloo" maps cpu and cuda to gloo, and a second gloo mesh
-        # would double the rendezvous and the sockets of every group.
-        if name not in by_name:
-            store = dist.PrefixStore(f"{device}/", opts.store)
-            by_name[name] = _build_backend(name, store, opts, backend_options)
-        backend, backend_type = by_name[name]
-        built.append((torch.device(device), backend_type, backend))
-    default_type = next((t for _, t, _ in built if t == ProcessGroup.BackendType.NCCL), built[0][1])
-    default_name = "nccl" if default_type == ProcessGroup.BackendType.NCCL else built[0][2].name()
-    inner = ProcessGroup(opts.store, opts.group_rank, opts.group_size)
-    pgs = [inner]
     try:
-        outer = TracingProcessGroup(
+        plan = _prepare(opts, backend_options)
+    except Exception as exc:
+        raise Untraceable(f"cannot prepare its backends: {exc}") from exc
+    inner = ProcessGroup(plan.store, opts.group_rank, opts.group_size)
+    if plan.device_id is not None:  # before the backends, which take it from the group
+        inner.bound_device_id = plan.device_id
+    inner._set_default_backend(plan.default_type)
+    # One backend per backend name, registered for every device that uses it, as
+    # torch does: plain "gloo" maps cpu and cuda to gloo, and a second gloo mesh
+    # would double the rendezvous and the sockets of every group.
+    built: dict[str, Any] = {}
+    for device, name in plan.device_map.items():
+        if name not in built:
+            built[name] = _build_backend(name, device, plan, opts)
+        inner._register_backend(torch.device(device), plan.types[device], built[name])
+    try:
+        outer = wrap_group(
             inner,
             _state["tracer"],
-            backend_name=default_name,
+            backend_name=plan.default_name,
             global_ranks=list(opts.global_ranks_in_group) or list(range(opts.group_size)),
+            types=plan.types,
+            default_type=plan.default_type,
         )
-        outer._backend_config = _config_string(device_map)
-        pgs.append(outer)
+        outer._backend_config = _config_string(plan.device_map)
     except Exception as exc:
-        warn_once("wrap", "process group %s is not traced: %s", group_name, exc)
-    for pg in pgs:
-        pg._set_default_backend(default_type)
-        for device, backend_type, backend in built:
-            pg._register_backend(device, backend_type, backend)
-    return pgs[-1]
+        warn_once(
+            f"wrap-{type(exc).__name__}",
+            "process group %s runs untraced (as does any other failing the same way): %s",
+            opts.group_id,
+            exc,
+        )
+        return inner
+    return outer
