@@ -118,6 +118,9 @@ class TracingProcessGroup(dist.ProcessGroup):
         # device type -> BackendType, and the default: what a split registers again
         self._types: dict[str, Any] = {}
         self._default_type: Any = None
+        # While this answers true, calls pass through untraced (see _call); None for
+        # groups that can never need it, so the hot path pays one test.
+        self._bypass: Callable[[], bool] | None = None
         self._last_split: Any = None
 
     # Identity ------------------------------------------------------------------
@@ -259,6 +262,9 @@ class TracingProcessGroup(dist.ProcessGroup):
         peer: int,
         seq: int,
     ) -> Any:
+        bypass = self._bypass
+        if bypass is not None and bypass():  # see wrap_group: nothing to time here
+            return getattr(self._inner, method)(*args, **kwargs)
         recorder = self._recorder
         # The first call of a step is its sync point: arrival noted, pacing applied.
         enter = recorder.now() if recorder.arrival_step == recorder.step else recorder.arrive()
@@ -368,7 +374,22 @@ def wrap_group(
     for device_type, backend_type in types.items():
         device = torch.device(device_type)
         outer._register_backend(device, backend_type, inner._get_backend(device))
+    if "cuda" in types and torch.cuda.is_available():
+        outer._bypass = _stream_capturing
     return outer
+
+
+def _stream_capturing() -> bool:
+    """Whether the current CUDA stream is being captured into a graph.
+
+    A captured collective runs at every replay, never at its call, and completion
+    cannot be observed during capture (querying an event there is illegal), so it
+    passes through untraced, as the Flight Recorder leaves it out too.
+    """
+    if torch.cuda.is_current_stream_capturing():
+        warn_once("graph", "collectives captured into a CUDA graph are not traced")
+        return True
+    return False
 
 
 for _method, (_op, _arg, _times) in _COLLECTIVES.items():

@@ -9,15 +9,19 @@
 * ``get_backend`` is wrapped to report the real backend name, so user code that
   checks ``dist.get_backend() == "nccl"`` behaves as before; torch's own record of
   each group's backend (``_world.pg_map``, ``get_backend_config``) names the real one.
-* ``destroy_process_group`` closes the trace before teardown, and
-  ``batch_isend_irecv`` keeps NCCL's coalesced path.
+* ``destroy_process_group``, ``_abort_process_group``, ``batch_isend_irecv``,
+  ``_time_estimator``, the making of a shrunk group and symmetric memory's rendezvous
+  are wrapped where a traced group would otherwise behave differently from an
+  untraced one (docs/tracer.md, "NCCL paths", lists every such place).
 
-Other backends (MPI, UCC, XCCL, third-party) pass through untraced, with a warning.
-A group that cannot be traced runs untraced, with one warning naming why.
+Other backends (MPI, UCC, XCCL, third-party) and groups on TorchComms pass through
+untraced, with a warning. A group that cannot be traced runs untraced, with one
+warning naming why.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import sys
@@ -65,7 +69,10 @@ def install(tracer: Tracer) -> None:
         ("_new_process_group_helper", _wrap_helper),
         ("get_backend", _wrap_get_backend),
         ("destroy_process_group", _wrap_destroy),
+        ("_abort_process_group", _wrap_abort),
         ("batch_isend_irecv", _wrap_batch_isend_irecv),
+        ("_time_estimator", _wrap_time_estimator),
+        ("_create_shrunk_process_group", _wrap_shrunk),
     ):
         original = getattr(c10d, name, None)
         if original is None:  # an older torch without it: nothing to keep as untraced
@@ -76,6 +83,7 @@ def install(tracer: Tracer) -> None:
         # is still half-initialised and picks the patched ones up itself.
         if getattr(dist, name, None) is original:
             setattr(dist, name, patched)
+    _wrap_symmetric_memory()
     _state["installed"] = True
     _name_mesh_dims()
 
@@ -153,8 +161,12 @@ def _wrap_helper(original: Any) -> Any:
             else:
                 device_map = _device_map(backend or "undefined")
             traceable = set(device_map.values()) <= _TRACEABLE
+            torchcomms = getattr(c10d, "_use_torchcomms_enabled", bool)()
         except Exception as exc:
             warn_once("bind", "cannot trace this torch version's process groups: %s", exc)
+            return original(*args, **kwargs)
+        if torchcomms:  # torch builds TorchComms' backends then, not gloo's or NCCL's
+            warn_once("torchcomms", "process groups on TorchComms are not traced")
             return original(*args, **kwargs)
         if not traceable:
             warn_once(f"backend-{backend}", "backend %r is not traced (gloo and nccl are)", backend)
@@ -247,6 +259,7 @@ def _wrap_destroy(original: Any) -> Any:
     def destroy_process_group(group: Any = None) -> Any:
         from torch.distributed.distributed_c10d import GroupMember
 
+        _wait_for_hooks(GroupMember.WORLD if group is None else group)
         if group is None or group is GroupMember.WORLD:
             tracer = _state["tracer"]
             if tracer is not None:
@@ -254,6 +267,171 @@ def _wrap_destroy(original: Any) -> Any:
         return original(group)
 
     return destroy_process_group
+
+
+def _wait_for_hooks(pg: Any) -> None:
+    """What ``destroy_process_group`` does for a plain group with completion hooks.
+
+    torch waits for the hooks' pending works (they run Python on NCCL's watchdog
+    thread, which must not outlive the interpreter) only when ``type(pg) is
+    ProcessGroup``; a traced group holds the same backend, so it waits the same way.
+    """
+    if _is_traced(pg) and pg._has_hooks():
+        pg._wait_for_pending_works()
+
+
+def _wrap_abort(original: Any) -> Any:
+    """Close the trace before every group is aborted, as before it is destroyed:
+    the calls in flight are recorded ``aborted``; torch then aborts the same
+    backends it would untraced (NCCL's inside one group start/end)."""
+
+    @functools.wraps(original)
+    def _abort_process_group(group: Any = None) -> Any:
+        from torch.distributed.distributed_c10d import GroupMember
+
+        if group is None or group is GroupMember.WORLD:
+            tracer = _state["tracer"]
+            if tracer is not None:
+                tracer.close("destroy")
+        return original(group)
+
+    return _abort_process_group
+
+
+def _wrap_time_estimator(original: Any) -> Any:
+    """Inside ``_time_estimator`` NCCL only estimates the calls, it runs none: they
+    pass through a traced group untraced, so no event claims to have run."""
+
+    @functools.wraps(original)
+    @contextlib.contextmanager
+    def _time_estimator(group: Any = None, device: Any = None) -> Any:
+        from torch.distributed.distributed_c10d import _get_default_group
+
+        with _untraced(group or _get_default_group()), original(group, device) as cm:
+            yield cm
+
+    return _time_estimator
+
+
+@contextlib.contextmanager
+def _untraced(group: Any) -> Any:
+    """Calls through ``group`` pass through untraced while the context lasts."""
+    if not _is_traced(group):
+        yield
+        return
+    saved, group._bypass = group._bypass, _always
+    try:
+        yield
+    finally:
+        group._bypass = saved
+
+
+def _always() -> bool:
+    return True
+
+
+def _wrap_symmetric_memory() -> None:
+    """Symmetric memory's rendezvous and allocation see each group with its store.
+
+    C++ symmetric memory finds a group by name and reads its store
+    (``ProcessGroup::getStore``), which a traced group lacks (see
+    ``TracingProcessGroup.__init__``); for the length of these calls the names
+    resolve to the plain groups inside, which hold the same backends and a store.
+    """
+    try:
+        from torch._C._distributed_c10d import _SymmetricMemory
+    except ImportError:  # a build without symmetric memory
+        return
+    for name in ("rendezvous", "empty_strided_p2p"):
+        original = getattr(_SymmetricMemory, name, None)
+        if original is not None:
+            setattr(_SymmetricMemory, name, staticmethod(_with_plain_names(original)))
+
+
+def _with_plain_names(original: Any) -> Any:
+    @functools.wraps(original)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        with _plain_names():
+            return original(*args, **kwargs)
+
+    return call
+
+
+@contextlib.contextmanager
+def _plain_names() -> Any:
+    """Every traced group's name resolves to its inner group while the context lasts."""
+    from torch.distributed import distributed_c10d as c10d
+
+    swapped: list[tuple[str, Any]] = []
+    try:
+        for pg, name in list(c10d._world.pg_names.items()):
+            if _is_traced(pg):
+                c10d._unregister_process_group(name)
+                swapped.append((name, pg))
+                c10d._register_process_group(name, pg._inner)
+        yield
+    finally:
+        for name, pg in swapped:
+            with contextlib.suppress(Exception):  # not registered if the swap failed
+                c10d._unregister_process_group(name)
+            c10d._register_process_group(name, pg)
+
+
+def _wrap_shrunk(original: Any) -> Any:
+    """Trace the group ``shrink_group`` makes (NCCL's ``ncclCommShrink``).
+
+    torch builds it as a plain group around the shrunk backend; a shrunk subgroup is
+    wrapped like any group. A shrunk default group stays untraced (one warning):
+    shrinking destroyed the old default group first, which closed the trace.
+    """
+
+    @functools.wraps(original)
+    def _create_shrunk_process_group(
+        new_backend: Any, remaining_ranks: list[int], metadata: Any, is_default_group: bool
+    ) -> Any:
+        pg = original(new_backend, remaining_ranks, metadata, is_default_group)
+        if is_default_group:
+            warn_once("shrink-default", "the shrunk default group is not traced")
+            return pg
+        return _trace_shrunk(pg, list(remaining_ranks))
+
+    return _create_shrunk_process_group
+
+
+def _trace_shrunk(pg: Any, global_ranks: list[int]) -> Any:
+    from torch._C._distributed_c10d import ProcessGroup
+    from torch.distributed import distributed_c10d as c10d
+
+    from syncpace.capture.process_group import wrap_group  # torch is loaded here
+
+    tracer = _state["tracer"]
+    if tracer is None:
+        return pg
+    bound = pg.bound_device_id
+    try:
+        name = pg._get_backend_name()
+        default_type = ProcessGroup.BackendType.__members__[name.upper()]
+        # torch registered the shrunk backend before binding the group to its device,
+        # so the backend itself is unbound: register it on the wrapper the same way.
+        pg.bound_device_id = None
+        outer = wrap_group(
+            pg,
+            tracer,
+            backend_name=name,
+            global_ranks=global_ranks,
+            types={d.type: default_type for d in pg._device_types},
+            default_type=default_type,
+        )
+        outer.bound_device_id = bound
+        outer._set_group_name(pg.group_name)
+        outer._set_group_desc(pg.group_desc)
+        if pg in c10d._world.pg_backend_config:  # torch keyed it by the plain group
+            c10d._world.pg_backend_config[outer] = c10d._world.pg_backend_config.pop(pg)
+    except Exception as exc:
+        warn_once(f"shrink-{type(exc).__name__}", "a shrunk process group is not traced: %s", exc)
+        pg.bound_device_id = bound
+        return pg
+    return outer
 
 
 def _wrap_batch_isend_irecv(original: Any) -> Any:
