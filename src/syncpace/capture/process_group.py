@@ -6,6 +6,13 @@ and from C++ through the virtual-method trampoline (DDP's reducer, functional
 collectives), so every operation, whatever API issued it, passes through
 :meth:`TracingProcessGroup._call`. The real backends are also registered on this
 object, so ``group._get_backend(device)`` and backend-name checks keep working.
+
+Everything torch asks of a group that is not an operation (abort, shutdown, the
+completion hook, sequence numbers, timeouts, the store) is answered by the C++
+``ProcessGroup`` underneath from those same backends. What C++ would make anew from
+this object, a split (``split_group``: NCCL's comm split, DeviceMesh's dimensions),
+is made from the inner group and traced likewise. docs/tracer.md ("NCCL paths")
+lists every place torch treats a group specially and how each stays as untraced.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import torch
 import torch.distributed as dist
 
 from syncpace.capture.dynamo import keep_out
+from syncpace.capture.log import warn_once
 from syncpace.trace.schema import NO_PEER
 
 Recorder = Any  # syncpace.capture.tracer.Tracer; typed loosely to avoid an import cycle
@@ -81,7 +89,10 @@ _POINT_TO_POINT: dict[str, tuple[str, int | None]] = {
 
 
 class TracingProcessGroup(dist.ProcessGroup):
-    """Forwards every call to ``inner`` and records its timing through ``recorder``."""
+    """Forwards every call to ``inner`` and records its timing through ``recorder``.
+
+    Built by :func:`wrap_group`, which also hands it ``inner``'s backends.
+    """
 
     def __init__(
         self,
@@ -91,6 +102,9 @@ class TracingProcessGroup(dist.ProcessGroup):
         backend_name: str,
         global_ranks: list[int],
     ) -> None:
+        # Only the (rank, size) constructor can build a Python subclass: torch's
+        # store-taking one returns a plain C++ group. So this group has no store of
+        # its own; get_group_store and splitGroup answer from the inner group's.
         super().__init__(inner.rank(), inner.size())
         self._inner = inner
         self._recorder = recorder
@@ -101,6 +115,13 @@ class TracingProcessGroup(dist.ProcessGroup):
         self._seq = 0
         self._p2p_seq: dict[tuple[str, int], int] = {}
         self._coalesced: list[tuple[tuple, int]] | None = None
+        # device type -> BackendType, and the default: what a split registers again
+        self._types: dict[str, Any] = {}
+        self._default_type: Any = None
+        # While this answers true, calls pass through untraced (see _call); None for
+        # groups that can never need it, so the hot path pays one test.
+        self._bypass: Callable[[], bool] | None = None
+        self._last_split: Any = None
 
     # Identity ------------------------------------------------------------------
     def getBackendName(self) -> str:  # noqa: N802 - name fixed by torch
@@ -113,16 +134,102 @@ class TracingProcessGroup(dist.ProcessGroup):
         self._group = name
         self._inner._set_group_name(name)
         super()._set_group_name(name)
-        self._recorder.on_group(name, self._global_ranks, self._backend_name)
+        self._note_group(None)
 
     def _set_group_desc(self, desc: str) -> None:
         self._inner._set_group_desc(desc)
         super()._set_group_desc(desc)
-        self._recorder.on_group(self._group, self._global_ranks, self._backend_name, desc)
+        self._note_group(desc)
+
+    def _note_group(self, desc: str | None) -> None:
+        """Tell the recorder about this group; torch's group creation never sees a
+        recorder's failure (the group stays traced, its metadata incomplete)."""
+        try:
+            self._recorder.on_group(self._group, self._global_ranks, self._backend_name, desc)
+        except Exception as exc:
+            warn_once("group-meta", "a process group's metadata is not recorded: %s", exc)
 
     @property
     def group_name(self) -> str:
         return self._group
+
+    def get_group_store(self) -> Any:
+        """The group's store (torch registers a split group under it)."""
+        return self._inner.get_group_store()
+
+    @property
+    def bound_device_id(self) -> Any:
+        """The device torch bound this group to (``init_process_group(device_id=)``)."""
+        return dist.ProcessGroup.bound_device_id.__get__(self)
+
+    @bound_device_id.setter
+    def bound_device_id(self, device: Any) -> None:
+        # Both groups: torch reads it from this one (barrier, split_group, shrink_group),
+        # and each hands it to the backends registered on it, which must agree.
+        self._inner.bound_device_id = device
+        dist.ProcessGroup.bound_device_id.__set__(self, device)
+
+    # Groups made from this one ---------------------------------------------------
+    def splitGroup(  # noqa: N802 - the name C++'s virtual-method trampoline calls
+        self,
+        ranks: list[int],
+        timeout: Any = None,
+        opts: Any = None,
+        group_name: str | None = None,
+        group_desc: str | None = None,
+        devices: Any = None,
+    ) -> Any:
+        """``group.split_group(...)`` (torch's ``split_group``: NCCL's comm split,
+        DeviceMesh's dimensions once the default group is bound to a device).
+
+        Contract: the inner group's own split, so the backends split exactly as
+        untraced, returned traced (:func:`wrap_group`); ``None`` where the inner
+        split returns ``None``; the plain split, untraced, with one warning, where
+        wrapping it fails.
+        """
+        split = self._inner.split_group(
+            ranks,
+            timeout=timeout,
+            opts=opts,
+            group_name=group_name,
+            group_desc=group_desc,
+            device_types=devices,
+        )
+        if split is None:
+            return None
+        members = [self._global_ranks[r] for r in sorted(ranks)]
+        derived = self._derived(split, members)
+        # It reaches the caller through C++, which holds the C++ object only: were
+        # this Python object freed on the way, the caller would get a plain group
+        # (pybind11 finds a Python object by its C++ pointer while it lives). Held
+        # until the next split; torch's split_group registers it long before.
+        self._last_split = derived
+        return derived
+
+    def _derived(self, pg: Any, global_ranks: list[int]) -> Any:
+        """``pg``, made by C++ from this group's backends, traced like this group."""
+        try:
+            present = {d.type for d in pg._device_types}
+            types = {d: t for d, t in self._types.items() if d in present}
+            outer = wrap_group(
+                pg,
+                self._recorder,
+                backend_name=self._backend_name,
+                global_ranks=global_ranks,
+                types=types,
+                default_type=self._default_type,
+            )
+            outer._set_group_name(pg.group_name)
+            outer._set_group_desc(pg.group_desc)
+        except Exception as exc:
+            warn_once(
+                f"derived-{type(exc).__name__}",
+                "process group %s runs untraced (as does any other failing the same way): %s",
+                getattr(pg, "group_name", "?"),
+                exc,
+            )
+            return pg
+        return outer
 
     def _start_coalescing(self, *args: Any) -> Any:
         """The backend batches the calls that follow until ``_end_coalescing``
@@ -155,6 +262,9 @@ class TracingProcessGroup(dist.ProcessGroup):
         peer: int,
         seq: int,
     ) -> Any:
+        bypass = self._bypass
+        if bypass is not None and bypass():  # see wrap_group: nothing to time here
+            return getattr(self._inner, method)(*args, **kwargs)
         recorder = self._recorder
         on_device = recorder.device_timeline is not None and recorder.device_owns(args)
         # The first call of a step is its sync point: arrival noted, pacing applied.
@@ -231,6 +341,61 @@ def _make_p2p(method: str, op: str, peer_arg: int | None) -> Callable[..., Any]:
     traced.__name__ = method
     traced.__doc__ = f"Traced ``{method}``: recorded as ``{op}``."
     return traced
+
+
+def wrap_group(
+    inner: Any,
+    recorder: Recorder,
+    *,
+    backend_name: str,
+    global_ranks: list[int],
+    types: dict[str, Any],
+    default_type: Any,
+) -> TracingProcessGroup:
+    """A traced group over the plain group ``inner`` and its own backends.
+
+    Contract: the result answers every question torch asks of a group as ``inner``
+    does: the same backend objects for the same devices (``types``: every device type
+    of ``inner`` -> its ``ProcessGroup.BackendType``, in the order ``inner``
+    registered them), the same default backend and bound device; its
+    store for Python callers (C++ sees none: see ``TracingProcessGroup.__init__``).
+    Raises whatever fails; the caller then keeps ``inner``, untraced.
+    """
+    outer = TracingProcessGroup(
+        inner,
+        recorder,
+        backend_name=backend_name,
+        global_ranks=global_ranks,
+    )
+    outer._types = dict(types)
+    outer._default_type = default_type
+    # Before the backends: registering one hands it the group's bound device, which
+    # must stay the one the inner group gave it.
+    bound = inner.bound_device_id
+    if bound is not None:
+        dist.ProcessGroup.bound_device_id.__set__(outer, bound)
+    outer._set_default_backend(default_type)
+    # In ``types``' order, the inner group's: torch lists a group's devices
+    # (_device_types, _device_capability) in the order they were registered.
+    for device_type, backend_type in types.items():
+        device = torch.device(device_type)
+        outer._register_backend(device, backend_type, inner._get_backend(device))
+    if "cuda" in types and torch.cuda.is_available():
+        outer._bypass = _stream_capturing
+    return outer
+
+
+def _stream_capturing() -> bool:
+    """Whether the current CUDA stream is being captured into a graph.
+
+    A captured collective runs at every replay, never at its call, and completion
+    cannot be observed during capture (querying an event there is illegal), so it
+    passes through untraced, as the Flight Recorder leaves it out too.
+    """
+    if torch.cuda.is_current_stream_capturing():
+        warn_once("graph", "collectives captured into a CUDA graph are not traced")
+        return True
+    return False
 
 
 for _method, (_op, _arg, _times) in _COLLECTIVES.items():

@@ -7,16 +7,26 @@
   and ``new_group`` create groups) is wrapped to ask for ``syncpace`` instead of
   gloo/NCCL, remembering the real choice per group.
 * ``get_backend`` is wrapped to report the real backend name, so user code that
-  checks ``dist.get_backend() == "nccl"`` behaves as before.
+  checks ``dist.get_backend() == "nccl"`` behaves as before; torch's own record of
+  each group's backend (``_world.pg_map``, ``get_backend_config``) names the real one.
+* ``destroy_process_group``, ``_abort_process_group``, ``batch_isend_irecv``,
+  ``_time_estimator``, the making of a shrunk group and symmetric memory's rendezvous
+  are wrapped where a traced group would otherwise behave differently from an
+  untraced one (docs/tracer.md, "NCCL paths", lists every such place).
 
-Other backends (MPI, UCC, XCCL, third-party) pass through untraced, with a warning.
+Other backends (MPI, UCC, XCCL, third-party) and groups on TorchComms pass through
+untraced, with a warning. A group that cannot be traced runs untraced, with one
+warning naming why.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import sys
+import warnings
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from syncpace.capture.log import warn_once
@@ -29,7 +39,13 @@ PLUGIN = "syncpace"
 _TRACEABLE = {"gloo", "nccl"}
 
 _state: dict[str, Any] = {"installed": False, "tracer": None, "default_map": None}
-_pending: dict[str, dict[str, str]] = {}  # group name -> real device->backend map
+# group name -> (the real device->backend map, the device torch binds the group to)
+_pending: dict[str, tuple[dict[str, str], Any]] = {}
+
+
+class Untraceable(Exception):
+    """The plugin could not prepare a group's backends; nothing was built yet, so
+    torch's own path can build the group instead (untraced)."""
 
 
 def install(tracer: Tracer) -> None:
@@ -48,25 +64,26 @@ def install(tracer: Tracer) -> None:
             "traced, the default group is not",
         )
     c10d.Backend.register_backend(PLUGIN, _create, extended_api=True, devices=["cpu", "cuda"])
-    original_helper = c10d._new_process_group_helper
-    c10d._new_process_group_helper = _wrap_helper(original_helper)
-    original_get_backend = c10d.get_backend
-    patched_get_backend = _wrap_get_backend(original_get_backend)
-    c10d.get_backend = patched_get_backend
-    original_destroy = c10d.destroy_process_group
-    patched_destroy = _wrap_destroy(original_destroy)
-    c10d.destroy_process_group = patched_destroy
-    original_batch = c10d.batch_isend_irecv
-    patched_batch = _wrap_batch_isend_irecv(original_batch)
-    c10d.batch_isend_irecv = patched_batch
     dist = sys.modules.get("torch.distributed")
-    for name, original, patched in (
-        ("get_backend", original_get_backend, patched_get_backend),
-        ("destroy_process_group", original_destroy, patched_destroy),
-        ("batch_isend_irecv", original_batch, patched_batch),
+    for name, wrap in (
+        ("_new_process_group_helper", _wrap_helper),
+        ("get_backend", _wrap_get_backend),
+        ("destroy_process_group", _wrap_destroy),
+        ("_abort_process_group", _wrap_abort),
+        ("batch_isend_irecv", _wrap_batch_isend_irecv),
+        ("_time_estimator", _wrap_time_estimator),
+        ("_create_shrunk_process_group", _wrap_shrunk),
     ):
+        original = getattr(c10d, name, None)
+        if original is None:  # an older torch without it: nothing to keep as untraced
+            continue
+        patched = wrap(original)
+        setattr(c10d, name, patched)
+        # torch.distributed re-exports some of them; when armed by the import hook it
+        # is still half-initialised and picks the patched ones up itself.
         if getattr(dist, name, None) is original:
             setattr(dist, name, patched)
+    _wrap_symmetric_memory()
     _state["installed"] = True
     _name_mesh_dims()
 
@@ -120,6 +137,13 @@ def _device_map(backend: Any) -> dict[str, str]:
 
 
 def _wrap_helper(original: Any) -> Any:
+    """Create gloo/NCCL groups through the plugin, so they come out traced.
+
+    Contract: the group returned behaves as torch's own (see :func:`_create`), and
+    torch's record of it (``_world.pg_map``, ``pg_backend_config``) names the real
+    backend, not the plugin. A group the plugin cannot prepare is made by torch's own
+    path, untraced, with one warning.
+    """
     from torch.distributed import distributed_c10d as c10d
 
     signature = inspect.signature(original)
@@ -128,7 +152,8 @@ def _wrap_helper(original: Any) -> Any:
     def helper(*args: Any, **kwargs: Any) -> Any:
         try:
             bound = signature.bind(*args, **kwargs)
-            backend = str(bound.arguments.get("backend", "")).lower()
+            requested = bound.arguments.get("backend", "")
+            backend = str(requested).lower()
             group_name = str(bound.arguments.get("group_name"))
             is_default = c10d._world.default_pg is None if hasattr(c10d, "_world") else False
             if backend == PLUGIN:
@@ -136,29 +161,58 @@ def _wrap_helper(original: Any) -> Any:
             else:
                 device_map = _device_map(backend or "undefined")
             traceable = set(device_map.values()) <= _TRACEABLE
+            torchcomms = getattr(c10d, "_use_torchcomms_enabled", bool)()
         except Exception as exc:
             warn_once("bind", "cannot trace this torch version's process groups: %s", exc)
+            return original(*args, **kwargs)
+        if torchcomms:  # torch builds TorchComms' backends then, not gloo's or NCCL's
+            warn_once("torchcomms", "process groups on TorchComms are not traced")
             return original(*args, **kwargs)
         if not traceable:
             warn_once(f"backend-{backend}", "backend %r is not traced (gloo and nccl are)", backend)
             return original(*args, **kwargs)
         if is_default:
             _state["default_map"] = device_map
-        _pending[group_name] = device_map
+        _pending[group_name] = (device_map, bound.arguments.get("device_id"))
         bound.arguments["backend"] = PLUGIN
         try:
             result = original(*bound.args, **bound.kwargs)
+        except Untraceable as exc:
+            warn_once(
+                f"prepare-{type(exc.__cause__).__name__}",
+                "process group %s runs untraced (as does any other failing the same way): %s",
+                group_name,
+                exc,
+            )
+            return original(*args, **kwargs)
         finally:
             _pending.pop(group_name, None)
         pg = result[0] if isinstance(result, tuple) else result
-        device_id = bound.arguments.get("device_id")
-        if device_id is not None and hasattr(pg, "_inner"):
-            pg.bound_device_id = device_id
+        _name_real_backend(pg, requested)
         if is_default and hasattr(pg, "_inner"):
             _on_default(pg, bound.arguments.get("store"), device_map)
         return result
 
     return helper
+
+
+def _name_real_backend(pg: Any, backend: Any) -> None:
+    """Put the real backend back where torch keeps each group's backend.
+
+    torch recorded the plugin; ``get_backend``, ``get_backend_config``, the Flight
+    Recorder's group list, a new group's default backend and timeout, and
+    ``split_group``'s child backend all read it back from there.
+    """
+    from torch.distributed import distributed_c10d as c10d
+
+    try:
+        entry = c10d._world.pg_map.get(pg)
+        if entry is None or str(entry[0]).lower() != PLUGIN or str(backend).lower() == PLUGIN:
+            return
+        c10d._world.pg_map[pg] = (backend, entry[1])
+        c10d._world.pg_backend_config[pg] = str(c10d.BackendConfig(c10d.Backend(str(backend))))
+    except Exception as exc:  # only introspection suffers: the group works
+        warn_once("world", "torch's record of a traced group names the plugin: %s", exc)
 
 
 def _on_default(pg: Any, store: Any, device_map: dict[str, str]) -> None:
@@ -205,6 +259,7 @@ def _wrap_destroy(original: Any) -> Any:
     def destroy_process_group(group: Any = None) -> Any:
         from torch.distributed.distributed_c10d import GroupMember
 
+        _wait_for_hooks(GroupMember.WORLD if group is None else group)
         if group is None or group is GroupMember.WORLD:
             tracer = _state["tracer"]
             if tracer is not None:
@@ -212,6 +267,171 @@ def _wrap_destroy(original: Any) -> Any:
         return original(group)
 
     return destroy_process_group
+
+
+def _wait_for_hooks(pg: Any) -> None:
+    """What ``destroy_process_group`` does for a plain group with completion hooks.
+
+    torch waits for the hooks' pending works (they run Python on NCCL's watchdog
+    thread, which must not outlive the interpreter) only when ``type(pg) is
+    ProcessGroup``; a traced group holds the same backend, so it waits the same way.
+    """
+    if _is_traced(pg) and pg._has_hooks():
+        pg._wait_for_pending_works()
+
+
+def _wrap_abort(original: Any) -> Any:
+    """Close the trace before every group is aborted, as before it is destroyed:
+    the calls in flight are recorded ``aborted``; torch then aborts the same
+    backends it would untraced (NCCL's inside one group start/end)."""
+
+    @functools.wraps(original)
+    def _abort_process_group(group: Any = None) -> Any:
+        from torch.distributed.distributed_c10d import GroupMember
+
+        if group is None or group is GroupMember.WORLD:
+            tracer = _state["tracer"]
+            if tracer is not None:
+                tracer.close("destroy")
+        return original(group)
+
+    return _abort_process_group
+
+
+def _wrap_time_estimator(original: Any) -> Any:
+    """Inside ``_time_estimator`` NCCL only estimates the calls, it runs none: they
+    pass through a traced group untraced, so no event claims to have run."""
+
+    @functools.wraps(original)
+    @contextlib.contextmanager
+    def _time_estimator(group: Any = None, device: Any = None) -> Any:
+        from torch.distributed.distributed_c10d import _get_default_group
+
+        with _untraced(group or _get_default_group()), original(group, device) as cm:
+            yield cm
+
+    return _time_estimator
+
+
+@contextlib.contextmanager
+def _untraced(group: Any) -> Any:
+    """Calls through ``group`` pass through untraced while the context lasts."""
+    if not _is_traced(group):
+        yield
+        return
+    saved, group._bypass = group._bypass, _always
+    try:
+        yield
+    finally:
+        group._bypass = saved
+
+
+def _always() -> bool:
+    return True
+
+
+def _wrap_symmetric_memory() -> None:
+    """Symmetric memory's rendezvous and allocation see each group with its store.
+
+    C++ symmetric memory finds a group by name and reads its store
+    (``ProcessGroup::getStore``), which a traced group lacks (see
+    ``TracingProcessGroup.__init__``); for the length of these calls the names
+    resolve to the plain groups inside, which hold the same backends and a store.
+    """
+    try:
+        from torch._C._distributed_c10d import _SymmetricMemory
+    except ImportError:  # a build without symmetric memory
+        return
+    for name in ("rendezvous", "empty_strided_p2p"):
+        original = getattr(_SymmetricMemory, name, None)
+        if original is not None:
+            setattr(_SymmetricMemory, name, staticmethod(_with_plain_names(original)))
+
+
+def _with_plain_names(original: Any) -> Any:
+    @functools.wraps(original)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        with _plain_names():
+            return original(*args, **kwargs)
+
+    return call
+
+
+@contextlib.contextmanager
+def _plain_names() -> Any:
+    """Every traced group's name resolves to its inner group while the context lasts."""
+    from torch.distributed import distributed_c10d as c10d
+
+    swapped: list[tuple[str, Any]] = []
+    try:
+        for pg, name in list(c10d._world.pg_names.items()):
+            if _is_traced(pg):
+                c10d._unregister_process_group(name)
+                swapped.append((name, pg))
+                c10d._register_process_group(name, pg._inner)
+        yield
+    finally:
+        for name, pg in swapped:
+            with contextlib.suppress(Exception):  # not registered if the swap failed
+                c10d._unregister_process_group(name)
+            c10d._register_process_group(name, pg)
+
+
+def _wrap_shrunk(original: Any) -> Any:
+    """Trace the group ``shrink_group`` makes (NCCL's ``ncclCommShrink``).
+
+    torch builds it as a plain group around the shrunk backend; a shrunk subgroup is
+    wrapped like any group. A shrunk default group stays untraced (one warning):
+    shrinking destroyed the old default group first, which closed the trace.
+    """
+
+    @functools.wraps(original)
+    def _create_shrunk_process_group(
+        new_backend: Any, remaining_ranks: list[int], metadata: Any, is_default_group: bool
+    ) -> Any:
+        pg = original(new_backend, remaining_ranks, metadata, is_default_group)
+        if is_default_group:
+            warn_once("shrink-default", "the shrunk default group is not traced")
+            return pg
+        return _trace_shrunk(pg, list(remaining_ranks))
+
+    return _create_shrunk_process_group
+
+
+def _trace_shrunk(pg: Any, global_ranks: list[int]) -> Any:
+    from torch._C._distributed_c10d import ProcessGroup
+    from torch.distributed import distributed_c10d as c10d
+
+    from syncpace.capture.process_group import wrap_group  # torch is loaded here
+
+    tracer = _state["tracer"]
+    if tracer is None:
+        return pg
+    bound = pg.bound_device_id
+    try:
+        name = pg._get_backend_name()
+        default_type = ProcessGroup.BackendType.__members__[name.upper()]
+        # torch registered the shrunk backend before binding the group to its device,
+        # so the backend itself is unbound: register it on the wrapper the same way.
+        pg.bound_device_id = None
+        outer = wrap_group(
+            pg,
+            tracer,
+            backend_name=name,
+            global_ranks=global_ranks,
+            types={d.type: default_type for d in pg._device_types},
+            default_type=default_type,
+        )
+        outer.bound_device_id = bound
+        outer._set_group_name(pg.group_name)
+        outer._set_group_desc(pg.group_desc)
+        if pg in c10d._world.pg_backend_config:  # torch keyed it by the plain group
+            c10d._world.pg_backend_config[outer] = c10d._world.pg_backend_config.pop(pg)
+    except Exception as exc:
+        warn_once(f"shrink-{type(exc).__name__}", "a shrunk process group is not traced: %s", exc)
+        pg.bound_device_id = bound
+        return pg
+    return outer
 
 
 def _wrap_batch_isend_irecv(original: Any) -> Any:
@@ -256,10 +476,98 @@ def _is_traced(group: Any) -> bool:
     return isinstance(group, TracingProcessGroup)
 
 
-def _build_backend(name: str, store: Any, opts: Any, backend_options: Any) -> tuple[Any, Any]:
-    import torch.distributed as dist
-    from torch._C._distributed_c10d import ProcessGroup
+@dataclass
+class _Plan:
+    """What torch's helper would build for one group, decided before anything is."""
 
+    store: Any  # the group's store: torch's PrefixStore("<group name>/", job store)
+    device_map: dict[str, str]  # device type -> backend name (gloo, nccl)
+    device_id: Any  # the device the group is bound to, or None
+    types: dict[str, Any]  # device type -> ProcessGroup.BackendType
+    default_type: Any
+    default_name: str
+    nccl_options: Any  # ProcessGroupNCCL.Options, ready to build with; None without NCCL
+    debug_wrap: bool  # TORCH_DISTRIBUTED_DEBUG=DETAIL: each backend in a ProcessGroupWrapper
+
+
+def _prepare(opts: Any, backend_options: Any) -> _Plan:
+    """Every decision torch's ``_new_process_group_helper`` takes before it builds."""
+    from torch._C._distributed_c10d import ProcessGroup
+    from torch.distributed import distributed_c10d as c10d
+
+    device_map, device_id = _pending.get(str(opts.group_id)) or (
+        _state["default_map"] or {"cpu": "gloo"},
+        None,
+    )
+    kinds = {"gloo": ProcessGroup.BackendType.GLOO, "nccl": ProcessGroup.BackendType.NCCL}
+    types = {device: kinds[name] for device, name in device_map.items()}
+    nccl = "nccl" in device_map.values()
+    return _Plan(
+        store=_group_store(opts.store),
+        device_map=device_map,
+        device_id=device_id,
+        types=types,
+        default_type=ProcessGroup.BackendType.NCCL if nccl else ProcessGroup.BackendType.GLOO,
+        default_name="nccl" if nccl else "gloo",
+        nccl_options=_nccl_options(opts, backend_options) if nccl else None,
+        debug_wrap=c10d.get_debug_level() == c10d.DebugLevel.DETAIL and c10d._GLOO_AVAILABLE,
+    )
+
+
+def _group_store(store: Any) -> Any:
+    """The group's own store, as torch's helper makes it.
+
+    torch hands the plugin its first device's store (``<group>/<device>/``); the
+    backends are built on ``<group>/<device>/`` of the group's store as torch would,
+    so a rank whose group fell back to torch's own path still meets its peers.
+    """
+    return getattr(store, "underlying_store", None) or store
+
+
+def _nccl_options(opts: Any, backend_options: Any) -> Any:
+    """NCCL's options for this group, made exactly as torch's helper makes them:
+    the caller's (checked, their timeout overridden) or defaults without the
+    high-priority stream; the default group's communicator to split from once that
+    group is bound to a device (``ncclCommSplit``: non-members split it too, so
+    members must); the group's ranks and name."""
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d as c10d
+
+    options = backend_options
+    if options is not None:
+        if not isinstance(options, dist.ProcessGroupNCCL.Options):
+            raise AssertionError(
+                "Expected backend_options argument to be of type ProcessGroupNCCL.Options"
+            )
+        if options._timeout != opts.timeout:
+            warnings.warn(
+                "backend_options._timeout was specified, "
+                "but timeout kwarg has a default value that will always override it. ",
+                stacklevel=2,
+            )
+    else:
+        options = dist.ProcessGroupNCCL.Options()
+        options.is_high_priority_stream = False
+    options._timeout = opts.timeout
+    global_ranks = list(opts.global_ranks_in_group)
+    split_from = None
+    if c10d.is_initialized() and c10d._get_default_group().bound_device_id:
+        split_from = c10d._get_split_source(c10d._get_default_group())
+    if split_from:
+        options.split_from = split_from
+        options.split_color = c10d._process_group_color(global_ranks)
+    options.global_ranks_in_group = global_ranks
+    options.group_name = opts.group_id
+    return options
+
+
+def _build_backend(name: str, device: str, plan: _Plan, opts: Any) -> Any:
+    """One real backend, built, numbered and (in DETAIL debug mode) wrapped as torch
+    builds it. Its own errors propagate: untraced, torch would raise them too."""
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d as c10d
+
+    store = dist.PrefixStore(f"{device}/", plan.store)
     if name == "gloo":
         backend = dist.ProcessGroupGloo(
             store, opts.group_rank, opts.group_size, timeout=opts.timeout
@@ -272,63 +580,71 @@ def _build_backend(name: str, store: Any, opts: Any, backend_options: Any) -> tu
                 setattr(backend.options, attr, value)
             except Exception:
                 pass
-        backend_type = ProcessGroup.BackendType.GLOO
     else:
-        options = (
-            backend_options if backend_options is not None else dist.ProcessGroupNCCL.Options()
-        )
-        if backend_options is None:
-            options.is_high_priority_stream = False
-        options._timeout = opts.timeout
-        options.global_ranks_in_group = list(opts.global_ranks_in_group)
-        options.group_name = opts.group_id
-        backend = dist.ProcessGroupNCCL(store, opts.group_rank, opts.group_size, options)
-        backend_type = ProcessGroup.BackendType.NCCL
+        backend = dist.ProcessGroupNCCL(store, opts.group_rank, opts.group_size, plan.nccl_options)
     if hasattr(backend, "_set_sequence_number_for_group"):
         backend._set_sequence_number_for_group()
-    return backend, backend_type
+    if plan.debug_wrap:
+        backend = c10d._create_process_group_wrapper(
+            wrapped_pg=backend,
+            store_prefix=opts.group_id,
+            store=store,
+            rank=opts.group_rank,
+            world_size=opts.group_size,
+            timeout=opts.timeout,
+        )
+    return backend
 
 
 def _create(opts: Any, backend_options: Any) -> Any:
-    """Backend-plugin creator: the real backends, wrapped for tracing."""
+    """Backend-plugin creator: the real backends, built as torch builds them, traced.
+
+    Contract: the group returned holds what torch's own helper would give it (the
+    same backends on the same store keys, options, bound device and default
+    backend), so traced and untraced ranks interoperate. Raises :class:`Untraceable`
+    when preparing fails (nothing built yet: the helper runs torch's own path); a
+    backend's own error propagates as it would untraced; when wrapping fails the
+    plain group is returned, untraced, with one warning.
+    """
     import torch
-    import torch.distributed as dist
     from torch._C._distributed_c10d import ProcessGroup
 
     # Only now: at install time torch.distributed is half-initialised, and the
     # process group subclasses its ProcessGroup.
-    from syncpace.capture.process_group import TracingProcessGroup
+    from syncpace.capture.process_group import wrap_group
 
-    group_name = str(opts.group_id)
-    device_map = _pending.get(group_name) or _state["default_map"] or {"cpu": "gloo"}
-    built = []
-    by_name: dict[str, tuple[Any, Any]] = {}
-    for device, name in device_map.items():
-        # One backend per backend name, registered for every device that uses it, as
-        # torch does: plain "gloo" maps cpu and cuda to gloo, and a second gloo mesh
-        # would double the rendezvous and the sockets of every group.
-        if name not in by_name:
-            store = dist.PrefixStore(f"{device}/", opts.store)
-            by_name[name] = _build_backend(name, store, opts, backend_options)
-        backend, backend_type = by_name[name]
-        built.append((torch.device(device), backend_type, backend))
-    default_type = next((t for _, t, _ in built if t == ProcessGroup.BackendType.NCCL), built[0][1])
-    default_name = "nccl" if default_type == ProcessGroup.BackendType.NCCL else built[0][2].name()
-    inner = ProcessGroup(opts.store, opts.group_rank, opts.group_size)
-    pgs = [inner]
     try:
-        outer = TracingProcessGroup(
+        plan = _prepare(opts, backend_options)
+    except Exception as exc:
+        raise Untraceable(f"cannot prepare its backends: {exc}") from exc
+    inner = ProcessGroup(plan.store, opts.group_rank, opts.group_size)
+    if plan.device_id is not None:  # before the backends, which take it from the group
+        inner.bound_device_id = plan.device_id
+    inner._set_default_backend(plan.default_type)
+    # One backend per backend name, registered for every device that uses it, as
+    # torch does: plain "gloo" maps cpu and cuda to gloo, and a second gloo mesh
+    # would double the rendezvous and the sockets of every group.
+    built: dict[str, Any] = {}
+    for device, name in plan.device_map.items():
+        if name not in built:
+            built[name] = _build_backend(name, device, plan, opts)
+        inner._register_backend(torch.device(device), plan.types[device], built[name])
+    try:
+        outer = wrap_group(
             inner,
             _state["tracer"],
-            backend_name=default_name,
+            backend_name=plan.default_name,
             global_ranks=list(opts.global_ranks_in_group) or list(range(opts.group_size)),
+            types=plan.types,
+            default_type=plan.default_type,
         )
-        outer._backend_config = _config_string(device_map)
-        pgs.append(outer)
+        outer._backend_config = _config_string(plan.device_map)
     except Exception as exc:
-        warn_once("wrap", "process group %s is not traced: %s", group_name, exc)
-    for pg in pgs:
-        pg._set_default_backend(default_type)
-        for device, backend_type, backend in built:
-            pg._register_backend(device, backend_type, backend)
-    return pgs[-1]
+        warn_once(
+            f"wrap-{type(exc).__name__}",
+            "process group %s runs untraced (as does any other failing the same way): %s",
+            opts.group_id,
+            exc,
+        )
+        return inner
+    return outer
