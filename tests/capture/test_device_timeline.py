@@ -218,6 +218,6 @@ def test_the_rank_late_on_the_device_is_found_by_device_time(tmp_path, mode):
         # the host's arrivals point at rank 2, whose CPU is the last to enqueue
         host_last = _arrivals(events, "enter_ns")["last"].to_list()
         assert host_last.count(2) == len(host_last)
-        assert ahead[1] > 50  # its CPU far ahead: the device is what is slow
+        assert ahead[1] > 100  # its CPU far ahead: the device is what is slow
     else:
-        assert ahead[1] < 30 < min(ahead[0], ahead[2])
+        assert ahead[1] < 60 < min(ahead[0], ahead[2])

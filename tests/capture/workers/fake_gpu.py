@@ -2,10 +2,10 @@
 traced through the tracer's own path, device times included.
 
 Usage: fake_gpu.py MODE WHO STEPS
-  slow_gpu  rank WHO's kernels take 2.5 times as long: its CPU still runs ahead, its
+  slow_gpu  rank WHO's kernels take 5 times as long: its CPU still runs ahead, its
             device reaches every collective last; meanwhile the next rank's host is
             the last to enqueue (5 ms of host work a step), far ahead of its device
-  late_cpu  rank WHO's host works 60 ms before it enqueues each step: its device
+  late_cpu  rank WHO's host works 150 ms before it enqueues each step: its device
             waits for it
   even      every rank alike
 Compute is 20 ms of kernels per step on every other rank.
@@ -42,11 +42,11 @@ def main() -> None:
     comm = FakeNccl(device, dist.group.WORLD)
     group = TracingProcessGroup(comm, tracer, backend_name="nccl", global_ranks=list(range(world)))
     group._set_group_name("0")
-    compute = 50 * MS if (mode == "slow_gpu" and rank == who) else 20 * MS
+    compute = 100 * MS if (mode == "slow_gpu" and rank == who) else 20 * MS
     x = torch.ones(1024)
     for _ in range(steps):
         if mode == "late_cpu" and rank == who:
-            time.sleep(0.06)  # data loading, Python: the host is late to enqueue
+            time.sleep(0.15)  # data loading, Python: the host is late to enqueue
         if mode == "slow_gpu" and rank == (who + 1) % world:
             time.sleep(0.005)  # late to enqueue, yet its device waits on the slow one
         device.launch(compute)
