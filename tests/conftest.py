@@ -1,4 +1,5 @@
 import os
+import sys
 
 import pytest
 
@@ -24,3 +25,17 @@ def chromium() -> str:
             pytest.fail("CI is set but chromium is not installed (apt-get install chromium)")
         pytest.skip("chromium is not installed (apt-get install -y chromium); CI runs this test")
     return binary
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Every multi-rank launch started again after a start-up connection failure is
+    counted and named here: a retry must never hide a machine that keeps failing."""
+    modules = {id(m): m for m in map(sys.modules.get, ("multirank", "tests.multirank")) if m}
+    restarts = [r for m in modules.values() for r in m.RESTARTS]
+    if not restarts:
+        return
+    terminalreporter.write_sep("=", f"{len(restarts)} multi-rank launch restart(s)", yellow=True)
+    for r in restarts:
+        terminalreporter.write_line(
+            f"{r.what} started again after failing at start-up (attempt {r.attempt}): {r.reason}"
+        )

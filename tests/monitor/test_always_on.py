@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from multirank import check, join, start_ranks
+from multirank import run_ranks
 from syncpace.analysis import analyze
 from syncpace.analysis.wholerun import intervals
 from syncpace.capture.monitor import LAG_STEPS
@@ -43,8 +43,7 @@ def job(tmp_path_factory) -> Path:
         "SYNCPACE_MONITOR_EVERY": str(EVERY),
         "SYNCPACE_HOST_SAMPLER": "off",
     }
-    procs = start_ranks(WORKER, WORLD, [str(STEPS), str(SLOW_FROM), str(SLOW_TO)], env=env)
-    check(join(procs, timeout=120))
+    run_ranks(WORKER, WORLD, [str(STEPS), str(SLOW_FROM), str(SLOW_TO)], timeout=120, env=env)
     return tmp_path
 
 
