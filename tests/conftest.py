@@ -6,13 +6,16 @@ import pytest
 from syncpace.report.browser import find_chromium
 
 
+@pytest.hookimpl(tryfirst=True)  # before -m deselects
 def pytest_collection_modifyitems(config, items):
-    """Root-only tests skip with a clear reason elsewhere (CI runs as root)."""
-    if os.geteuid() == 0:
-        return
+    """Multi-rank and root tests are slow (the fast tier, ``-m "not slow"``, leaves them
+    out). Root-only tests skip with a clear reason elsewhere (CI runs as root)."""
     skip = pytest.mark.skip(reason="needs root (network namespaces); CI runs as root")
     for item in items:
-        if "root" in item.keywords:
+        root = item.get_closest_marker("root") is not None
+        if root or item.get_closest_marker("multirank"):
+            item.add_marker(pytest.mark.slow)
+        if root and os.geteuid() != 0:
             item.add_marker(skip)
 
 

@@ -25,6 +25,8 @@ from syncpace.monitor import OnlineDetector
 from syncpace.report.browser import dump_dom
 from syncpace.trace import load_trace, schema
 
+pytestmark = pytest.mark.multirank
+
 WORKER = Path(__file__).resolve().parent / "workers" / "straggle.py"
 WORLD, STEPS, SLOW_FROM, SLOW_TO = 3, 160, 50, 90
 EVERY = 10
