@@ -41,3 +41,10 @@ def test_every_test_has_a_time_limit(pytestconfig):
     assert pytestconfig.pluginmanager.hasplugin("timeout")
     assert 0 < float(pytestconfig.getini("timeout")) < 5400  # CI's own limit, 90 minutes
     assert pytestconfig.getini("timeout_method") == "signal"  # the run goes on past a hang
+
+
+def test_the_readme_names_both_tiers():
+    development = (ROOT / "README.md").read_text().split("## Development", 1)[1]
+    commands = {line.split("#")[0].strip() for line in development.splitlines()}
+    assert '.venv/bin/python -m pytest -q -m "not slow"' in commands
+    assert ci_command().rsplit("&& ", 1)[1] in commands  # the full run, as CI runs it
