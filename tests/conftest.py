@@ -1,17 +1,21 @@
 import os
+import sys
 
 import pytest
 
 from syncpace.report.browser import find_chromium
 
 
+@pytest.hookimpl(tryfirst=True)  # before -m deselects
 def pytest_collection_modifyitems(config, items):
-    """Root-only tests skip with a clear reason elsewhere (CI runs as root)."""
-    if os.geteuid() == 0:
-        return
+    """Multi-rank and root tests are slow (the fast tier, ``-m "not slow"``, leaves them
+    out). Root-only tests skip with a clear reason elsewhere (CI runs as root)."""
     skip = pytest.mark.skip(reason="needs root (network namespaces); CI runs as root")
     for item in items:
-        if "root" in item.keywords:
+        root = item.get_closest_marker("root") is not None
+        if root or item.get_closest_marker("multirank"):
+            item.add_marker(pytest.mark.slow)
+        if root and os.geteuid() != 0:
             item.add_marker(skip)
 
 
@@ -24,3 +28,17 @@ def chromium() -> str:
             pytest.fail("CI is set but chromium is not installed (apt-get install chromium)")
         pytest.skip("chromium is not installed (apt-get install -y chromium); CI runs this test")
     return binary
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Every multi-rank launch started again after a start-up connection failure is
+    counted and named here: a retry must never hide a machine that keeps failing."""
+    modules = {id(m): m for m in map(sys.modules.get, ("multirank", "tests.multirank")) if m}
+    restarts = [r for m in modules.values() for r in m.RESTARTS]
+    if not restarts:
+        return
+    terminalreporter.write_sep("=", f"{len(restarts)} multi-rank launch restart(s)", yellow=True)
+    for r in restarts:
+        terminalreporter.write_line(
+            f"{r.what} started again after failing at start-up (attempt {r.attempt}): {r.reason}"
+        )

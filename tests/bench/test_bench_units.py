@@ -255,6 +255,7 @@ def test_cli_bad_size_is_one_line_and_exit_2():
     assert "max_bytes" in proc.stderr and "12Q" in proc.stderr
 
 
+@pytest.mark.slow
 def test_cli_outside_a_job_says_how_to_launch(monkeypatch):
     import os
 

@@ -361,6 +361,7 @@ _RANK = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_the_child_process_ends_when_its_rank_dies(tmp_path):
     rank = subprocess.run(
         [sys.executable, "-c", _RANK, str(tmp_path)],

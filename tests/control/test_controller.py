@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 from rich.console import Console
 
-from multirank import check, join, run_ranks, start_ranks
+from multirank import join, run_ranks, start_ranks
 from syncpace.analysis.api import analyze
 from syncpace.control.ab import sign_test_confidence
 from syncpace.report.html import render_html
@@ -95,7 +95,7 @@ def test_killed_rank_does_not_hang_the_others(tmp_path):
 
 def test_ab_guard_reaches_a_verdict_and_reports_it(tmp_path):
     env = paced_env(tmp_path, ab_window="5", ab_min_pairs="2", ab_max_pairs="3", ab_settle="1")
-    check(join(start_ranks(WORKER, WORLD, ["36", "5", "30"], env=env), timeout=90))
+    run_ranks(WORKER, WORLD, ["36", "5", "30"], timeout=90, env=env)
     trace = load_trace(tmp_path)
     verdicts = {m["pacing"]["ab_state"] for m in trace.meta.values()}
     assert len(verdicts) == 1  # every rank reached the same verdict

@@ -106,6 +106,7 @@ def test_known_damage(damage, bases, snapshots, work):
     _assert_clean(outcome, damage)
 
 
+@pytest.mark.slow
 def test_damaged_traces(bases, snapshots, work):
     @CI
     @given(h.damages(bases))

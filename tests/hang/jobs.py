@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from multirank import free_port, rank_env
+from multirank import free_port, rank_env, record_restart
 from syncpace.analysis import find_hang
 from syncpace.errors import TraceError
 from syncpace.trace import load_trace
@@ -101,9 +101,10 @@ class Job:
             self.out, self.attempts = base / f"attempt{attempt}", attempt
             try:
                 return self._run()
-            except RendezvousFailed:
+            except RendezvousFailed as exc:
                 if attempt == ATTEMPTS:
                     raise
+                record_restart(f"hang job {self.mode}", attempt, str(exc))
         raise AssertionError("unreachable")
 
     def _run(self) -> Job:

@@ -19,7 +19,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from multirank import LAUNCH_ATTEMPTS, SRC, check, failed_at_rendezvous, join, start_ranks
+from multirank import SRC, check, launch
 from syncpace.capture.config import TraceConfig
 from syncpace.capture.launch import traced_env
 from syncpace.trace import Trace, load_trace, schema
@@ -62,14 +62,13 @@ def profiled_run(root: Path, *, slow_rank: int = SLOW_RANK) -> ProfiledRun:
     env = traced_env(sp, TraceConfig(dir=str(sp), flush_interval_s=0.2), {"PYTHONPATH": SRC})
     args = ["--out", str(kineto), "--steps", str(STEPS), "--slow-rank", str(slow_rank)]
     args += ["--slow-ms", "40", "--compute-ms", str(COMPUTE_MS)]
-    for attempt in range(1, LAUNCH_ATTEMPTS + 1):
-        results = join(start_ranks(WORKER, WORLD, args, env=env), timeout=240)
-        if attempt == LAUNCH_ATTEMPTS or not failed_at_rendezvous(results):
-            break
-        print(f"gloo's rendezvous failed (attempt {attempt}); starting the job again")
+
+    def reset() -> None:  # what a launch that failed at start-up left
         shutil.rmtree(sp, ignore_errors=True)
         shutil.rmtree(kineto)
         kineto.mkdir(parents=True)
+
+    results = launch(WORKER, WORLD, args, timeout=240, reset=reset, env=env)
     try:
         check(results)
     except AssertionError as exc:

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from multirank import check, join, start_ranks
+from multirank import run_ranks
 from syncpace.analysis import analyze
 from syncpace.analysis.wholerun import intervals
 from syncpace.capture.monitor import LAG_STEPS
@@ -24,6 +24,8 @@ from syncpace.cli.main import main
 from syncpace.monitor import OnlineDetector
 from syncpace.report.browser import dump_dom
 from syncpace.trace import load_trace, schema
+
+pytestmark = pytest.mark.multirank
 
 WORKER = Path(__file__).resolve().parent / "workers" / "straggle.py"
 WORLD, STEPS, SLOW_FROM, SLOW_TO = 3, 160, 50, 90
@@ -43,8 +45,7 @@ def job(tmp_path_factory) -> Path:
         "SYNCPACE_MONITOR_EVERY": str(EVERY),
         "SYNCPACE_HOST_SAMPLER": "off",
     }
-    procs = start_ranks(WORKER, WORLD, [str(STEPS), str(SLOW_FROM), str(SLOW_TO)], env=env)
-    check(join(procs, timeout=120))
+    run_ranks(WORKER, WORLD, [str(STEPS), str(SLOW_FROM), str(SLOW_TO)], timeout=120, env=env)
     return tmp_path
 
 

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 from tests.monitor.prometheus_server import find_prometheus, prometheus, query_range
-from tests.multirank import run_ranks
 
+from multirank import run_ranks
 from syncpace.capture.monitor import LAG_STEPS
 from syncpace.monitor import OnlineDetector
 from syncpace.trace import load_trace

@@ -110,6 +110,7 @@ def _write_control(path: Path, content: dict) -> None:
     os.replace(tmp, path)
 
 
+@pytest.mark.multirank
 def test_a_running_job_pauses_and_resumes_tracing_and_takes_new_thresholds(tmp_path):
     run_dir = tmp_path / "trace"
     run_dir.mkdir()

@@ -37,6 +37,7 @@ def test_same_seed_same_trace(tmp_path: Path) -> None:
     assert trace.events.height == 16 * 60 * 4  # ranks x steps x buckets
 
 
+@pytest.mark.slow
 def test_same_seed_same_flow_tier_run() -> None:
     cfg = config(
         network={"tier": "flow", "background_load": 0.2},

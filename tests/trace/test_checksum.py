@@ -36,6 +36,7 @@ _values = st.lists(st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1)), max_s
 _texts = st.lists(st.one_of(st.none(), st.text(max_size=12)), max_size=300)
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(
     ints=_values,

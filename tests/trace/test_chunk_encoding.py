@@ -56,6 +56,7 @@ valid_runs = st.lists(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(st.lists(st.tuples(valid_runs, st.booleans(), st.integers(1, 4)), min_size=1, max_size=5))
 def test_pieces_join_and_convert_to_the_strings_they_hold(specs: list) -> None:

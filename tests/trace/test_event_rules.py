@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from syncpace.trace import schema, validate
 from syncpace.trace.chunks import _compact
+
+pytestmark = pytest.mark.slow
 
 WORLD = 4
 BIG = validate.MAX_TIME_NS

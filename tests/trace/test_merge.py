@@ -77,6 +77,7 @@ def test_merge_copies_one_job_into_one_directory(tmp_path):
     assert merged.events.height == 12
 
 
+@pytest.mark.slow
 def test_merge_refuses_different_jobs_and_a_rank_twice(tmp_path):
     a = write_part(tmp_path / "n0", [0, 1], "job-1")
     b = write_part(tmp_path / "n1", [2, 3], "job-2")

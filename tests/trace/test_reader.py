@@ -220,6 +220,7 @@ def test_any_damage_is_a_clean_error_or_a_warning(tmp_path_factory, good, file, 
         assert trace.world_size == WORLD
 
 
+@pytest.mark.slow
 def test_cli_prints_one_line_and_exits_2(tmp_path, good):
     root = tmp_path / "t"
     shutil.copytree(good, root)

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from multirank import record_restart
 from syncpace.capture.config import TraceConfig
 from syncpace.capture.launch import armed_env
 from syncpace.control.config import ControllerConfig
@@ -114,7 +115,7 @@ def run_traced(job: Job, root: Path) -> Run:
         ]  # fmt: skip
         proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
         if proc.returncode != 0 and _INIT_FAILURE in proc.stderr:  # see _INIT_FAILURE
-            print(f"{job.name}: gloo failed to connect at init; starting it once more")
+            record_restart(job.name, 1, _INIT_FAILURE)
             command[command.index("--master-port") + 1] = str(free_port())
             command.insert(command.index("--quiet"), "--overwrite")
             proc = subprocess.run(
@@ -149,7 +150,8 @@ def _spawn(job: Job, script: str, args: list[str], env: dict[str, str]) -> str:
     except AssertionError as exc:
         if _INIT_FAILURE not in str(exc):
             raise
-        print(f"{job.name}: gloo failed to connect at init; starting it once more: {exc}")
+        print(exc)
+        record_restart(job.name, 1, _INIT_FAILURE)
         for path in Path(env.get("WORKLOAD_OUT", "/nonexistent")).glob("rank-*.json"):
             path.unlink()
         for path in Path(env.get("WORKLOAD_PORT_DIR", "/nonexistent")).glob("port-*"):

@@ -1,0 +1,138 @@
+"""The multi-rank launch helper: a launch that failed to connect at start-up is started
+again (bounded, counted); a failure once the job has started never is."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+import multirank
+from multirank import LAUNCH_ATTEMPTS, RankResult, check, failed_at_startup, launch, run_ranks
+
+WORKER = Path(__file__).parent / "startup_worker.py"
+
+_INIT = """Traceback (most recent call last):
+  File "worker.py", line 20, in <module>
+    dist.init_process_group("gloo")
+  File "torch/distributed/distributed_c10d.py", line 1892, in init_process_group
+    store, rank, world_size = next(rendezvous_iterator)
+"""
+_STEP = """Traceback (most recent call last):
+  File "worker.py", line 31, in <module>
+    dist.all_reduce(x)
+  File "torch/distributed/distributed_c10d.py", line 2950, in all_reduce
+    work.wait()
+"""
+IN_USE = _INIT + (
+    "torch.distributed.DistNetworkError: The server socket has failed to listen on any "
+    "local network address. port: 36637, useIpv6: false, code: -98, name: EADDRINUSE, "
+    "message: address already in use\n"
+)
+REFUSED = _INIT + "torch.distributed.DistNetworkError: Connection refused\n"
+MESH = _INIT + "RuntimeError: [gloo/transport/tcp/pair.cc:446] Connection closed by peer\n"
+MESH_CONNECT = _INIT + "RuntimeError: Gloo connectFullMesh failed with [pair.cc:144] no error\n"
+STORE_TIMEOUT = _INIT + (
+    "torch.distributed.DistStoreError: Timed out after 31 seconds waiting for clients. "
+    "1/2 clients joined.\n"
+)
+BAD_ARGUMENT = _INIT + "ValueError: Invalid backend: 'glo'\n"
+AFTER_START = _STEP + "RuntimeError: [gloo/transport/tcp/pair.cc:534] Connection closed by peer\n"
+
+
+def rank(r: int, code: int, stderr: str = "", stdout: str = "", killed: bool = False):
+    return RankResult(r, code, stdout, stderr, killed=killed)
+
+
+@pytest.mark.parametrize("stderr", [IN_USE, REFUSED, MESH, MESH_CONNECT, STORE_TIMEOUT])
+def test_a_connection_failure_inside_init_process_group_is_a_startup_failure(stderr):
+    assert failed_at_startup([rank(0, 1, stderr), rank(1, 1, stderr)])
+    # the rank left waiting for the failed one was killed for it
+    assert failed_at_startup([rank(0, 1, stderr), rank(1, -9, killed=True)])
+
+
+def test_the_reason_names_the_connection_failure():
+    assert failed_at_startup([rank(0, 1, IN_USE), rank(1, -9, killed=True)]).endswith(
+        "message: address already in use"
+    )
+
+
+@pytest.mark.parametrize(
+    "results",
+    [
+        # a connection failure after the process group formed: the job had started
+        [rank(0, 1, AFTER_START), rank(1, 1, AFTER_START)],
+        # not a connection failure, though inside init_process_group: a bug, every time
+        [rank(0, 1, BAD_ARGUMENT), rank(1, 1, BAD_ARGUMENT)],
+        # one rank failed at start-up, another for its own reason
+        [rank(0, 1, IN_USE), rank(1, 1, "ImportError: no module named x\n")],
+        # a rank finished: the job ran
+        [rank(0, 1, REFUSED), rank(1, 0, stdout="WORKER_DONE\n")],
+        # a rank that ended on its own before the others, without an error
+        [rank(0, 1, REFUSED), rank(1, 0)],
+        # every rank killed: nothing recognised
+        [rank(0, -9, killed=True), rank(1, -9, killed=True)],
+    ],
+)
+def test_other_failures_are_not_startup_failures(results):
+    assert failed_at_startup(results) is None
+
+
+@pytest.fixture
+def restarts(monkeypatch) -> list:
+    """This test's own restarts, kept out of the run's summary."""
+    record: list = []
+    monkeypatch.setattr(multirank, "RESTARTS", record)
+    return record
+
+
+def held_port_first(monkeypatch, launches_held: int) -> socket.socket:
+    """The first ``launches_held`` launches get a port this test holds bound: rank 0's
+    store cannot listen on it, and the others find nobody there."""
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    ports = [held.getsockname()[1]] * launches_held
+    free_port = multirank.free_port
+    monkeypatch.setattr(multirank, "free_port", lambda: ports.pop() if ports else free_port())
+    return held
+
+
+def launches(log: Path) -> int:
+    return log.read_text().splitlines().count("0")
+
+
+@pytest.mark.multirank
+def test_a_launch_that_failed_to_connect_at_startup_is_restarted_and_counted(
+    tmp_path, monkeypatch, restarts
+):
+    log = tmp_path / "launches"
+    with held_port_first(monkeypatch, 1):
+        results = run_ranks(WORKER, 2, timeout=60, env={"LAUNCH_LOG": str(log)})
+    assert all(r.finished for r in results)
+    assert launches(log) == 2
+    assert [(r.what, r.attempt) for r in restarts] == [(WORKER.name, 1)]
+    assert "address already in use" in restarts[0].reason
+
+
+@pytest.mark.multirank
+def test_restarts_are_bounded(tmp_path, monkeypatch, restarts):
+    log = tmp_path / "launches"
+    with held_port_first(monkeypatch, LAUNCH_ATTEMPTS), pytest.raises(AssertionError) as exc:
+        run_ranks(WORKER, 2, timeout=60, env={"LAUNCH_LOG": str(log)})
+    assert "address already in use" in str(exc.value)
+    assert launches(log) == LAUNCH_ATTEMPTS
+    assert [r.attempt for r in restarts] == list(range(1, LAUNCH_ATTEMPTS))
+
+
+@pytest.mark.multirank
+def test_a_failure_after_startup_is_not_restarted(tmp_path, restarts):
+    log = tmp_path / "launches"
+    env = {"LAUNCH_LOG": str(log)}
+    results = launch(WORKER, 2, ["fail-after-start"], timeout=60, env=env)
+    assert launches(log) == 1
+    assert restarts == []
+    assert results[1].returncode != 0 and "Connection refused (after start-up)" in results[1].stderr
+    assert not any(r.finished for r in results)
+    with pytest.raises(AssertionError, match="exited with"):
+        check(results)
