@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from syncpace.analysis.detectors import DETECTORS, Context, Detector
+from syncpace.analysis.detectors import DETECTORS, Context, Detector, advice
 from syncpace.analysis.detectors.arrival import rank_compute
 from syncpace.analysis.detectors.hosts import attach_host_evidence
 from syncpace.analysis.findings import STOPPED, SYMPTOMS, Finding, Severity, rank_findings
@@ -178,7 +178,7 @@ def _healthy(ctx: Context) -> Finding:
             "exposed_share": round(m.comm.get("exposed_share", 0.0), 4),
             "parallelism": m.parallelism.describe(),
         },
-        actions=("Nothing to fix; re-check at larger scale.",),
+        actions=advice.healthy(),
         run=m.run,
     )
 
