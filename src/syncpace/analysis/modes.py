@@ -64,7 +64,9 @@ class Mode:
     name: str
     title: str
     role: Role
-    #: ``module.function`` in :mod:`syncpace.analysis.detectors`; None: ``diagnose`` adds it.
+    #: The function that finds it: ``module.function`` in :mod:`syncpace.analysis.detectors`
+    #: for a built-in mode (a test checks it runs), its own module's for one registered
+    #: from outside; None: ``diagnose`` adds it (``healthy``).
     detector: str | None
     #: The key of its figure in ``report.finding_figures.FIGURES``; None: see ``no_figure``.
     figure: str | None
