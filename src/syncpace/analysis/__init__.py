@@ -7,6 +7,7 @@ from syncpace.analysis.api import Analysis, analyze, find_hang
 from syncpace.analysis.comparison import RunComparison
 from syncpace.analysis.findings import MODES, QUALITY_MODES, STOPPED, SYMPTOMS, Finding, Severity
 from syncpace.analysis.metrics import RunMetrics, compute_metrics
+from syncpace.analysis.modes import Mode, Role
 from syncpace.analysis.thresholds import Thresholds
 
 __all__ = [
@@ -16,7 +17,9 @@ __all__ = [
     "SYMPTOMS",
     "Analysis",
     "Finding",
+    "Mode",
     "RunComparison",
+    "Role",
     "RunMetrics",
     "Severity",
     "Thresholds",

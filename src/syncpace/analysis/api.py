@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from syncpace.analysis.comparison import RunComparison, compare_runs
+from syncpace.analysis.detectors import DETECTORS, Detector
 from syncpace.analysis.detectors.hang import finding_of
 from syncpace.analysis.diagnosis import diagnose, order, scaling_evidence
 from syncpace.analysis.findings import Finding
@@ -92,6 +93,7 @@ def analyze(
     *,
     warmup_steps: int = 1,
     pacer: PacerFactory | None = None,
+    detectors: Sequence[Detector] = DETECTORS,
 ) -> Analysis:
     """Analyse one or several runs: of one job (equal world sizes, compared side by
     side) or of different world sizes (a scaling curve).
@@ -101,7 +103,11 @@ def analyze(
     studies are across different jobs only.
 
     ``pacer`` (world size -> pacer, e.g. ``control.Pacer`` with a ``PacingConfig``)
-    adds a what-if row with pacing on, run live inside the replay."""
+    adds a what-if row with pacing on, run live inside the replay.
+
+    ``detectors`` replaces the built-in ones (``detectors.DETECTORS``), run in its
+    order on every run: a detector of one's own joins them as ``(*DETECTORS, mine)``,
+    its mode registered first (:func:`syncpace.analysis.modes.register`)."""
     if isinstance(traces, (Trace, str, os.PathLike)):
         traces = [traces]
     thresholds = thresholds or Thresholds()
@@ -120,7 +126,7 @@ def analyze(
     findings: list[Finding] = []
     tables: list[WhatIf | None] = []
     for run in runs:
-        result = diagnose(run, thresholds, pacer=pacer)
+        result = diagnose(run, thresholds, detectors, pacer=pacer)
         findings.extend(result.findings)
         tables.append(result.what_if)
     if len(runs) > 1:

@@ -6,21 +6,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from syncpace.analysis.detectors import DETECTORS, Context, Detector
+from syncpace.analysis import modes
+from syncpace.analysis.detectors import DETECTORS, Context, Detector, advice
 from syncpace.analysis.detectors.arrival import rank_compute
 from syncpace.analysis.detectors.hosts import attach_host_evidence
-from syncpace.analysis.findings import STOPPED, SYMPTOMS, Finding, Severity, rank_findings
+from syncpace.analysis.findings import Finding, Severity, rank_findings
 from syncpace.analysis.metrics import RunMetrics
+from syncpace.analysis.modes import Role
 from syncpace.analysis.replay import PacerFactory
 from syncpace.analysis.replay import counterfactuals as cf
 from syncpace.analysis.replay.whatif import WhatIf
 from syncpace.analysis.scaling import ScalingPoint
 from syncpace.analysis.thresholds import Thresholds
-
-#: Findings that rest on arrival skews; an untrustworthy clock halves their confidence.
-_SKEW_BASED = ("straggler", "locality_variance", "sync_amplification", "stall")
-#: Causes on the network side: with one of them, exposed communication is their symptom.
-_NETWORK = ("fabric_contention", "slow_link", "bandwidth_bound")
 
 
 @dataclass(frozen=True)
@@ -41,7 +38,7 @@ def diagnose(
     findings = [f for detector in detectors for f in detector(ctx)]
     if any(f.mode == "clock_uncertainty" for f in findings):
         findings = [
-            replace(f, confidence=f.confidence / 2) if f.mode in _SKEW_BASED else f
+            replace(f, confidence=f.confidence / 2) if modes.get(f.mode).skew_based else f
             for f in findings
         ]
     findings = _symptoms(_one_per_cause(findings))
@@ -74,7 +71,7 @@ def _symptoms(findings: list[Finding]) -> list[Finding]:
     """Exposed communication is a symptom when a network cause is found; a symptom is
     never more than a warning: it says where time goes, not what to fix."""
     causes = [f for f in findings if not f.symptom and f.severity >= Severity.WARNING]
-    network = any(f.mode in _NETWORK for f in causes)
+    network = any(modes.network_cause(f.mode) for f in causes)
     out = []
     for f in findings:
         if f.mode == "poor_overlap" and network:
@@ -93,10 +90,10 @@ def order(findings: list[Finding]) -> list[Finding]:
     return sorted(
         ranked,
         key=lambda f: (
-            f.mode not in STOPPED,
+            not modes.has_role(f.mode, Role.STOPPED),
             -int(f.severity),
             f.mode != "healthy",
-            f.symptom or f.mode in SYMPTOMS,
+            f.symptom or modes.has_role(f.mode, Role.SYMPTOM),
         ),
     )
 
@@ -178,7 +175,7 @@ def _healthy(ctx: Context) -> Finding:
             "exposed_share": round(m.comm.get("exposed_share", 0.0), 4),
             "parallelism": m.parallelism.describe(),
         },
-        actions=("Nothing to fix; re-check at larger scale.",),
+        actions=advice.healthy(),
         run=m.run,
     )
 

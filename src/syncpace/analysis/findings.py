@@ -6,6 +6,9 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
+from syncpace.analysis import modes
+from syncpace.analysis.modes import Role
+
 
 class Severity(enum.IntEnum):
     """Ordered: ``info < warning < critical``."""
@@ -18,34 +21,20 @@ class Severity(enum.IntEnum):
         return self.name.lower()
 
 
-#: Failure modes, plus the data-quality modes that say a trace cannot be fully trusted.
-MODES = (
-    "hang",
-    "desync",
-    "straggler",
-    "sync_amplification",
-    "stall",
-    "fabric_contention",
-    "slow_link",
-    "locality_variance",
-    "latency_bound",
-    "bandwidth_bound",
-    "poor_overlap",
-    "comm_dominated",
-    "incomplete_trace",
-    "insufficient_data",
-    "clock_uncertainty",
-    "healthy",
-)
+# The modes and their properties are declared once, in the registry (modes.py); these
+# constants of the built-in modes are kept because callers outside the package import
+# them. Code in the package queries the registry, which also knows modes registered later.
 
+#: The built-in failure modes, data-quality modes included.
+MODES = modes.names(built_in=True)
 #: Modes about the trace itself rather than the job: data-quality warnings.
-QUALITY_MODES = ("incomplete_trace", "insufficient_data", "clock_uncertainty")
+QUALITY_MODES = modes.names(lambda m: m.role is Role.QUALITY, built_in=True)
 #: Summary symptoms: they rank after a specific cause of the same severity and are
 #: never the verdict's cause.
-SYMPTOMS = ("comm_dominated",)
+SYMPTOMS = modes.names(lambda m: m.role is Role.SYMPTOM, built_in=True)
 #: A job that stopped (hung, or its ranks disagree): nothing else matters until it runs
 #: again, so these rank first whatever else is found.
-STOPPED = ("hang", "desync")
+STOPPED = modes.names(lambda m: m.role is Role.STOPPED, built_in=True)
 
 
 @dataclass(frozen=True)
@@ -76,7 +65,7 @@ class Finding:
     symptom: bool = False
 
     def __post_init__(self) -> None:
-        if self.mode not in MODES:
+        if not modes.is_registered(self.mode):
             raise ValueError(f"unknown mode {self.mode!r}")
         if not 0.0 <= self.confidence <= 1.0:
             raise ValueError(f"confidence must be in 0..1, got {self.confidence}")

@@ -14,7 +14,9 @@
 * stall: iteration time per step, the stalled steps marked;
 * healthy: iteration time per step.
 
-A mode without a picture here gets none (its card still shows its evidence).
+The registry (:mod:`syncpace.analysis.modes`) names each mode's figure, a key of
+:data:`FIGURES`, or says why the mode has none (its card still shows its evidence); a
+test holds the two together.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import plotly.graph_objects as go
 import polars as pl
 from plotly.subplots import make_subplots
 
-from syncpace.analysis import Analysis, RunMetrics
+from syncpace.analysis import Analysis, RunMetrics, modes
 from syncpace.report import format as fmt
 from syncpace.report.figures import _name, _sample_index, run_colour
 from syncpace.report.links import busiest_links, run_window, window_series
@@ -377,24 +379,29 @@ def stall(analysis: Analysis, m: MergedFinding) -> Figures:
     return [(title, _small(fig, title, "step", "ms"))]
 
 
+#: Figure name (a mode's ``figure`` in the registry) -> the function that draws it.
 FIGURES: dict[str, Callable[[Analysis, MergedFinding], Figures]] = {
-    "slow_link": slow_link,
-    "stall": stall,
-    "straggler": straggler,
-    "locality_variance": locality_variance,
-    "sync_amplification": sync_amplification,
-    "fabric_contention": fabric_contention,
-    "latency_bound": latency_bound,
-    "bandwidth_bound": bandwidth_bound,
-    "poor_overlap": overlap,
-    "comm_dominated": overlap,
-    "incomplete_trace": incomplete_trace,
-    "clock_uncertainty": clock_uncertainty,
-    "healthy": healthy,
+    f.__name__: f
+    for f in (
+        slow_link,
+        stall,
+        straggler,
+        locality_variance,
+        sync_amplification,
+        fabric_contention,
+        latency_bound,
+        bandwidth_bound,
+        overlap,
+        incomplete_trace,
+        clock_uncertainty,
+        healthy,
+    )
 }
 
 
 def finding_figures(analysis: Analysis, m: MergedFinding) -> Figures:
-    """The small figures of one merged finding (none for a mode without a picture)."""
-    make = FIGURES.get(m.mode)
+    """The small figures of one merged finding: those its mode's ``figure`` names
+    (none for a mode the registry gives no figure, or does not know)."""
+    figure = modes.get(m.mode).figure if modes.is_registered(m.mode) else None
+    make = FIGURES.get(figure) if figure is not None else None
     return make(analysis, m) if make is not None else []

@@ -21,25 +21,10 @@ from typing import Any
 
 import polars as pl
 
+from syncpace.analysis import modes
 from syncpace.analysis.timebase import TimeBase
 from syncpace.analysis.wholerun import DetectionSpan, WholeRun
 from syncpace.trace.validate import ranges
-
-#: What to call a failure mode in a sentence (unknown modes: the name with spaces).
-MODE_TITLES = {
-    "straggler": "Straggler",
-    "sync_amplification": "Synchronisation amplification (jitter)",
-    "fabric_contention": "Fabric contention",
-    "locality_variance": "Locality variance",
-    "latency_bound": "Latency-bound collectives",
-    "bandwidth_bound": "Bandwidth-bound collectives",
-    "poor_overlap": "Poor compute/communication overlap",
-    "comm_dominated": "Communication-dominated iterations",
-    "incomplete_trace": "Incomplete trace",
-    "insufficient_data": "Too little data",
-    "clock_uncertainty": "Clock uncertainty",
-    "healthy": "Healthy",
-}
 
 #: Better names for some evidence keys; the unit still comes from the key's tokens.
 LABELS = {
@@ -230,7 +215,11 @@ def confidence(c: float) -> str:
 
 
 def mode_title(mode: str) -> str:
-    return MODE_TITLES.get(mode, mode.replace("_", " ").capitalize())
+    """What to call ``mode`` in a sentence or a heading: its title in the registry
+    (:mod:`syncpace.analysis.modes`); a name no mode has reads with spaces."""
+    if modes.is_registered(mode):
+        return modes.get(mode).title
+    return mode.replace("_", " ").capitalize()
 
 
 # --------------------------------------------------------------------------- places

@@ -14,16 +14,15 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from syncpace.analysis import Finding
+from syncpace.analysis import Finding, Role, modes
 
-MODES = ("hang", "desync")
 #: Frames shown per stack (innermost ones).
 FRAMES = 8
 
 
 def stopped(findings: tuple[Finding, ...] | list[Finding]) -> Finding | None:
-    """The hang or desync finding, if there is one."""
-    return next((f for f in findings if f.mode in MODES), None)
+    """The hang or desync finding (a mode whose role is ``stopped``), if there is one."""
+    return next((f for f in findings if modes.has_role(f.mode, Role.STOPPED)), None)
 
 
 def _ranks(ranks: list[int]) -> str:

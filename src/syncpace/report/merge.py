@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from syncpace.analysis import QUALITY_MODES, SYMPTOMS, Analysis, Finding, Severity
+from syncpace.analysis import Analysis, Finding, Role, Severity, modes
 
 
 @dataclass(frozen=True)
@@ -52,13 +52,13 @@ class MergedFinding:
 
     @property
     def is_quality(self) -> bool:
-        return self.mode in QUALITY_MODES
+        return modes.has_role(self.mode, Role.QUALITY)
 
     @property
     def is_cause(self) -> bool:
         """A cause the job pays for: not a data-quality note, a symptom or 'healthy'."""
-        symptom = self.mode in SYMPTOMS or any(f.symptom for f in self.found)
-        return not self.is_quality and not symptom and self.mode != "healthy"
+        symptom = modes.has_role(self.mode, Role.SYMPTOM) or any(f.symptom for f in self.found)
+        return not self.is_quality and not symptom and not modes.has_role(self.mode, Role.HEALTHY)
 
     def finding_in(self, run: str) -> Finding | None:
         return dict(self.per_run).get(run)

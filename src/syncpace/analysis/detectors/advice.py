@@ -1,14 +1,21 @@
 """What to do, in the terms of the parallelism the job uses.
 
+Every failure mode's actions are worded here, by the function named after the mode
+(:mod:`syncpace.analysis.modes`; a test holds every mode to it), from what its
+detector found: the ranks, the nodes, the step, the parallelism.
+
 The same symptom asks for different fixes: communication left exposed is fixed by
 bucketing in DDP, by prefetching in FSDP, by more microbatches in a pipeline, and is
-by design for a DDP model whose gradients fit one bucket. Each function returns the
-actions for one failure mode, the ones for the parallelism seen first, then the
-generic ones that still apply.
+by design for a DDP model whose gradients fit one bucket. Where the parallelism
+matters, the actions for the parallelism seen come first, then the generic ones that
+still apply.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from syncpace.analysis.hang import HangPoint
 from syncpace.analysis.parallelism import Parallelism
 
 _FSDP_OVERLAP = (
@@ -163,3 +170,201 @@ def slow_gpu(ranks: list[int]) -> tuple[str, ...]:
         "Compare its kernels' durations with a peer's in a profiler: a uniformly slower "
         "GPU is hardware; slower kernels on that rank alone may be uneven work.",
     )
+
+
+# Stopped jobs ------------------------------------------------------------------------
+
+
+def rank_list(ranks: list[int] | tuple[int, ...]) -> str:
+    """``[0, 1, 2, 5]`` -> ``"ranks 0-2, 5"``; one rank -> ``"rank 3"`` (the hang
+    findings' summaries name ranks the same way)."""
+    values = sorted(set(ranks))
+    if not values:
+        return "no rank"
+    parts: list[str] = []
+    start = prev = values[0]
+    for v in values[1:] + [None]:  # type: ignore[list-item]
+        if v is not None and v == prev + 1:
+            prev = v
+            continue
+        parts.append(str(start) if start == prev else f"{start}-{prev}")
+        if v is not None:
+            start = prev = v
+    return ("rank " if len(values) == 1 else "ranks ") + ", ".join(parts)
+
+
+def hang(point: HangPoint) -> tuple[str, ...]:
+    """A job stopped at ``point``: find what the ranks the others wait for are doing."""
+    return _stopped(point, "hang")
+
+
+def desync(point: HangPoint | None) -> tuple[str, ...]:
+    """Ranks disagree: at a hang point (``point``), or among completed calls (None)."""
+    if point is None:
+        return (
+            "Make every rank issue the same collectives in the same order with the same "
+            "sizes and dtypes: results after this call are not what the job computes.",
+        )
+    return _stopped(point, "desync")
+
+
+def _stopped(point: HangPoint, mode: str) -> tuple[str, ...]:
+    """What to do at a hang point: the lines that fit what the ranks there are doing."""
+    out = []
+    states = {r.state for r in point.missing}
+    if mode == "desync" and point.mismatch is not None:
+        m = point.mismatch
+        out.append(
+            f"Make every rank issue the same collectives in the same order with the same "
+            f"{'sizes' if m.field == 'bytes' else m.field + 's'}: {rank_list(list(m.minority))}"
+            " takes a different path at the stack shown (a rank-dependent branch, uneven data)."
+        )
+    if point.skip is not None and point.skip.counts:
+        out.append(
+            f"{rank_list(list(point.skip.ranks))} skipped or added a collective in step "
+            f"{point.skip.step}: look for a condition that differs across ranks there."
+        )
+    if "stuck" in states or "progressing" in states:
+        out.append(
+            "Look at the stack of the rank the others wait for: whatever blocks it there "
+            "(data loader, I/O, a barrier only some ranks reach) is the cause."
+        )
+    if "died" in states or "silent" in states:
+        out.append(
+            "Find why the rank stopped: its exit status and the kernel log on its node "
+            "(OOM killer, segfault, a lost host); the other ranks only waited for it."
+        )
+    if "exited" in states:
+        out.append("A rank finished early: it issued fewer collectives than the others.")
+    if "absent" in states:
+        out.append(
+            "Some ranks left no trace here: pass every node's run directory "
+            "(syncpace hang DIR1 DIR2 …)."
+        )
+    if not point.missing and mode == "hang":
+        out.append(
+            "Every rank entered the call: suspect the fabric or the library (NCCL_DEBUG=INFO, "
+            "link errors) or a peer that died inside it."
+        )
+    out.append(
+        "While a job hangs, `syncpace hang RUN_DIR` answers from the stall records in seconds; "
+        "lower TORCH_NCCL timeouts only after the cause is known."
+    )
+    return tuple(out)
+
+
+# Arrivals ----------------------------------------------------------------------------
+
+
+def straggler(starved: Sequence[str], device_side: Sequence[str]) -> tuple[str, ...]:
+    """Persistent stragglers: the starved hosts' CPUs first, then what the device clock
+    says of the late side (``device_side``, from ``detectors.device.actions``)."""
+    return (
+        *(
+            (
+                f"Give the job's ranks on {', '.join(starved)} the CPUs they need: raise "
+                "its CPU limit (the container's or the scheduler's CPU request), or move "
+                "what else runs there; a starved rank also starves the threads that "
+                "drive its communication.",
+            )
+            if starved
+            else ()
+        ),
+        *device_side,
+        "Inspect the named ranks/nodes: thermal throttling, a busy neighbour process, "
+        "slower data loading, a degraded GPU or link (nvidia-smi -q, dmesg).",
+        "Exclude or replace the node if it stays late; rebalance data loading.",
+        "Pacing does not fix a persistent straggler; it only hides the wait.",
+    )
+
+
+def locality_variance(local_rank: int) -> tuple[str, ...]:
+    """One local rank slow on most nodes: its placement."""
+    return (
+        f"Check the CPU/NUMA affinity and NIC path of local rank {local_rank} "
+        "(nvidia-smi topo -m, numactl -H): bind it to the NUMA node of its GPU and NIC.",
+        "Pin data-loader workers to the right NUMA node; set NCCL_IB_HCA / "
+        "NCCL_SOCKET_IFNAME to the NIC nearest the GPU.",
+    )
+
+
+def stall(where: str, step: int) -> tuple[str, ...]:
+    """A one-off stall of ``where`` (ranks, in words), first in ``step``."""
+    return (
+        f"Look at what ran on {where} at step {step}: garbage collection, a "
+        "checkpoint or log flush, data-loader refill, swapping, a preempted CPU.",
+        "A one-off event is not jitter: pacing does not help it.",
+    )
+
+
+def sync_amplification() -> tuple[str, ...]:
+    """Recurring jitter that every synchronisation amplifies."""
+    return (
+        "Reduce per-rank jitter: pin CPU threads, isolate cores, make data loading "
+        "asynchronous, disable frequency scaling.",
+        "Synchronize less often: gradient accumulation or local SGD.",
+        "Try syncpace pacing under its A/B guard and keep it only if it measurably "
+        "helps (the replay's what-if shows what it would do without network effects).",
+    )
+
+
+# The network -------------------------------------------------------------------------
+
+
+def fabric_contention() -> tuple[str, ...]:
+    """Other traffic, or the job's own, slowing the shared links."""
+    return (
+        "Look for other jobs or traffic on the same links and switches; check "
+        "switch port counters and the oversubscription of the topology.",
+        "Use topology-aware placement (ranks of a job under the same leaf) and "
+        "hierarchical collectives that keep most traffic inside nodes.",
+        "Check NCCL_ALGO / NCCL_CROSS_NIC and the NICs each rank uses.",
+    )
+
+
+def slow_link(nodes: Sequence[str]) -> tuple[str, ...]:
+    """A slow link next to ``nodes``."""
+    return (
+        f"Check the links of {', '.join(nodes)}: negotiated speed (ethtool), errors "
+        "and drops, a bad cable or port, other traffic through the same NIC.",
+        "Run syncpace bench with the pair matrix to see which pair is slow.",
+        "Move the job off the slow host or link; rings place it in every step.",
+    )
+
+
+# The trace's quality, and health -----------------------------------------------------
+
+
+def incomplete_trace() -> tuple[str, ...]:
+    return (
+        "Metrics use only the ranks and collectives present; treat per-rank "
+        "conclusions about missing ranks as unknown.",
+        "Re-run with every rank traced (check the tracer's dropped_events and "
+        "that each rank exits cleanly).",
+    )
+
+
+def insufficient_data() -> tuple[str, ...]:
+    return (
+        "Trace more iterations (a few past the warm-up), or lower --warmup-steps.",
+        "If the job did run: check that its ranks reached init_process_group and "
+        "called optimizer.step() or syncpace.step().",
+        "Mark iterations by hand where no optimizer.step() runs under the tracer "
+        "(evaluation, a custom update): import syncpace; call syncpace.step() once "
+        "at the end of every iteration.",
+    )
+
+
+def clock_uncertainty(*, estimated: bool) -> tuple[str, ...]:
+    """Clocks too uncertain for the skews; ``estimated``: offsets were estimated at all."""
+    if not estimated:
+        return ("Re-run with clock alignment enabled (see syncpace run --help).",)
+    return (
+        "Re-run with more clock rounds (SYNCPACE_CLOCK_ROUNDS) or a quieter "
+        "store connection to tighten the offset estimate.",
+        "Trust only skews well above the uncertainty.",
+    )
+
+
+def healthy() -> tuple[str, ...]:
+    return ("Nothing to fix; re-check at larger scale.",)

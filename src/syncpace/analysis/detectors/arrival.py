@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from syncpace.analysis.detectors import device
+from syncpace.analysis.detectors import advice, device
 from syncpace.analysis.detectors.context import (
     Context,
     confidence_of,
@@ -341,23 +341,7 @@ def _straggler_finding(ctx: Context, late: list[int]) -> Finding:
                 else {}
             ),
         },
-        actions=(
-            *(
-                (
-                    f"Give the job's ranks on {', '.join(starved)} the CPUs they need: raise "
-                    "its CPU limit (the container's or the scheduler's CPU request), or move "
-                    "what else runs there; a starved rank also starves the threads that "
-                    "drive its communication.",
-                )
-                if starved
-                else ()
-            ),
-            *device.actions(side),
-            "Inspect the named ranks/nodes: thermal throttling, a busy neighbour process, "
-            "slower data loading, a degraded GPU or link (nvidia-smi -q, dmesg).",
-            "Exclude or replace the node if it stays late; rebalance data loading.",
-            "Pacing does not fix a persistent straggler; it only hides the wait.",
-        ),
+        actions=advice.straggler(list(starved), device.actions(side)),
     )
 
 
@@ -388,12 +372,7 @@ def _locality_finding(ctx: Context, local_rank: int, ranks: list[int]) -> Findin
             "last_share": round(_last_share(ctx, ranks), 4),
             "wait_share_of_iteration": round(wait, 4),
         },
-        actions=(
-            f"Check the CPU/NUMA affinity and NIC path of local rank {local_rank} "
-            "(nvidia-smi topo -m, numactl -H): bind it to the NUMA node of its GPU and NIC.",
-            "Pin data-loader workers to the right NUMA node; set NCCL_IB_HCA / "
-            "NCCL_SOCKET_IFNAME to the NIC nearest the GPU.",
-        ),
+        actions=advice.locality_variance(local_rank),
     )
 
 
@@ -451,11 +430,7 @@ def stalls(ctx: Context) -> list[Finding]:
                 "stalls": int(big.sum()),
                 "iteration_ms": ms(ctx.iteration_ns),
             },
-            actions=(
-                f"Look at what ran on {where} at step {steps[0]}: garbage collection, a "
-                "checkpoint or log flush, data-loader refill, swapping, a preempted CPU.",
-                "A one-off event is not jitter: pacing does not help it.",
-            ),
+            actions=advice.stall(where, steps[0]),
         )
     ]
 
@@ -525,12 +500,6 @@ def sync_amplification(ctx: Context) -> list[Finding]:
                 "max_last_share": round(max_share, 4),
                 "skew_p50_ms": ms(float(m.instances["skew_ns"].median() or 0.0)),
             },
-            actions=(
-                "Reduce per-rank jitter: pin CPU threads, isolate cores, make data loading "
-                "asynchronous, disable frequency scaling.",
-                "Synchronize less often: gradient accumulation or local SGD.",
-                "Try syncpace pacing under its A/B guard and keep it only if it measurably "
-                "helps (the replay's what-if shows what it would do without network effects).",
-            ),
+            actions=advice.sync_amplification(),
         )
     ]

@@ -14,6 +14,8 @@ import re
 from datetime import datetime, timezone
 from typing import Any
 
+from syncpace.analysis.detectors import advice
+from syncpace.analysis.detectors.advice import rank_list
 from syncpace.analysis.detectors.context import Context
 from syncpace.analysis.findings import Finding, Severity
 from syncpace.analysis.hang import HangAnalysis, HangPoint, Mismatch, RankAt
@@ -38,23 +40,6 @@ def clock(ns: int) -> str:
     if ns < 0:
         return "?"
     return datetime.fromtimestamp(ns / 1e9, tz=timezone.utc).strftime("%H:%M:%S UTC")
-
-
-def rank_list(ranks: list[int] | tuple[int, ...]) -> str:
-    """``[0, 1, 2, 5]`` -> ``"ranks 0-2, 5"``; one rank -> ``"rank 3"``."""
-    values = sorted(set(ranks))
-    if not values:
-        return "no rank"
-    parts: list[str] = []
-    start = prev = values[0]
-    for v in values[1:] + [None]:  # type: ignore[list-item]
-        if v is not None and v == prev + 1:
-            prev = v
-            continue
-        parts.append(str(start) if start == prev else f"{start}-{prev}")
-        if v is not None:
-            start = prev = v
-    return ("rank " if len(values) == 1 else "ranks ") + ", ".join(parts)
 
 
 def _call_text(c: Call | None) -> str:
@@ -167,50 +152,6 @@ def _summary(point: HangPoint, mode: str) -> str:
     return "; ".join(parts)
 
 
-def _actions(point: HangPoint, mode: str) -> tuple[str, ...]:
-    out = []
-    states = {r.state for r in point.missing}
-    if mode == "desync" and point.mismatch is not None:
-        m = point.mismatch
-        out.append(
-            f"Make every rank issue the same collectives in the same order with the same "
-            f"{'sizes' if m.field == 'bytes' else m.field + 's'}: {rank_list(list(m.minority))}"
-            " takes a different path at the stack shown (a rank-dependent branch, uneven data)."
-        )
-    if point.skip is not None and point.skip.counts:
-        out.append(
-            f"{rank_list(list(point.skip.ranks))} skipped or added a collective in step "
-            f"{point.skip.step}: look for a condition that differs across ranks there."
-        )
-    if "stuck" in states or "progressing" in states:
-        out.append(
-            "Look at the stack of the rank the others wait for: whatever blocks it there "
-            "(data loader, I/O, a barrier only some ranks reach) is the cause."
-        )
-    if "died" in states or "silent" in states:
-        out.append(
-            "Find why the rank stopped: its exit status and the kernel log on its node "
-            "(OOM killer, segfault, a lost host); the other ranks only waited for it."
-        )
-    if "exited" in states:
-        out.append("A rank finished early: it issued fewer collectives than the others.")
-    if "absent" in states:
-        out.append(
-            "Some ranks left no trace here: pass every node's run directory "
-            "(syncpace hang DIR1 DIR2 …)."
-        )
-    if not point.missing and mode == "hang":
-        out.append(
-            "Every rank entered the call: suspect the fabric or the library (NCCL_DEBUG=INFO, "
-            "link errors) or a peer that died inside it."
-        )
-    out.append(
-        "While a job hangs, `syncpace hang RUN_DIR` answers from the stall records in seconds; "
-        "lower TORCH_NCCL timeouts only after the cause is known."
-    )
-    return tuple(out)
-
-
 def _stack_json(r: RankAt, role: str) -> dict[str, Any]:
     frames = r.stack[-STACK_FRAMES:]
     return {
@@ -314,7 +255,7 @@ def finding_of(analysis: HangAnalysis, wait_s: float, run: str = "") -> Finding 
             ranks=tuple(sorted(culprits)),
             nodes=tuple(nodes),
             evidence=_evidence(analysis, point, culprits),
-            actions=_actions(point, mode),
+            actions=advice.hang(point) if mode == "hang" else advice.desync(point),
             run=run or analysis.run,
         )
     if analysis.mismatches:
@@ -328,10 +269,7 @@ def finding_of(analysis: HangAnalysis, wait_s: float, run: str = "") -> Finding 
             cost=0.0,
             ranks=tuple(sorted(m.minority)),
             evidence={"group": group, "mismatch": m.to_json(), "source": analysis.source},
-            actions=(
-                "Make every rank issue the same collectives in the same order with the same "
-                "sizes and dtypes: results after this call are not what the job computes.",
-            ),
+            actions=advice.desync(None),
             run=run or analysis.run,
         )
     return None

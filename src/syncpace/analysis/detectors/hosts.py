@@ -19,13 +19,15 @@ from typing import Any
 
 import polars as pl
 
+from syncpace.analysis import modes
 from syncpace.analysis.findings import Finding
 from syncpace.analysis.hostcounters import HostMetrics
 from syncpace.analysis.metrics import RunMetrics
 from syncpace.analysis.thresholds import Thresholds
 
-#: Findings about the network that the hosts' counters bear on.
-NETWORK_MODES = ("fabric_contention", "bandwidth_bound", "comm_dominated", "slow_link")
+#: The built-in modes about the network, which the hosts' counters bear on (the
+#: registry's ``network`` field; kept for callers that import the name).
+NETWORK_MODES = modes.names(lambda m: m.network, built_in=True)
 #: At most this many hosts (the worst first) in a finding's evidence.
 MAX_HOSTS = 8
 #: At most this many notes appended to a summary.
@@ -48,7 +50,7 @@ def attach_host_evidence(
         return findings
     out = []
     for f in findings:
-        if f.mode in NETWORK_MODES:
+        if modes.get(f.mode).network:
             f = _network(f, hosts, thresholds)
         elif f.mode == "healthy":
             f = _network(f, hosts, thresholds, only_if_named=True)

@@ -313,13 +313,7 @@ def fabric_contention(ctx: Context) -> list[Finding]:
             ranks=tuple(lagging),
             nodes=nodes,
             evidence=evidence,
-            actions=(
-                "Look for other jobs or traffic on the same links and switches; check "
-                "switch port counters and the oversubscription of the topology.",
-                "Use topology-aware placement (ranks of a job under the same leaf) and "
-                "hierarchical collectives that keep most traffic inside nodes.",
-                "Check NCCL_ALGO / NCCL_CROSS_NIC and the NICs each rank uses.",
-            ),
+            actions=advice.fabric_contention(),
         )
     ]
 
@@ -398,12 +392,7 @@ def slow_link(ctx: Context) -> list[Finding]:
                 "noise_ms": ms(float(transfer_lags(ctx)["noise_ns"][0])),
                 "link_gbps": th.link_gbps or None,
             },
-            actions=(
-                f"Check the links of {', '.join(nodes)}: negotiated speed (ethtool), errors "
-                "and drops, a bad cable or port, other traffic through the same NIC.",
-                "Run syncpace bench with the pair matrix to see which pair is slow.",
-                "Move the job off the slow host or link; rings place it in every step.",
-            ),
+            actions=advice.slow_link(nodes),
         )
     ]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from syncpace.analysis.detectors import advice
 from syncpace.analysis.detectors.context import Context
 from syncpace.analysis.findings import Finding, Severity
 
@@ -77,12 +78,7 @@ def incomplete_trace(ctx: Context) -> list[Finding]:
                 "minority_instances": minority,
                 "reader_warnings": list(m.warnings)[:20],
             },
-            actions=(
-                "Metrics use only the ranks and collectives present; treat per-rank "
-                "conclusions about missing ranks as unknown.",
-                "Re-run with every rank traced (check the tracer's dropped_events and "
-                "that each rank exits cleanly).",
-            ),
+            actions=advice.incomplete_trace(),
             run=m.run,
         )
     ]
@@ -123,14 +119,7 @@ def insufficient_data(ctx: Context) -> list[Finding]:
                 "min_steps": need,
                 "collectives": q.get("instances", 0),
             },
-            actions=(
-                "Trace more iterations (a few past the warm-up), or lower --warmup-steps.",
-                "If the job did run: check that its ranks reached init_process_group and "
-                "called optimizer.step() or syncpace.step().",
-                "Mark iterations by hand where no optimizer.step() runs under the tracer "
-                "(evaluation, a custom update): import syncpace; call syncpace.step() once "
-                "at the end of every iteration.",
-            ),
+            actions=advice.insufficient_data(),
             run=m.run,
         )
     ]
@@ -153,7 +142,7 @@ def clock_uncertainty(ctx: Context) -> list[Finding]:
                     confidence=1.0,
                     summary="clock offsets were never estimated: arrival skews are not trustworthy",
                     evidence={"median_skew_ns": skew},
-                    actions=("Re-run with clock alignment enabled (see syncpace run --help).",),
+                    actions=advice.clock_uncertainty(estimated=False),
                     run=m.run,
                 )
             ]
@@ -171,11 +160,7 @@ def clock_uncertainty(ctx: Context) -> list[Finding]:
                 "trustworthy"
             ),
             evidence={"clock_uncertainty_ns": uncertainty, "median_skew_ns": skew},
-            actions=(
-                "Re-run with more clock rounds (SYNCPACE_CLOCK_ROUNDS) or a quieter "
-                "store connection to tighten the offset estimate.",
-                "Trust only skews well above the uncertainty.",
-            ),
+            actions=advice.clock_uncertainty(estimated=True),
             run=m.run,
         )
     ]
