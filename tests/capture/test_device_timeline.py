@@ -15,12 +15,12 @@ import pytest
 import torch
 
 from fakedevice import FakeDevice, FakeNccl
+from syncpace.analysis import analyze
 from syncpace.capture import tracer as tracer_module
 from syncpace.capture.config import TraceConfig
 from syncpace.capture.device import use_device
 from syncpace.capture.process_group import TracingProcessGroup
 from syncpace.capture.tracer import Tracer
-from syncpace.analysis import analyze
 from syncpace.trace import RankTraceWriter, load_trace
 
 MS = 1_000_000

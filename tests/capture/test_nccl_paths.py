@@ -413,6 +413,7 @@ class Recorder:
 
     rank = step = arrival_step = 0
     paused = False
+    device_timeline = None  # host times only
 
     def __init__(self) -> None:
         self.begun = 0

@@ -13,6 +13,7 @@ import json
 import os
 import sys
 import warnings
+from typing import Any
 
 import fake_nccl
 import torch
@@ -81,35 +82,8 @@ def identity(pg):
     }
 
 
-def main() -> None:
-    mode, out = sys.argv[1], sys.argv[2]
-    fake_nccl.install()
-    _SymmetricMemory.rendezvous = staticmethod(fake_rendezvous)
-    if mode == "traced":
-        import syncpace
-
-        syncpace.attach(out, flush_interval_s=0.2)
-    rank = int(os.environ["RANK"])
-    options = fake_nccl.Options()
-    options._timeout = datetime.timedelta(seconds=321)
-    # Registering a backend hands it the group's bound device (C++ setBackend): which
-    # device each registration of the default group's backends saw.
-    register, bounds = ProcessGroup.__dict__["_register_backend"], []  # as stored
-
-    def spy(self, device, backend_type, backend):
-        bounds.append(str(self.bound_device_id))
-        return register(self, device, backend_type, backend)
-
-    ProcessGroup._register_backend = spy
-    dist.init_process_group("cpu:nccl,cuda:nccl", pg_options=options, device_id=DEVICE)
-    ProcessGroup._register_backend = register
-    RESULTS["registered_bound"] = sorted(set(bounds))
-    pg = c10d._get_default_group()
-    fake_nccl.ROOTS["default"] = pg._get_backend(CUDA)
-    RESULTS["create"] = fake_nccl.calls("init")
-    RESULTS["eager"] = fake_nccl.calls("eager_connect")
-    check("identity", lambda: identity(pg))
-    check("all_reduce", reduced)
+def _groups(pg: Any) -> None:
+    """Groups made from the default group: new_group, new_subgroups, split_group."""
 
     def sequence():
         before = pg._get_sequence_number_for_group()
@@ -170,6 +144,10 @@ def main() -> None:
         }
 
     check("split_group", split)
+
+
+def _workloads(pg: Any, rank: int) -> None:
+    """DeviceMesh, FSDP2, coalescing, batched point-to-point, timeouts, hooks."""
 
     def mesh():
         from torch.distributed.device_mesh import init_device_mesh
@@ -255,6 +233,10 @@ def main() -> None:
     check("hook", lambda: pg._register_on_completion_hook(lambda info: None))
     check("has_hooks", lambda: pg._has_hooks())
 
+
+def _special_paths(pg: Any, rank: int) -> None:
+    """The time estimator, symmetric memory, debug mode, shrink, teardown, abort."""
+
     def estimator():
         t = torch.ones(ESTIMATED_NUMEL)
         with dist._time_estimator(group=pg, device=CUDA) as cm:
@@ -337,6 +319,41 @@ def main() -> None:
         }
 
     check("abort_world", abort_all)
+
+
+def main() -> None:
+    mode, out = sys.argv[1], sys.argv[2]
+    fake_nccl.install()
+    _SymmetricMemory.rendezvous = staticmethod(fake_rendezvous)
+    if mode == "traced":
+        import syncpace
+
+        syncpace.attach(out, flush_interval_s=0.2)
+    rank = int(os.environ["RANK"])
+    options = fake_nccl.Options()
+    options._timeout = datetime.timedelta(seconds=321)
+    # Registering a backend hands it the group's bound device (C++ setBackend): which
+    # device each registration of the default group's backends saw.
+    register, bounds = ProcessGroup.__dict__["_register_backend"], []  # as stored
+
+    def spy(self, device, backend_type, backend):
+        bounds.append(str(self.bound_device_id))
+        return register(self, device, backend_type, backend)
+
+    ProcessGroup._register_backend = spy
+    dist.init_process_group("cpu:nccl,cuda:nccl", pg_options=options, device_id=DEVICE)
+    ProcessGroup._register_backend = register
+    RESULTS["registered_bound"] = sorted(set(bounds))
+    pg = c10d._get_default_group()
+    fake_nccl.ROOTS["default"] = pg._get_backend(CUDA)
+    RESULTS["create"] = fake_nccl.calls("init")
+    RESULTS["eager"] = fake_nccl.calls("eager_connect")
+    check("identity", lambda: identity(pg))
+    check("all_reduce", reduced)
+
+    _groups(pg)
+    _workloads(pg, rank)
+    _special_paths(pg, rank)
     print("RESULTS " + json.dumps({"rank": rank, "results": RESULTS}, default=str), flush=True)
     print("WORKER_DONE", flush=True)
     os._exit(0)
