@@ -35,7 +35,17 @@ ALLOWED: dict[str, set[str]] = {
     # rate, the pacer replayed, Flight Recorder dumps)
     "diagnose": {"trace", "control", "analysis", "bench", "importers"},
     "validate": {"trace", "control", "fabric", "analysis", "capture", "bench", "sim", "report"},
-    "demo": {"trace", "control", "fabric", "analysis", "capture", "bench", "sim", "report"},
+    "demo": {
+        "trace",
+        "control",
+        "fabric",
+        "analysis",
+        "capture",
+        "bench",
+        "sim",
+        "report",
+        "diagnose",
+    },
     "cli": {
         "trace",
         "control",
