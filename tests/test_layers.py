@@ -1,8 +1,8 @@
 """The layers point down: each package imports only the packages below it.
 
 Checked on the source (every import, at module level or inside a function), and on a
-fresh interpreter for the promise users rely on: the trace format and the analysis
-never load torch, the in-job runtime or the command line.
+fresh interpreter for the promise users rely on: the trace format, the analysis and
+the whole diagnosis never load torch, the in-job runtime or the command line.
 """
 
 from __future__ import annotations
@@ -31,8 +31,21 @@ ALLOWED: dict[str, set[str]] = {
     "bench": {"trace", "capture", "fabric"},
     "sim": {"trace", "control", "analysis", "bench"},
     "report": {"trace", "analysis", "bench"},
+    # the whole diagnosis: analysis plus what its layer cannot read (a benchmark's link
+    # rate, the pacer replayed, Flight Recorder dumps)
+    "diagnose": {"trace", "control", "analysis", "bench", "importers"},
     "validate": {"trace", "control", "fabric", "analysis", "capture", "bench", "sim", "report"},
-    "demo": {"trace", "control", "fabric", "analysis", "capture", "bench", "sim", "report"},
+    "demo": {
+        "trace",
+        "control",
+        "fabric",
+        "analysis",
+        "capture",
+        "bench",
+        "sim",
+        "report",
+        "diagnose",
+    },
     "cli": {
         "trace",
         "control",
@@ -43,6 +56,7 @@ ALLOWED: dict[str, set[str]] = {
         "bench",
         "sim",
         "report",
+        "diagnose",
         "validate",
         "demo",
         "monitor",
@@ -86,7 +100,9 @@ def test_imports_point_down(path: Path) -> None:
     assert not wrong, f"{path.relative_to(SRC)} ({own}) imports {sorted(wrong)}"
 
 
-@pytest.mark.parametrize("module", ["syncpace.trace", "syncpace.analysis", "syncpace.report.html"])
+@pytest.mark.parametrize(
+    "module", ["syncpace.trace", "syncpace.analysis", "syncpace.diagnose", "syncpace.report.html"]
+)
 def test_analysis_side_loads_no_torch_and_no_cli(module: str) -> None:
     code = (
         f"import sys, {module}\n"

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
+import polars as pl
 import pytest
 
 from syncpace.analysis.api import analyze
@@ -73,3 +75,26 @@ def test_the_figure_draws_utilisation_loss_and_iterations(run):
 def test_no_host_files_no_figure():
     analysis = analyze(DATA / "fabric_contention")
     assert host_nic_counters(analysis, analysis.runs[0]) is None
+
+
+def test_one_analysis_draws_its_lines_in_one_order(run):
+    """Two hosts whose counters tie (the same windows, the same peaks) are drawn in name
+    order however their rows come: the page of one analysis is one page."""
+    analysis = analyze(run)
+    metrics = analysis.runs[0]
+    windows = metrics.hosts.windows
+    both = pl.concat([windows, windows.with_columns(host=pl.lit("node0"))])
+
+    def names(seed: int) -> list[str]:
+        shuffled = both.sample(fraction=1.0, shuffle=True, seed=seed)
+        hosts = dataclasses.replace(metrics.hosts, windows=shuffled)
+        fig = host_nic_counters(analysis, dataclasses.replace(metrics, hosts=hosts))
+        return [t.name for t in fig.data]
+
+    first = names(0)
+    assert [n for n in first if n.startswith("TCP")] == [
+        "TCP retransmits node0",
+        "TCP retransmits node1",
+    ]
+    assert first.index("node0 eth0 tx") < first.index("node1 eth0 tx")
+    assert all(names(seed) == first for seed in range(1, 6))

@@ -15,6 +15,7 @@ import pytest
 
 from planted import SCENARIOS, generate
 from syncpace.analysis import analyze
+from syncpace.demo.pipeline import report_runs
 from syncpace.report.browser import FIRST_SCREEN, dump_dom, find_chromium
 from syncpace.report.html import render_html, write_html
 
@@ -126,8 +127,7 @@ def test_hostile_report_renders_without_script_errors(chromium: str, tmp_path: P
 @pytest.fixture(scope="module")
 def demo_report(tmp_path_factory) -> tuple[Path, str]:
     """The report of the demo's two runs (traced, paced), as ``syncpace demo`` writes it."""
-    out = tmp_path_factory.mktemp("demo") / "report.html"
-    write_html(analyze(DEMO), out)
+    _, out = report_runs(DEMO, tmp_path_factory.mktemp("demo"))
     return out, out.read_text()
 
 

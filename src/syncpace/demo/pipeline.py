@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,13 +23,14 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from syncpace.analysis.api import analyze
+from syncpace.analysis.api import Analysis
 from syncpace.capture.config import TraceConfig
 from syncpace.capture.launch import prepare_run_dir, traced_env
 from syncpace.config import check_numbers, setting
 from syncpace.console import make_console
 from syncpace.control.config import PacingConfig
 from syncpace.demo.job import DemoFabric, FabricSettings, JobSpec, Monitor, run_local, uplink_load
+from syncpace.diagnose import DiagnoseSettings, diagnose_runs
 from syncpace.errors import FabricError, PlotlyMissing, SyncpaceError
 from syncpace.report.html import write_html
 from syncpace.report.terminal import pacing_line
@@ -178,7 +180,7 @@ def _phases(config: DemoConfig, console: Console, out: Path, fabric: Any) -> Dem
     if outcome.contention_error:
         notes.append(f"background flows failed: {outcome.contention_error}")
     with console.status("[2/5] diagnosing the trace…"):
-        analysis = analyze([load_trace(trace_dir)])
+        analysis = diagnose_runs([trace_dir])
     console.print("[green]✓[/] [2/5] diagnosis of the traced run:")
     _print_findings(console, analysis)
     if on_fabric:
@@ -201,7 +203,7 @@ def _phases(config: DemoConfig, console: Console, out: Path, fabric: Any) -> Dem
     )
     _print_study(console, study)
     with console.status("[5/5] writing the HTML report…"):
-        report = _report(analyze, [trace_dir, paced_dir], out, notes)
+        report = _report([d for d in (trace_dir, paced_dir) if d is not None], out, notes)
     console.print("[green]✓[/] [5/5] report written")
     straggler = next((f for f in analysis.findings if f.mode == "straggler"), None)
     result = DemoResult(
@@ -377,9 +379,17 @@ def _print_study(console: Console, rows: list[dict[str, Any]]) -> None:
     console.print(table)
 
 
-def _report(analyze: Any, dirs: list[Path | None], out: Path, notes: list[str]) -> Path | None:
+def report_runs(dirs: Sequence[Path], out: Path) -> tuple[Analysis, Path]:
+    """The demo's report of its runs, ``out/report.html``, and the analysis it shows:
+    the diagnosis ``syncpace report`` makes of the same directories with no flag given
+    (the pacer's what-if row included). Raises PlotlyMissing without plotly."""
+    analysis = diagnose_runs(dirs, DiagnoseSettings())
+    return analysis, write_html(analysis, out / "report.html")
+
+
+def _report(dirs: Sequence[Path], out: Path, notes: list[str]) -> Path | None:
     try:
-        return write_html(analyze([d for d in dirs if d is not None]), out / "report.html")
+        return report_runs(dirs, out)[1]
     except PlotlyMissing:
         notes.append("report skipped: install the [report] extra for plotly")
         return None

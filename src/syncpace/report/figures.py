@@ -239,10 +239,18 @@ def host_nic_counters(analysis: Analysis, run: RunMetrics) -> go.Figure | None:
     if run.steps.height:
         starts.append(int(run.steps["start"].min()))  # type: ignore[arg-type]
     t0 = min(starts)
+    # ties broken by name: group_by's order is arbitrary, and one analysis draws one page
     busiest = (
         w.group_by("host", "device", "direction")
         .agg(peak=pl.col("util").max())
-        .sort("peak", descending=True, nulls_last=True)
+        .sort(
+            "peak",
+            "host",
+            "device",
+            "direction",
+            descending=[True, False, False, False],
+            nulls_last=True,
+        )
         .head(_MAX_NIC_LINES)
     )
     fig = make_subplots(
@@ -267,7 +275,9 @@ def host_nic_counters(analysis: Analysis, run: RunMetrics) -> go.Figure | None:
         if part["drops"].sum() > 0:
             fig.add_bar(x=x, y=part["drops"], name=f"drops {label}", row=2, col=1)
     retrans = (
-        w.group_by("host", "start_ns", "end_ns").agg(pl.col("tcp_retrans").first()).sort("start_ns")
+        w.group_by("host", "start_ns", "end_ns")
+        .agg(pl.col("tcp_retrans").first())
+        .sort("host", "start_ns")  # hosts in name order, not group_by's arbitrary one
     )
     for (host,), part in retrans.group_by("host", maintain_order=True):
         if part["tcp_retrans"].sum() > 0:
