@@ -260,13 +260,21 @@ def _wrap_destroy(original: Any) -> Any:
         from torch.distributed.distributed_c10d import GroupMember
 
         _wait_for_hooks(GroupMember.WORLD if group is None else group)
-        if group is None or group is GroupMember.WORLD:
-            tracer = _state["tracer"]
-            if tracer is not None:
-                tracer.close("destroy")
+        _close_with_world(group)
         return original(group)
 
     return destroy_process_group
+
+
+def _close_with_world(group: Any) -> None:
+    """Close the trace when ``group`` is the whole world (None or WORLD): what is still
+    in flight goes down with it."""
+    from torch.distributed.distributed_c10d import GroupMember
+
+    if group is None or group is GroupMember.WORLD:
+        tracer = _state["tracer"]
+        if tracer is not None:
+            tracer.close("destroy")
 
 
 def _wait_for_hooks(pg: Any) -> None:
@@ -287,12 +295,7 @@ def _wrap_abort(original: Any) -> Any:
 
     @functools.wraps(original)
     def _abort_process_group(group: Any = None) -> Any:
-        from torch.distributed.distributed_c10d import GroupMember
-
-        if group is None or group is GroupMember.WORLD:
-            tracer = _state["tracer"]
-            if tracer is not None:
-                tracer.close("destroy")
+        _close_with_world(group)
         return original(group)
 
     return _abort_process_group
