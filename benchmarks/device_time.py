@@ -139,11 +139,11 @@ def host_cost(calls: int, rounds: int = 7) -> dict[str, Any]:
         tracer.writer.before_flush = None  # resolved here, into nothing, not written
         timeline.device = NullDevice(host_now=tracer.now)
         timeline._maybe_anchor()
-        args, row = ([torch.ones(4)],), (0,) * 15
+        tensor, row = torch.ones(4), (0,) * 15
         for _ in range(rounds):
             start = time.perf_counter_ns()
             for token in range(calls):
-                if tracer.device_owns(args):
+                if tracer.device_owns(tensor):
                     timeline.finish(row, timeline.start(), token, True)
             hot.append((time.perf_counter_ns() - start) / calls)
             start = time.perf_counter_ns()

@@ -30,17 +30,20 @@ from syncpace.trace.schema import NO_PEER
 Recorder = Any  # syncpace.capture.tracer.Tracer; typed loosely to avoid an import cycle
 
 
-def _payload(x: Any) -> tuple[int, str]:
-    """Bytes and dtype name of a tensor or (nested) list of tensors, in one pass."""
+def _payload(x: Any) -> tuple[int, str, Any]:
+    """Bytes and dtype name of a tensor or (nested) list of tensors, and the first
+    tensor (where the call runs), in one pass."""
     if isinstance(x, torch.Tensor):
-        return x.numel() * x.element_size(), _DTYPE_NAMES.get(x.dtype) or _dtype_name(x.dtype)
-    nbytes, dtype = 0, ""
+        dtype = _DTYPE_NAMES.get(x.dtype) or _dtype_name(x.dtype)
+        return x.numel() * x.element_size(), dtype, x
+    nbytes, dtype, first = 0, "", None
     if isinstance(x, (list, tuple)):
         for item in x:
-            n, d = _payload(item)
+            n, d, t = _payload(item)
             nbytes += n
             dtype = dtype or d
-    return nbytes, dtype
+            first = t if first is None else first
+    return nbytes, dtype, first
 
 
 _DTYPE_NAMES: dict[Any, str] = {}
@@ -261,12 +264,13 @@ class TracingProcessGroup(dist.ProcessGroup):
         dtype: str,
         peer: int,
         seq: int,
+        tensor: Any,
     ) -> Any:
         bypass = self._bypass
         if bypass is not None and bypass():  # see wrap_group: nothing to time here
             return getattr(self._inner, method)(*args, **kwargs)
         recorder = self._recorder
-        on_device = recorder.device_timeline is not None and recorder.device_owns(args)
+        on_device = recorder.device_timeline is not None and recorder.device_owns(tensor)
         # The first call of a step is its sync point: arrival noted, pacing applied.
         if recorder.arrival_step == recorder.step:
             enter = recorder.now()
@@ -307,11 +311,11 @@ class TracingProcessGroup(dist.ProcessGroup):
         seq = self._seq
         self._seq = seq + 1
         if arg < 0 or arg >= len(args):
-            return self._call(method, op, args, kwargs, 0, "", NO_PEER, seq)
-        nbytes, dtype = _payload(args[arg])
+            return self._call(method, op, args, kwargs, 0, "", NO_PEER, seq, None)
+        nbytes, dtype, tensor = _payload(args[arg])
         if times_size:
             nbytes *= self._n
-        return self._call(method, op, args, kwargs, nbytes, dtype, NO_PEER, seq)
+        return self._call(method, op, args, kwargs, nbytes, dtype, NO_PEER, seq, tensor)
 
     def _p2p(self, method: str, op: str, peer_arg: int | None, args: tuple, kwargs: dict) -> Any:
         peer = NO_PEER
@@ -321,8 +325,8 @@ class TracingProcessGroup(dist.ProcessGroup):
         key = (op, peer)
         seq = self._p2p_seq.get(key, 0)
         self._p2p_seq[key] = seq + 1
-        nbytes, dtype = _payload(args[0] if args else None)
-        return self._call(method, op, args, kwargs, nbytes, dtype, peer, seq)
+        nbytes, dtype, tensor = _payload(args[0] if args else None)
+        return self._call(method, op, args, kwargs, nbytes, dtype, peer, seq, tensor)
 
 
 def _make_collective(method: str, op: str, arg: int, times_size: bool) -> Callable[..., Any]:

@@ -243,13 +243,11 @@ class Tracer:
             summary["paced_on_device"] = self.device_delays
             writer.update_meta(device_clock=summary)
 
-    def device_owns(self, args: tuple) -> bool:
-        """Whether a call with these arguments runs on the traced device."""
+    def device_owns(self, tensor: Any) -> bool:
+        """Whether a call whose first tensor is ``tensor`` (None: it has none) runs on
+        the traced device."""
         timeline = self.device_timeline
-        if timeline is None:
-            return False
-        tensor = _first_tensor(args)
-        return tensor is not None and timeline.device.owns(tensor)
+        return timeline is not None and tensor is not None and timeline.device.owns(tensor)
 
     def device_start(self, token: int) -> None:
         """Mark the device's arrival at the call of ``token``, about to be issued."""
@@ -783,15 +781,3 @@ def attach(out: str | None = None, **settings: Any) -> None:
 def manual_step() -> None:
     if TRACER is not None:
         TRACER.on_step(manual=True)
-
-
-def _first_tensor(args: tuple) -> Any:
-    """The first tensor among a call's arguments (in a list, for the list APIs)."""
-    for arg in args:
-        if isinstance(arg, (list, tuple)):
-            arg = arg[0] if arg else None
-            if isinstance(arg, (list, tuple)):
-                arg = arg[0] if arg else None
-        if hasattr(arg, "is_cuda"):
-            return arg
-    return None
