@@ -8,6 +8,7 @@ from typing import Any
 import polars as pl
 
 from syncpace.analysis import (
+    breakdown,
     collectives,
     hostcounters,
     iterations,
@@ -74,6 +75,12 @@ class RunMetrics:
     time_base: TimeBase = field(default_factory=TimeBase)
 
     @property
+    def breakdown(self) -> breakdown.Breakdown:
+        """The per-operation table, the per-rank whole-run breakdown and the per-step
+        parts (:mod:`syncpace.analysis.breakdown`)."""
+        return breakdown.measure(self.instances, self.overlap, self.rank_step)
+
+    @property
     def iteration_ns(self) -> float:
         return float(self.iteration.get("mean", 0.0))
 
@@ -103,6 +110,7 @@ class RunMetrics:
             "hosts": self.hosts.to_json() if self.hosts is not None else None,
             "whole_run": self.whole_run.to_json() if self.whole_run is not None else None,
             "time_base": self._time_base_json(),
+            "breakdown": self.breakdown.to_json(),
         }
 
     def _time_base_json(self) -> dict[str, Any]:
