@@ -29,9 +29,9 @@ def metrics(run):
 
 def test_one_row_per_op_and_size_class_with_the_planted_times(metrics):
     table = {(r["op"], r["size_class"]): r for r in metrics.breakdown.operations.to_dicts()}
-    assert set(table) == {("all_reduce", "1 – 16 MiB"), ("broadcast", "< 64 KiB")}
+    assert set(table) == {("all_reduce", "1–16 MiB"), ("broadcast", "< 64 KiB")}
     times = np.array([k.TRANSFER_MS[s] for s in ANALYSED])
-    ar = table[("all_reduce", "1 – 16 MiB")]
+    ar = table[("all_reduce", "1–16 MiB")]
     assert ar["calls"] == len(ANALYSED)
     assert ar["total_ms"] == pytest.approx(times.sum())
     assert ar["mean_ms"] == pytest.approx(times.mean())
@@ -115,8 +115,8 @@ def test_a_wait_that_would_overrun_the_step_is_cut_and_counted():
 
 @pytest.mark.parametrize(
     ("nbytes", "label"),
-    [(0, "< 64 KiB"), ((64 << 10) - 1, "< 64 KiB"), (64 << 10, "64 KiB – 1 MiB"),
-     (1 << 20, "1 – 16 MiB"), (300 << 20, "≥ 256 MiB")],
+    [(0, "< 64 KiB"), ((64 << 10) - 1, "< 64 KiB"), (64 << 10, "64 KiB–1 MiB"),
+     (1 << 20, "1–16 MiB"), (300 << 20, "≥ 256 MiB")],
 )  # fmt: skip
 def test_size_classes_are_a_factor_of_16_apart(nbytes, label):
     assert breakdown.size_class(nbytes) == label

@@ -40,7 +40,7 @@ SHARE_TOLERANCE = 1e-9
 
 
 #: The classes' labels, one more than the edges.
-SIZE_CLASSES = ("< 64 KiB", "64 KiB – 1 MiB", "1 – 16 MiB", "16 – 256 MiB", "≥ 256 MiB")
+SIZE_CLASSES = ("< 64 KiB", "64 KiB–1 MiB", "1–16 MiB", "16–256 MiB", "≥ 256 MiB")
 
 
 def size_class(nbytes: int) -> str:
