@@ -145,7 +145,8 @@ def print_breakdown(
         for row in rank_rows(b, places):
             ranks.add_row(*(safe(c) for c in row))
         console.print(ranks)
-    console.print(f"[dim]{safe(check_line(b))}. {safe(MEANING)}[/]")
+    meaning = f" {MEANING}" if b.ranks.height or b.operations.height else ""
+    console.print(f"[dim]{safe(check_line(b))}.{safe(meaning)}[/]")
 
 
 def print_breakdowns(analysis: Analysis, console: Console) -> None:
