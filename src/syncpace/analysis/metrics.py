@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import polars as pl
@@ -74,10 +75,11 @@ class RunMetrics:
     #: which clock the figures are on (device where every call has device times)
     time_base: TimeBase = field(default_factory=TimeBase)
 
-    @property
+    @cached_property
     def breakdown(self) -> breakdown.Breakdown:
         """The per-operation table, the per-rank whole-run breakdown and the per-step
-        parts (:mod:`syncpace.analysis.breakdown`)."""
+        parts (:mod:`syncpace.analysis.breakdown`), measured once: the terminal, the
+        JSON and the report all read it."""
         return breakdown.measure(self.instances, self.overlap, self.rank_step)
 
     @property
