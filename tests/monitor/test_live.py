@@ -102,13 +102,13 @@ def live_run(tmp_path_factory):
                 times[int(step)] = float(t)
         series = query_range(
             url,
-            'syncpace_finding{mode="straggler"}',
+            'syncpace_finding_cost_ratio{mode="straggler"}',
             min(times.values()) - 1,
             max(times.values()) + 1,
             SCRAPE_S,
         )
         steps_seen = query_range(
-            url, "syncpace_step", min(times.values()), max(times.values()) + 1, SCRAPE_S
+            url, "syncpace_steps_total", min(times.values()), max(times.values()) + 1, SCRAPE_S
         )
         bandwidth = {
             kind: query_range(

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import polars as pl
 
 from syncpace.analysis import (
+    breakdown,
     collectives,
     hostcounters,
     iterations,
@@ -73,6 +75,13 @@ class RunMetrics:
     #: which clock the figures are on (device where every call has device times)
     time_base: TimeBase = field(default_factory=TimeBase)
 
+    @cached_property
+    def breakdown(self) -> breakdown.Breakdown:
+        """The per-operation table, the per-rank whole-run breakdown and the per-step
+        parts (:mod:`syncpace.analysis.breakdown`), measured once: the terminal, the
+        JSON and the report all read it."""
+        return breakdown.measure(self.instances, self.overlap, self.rank_step)
+
     @property
     def iteration_ns(self) -> float:
         return float(self.iteration.get("mean", 0.0))
@@ -103,6 +112,7 @@ class RunMetrics:
             "hosts": self.hosts.to_json() if self.hosts is not None else None,
             "whole_run": self.whole_run.to_json() if self.whole_run is not None else None,
             "time_base": self._time_base_json(),
+            "breakdown": self.breakdown.to_json(),
         }
 
     def _time_base_json(self) -> dict[str, Any]:

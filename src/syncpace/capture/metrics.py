@@ -39,9 +39,12 @@ class PrometheusMetrics:
         self.labels = {"rank": str(rank), "host": host, "local_rank": str(local_rank)}
         names = list(self.labels)
         registry = self.registry = CollectorRegistry()
-        self._step = Gauge(
-            "syncpace_step", "Iterations this rank completed.", names, registry=registry
+        # A count that only grows is a counter (rate() and increase() apply); the
+        # client library adds the `_total` suffix to the exposed name.
+        self._steps = Counter(
+            "syncpace_steps", "Iterations this rank completed.", names, registry=registry
         ).labels(**self.labels)
+        self._steps_done = 0
         self._step_s = Histogram(
             "syncpace_step_duration_seconds",
             "Iteration time seen by this rank.",
@@ -69,8 +72,8 @@ class PrometheusMetrics:
             registry=registry,
         ).labels(**self.labels)
         self._finding = Gauge(
-            "syncpace_finding",
-            "Share of the iteration a live finding about this rank costs (0 when none).",
+            "syncpace_finding_cost_ratio",
+            "Share of the iteration a live finding about this rank costs, 0 to 1 (0 when none).",
             names + ["mode"],
             registry=registry,
         )
@@ -136,7 +139,9 @@ class PrometheusMetrics:
 
     # Once a step / window -----------------------------------------------------------------
     def on_step(self, step: int, step_s: float) -> None:
-        self._step.set(step + 1)
+        if step + 1 > self._steps_done:  # a repeated or earlier step never moves it back
+            self._steps.inc(step + 1 - self._steps_done)
+            self._steps_done = step + 1
         self._step_s.observe(step_s)
         self._last_step_s.set(step_s)
         with self._lock:

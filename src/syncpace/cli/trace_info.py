@@ -10,9 +10,11 @@ import polars as pl
 from rich.console import Console
 from rich.table import Table
 
-from syncpace.analysis import timebase
+from syncpace.analysis import breakdown, locality, timebase
 from syncpace.analysis.timebase import TimeBase
 from syncpace.console import make_console, safe
+from syncpace.report.breakdown import print_breakdown
+from syncpace.report.format import Places
 from syncpace.trace.reader import Trace, load_trace
 from syncpace.trace.summary import TraceSummary, summarize
 
@@ -34,6 +36,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         data = summarize(trace).to_json()
         data["time_base"] = time_base_json(*timebase.of_trace(trace))
+        data["breakdown"] = breakdown_json(trace)
         print(json.dumps(data, indent=2, sort_keys=True))
     else:
         print_trace_info(trace)
@@ -42,7 +45,31 @@ def run(args: argparse.Namespace) -> int:
 
 def print_trace_info(trace: Trace, console: Console | None = None) -> None:
     """The summary of ``trace`` and the clock its analysis reads."""
+    console = console or make_console()
     print_summary(summarize(trace), console, time_base_line(*timebase.of_trace(trace)))
+    print_trace_breakdown(trace, console)
+
+
+#: Iterations left out of trace-info's tables, as diagnose leaves them out by default.
+WARMUP_STEPS = 1
+
+
+def breakdown_json(trace: Trace) -> dict[str, Any]:
+    """The per-operation table and the per-rank breakdown, after the warm-up."""
+    return {
+        "warmup_steps": WARMUP_STEPS,
+        **breakdown.of_trace(trace, warmup_steps=WARMUP_STEPS).to_json(),
+    }
+
+
+def print_trace_breakdown(trace: Trace, console: Console) -> None:
+    """The per-operation table and the per-rank breakdown of the trace."""
+    b = breakdown.of_trace(trace, warmup_steps=WARMUP_STEPS)
+    if trace.steps.height and int(trace.steps["step"].max()) >= WARMUP_STEPS:
+        console.print(
+            f"[dim]the first {WARMUP_STEPS} iteration left out as warm-up, as diagnose does:[/]"
+        )
+    print_breakdown(b, console, Places.of(locality.placement(trace.meta)))
 
 
 def time_base_json(base: TimeBase, ahead: pl.DataFrame) -> dict[str, Any]:

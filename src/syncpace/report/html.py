@@ -35,6 +35,7 @@ from syncpace.analysis import Analysis, RunComparison, RunMetrics
 from syncpace.analysis.wholerun import MAX_POINTS
 from syncpace.errors import PlotlyMissing, ReportError
 from syncpace.report import format as fmt
+from syncpace.report.breakdown import breakdown_html
 from syncpace.report.hang import hang_html, stopped
 from syncpace.report.merge import MergedFinding, merge_findings
 from syncpace.report.verdict import Cause, Verdict, build_verdict
@@ -466,6 +467,7 @@ def render_html(analysis: Analysis, *, plotly_js: str | None = None) -> str:
         # plotly is the optional [report] extra: the figure modules import it at their top.
         from plotly.offline import get_plotlyjs
 
+        from syncpace.report.breakdown_figure import step_bars
         from syncpace.report.figures import ITERATION_TIME, all_figures
         from syncpace.report.finding_figures import finding_figures
     except ImportError as exc:  # pragma: no cover - plotly is the [report] extra
@@ -512,6 +514,7 @@ def render_html(analysis: Analysis, *, plotly_js: str | None = None) -> str:
             cards,
             "</section>",
             what_if_html(analysis),
+            breakdown_html(analysis, figures.place, step_bars),
             timeline,
             f'<section id="overview"><h2>Overview</h2><div class="grid2">{blocks}</div>',
             "</section><footer>",

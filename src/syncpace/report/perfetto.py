@@ -31,6 +31,7 @@ import pyarrow.compute as pc
 
 from syncpace.analysis.collectives import match, usable_events
 from syncpace.errors import ReportError
+from syncpace.report import perfetto_tracks
 from syncpace.trace import schema, validate
 from syncpace.trace.journal import journal_path
 from syncpace.trace.reader import Trace, TraceMeta, load_trace, read_metadata
@@ -51,6 +52,7 @@ def perfetto_events(trace: Trace) -> list[str]:
         lines += _step_lines(steps, origin)
     if events.height:
         lines += _collective_lines(events, origin)[0]
+    lines += perfetto_tracks.counter_tracks(trace.path, origin, trace.counters).lines
     return lines
 
 
@@ -95,6 +97,7 @@ def _collective_lines(events: pl.DataFrame, origin: int, first_id: int = 0) -> t
             "status": ev["status"],
         }
     ).with_row_index("id", offset=first_id)
+    frame = perfetto_tracks.with_flows(frame)
     frame = frame.join(
         inst.select("group", "seq", "bytes", "transfer_ns").with_row_index("instance"),
         on="instance",
@@ -126,6 +129,7 @@ def _collective_lines(events: pl.DataFrame, origin: int, first_id: int = 0) -> t
             wait_ns=pl.col("last_enter") - pl.col("enter"),
             transfer_ns=pl.col("transfer_ns"),
         ),
+        **perfetto_tracks.FLOW_FIELDS,
     ).struct.json_encode()
     finish = pl.struct(**common, ph=pl.lit("e"), ts=(end - origin) * 1e-3).struct.json_encode()
     encoded = frame.select(b=begin, e=finish)
@@ -340,6 +344,8 @@ def _stream_export(index: TraceMeta, f: IO[str], chunk_events: int) -> ExportRes
     accounts = {rank: _Account() for rank in index.ranks}
     out = _Lines(f)
     out.write(_json(m) for m in _metadata(index.meta))
+    tracks = perfetto_tracks.counter_tracks(index.path, origin)
+    out.write(tracks.lines)
     steps = 0
     for rank in index.ranks:
         for table in _step_slices(index, rank, accounts[rank]):
@@ -354,7 +360,7 @@ def _stream_export(index: TraceMeta, f: IO[str], chunk_events: int) -> ExportRes
         lines, used = _collective_lines(frame, origin, next_id)
         next_id += used
         out.write(lines)
-    warnings = list(index.warnings)
+    warnings = list(index.warnings) + tracks.warnings
     completeness = {}
     for rank, account in accounts.items():
         meta = index.meta[rank]

@@ -18,6 +18,7 @@ from syncpace.analysis import Analysis, RunComparison, RunMetrics, Severity
 from syncpace.analysis.api import NO_REPLAY
 from syncpace.console import make_console, safe, visible
 from syncpace.report import format as fmt
+from syncpace.report.breakdown import print_breakdowns
 from syncpace.report.format import pacing_line
 from syncpace.report.hang import print_hang, stopped
 from syncpace.report.merge import MergedFinding, merge_findings
@@ -39,6 +40,7 @@ def print_analysis(analysis: Analysis, console: Console | None = None, actions: 
     print_runs(analysis, console)
     print_findings(analysis, merged, console)
     print_actions(merged, console, actions)
+    print_breakdowns(analysis, console)
     console.print("[dim]busbw uses the nccl-tests factors, which assume a flat topology.[/]")
 
 
