@@ -192,6 +192,13 @@ def test_merge_keeps_every_file_and_the_diagnosis(tmp_path, capsys):
     assert json.loads(merged) == json.loads(apart)
     (contention,) = [f for f in json.loads(merged)["findings"] if f["mode"] == "fabric_contention"]
     assert contention["evidence"]["tcp_retransmitted_segments_by_host"] == {"node1": 550}
+    # the merged directory and its parts are one run: given together, refused
+    assert main(["diagnose", str(out), str(n0), str(n1)]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"syncpace diagnose: error: {n0} + {n1}: the same run as {out} (job id job-7): "
+        "give each run once\n"
+    )
 
 
 def test_merge_refuses_two_different_files_of_one_name(tmp_path):
