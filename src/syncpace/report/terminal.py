@@ -21,7 +21,7 @@ from syncpace.report import format as fmt
 from syncpace.report.format import pacing_line
 from syncpace.report.hang import print_hang, stopped
 from syncpace.report.merge import MergedFinding, merge_findings
-from syncpace.report.verdict import Verdict, build_verdict
+from syncpace.report.verdict import Verdict, build_verdict, where
 
 __all__ = ["pacing_line", "print_analysis", "print_what_if", "verdict_panel"]
 
@@ -184,7 +184,7 @@ def print_findings(analysis: Analysis, merged: list[MergedFinding], console: Con
     for i, m in enumerate(merged, 1):
         costs = " / ".join(_cost_cell(f) for _, f in m.per_run)
         first = m.first
-        where_ = fmt.where(m.ranks, m.nodes, places.get(first.run, fmt.Places({}, {})))
+        where_ = where(m, places.get(first.run, fmt.Places({}, {})))
         table.add_row(
             str(i),
             f"[{_STYLE[m.severity]}]{m.severity}[/]",

@@ -135,7 +135,8 @@ def _cause(m: MergedFinding, runs: dict[str, RunMetrics], names: dict[str, str])
     first = m.first
     run = runs.get(first.run)
     places = fmt.Places.of(run.placement if run is not None else None)
-    links = tuple(_links(m, runs)) if m.mode == "fabric_contention" else ()
+    # a finding that names its source carries its links; else the run's busiest ones
+    links = tuple(_links(m, runs)) if m.mode == "fabric_contention" and not m.source else ()
     return Cause(
         mode=m.mode,
         title=fmt.mode_title(m.mode),
@@ -177,9 +178,34 @@ def _costs(m: MergedFinding, names: dict[str, str]) -> str:
 
 
 def where(m: MergedFinding, places: fmt.Places, links: tuple[LinkLoad, ...] = ()) -> str:
-    """Who the cause is: ranks with host and local rank, hosts, links."""
+    """Who the cause is: its source first when the finding names one (the host whose
+    traffic causes it, the links it crosses), then who suffers: ranks with host and
+    local rank, hosts; links."""
     text = fmt.where(m.ranks, m.nodes, places)
+    if m.source:
+        return f"source: {source_text(m)}; suffers: {text}"
     return f"{text}; busiest links: {link_text(links)}" if links else text
+
+
+def source_text(m: MergedFinding) -> str:
+    """'h3 — host link h3→leaf1, uplink leaf1→spine: 99% busy each (of 100 Mbit/s)'."""
+    utils: dict[str, float] = {}
+    rates: set[float] = set()
+    for f in m.found:
+        utils.update(f.evidence.get("link_utilisation_share") or {})
+        rates.update((f.evidence.get("link_rate_bps") or {}).values())
+    hosts = [s for s in m.source if s not in utils]
+    links = [s for s in m.source if s in utils]
+    shown = {fmt.percent(utils[x]) for x in links}
+    if len(shown) == 1:
+        busy = f"{', '.join(links)}: {shown.pop()} busy{' each' * (len(links) > 1)}"
+    else:
+        busy = ", ".join(f"{x} {fmt.percent(utils[x])} busy" for x in links)
+    if busy and len(rates) == 1:
+        busy += f" (of {fmt.bandwidth(rates.pop() / 8e9)})"
+    if hosts and busy:
+        return f"{', '.join(hosts)} — {busy}"
+    return ", ".join(hosts) or busy
 
 
 def link_text(links: tuple[LinkLoad, ...] | list[LinkLoad]) -> str:
