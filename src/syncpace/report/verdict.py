@@ -135,8 +135,7 @@ def _cause(m: MergedFinding, runs: dict[str, RunMetrics], names: dict[str, str])
     first = m.first
     run = runs.get(first.run)
     places = fmt.Places.of(run.placement if run is not None else None)
-    # a finding that names its source carries its links; else the run's busiest ones
-    links = tuple(_links(m, runs)) if m.mode == "fabric_contention" and not m.source else ()
+    links = tuple(_links(m, runs)) if m.mode == "fabric_contention" else ()
     return Cause(
         mode=m.mode,
         title=fmt.mode_title(m.mode),
@@ -180,7 +179,7 @@ def _costs(m: MergedFinding, names: dict[str, str]) -> str:
 def where(m: MergedFinding, places: fmt.Places, links: tuple[LinkLoad, ...] = ()) -> str:
     """Who the cause is: its source first when the finding names one (the host whose
     traffic causes it, the links it crosses), then who suffers: ranks with host and
-    local rank, hosts; links."""
+    local rank, hosts; the run's busiest links when the finding names no source."""
     text = fmt.where(m.ranks, m.nodes, places)
     if m.source:
         return f"source: {source_text(m)}; suffers: {text}"
