@@ -96,3 +96,35 @@ def test_the_link_heatmap_uses_the_same_names() -> None:
     names = set(fig.data[0].y)
     assert "uplink leaf1→spine" in names and "host link h3→leaf1" in names
     assert all(LINK.match(n) for n in names)
+
+
+def _synthetic(tmp_path: Path) -> dict[str, Path]:
+    """Synthetic jobs (tests/analysis/test_mechanisms.py's) of the kinds the saved
+    traces lack: a whole slow node, a one-off stall, a slow link, contention."""
+    from test_mechanisms import FOUR_HOSTS, TWO_BY_TWO, job
+
+    stall = lambda r, s: 40.0 + (3000.0 if (r, s) == (1, 20) else 0.0)  # noqa: E731
+    return {
+        "whole-node": job(
+            tmp_path / "a", hosts=TWO_BY_TWO, compute=lambda r, s: 40.0 + 10 * (r >= 2)
+        ),
+        "stall": job(tmp_path / "b", hosts=FOUR_HOSTS, compute=stall),
+        "slow-link": job(tmp_path / "c", hosts=FOUR_HOSTS, lag=lambda r, s: 8.0 * (r in (0, 1))),
+        "contention": job(
+            tmp_path / "d", hosts=FOUR_HOSTS, transfer=lambda s: 4.0 if s < 14 else 12.0
+        ),
+    }
+
+
+def test_ranks_nodes_and_text_agree_for_the_other_kinds(tmp_path: Path) -> None:
+    seen = set()
+    for name, run in _synthetic(tmp_path).items():
+        analysis = analyze(run)
+        place = analysis.runs[0].placement
+        host = dict(zip(place["rank"].to_list(), place["node"].to_list(), strict=True))
+        for f in analysis.findings:
+            seen.add(f.mode)
+            if f.ranks:
+                assert sorted(f.nodes) == sorted({host[r] for r in f.ranks}), (name, f.mode)
+                assert _ranks_in(f.summary) == set(f.ranks), (name, f.mode, f.summary)
+    assert {"straggler", "stall", "slow_link", "fabric_contention"} <= seen

@@ -445,7 +445,8 @@ def slow_link(ctx: Context) -> list[Finding]:
         return []  # other flows on those hosts' links: contention, not a slow link
     lags = transfer_lags(ctx).filter(pl.col("rank").is_in(late))
     th = ctx.thresholds
-    label = ",".join(map(str, late))
+    label = ",".join(map(str, late))  # the counterfactual's name
+    named = ", ".join(map(str, late))  # as every text names ranks
     if th.link_gbps > 0:
         groups = _groups_with(ctx, late)
 
@@ -454,13 +455,13 @@ def slow_link(ctx: Context) -> list[Finding]:
             rate = cf.transfers_at_rate(p, th.link_gbps, th.link_alpha_us * 1e3, which)
             return cf.combine([cf.exits_aligned(p, late), rate])
 
-        what = f"links of ranks {label} at the link rate"
+        what = f"links of ranks {named} at the link rate"
     else:
 
         def change(p: Any) -> Any:
             return cf.exits_aligned(p, late)
 
-        what = f"collectives ending at ranks {label} with the others"
+        what = f"collectives ending at ranks {named} with the others"
     replay = ctx.counterfactual(f"slow_link:{label}", what, change, cause="slow_link")
     assert replay is not None
     nodes = ctx.nodes_of(late)
@@ -471,7 +472,7 @@ def slow_link(ctx: Context) -> list[Finding]:
             "slow_link",
             0.0,
             min(1.0, 0.5 + last / 2),
-            f"collectives end late at rank{'s' if len(late) > 1 else ''} {label} "
+            f"collectives end late at rank{'s' if len(late) > 1 else ''} {named} "
             f"({', '.join(nodes)}), by {float(np.median(list(lag_ms.values()))):.2f} ms: they "
             f"sit next to a slow link in the ring; fixed, each iteration would be "
             f"{replay.saving:.1%} shorter",
