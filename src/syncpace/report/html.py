@@ -373,7 +373,7 @@ def _finding_card(
         ("where", per_run(lambda f, p: fmt.where(f.ranks, f.nodes, p or fmt.Places({}, {})))),
     ]
     if any(f.source for f in m.found):  # what causes it, before who suffers
-        rows.insert(3, ("source", per_run(lambda f, _: ", ".join(f.source) or None)))
+        rows.insert(3, ("caused by", per_run(lambda f, _: ", ".join(f.source) or None)))
     keys: list[str] = []
     for f in m.found:
         keys += [k for k in f.evidence if k not in keys]
