@@ -142,9 +142,10 @@ def analyze(
     thresholds = thresholds or Thresholds()
     runs, samples, seen, items = [], [], [], []
     for item in _loaded(traces):
-        items.append(item)
-        seen.append((str(_path(item)), _meta(item)))
-        refuse_repeats(seen, lambda i, j: _same_data(items[i], items[j]))
+        if len(traces) > 1:  # a run given after another may be that run again
+            items.append(item)
+            seen.append((str(_path(item)), _meta(item)))
+            refuse_repeats(seen, lambda i, j: _same_data(items[i], items[j]))
         if isinstance(item, Trace):
             run = compute_metrics(item, warmup_steps=warmup_steps)
             sample = sample_iterations(item, run)
