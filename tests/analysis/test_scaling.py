@@ -78,3 +78,47 @@ def test_mixed_world_sizes_scale_over_distinct_sizes(tmp_path: Path) -> None:
     rows = {r.run: r for r in analysis.comparison}
     assert rows[str(b)].baseline == str(a) and rows[str(c)].baseline is None
     assert analyze(a).scaling == () and analyze(a).study == "single"
+
+
+def test_runs_of_different_jobs_are_side_by_side_not_a_scaling_study(tmp_path: Path) -> None:
+    """The demo's 4-rank job (1.2 MB of all-reduce per iteration) and a planted 8-rank
+    job (about 100 MB): two models, not one job at two sizes. No curve (it read 'strong
+    1258 %'), no baseline across them, and one line saying what they are."""
+    other = generate(SCENARIOS["healthy"].replace(nodes=2, steps=12), tmp_path / "other")
+    demo = DATA / "demo" / "trace"
+    analysis = analyze([demo, other])
+    assert analysis.study == "separate" and analysis.scaling == ()
+    assert all(c.baseline is None for c in analysis.comparison)
+    assert analysis.relation.startswith(
+        "2 different jobs (parallelism ddp vs none recognised), not one job at several sizes"
+    )
+    assert f"{demo}: all_reduce 1.2 MB per iteration" in analysis.relation
+    assert f"{other}: all_reduce 105 MB per iteration" in analysis.relation
+    data = analysis.to_json()["metrics"]
+    assert data["study"] == "separate" and data["scaling"] == []
+    assert data["relation"] == analysis.relation
+    # the same job at two sizes is still a scaling study
+    same = generate(SCENARIOS["healthy"].replace(nodes=1, steps=12), tmp_path / "same")
+    assert analyze([same, other]).study == "scaling"
+
+
+def test_the_same_run_twice_is_refused_in_one_line(tmp_path: Path) -> None:
+    import shutil
+    import subprocess
+    import sys
+
+    demo = DATA / "demo" / "trace"
+    copy = tmp_path / "copy"
+    shutil.copytree(demo, copy)
+    for runs in ([demo, demo], [demo, copy]):
+        proc = subprocess.run(
+            [sys.executable, "-m", "syncpace", "diagnose", *map(str, runs)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert proc.returncode == 2 and proc.stdout == ""
+        assert proc.stderr == (
+            f"syncpace diagnose: error: {runs[1]}: the same run as {runs[0]} "
+            "(identical files): give each run once\n"
+        )

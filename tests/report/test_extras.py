@@ -51,8 +51,8 @@ def test_link_utilisation_is_bytes_over_rate(tmp_path):
     fig = link_utilisation_figure(tmp_path / "fabric-links.arrow")
     heat = fig.data[0]
     values = dict(zip(heat.y, [row[0] for row in heat.z], strict=True))
-    assert values["uplink leaf0 spine"] == pytest.approx(0.8, rel=1e-3)
-    assert values["host h0 leaf0"] == 0.0
+    assert values["uplink leaf0→spine"] == pytest.approx(0.8, rel=1e-3)
+    assert values["host link h0→leaf0"] == 0.0
 
 
 def test_damaged_counters_become_a_note(tmp_path):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -103,3 +105,105 @@ def test_warnings_name_the_real_files(tmp_path):
     assert trace.missing_ranks == [3]
     assert any(str(a) in w and str(b) in w for w in trace.warnings), trace.warnings
     assert not any("syncpace-job-" in w for w in trace.warnings)
+
+
+def _node_dirs(tmp_path: Path) -> tuple[Path, Path]:
+    """The fabric_contention scenario (8 ranks, node0: 0-3, node1: 4-7) written the way
+    two nodes without a shared disk write it: each node's ranks, its host sampler's
+    counters and facts, and what else a node leaves (a stall record that resolved, the
+    emulated fabric's link counters, a Flight Recorder dump in a folder of its own)."""
+    from types import SimpleNamespace
+
+    from syncpace.capture.sampler import HostSampler
+    from sysfs_trees import switch_host, write_netdev, write_netstat, write_snmp
+
+    source = Path(__file__).resolve().parents[1] / "data" / "fabric_contention"
+    dirs = (tmp_path / "node0", tmp_path / "node1")
+    for node, d in enumerate(dirs):
+        d.mkdir()
+        for rank in range(4 * node, 4 * node + 4):
+            for f in source.glob(f"rank-{rank:05d}.*"):
+                if f.name.endswith(".meta.json"):
+                    meta = json.loads(f.read_text())
+                    meta["job_id"] = "job-7"
+                    (d / f.name).write_text(json.dumps(meta))
+                else:
+                    shutil.copy2(f, d / f.name)
+        tree = switch_host(tmp_path / f"tree{node}")
+        write_netstat(tree, {})
+
+        def counters(tick: int, tree=tree, node=node) -> None:
+            # node1's eth0 sends 99 % of 100 Gbit/s and retransmits: the evidence changes
+            sent = tick * (99_000_000_000 // 8 // 10 if node else 1_000_000)
+            eth0 = {"tx_bytes": sent, "tx_packets": sent // 9000}
+            write_netdev(tree, {"eth0": eth0, "eth1": {}, "eth2": {}})
+            write_snmp(tree, {"OutSegs": tick * 10_000, "RetransSegs": tick * 50 * node})
+
+        counters(0)  # the host's files exist before the sampler opens them
+        clock = SimpleNamespace(t=1_000_000_000)
+        sampler = HostSampler(
+            d,
+            f"node{node}",
+            root=tree.root,
+            now=lambda clock=clock: clock.t,
+            qdisc_dumper=SimpleNamespace(dump=dict, close=lambda: None),
+            use_nvml=False,
+        )
+        for tick in range(12):
+            counters(tick)
+            sampler.step(slow=True)
+            clock.t += 100_000_000
+        sampler.close()
+    demo = source.parent / "demo" / "trace"
+    shutil.copy2(demo / "fabric-links.arrow", dirs[0] / "fabric-links.arrow")
+    (dirs[1] / "rank-00005.monitor.jsonl").write_text("")
+    (dirs[1] / "flight-recorder").mkdir()
+    (dirs[1] / "flight-recorder" / "nccl_trace_rank_5").write_bytes(b"\x80\x04N.")
+    (dirs[0] / "syncpace.lock").write_text("")  # a live run's lock: no data
+    return dirs
+
+
+def _files(*dirs: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(d)): p.read_bytes()
+        for d in dirs
+        for p in d.rglob("*")
+        if p.is_file() and p.name != "syncpace.lock"
+    }
+
+
+def test_merge_keeps_every_file_and_the_diagnosis(tmp_path, capsys):
+    """The merged directory holds every file of the nodes' directories, byte for byte,
+    and ``diagnose --json`` of it equals that of the directories read together (the
+    host counters included: node1's retransmissions are named in both)."""
+    from syncpace.cli.main import main
+
+    n0, n1 = _node_dirs(tmp_path)
+    out = tmp_path / "merged"
+    assert main(["merge", str(n0), str(n1), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "merged job job-7 (8 ranks)" in printed
+    assert _files(out) == _files(n0, n1)
+    assert not (out / "syncpace.lock").exists()
+    assert main(["diagnose", "--json", str(n0), str(n1)]) == 0
+    apart = capsys.readouterr().out.replace(f"{n0} + {n1}", "RUN")
+    assert main(["diagnose", "--json", str(out)]) == 0
+    merged = capsys.readouterr().out.replace(str(out), "RUN")
+    assert json.loads(merged) == json.loads(apart)
+    (contention,) = [f for f in json.loads(merged)["findings"] if f["mode"] == "fabric_contention"]
+    assert contention["evidence"]["tcp_retransmitted_segments_by_host"] == {"node1": 550}
+    # the merged directory and its parts are one run: given together, refused
+    assert main(["diagnose", str(out), str(n0), str(n1)]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"syncpace diagnose: error: {n0} + {n1}: the same run as {out} (job id job-7): "
+        "give each run once\n"
+    )
+
+
+def test_merge_refuses_two_different_files_of_one_name(tmp_path):
+    n0, n1 = _node_dirs(tmp_path)
+    (n1 / "fabric-links.arrow").write_bytes(b"other")
+    with pytest.raises(TraceError, match="differs from .*node0/fabric-links.arrow"):
+        merge_dirs([n0, n1], tmp_path / "out")
+    assert not (tmp_path / "out").exists()

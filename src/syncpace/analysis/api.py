@@ -5,7 +5,10 @@ Several runs are one of two studies, decided by their world sizes:
 * runs of **equal** world size are runs of one job (A/B, paced and unpaced, before and
   after a fix): a *comparison* — side by side, each against the first (the baseline);
 * runs of **different** world sizes are a *scaling* study: a curve of speedup and
-  efficiency over world size (one point per size).
+  efficiency over world size (one point per size);
+* runs that are not one job (their collectives or payload per iteration differ:
+  :mod:`syncpace.analysis.jobs`) are *separate*: side by side, with no curve and no
+  change against another job's run. The same run given twice is refused.
 
 Runs of one world size never form a scaling curve: a vertical line of "speedups" at a
 single world size is a misreading, not a measurement.
@@ -13,17 +16,21 @@ single world size is a misreading, not a measurement.
 
 from __future__ import annotations
 
+import filecmp
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 from syncpace.analysis.comparison import RunComparison, compare_runs
+from syncpace.analysis.costs import CostAccount, across_runs, cost_account
 from syncpace.analysis.detectors import DETECTORS, Detector
 from syncpace.analysis.detectors.hang import finding_of
 from syncpace.analysis.diagnosis import diagnose, order, scaling_evidence
 from syncpace.analysis.findings import Finding
 from syncpace.analysis.hang import HangAnalysis, analyze_hang, hang_input
+from syncpace.analysis.jobs import job_shape, one_job, refuse_repeats, relation
 from syncpace.analysis.metrics import RunMetrics, compute_metrics
 from syncpace.analysis.replay import PacerFactory
 from syncpace.analysis.replay.whatif import WhatIf
@@ -34,7 +41,7 @@ from syncpace.analysis.timeline import IterationSample, sample_iterations
 from syncpace.trace.merge import join_parts
 from syncpace.trace.reader import Trace, load_trace, read_metadata
 
-Study = Literal["single", "comparison", "scaling"]
+Study = Literal["single", "comparison", "scaling", "separate"]
 
 
 @dataclass(frozen=True)
@@ -50,6 +57,12 @@ class Analysis:
     comparison: tuple[RunComparison, ...] = ()
     samples: tuple[IterationSample, ...] = ()
     what_if: tuple[WhatIf | None, ...] = ()
+    #: What the runs are when they are not one job (empty when they are).
+    relation: str = ""
+    #: Per run, its causes' costs alone and together (None without a replay).
+    costs: tuple[CostAccount | None, ...] = ()
+    #: Why one cause's cost differs between runs, a line per cause.
+    cost_notes: tuple[str, ...] = ()
 
     @property
     def top(self) -> Finding:
@@ -57,9 +70,12 @@ class Analysis:
 
     @property
     def study(self) -> Study:
-        """``single``, ``comparison`` (all runs of one world size) or ``scaling``."""
+        """``single``, ``comparison`` (all runs of one world size), ``scaling`` or
+        ``separate`` (runs of different jobs)."""
         if len(self.runs) < 2:
             return "single"
+        if self.relation:
+            return "separate"
         return "scaling" if len({r.world_size for r in self.runs}) > 1 else "comparison"
 
     def to_json(self) -> dict[str, Any]:
@@ -67,12 +83,18 @@ class Analysis:
             "findings": [f.to_json() for f in self.findings],
             "metrics": {
                 "study": self.study,
+                "relation": self.relation or None,
                 "runs": [r.summary() for r in self.runs],
                 "comparison": [c.to_json() for c in self.comparison],
                 "scaling": [p.to_json() for p in self.scaling],
                 "busbw_note": "busbw uses the nccl-tests factors, which assume a flat topology",
             },
             "what_if": [w.to_json() if w is not None else None for w in self.what_if],
+            "costs": {
+                "model": COST_MODEL,
+                "runs": [a.to_json() if a is not None else None for a in self.costs],
+                "across_runs": list(self.cost_notes),
+            },
         }
 
     def what_if_text(self) -> str:
@@ -82,6 +104,13 @@ class Analysis:
             for r, w in zip(self.runs, self.what_if, strict=False)
         )
 
+
+#: What every cost is, said once (the JSON carries it beside the figures).
+COST_MODEL = (
+    "a cause's cost is what removing that cause alone saves in a replay of the run, as a "
+    "share of that run's replayed iteration; causes overlap, so their costs need not add "
+    "up: 'together' is all causes removed at once; symptoms are bounds, never added"
+)
 
 #: Why a run has no what-if table.
 NO_REPLAY = "no replay (no collectives or steps, an imported trace, or iterations too large)"
@@ -111,8 +140,12 @@ def analyze(
     if isinstance(traces, (Trace, str, os.PathLike)):
         traces = [traces]
     thresholds = thresholds or Thresholds()
-    runs, samples = [], []
+    runs, samples, seen, items = [], [], [], []
     for item in _loaded(traces):
+        if len(traces) > 1:  # a run given after another may be that run again
+            items.append(item)
+            seen.append((str(_path(item)), _meta(item)))
+            refuse_repeats(seen, lambda i, j: _same_data(items[i], items[j]))
         if isinstance(item, Trace):
             run = compute_metrics(item, warmup_steps=warmup_steps)
             sample = sample_iterations(item, run)
@@ -120,15 +153,24 @@ def analyze(
             run, sample = stream_metrics(item, warmup_steps=warmup_steps)
         runs.append(run)
         samples.append(sample)
-    curve = scaling_curve(
-        [(r.run, r.world_size, r.iteration_ns / 1e9, r.iteration.get("cv", 0.0)) for r in runs]
+    shapes = [job_shape(r) for r in runs]
+    jobs = one_job(shapes)
+    separate = relation(shapes) if len(runs) > 1 else ""
+    curve = (
+        []
+        if separate
+        else scaling_curve(
+            [(r.run, r.world_size, r.iteration_ns / 1e9, r.iteration.get("cv", 0.0)) for r in runs]
+        )
     )
     findings: list[Finding] = []
     tables: list[WhatIf | None] = []
+    accounts: list[CostAccount | None] = []
     for run in runs:
         result = diagnose(run, thresholds, detectors, pacer=pacer)
         findings.extend(result.findings)
         tables.append(result.what_if)
+        accounts.append(cost_account(result.findings, result.what_if))
     if len(runs) > 1:
         findings = order(scaling_evidence(findings, curve))
     return Analysis(
@@ -136,10 +178,36 @@ def analyze(
         tuple(findings),
         tuple(curve),
         thresholds,
-        comparison=tuple(compare_runs(runs)),
+        comparison=tuple(compare_runs(runs, jobs)),
         samples=tuple(samples),
         what_if=tuple(tables),
+        relation=separate,
+        costs=tuple(accounts),
+        cost_notes=tuple(across_runs(accounts, [r.pacing is not None for r in runs])),
     )
+
+
+def _path(item: Trace | str | os.PathLike[str]) -> str | os.PathLike[str]:
+    return item.path if isinstance(item, Trace) else item
+
+
+def _same_data(a: Trace | str | os.PathLike[str], b: Trace | str | os.PathLike[str]) -> bool:
+    """Whether two runs of identical metadata hold the same data: one directory twice,
+    a copy (every rank file equal), or loaded traces with equal events and steps."""
+    if isinstance(a, Trace) and isinstance(b, Trace):
+        return a.events.equals(b.events) and a.steps.equals(b.steps)
+    if isinstance(a, Trace) or isinstance(b, Trace):
+        return False
+    if Path(a).resolve() == Path(b).resolve():
+        return True
+    files = sorted(p.name for p in Path(a).glob("rank-*") if p.is_file())
+    if files != sorted(p.name for p in Path(b).glob("rank-*") if p.is_file()):
+        return False
+    return all(filecmp.cmp(Path(a) / f, Path(b) / f, shallow=False) for f in files)
+
+
+def _meta(item: Trace | str | os.PathLike[str]) -> dict[int, dict[str, Any]]:
+    return item.meta if isinstance(item, Trace) else read_metadata(item).meta
 
 
 def _loaded(

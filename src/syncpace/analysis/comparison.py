@@ -3,7 +3,8 @@ baseline run of the same world size (the first such run given).
 
 This is what several runs of *equal* world size are (A/B, paced and unpaced, before and
 after a fix); runs of different world sizes are a scaling study (``scaling``), and
-their numbers are listed side by side without a change against each other.
+their numbers are listed side by side without a change against each other. Runs of
+different jobs (``jobs``) are never each other's baseline.
 """
 
 from __future__ import annotations
@@ -43,14 +44,19 @@ class RunComparison:
         return asdict(self)
 
 
-def compare_runs(runs: Sequence[RunMetrics]) -> list[RunComparison]:
-    """One row per run, in the order given; empty for a single run."""
+def compare_runs(
+    runs: Sequence[RunMetrics], jobs: Sequence[int] | None = None
+) -> list[RunComparison]:
+    """One row per run, in the order given; empty for a single run. ``jobs``: per run,
+    which job it is (:func:`syncpace.analysis.jobs.one_job`); a run is compared only
+    with a run of its own job (all one job when not given)."""
     if len(runs) < 2:
         return []
-    baselines: dict[int, RunMetrics] = {}
+    jobs = jobs if jobs is not None else [0] * len(runs)
+    baselines: dict[tuple[int, int], RunMetrics] = {}
     rows = []
-    for run in runs:
-        base = baselines.setdefault(run.world_size, run)
+    for run, job in zip(runs, jobs, strict=True):
+        base = baselines.setdefault((job, run.world_size), run)
         it = run.iteration
         mean = run.iteration_ns
         paired = base is not run and base.iteration_ns > 0 and mean > 0

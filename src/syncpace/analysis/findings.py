@@ -48,6 +48,13 @@ class Finding:
     one, a share measured directly (``"measured"``). A cause's cost never exceeds the
     iteration. Findings rank by severity, then cost; a ``symptom`` ranks after causes.
     ``evidence`` holds plain numbers (JSON-able).
+
+    Who: ``source`` names what causes it, when that is known apart from who suffers —
+    hosts, then link directions by their one name (``host link h3→leaf1``,
+    ``uplink leaf1→spine``: :func:`syncpace.analysis.links.link_name`), e.g. the host
+    whose traffic crosses a shared link; ``ranks`` are the ranks the finding places it
+    at (a straggler's late rank, the ranks a contended link delays) and ``nodes`` their
+    hosts (all hosts of the ranks involved when ``ranks`` is empty).
     """
 
     mode: str
@@ -63,6 +70,7 @@ class Finding:
     cost_error: float | None = None
     cost_basis: str = "measured"
     symptom: bool = False
+    source: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not modes.is_registered(self.mode):
@@ -80,6 +88,7 @@ class Finding:
             "cost_error": None if self.cost_error is None else round(self.cost_error, 4),
             "cost_basis": self.cost_basis,
             "symptom": self.symptom,
+            "source": list(self.source),
             "ranks": list(self.ranks),
             "nodes": list(self.nodes),
             "evidence": self.evidence,

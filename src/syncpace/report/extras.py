@@ -16,6 +16,7 @@ from pathlib import Path
 import plotly.graph_objects as go
 import polars as pl
 
+from syncpace.analysis.links import KIND_WORDS
 from syncpace.bench.figures import busbw_figure, pair_matrix_figure
 from syncpace.bench.results import load_bench, load_pair_matrix
 from syncpace.errors import SyncpaceError
@@ -29,7 +30,10 @@ def link_utilisation_figure(path: Path) -> go.Figure | None:
     if util.height == 0:
         return None
     util = util.with_columns(
-        direction=pl.concat_str(["kind", "src", "dst"], separator=" "),
+        # each direction by its one name (analysis.links.link_name)
+        direction=pl.concat_str(
+            pl.col("kind").replace(KIND_WORDS), pl.lit(" "), "src", pl.lit("→"), "dst"
+        ),
         t_s=(pl.col("time_ns") - pl.col("time_ns").min()) / 1e9,
     )
     wide = util.pivot(on="direction", index="t_s", values="util", aggregate_function="mean").sort(

@@ -171,7 +171,7 @@ def fabric_contention(analysis: Analysis, m: MergedFinding) -> Figures:
                 y=part["util"] * 100,
                 mode="lines",
                 line={"color": colour, "dash": dash},
-                name=html.escape(f"{load.kind} {load.direction} — ") + name,
+                name=html.escape(f"{load.name} — ") + name,
                 row=2,
                 col=1,
             )

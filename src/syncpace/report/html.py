@@ -38,7 +38,7 @@ from syncpace.report import format as fmt
 from syncpace.report.breakdown import breakdown_html
 from syncpace.report.hang import hang_html, stopped
 from syncpace.report.merge import MergedFinding, merge_findings
-from syncpace.report.verdict import Cause, Verdict, build_verdict
+from syncpace.report.verdict import Cause, Verdict, build_verdict, cost_text
 
 _CSS = """
 body{font-family:system-ui,sans-serif;margin:20px 28px;max-width:1400px;color:#222;
@@ -192,6 +192,9 @@ def verdict_html(v: Verdict) -> str:
     if v.also:
         also = "; ".join(f"{c.title} — {c.where}, {c.cost}" for c in v.also)
         parts.append(f'<p class="also"><b>Also found:</b> {e(also)}</p>')
+    if v.costs:
+        items = "<br>".join(e(c) for c in v.costs)
+        parts.append(f'<p class="costs"><b>Costs:</b> {items}</p>')
     parts.append(f'<p class="do"><b>Do first:</b> {e(v.first_action)}</p>')
     if v.quality:
         items = "<br>".join(e(q) for q in v.quality)
@@ -252,6 +255,7 @@ def runs_html(analysis: Analysis, figures: _Figures, iteration_plot: Any = None)
         f"({names[runs[0].run]}) as the baseline.",
         "scaling": f"{len(runs)} runs of {len({r.world_size for r in runs})} world sizes: "
         "a scaling study (see the scaling plot).",
+        "separate": analysis.relation,
     }[analysis.study]
     table = (
         f'<table class="t runs"><thead><tr><th></th>{head}</tr></thead><tbody>{body}</tbody>'
@@ -364,11 +368,13 @@ def _finding_card(
         return [fn(f, places.get(run)) if f is not None else "not found" for run, f in cols]
 
     rows = [
-        ("cost", per_run(lambda f, _: f"{fmt.percent(f.cost)} of each iteration")),
+        ("cost", per_run(lambda f, _: cost_text(f))),
         ("severity", per_run(lambda f, _: str(f.severity))),
         ("how sure", per_run(lambda f, _: fmt.confidence(f.confidence))),
         ("where", per_run(lambda f, p: fmt.where(f.ranks, f.nodes, p or fmt.Places({}, {})))),
     ]
+    if any(f.source for f in m.found):  # what causes it, before who suffers
+        rows.insert(3, ("caused by", per_run(lambda f, _: ", ".join(f.source) or None)))
     keys: list[str] = []
     for f in m.found:
         keys += [k for k in f.evidence if k not in keys]

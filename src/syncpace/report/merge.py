@@ -47,6 +47,11 @@ class MergedFinding:
         return tuple(sorted({r for f in self.found for r in f.ranks}))
 
     @property
+    def source(self) -> tuple[str, ...]:
+        """What causes it, over the runs that show it (first seen first)."""
+        return tuple(dict.fromkeys(s for f in self.found for s in f.source))
+
+    @property
     def nodes(self) -> tuple[str, ...]:
         return tuple(sorted({n for f in self.found for n in f.nodes}))
 

@@ -14,7 +14,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from syncpace.analysis import Analysis, RunComparison, RunMetrics, Severity
+from syncpace.analysis import Analysis, Finding, Role, RunComparison, RunMetrics, Severity, modes
 from syncpace.analysis.api import NO_REPLAY
 from syncpace.console import make_console, safe, visible
 from syncpace.report import format as fmt
@@ -22,7 +22,7 @@ from syncpace.report.breakdown import print_breakdowns
 from syncpace.report.format import pacing_line
 from syncpace.report.hang import print_hang, stopped
 from syncpace.report.merge import MergedFinding, merge_findings
-from syncpace.report.verdict import Verdict, build_verdict
+from syncpace.report.verdict import Verdict, build_verdict, where
 
 __all__ = ["pacing_line", "print_analysis", "print_what_if", "verdict_panel"]
 
@@ -56,6 +56,8 @@ def verdict_panel(v: Verdict) -> Panel:
     if v.also:
         also = "; ".join(f"{c.title} — {c.where}, {c.cost}" for c in v.also)
         lines.append(Text("also found: ", style="bold").append(visible(also), style="not bold"))
+    for line in v.costs:
+        lines.append(Text("costs: ", style="bold").append(visible(line), style="not bold"))
     lines.append(Text("do first: ", style="bold").append(visible(v.first_action), style="not bold"))
     for q in v.quality:
         lines.append(Text(visible(f"data quality: {q}"), style="yellow"))
@@ -97,7 +99,10 @@ def print_runs(analysis: Analysis, console: Console) -> None:
         ("iteration, mean", [fmt.duration_ns(r.iteration_ns) for r in analysis.runs]),
         ("iteration, p99", [fmt.duration_ns(r.iteration.get("p99", 0)) for r in analysis.runs]),
         ("iteration CV", [fmt.number(r.iteration.get("cv", 0)) for r in analysis.runs]),
-        ("against baseline", [_change(changes.get(r.run), names) for r in analysis.runs]),
+        (
+            "against baseline",
+            [_change(changes.get(r.run), names, analysis.study) for r in analysis.runs],
+        ),
         ("network busy", [fmt.percent(r.comm.get("network_share", 0)) for r in analysis.runs]),
         ("exposed", [fmt.percent(r.comm.get("exposed_share", 0)) for r in analysis.runs]),
         ("parallelism", [r.parallelism.describe() for r in analysis.runs]),
@@ -117,6 +122,8 @@ def print_runs(analysis: Analysis, console: Console) -> None:
     for label, cells in rows:
         table.add_row(label, *(safe(c) for c in cells))
     console.print(table)
+    if analysis.relation:
+        console.print(f"[yellow]{safe(analysis.relation)}[/]", soft_wrap=True)
     for r in analysis.runs:
         if r.pacing is not None:
             console.print(f"  {safe(names[r.run])}: {safe(pacing_line(r.pacing))}")
@@ -162,25 +169,24 @@ def print_loss(quality: dict, console: Console) -> None:
         console.print(f"  [yellow]warning:[/] … and {len(warnings) - MAX_WARNINGS} more (--json)")
 
 
-def _change(c: RunComparison | None, names: dict[str, str]) -> str:
+def _change(c: RunComparison | None, names: dict[str, str], study: str = "") -> str:
     if c is None or c.iteration_change is None or c.baseline is None:
-        return "baseline"
+        return "none (different jobs)" if study == "separate" else "baseline"
     return f"{fmt.signed_percent(c.iteration_change)} vs {names[c.baseline]}"
 
 
 def print_findings(analysis: Analysis, merged: list[MergedFinding], console: Console) -> None:
     names = fmt.run_names([r.run for r in analysis.runs])
     places = {r.run: fmt.Places.of(r.placement) for r in analysis.runs}
-    multi = len(analysis.runs) > 1
-    table = Table(expand=True, caption=_cost_caption(analysis, names) if multi else None)
+    table = Table(expand=True, caption=_cost_caption(analysis, names, merged))
     for head in ("#", "severity", "mode", "cost", "conf."):
         table.add_column(head, no_wrap=True)
     table.add_column("where", ratio=1)
     table.add_column("finding", ratio=2)
     for i, m in enumerate(merged, 1):
-        costs = " / ".join(fmt.percent(f.cost) if f is not None else "—" for _, f in m.per_run)
+        costs = " / ".join(_cost_cell(f) for _, f in m.per_run)
         first = m.first
-        where_ = fmt.where(m.ranks, m.nodes, places.get(first.run, fmt.Places({}, {})))
+        where_ = where(m, places.get(first.run, fmt.Places({}, {})))
         table.add_row(
             str(i),
             f"[{_STYLE[m.severity]}]{m.severity}[/]",
@@ -193,9 +199,30 @@ def print_findings(analysis: Analysis, merged: list[MergedFinding], console: Con
     console.print(table)
 
 
-def _cost_caption(analysis: Analysis, names: dict[str, str]) -> str:
-    runs = " / ".join(names[r.run] for r in analysis.runs)
-    return safe(f"cost: share of each iteration, per run ({runs})")
+def _cost_cell(f: Finding | None) -> str:
+    """A cause's cost; a symptom's in parentheses: it is not added to the causes'."""
+    if f is None:
+        return "—"
+    return f"({fmt.percent(f.cost)})" if _is_symptom(f) else fmt.percent(f.cost)
+
+
+def _is_symptom(f: Finding) -> bool:
+    return f.symptom or modes.has_role(f.mode, Role.SYMPTOM)
+
+
+def _cost_caption(analysis: Analysis, names: dict[str, str], merged: list[MergedFinding]) -> str:
+    """What the cost column is, so that no one adds it up."""
+    per_run = ""
+    if len(analysis.runs) > 1:
+        per_run = f", per run ({' / '.join(names[r.run] for r in analysis.runs)})"
+    text = (
+        f"cost: what removing that cause alone saves in a replay of the run, as a share of "
+        f"its iteration{per_run}; causes overlap, so costs do not add up (together: the "
+        "verdict's costs line)"
+    )
+    if any(_is_symptom(f) for m in merged for f in m.found):
+        text += "; (in parentheses): a symptom of the causes, not added to them"
+    return safe(text)
 
 
 def print_actions(merged: list[MergedFinding], console: Console, actions: int) -> None:

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from syncpace.analysis import Analysis, RunMetrics, Severity
+from syncpace.analysis import Analysis, Finding, Role, RunMetrics, Severity, modes
+from syncpace.analysis.costs import across_runs
 from syncpace.report import format as fmt
 from syncpace.report.links import LinkLoad, busiest_links, run_window
 from syncpace.report.merge import MergedFinding, merge_findings
@@ -45,6 +46,8 @@ class Verdict:
     quality: tuple[str, ...]  # data-quality warnings: loss, clocks, incomplete runs
     trust: str  # what the data is, when nothing is wrong with it
     first_action: str
+    #: what the costs are and how they combine: per run, then across runs
+    costs: tuple[str, ...] = ()
 
     @property
     def healthy(self) -> bool:
@@ -70,7 +73,32 @@ def build_verdict(analysis: Analysis, merged: list[MergedFinding] | None = None)
         quality=tuple(quality),
         trust=_trust(analysis),
         first_action=top[0].action if top else "Nothing to fix; re-check at larger scale.",
+        costs=tuple(cost_lines(analysis, names)) if top else (),
     )
+
+
+def cost_lines(analysis: Analysis, names: dict[str, str]) -> list[str]:
+    """Each run's causes alone and together, in words, then why one cause's cost
+    differs between runs (:mod:`syncpace.analysis.costs`)."""
+    multi = len(analysis.runs) > 1
+    out = []
+    for account in analysis.costs:
+        text = account.text(symptoms=False) if account is not None else ""
+        if account is not None and text:
+            out.append((f"{names.get(account.run, account.run)}: " if multi else "") + text)
+    paced = [r.pacing is not None for r in analysis.runs]
+    return out + across_runs(analysis.costs, paced, names)
+
+
+def cost_text(f: Finding) -> str:
+    """A finding's cost as the report's cost line reads: what removing it alone saves;
+    a symptom's said not to add to its causes'."""
+    text = f"{fmt.percent(f.cost)} of each iteration"
+    if f.cost_basis == "replay":
+        text += " saved by removing it alone (replayed)"
+    if f.symptom or modes.has_role(f.mode, Role.SYMPTOM):
+        text += "; a symptom of the causes, not added to them"
+    return text
 
 
 def _headline(top: list[Cause], doubtful: bool) -> str:
@@ -149,9 +177,34 @@ def _costs(m: MergedFinding, names: dict[str, str]) -> str:
 
 
 def where(m: MergedFinding, places: fmt.Places, links: tuple[LinkLoad, ...] = ()) -> str:
-    """Who the cause is: ranks with host and local rank, hosts, links."""
+    """Who the cause is: its source first when the finding names one (the host whose
+    traffic causes it, the links it crosses), then who suffers: ranks with host and
+    local rank, hosts; the run's busiest links when the finding names no source."""
     text = fmt.where(m.ranks, m.nodes, places)
+    if m.source:
+        return f"source: {source_text(m)}; suffers: {text}"
     return f"{text}; busiest links: {link_text(links)}" if links else text
+
+
+def source_text(m: MergedFinding) -> str:
+    """'h3 — host link h3→leaf1, uplink leaf1→spine: 99% busy each (of 100 Mbit/s)'."""
+    utils: dict[str, float] = {}
+    rates: set[float] = set()
+    for f in m.found:
+        utils.update(f.evidence.get("link_utilisation_share") or {})
+        rates.update((f.evidence.get("link_rate_bps") or {}).values())
+    hosts = [s for s in m.source if s not in utils]
+    links = [s for s in m.source if s in utils]
+    shown = {fmt.percent(utils[x]) for x in links}
+    if len(shown) == 1:
+        busy = f"{', '.join(links)}: {shown.pop()} busy{' each' * (len(links) > 1)}"
+    else:
+        busy = ", ".join(f"{x} {fmt.percent(utils[x])} busy" for x in links)
+    if busy and len(rates) == 1:
+        busy += f" (of {fmt.bandwidth(rates.pop() / 8e9)})"
+    if hosts and busy:
+        return f"{', '.join(hosts)} — {busy}"
+    return ", ".join(hosts) or busy
 
 
 def link_text(links: tuple[LinkLoad, ...] | list[LinkLoad]) -> str:

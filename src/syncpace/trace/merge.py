@@ -6,9 +6,12 @@ Every rank's metadata carries the job's ``job_id``, agreed through the job's
 rendezvous store, so directories holding parts of one job are recognised as such:
 :func:`group_dirs` sorts a list of directories into jobs, :func:`load_job` loads one
 job's parts as one :class:`~syncpace.trace.reader.Trace`, :func:`merge_dirs` copies
-them into one directory (``syncpace merge``). Loaded traces are joined by
-:func:`merge_traces`; :func:`join_parts` finds, among loaded runs, the parts of one job
-and joins them, leaving whole runs (the same job at several world sizes) as they are.
+every file of them into one directory (``syncpace merge``): rank files, host counters
+and facts, fabric link counters, stall records, Flight Recorder dumps, whatever else the
+nodes wrote, so the merged directory reads as the directories read together. Loaded
+traces are joined by :func:`merge_traces`; :func:`join_parts` finds, among loaded runs,
+the parts of one job and joins them, leaving whole runs (the same job at several world
+sizes) as they are.
 
 Parts are of one job when they carry the same job id. Traces written before job ids
 existed (and Flight Recorder imports) are parts of one job when they agree on the
@@ -18,6 +21,7 @@ world size and their ranks do not overlap: two parts of one job, not two runs of
 from __future__ import annotations
 
 import dataclasses
+import filecmp
 import json
 import os
 import shutil
@@ -29,11 +33,12 @@ import polars as pl
 
 from syncpace.errors import TraceError
 from syncpace.trace import schema
-from syncpace.trace.journal import JOURNAL_SUFFIX
 from syncpace.trace.reader import Trace, load_trace
 from syncpace.trace.validate import ranges
 
-_SUFFIXES = (schema.META_SUFFIX, schema.EVENTS_SUFFIX, schema.STEPS_SUFFIX, JOURNAL_SUFFIX)
+#: The lock a live ``syncpace run`` holds on its directory: no data, and a merged
+#: directory is no live run's.
+LOCK_NAME = "syncpace.lock"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,10 +121,21 @@ def _check(parts: Sequence[Part]) -> None:
             owner[rank] = part.path
 
 
-def _rank_files(path: Path) -> list[Path]:
-    return sorted(
-        p for p in path.iterdir() if p.name.startswith("rank-") and p.name.endswith(_SUFFIXES)
-    )
+def _job_files(dirs: Sequence[Path]) -> dict[Path, Path]:
+    """Every regular file of the parts (subdirectories included), by its path relative
+    to its part; the live run's lock left out. A name two parts both hold is kept once
+    when the files are equal, and refused when they differ (neither can stand for the
+    other)."""
+    files: dict[Path, Path] = {}
+    for d in dirs:
+        for path in sorted(d.rglob("*")):
+            if path.is_symlink() or not path.is_file() or path.name == LOCK_NAME:
+                continue
+            name = path.relative_to(d)
+            other = files.setdefault(name, path)
+            if other is not path and not filecmp.cmp(other, path, shallow=False):
+                raise TraceError(path, f"differs from {other}: two files of one name in one job")
+    return files
 
 
 def load_job(paths: Sequence[str | os.PathLike[str]]) -> Trace:
@@ -138,8 +154,9 @@ def load_job(paths: Sequence[str | os.PathLike[str]]) -> Trace:
 def merge_dirs(
     paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str], *, overwrite: bool = False
 ) -> dict[str, Any]:
-    """Copy the parts of one job into ``out`` (created), after checking they are one
-    job. Returns what was merged: the job id, world size, ranks per part."""
+    """Copy every file of the parts of one job into ``out`` (created), after checking
+    they are one job. Returns what was merged: the job id, world size, ranks and files
+    per part."""
     dirs = [Path(p) for p in paths]
     groups = group_dirs(dirs)
     if len(groups) != 1:
@@ -152,15 +169,17 @@ def merge_dirs(
     target = Path(out)
     if target.exists() and any(target.glob("rank-*")) and not overwrite:
         raise TraceError(target, "already holds a trace; choose another output or --overwrite")
+    files = _job_files(dirs)
     target.mkdir(parents=True, exist_ok=True)
-    for d in dirs:
-        for f in _rank_files(d):
-            shutil.copy2(f, target / f.name)
+    for name, source in files.items():
+        (target / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source, target / name)
     load_trace(target)  # what was written reads as one trace
     return {
         "job_id": parts[0].job_id,
         "world_size": parts[0].world_size,
         "parts": {str(p.path): sorted(p.ranks) for p in parts},
+        "files": {str(d): sum(1 for f in files.values() if f.is_relative_to(d)) for d in dirs},
         "out": str(target),
     }
 

@@ -290,7 +290,9 @@ def _straggler_finding(ctx: Context, late: list[int]) -> Finding:
         n for n in nodes if set(place.filter(pl.col("node") == n)["rank"].to_list()) <= set(late)
     ]
     ranks = ", ".join(map(str, late))
-    where = f"node {', '.join(whole)}" if whole else f"rank{'s' if len(late) > 1 else ''} {ranks}"
+    label = f"rank{'s' if len(late) > 1 else ''} {ranks}"
+    # a whole node late is named as such, with its ranks: the finding's ranks are in it
+    where = f"node {', '.join(whole)} ({label})" if whole else label
     starved = starved_hosts(ctx, whole or nodes)
     replay = _not_slow(ctx, late, "straggler", starved=bool(starved))
     wait = _wait_cost(ctx, late)

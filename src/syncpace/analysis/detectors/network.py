@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+from collections import Counter
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -12,6 +14,7 @@ from syncpace.analysis.detectors import advice
 from syncpace.analysis.detectors.arrival import fast_half, fast_noise
 from syncpace.analysis.detectors.context import Context, confidence_of, ms
 from syncpace.analysis.findings import Finding
+from syncpace.analysis.links import LinkLoad, busiest_links, run_window
 from syncpace.analysis.replay import counterfactuals as cf
 from syncpace.analysis.replay.program import JOIN, WAIT
 from syncpace.analysis.replay.whatif import Outcome
@@ -224,6 +227,80 @@ def contended_hosts(ctx: Context, hosts: list[str] | None = None) -> list[str]:
     return [h for h in found if hosts is None or h in hosts]
 
 
+#: A link direction is busy at this mean utilisation over the run's iterations.
+BUSY_LINK = 0.5
+#: A host sends beyond the job's own traffic when its link's sending direction is
+#: busy and this many times the median host's.
+SENDER_FACTOR = 2.0
+
+
+@dataclass(frozen=True)
+class LinkSource:
+    """What the link counters say causes contention: hosts sending beyond the job's
+    traffic (their own links' sending directions) and the busy shared links."""
+
+    hosts: tuple[str, ...]
+    sending: tuple[LinkLoad, ...]
+    shared: tuple[LinkLoad, ...]
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return (*self.hosts, *(x.name for x in self.sending), *(x.name for x in self.shared))
+
+    def text(self) -> str:
+        """'h3 sends at 99% of host link h3→leaf1; its traffic crosses uplink
+        leaf1→spine, uplink spine→leaf0, 99% busy each'."""
+        shared = _loads(self.shared)
+        if not self.hosts:
+            return shared
+        sends = ", ".join(f"{x.src} sends at {x.util:.0%} of {x.name}" for x in self.sending)
+        whose = "its" if len(self.hosts) == 1 else "their"
+        return f"{sends}; {whose} traffic crosses {shared}" if shared else sends
+
+    def evidence(self) -> dict[str, Any]:
+        loads = (*self.sending, *self.shared)
+        return {
+            "source_hosts": list(self.hosts),
+            "link_utilisation_share": {x.name: round(x.util, 4) for x in loads},
+            "link_rate_bps": {x.name: x.rate_bps for x in loads},
+        }
+
+
+def _loads(loads: tuple[LinkLoad, ...]) -> str:
+    """'uplink leaf1→spine, uplink spine→leaf0, 99% busy each'."""
+    utils = {f"{x.util:.0%}" for x in loads}
+    if len(utils) == 1:
+        each = " each" if len(loads) > 1 else ""
+        return f"{', '.join(x.name for x in loads)}, {utils.pop()} busy{each}"
+    return ", ".join(f"{x.name} {x.util:.0%} busy" for x in loads)
+
+
+def link_source(ctx: Context) -> LinkSource | None:
+    """From the run directory's link counters (the emulated fabric's), over the run's
+    iterations: the hosts whose own link's sending direction is busy and
+    ``SENDER_FACTOR`` times the median host's (the job's ranks send alike; a host that
+    sends more carries other traffic), and the busy shared links. ``None`` without link
+    counters or a busy link."""
+
+    def compute() -> LinkSource | None:
+        window = run_window(ctx.metrics.rank_steps)
+        loads = busiest_links(ctx.metrics.run, window, top=None, min_util=0.0)
+        # a host is the end of exactly one host link; a switch ends several
+        pairs = {x.link: (x.src, x.dst) for x in loads if x.kind == "host"}
+        ends = Counter(end for pair in pairs.values() for end in pair)
+        sending = [x for x in loads if x.kind == "host" and ends[x.src] == 1]
+        usual = float(np.median([x.util for x in sending])) if sending else 0.0
+        senders = tuple(
+            x for x in sending if x.util >= BUSY_LINK and x.util >= SENDER_FACTOR * usual
+        )
+        shared = tuple(x for x in loads if x.kind != "host" and x.util >= BUSY_LINK)[:3]
+        if not senders and not shared:
+            return None
+        return LinkSource(tuple(dict.fromkeys(x.src for x in senders)), senders, shared)
+
+    return ctx.memo("link_source", compute)
+
+
 def fabric_contention(ctx: Context) -> list[Finding]:
     sized, th = _sized(ctx), ctx.thresholds
     if sized.height < 8 or ctx.iteration_ns <= 0 or not has_cross_node_group(ctx):
@@ -277,8 +354,12 @@ def fabric_contention(ctx: Context) -> list[Finding]:
     )
     cost = replay.saving if replay is not None else measured_cost
     cross_ranks = _cross_ranks(ctx)
-    # where: the hosts whose links carry other traffic, else those ending late, else all
-    nodes = tuple(others) or (ctx.nodes_of(lagging) if lagging else ctx.nodes_of(cross_ranks))
+    # the source: hosts whose links carry other traffic (NIC counters), those sending
+    # beyond the job's traffic and the busy shared links (link counters); who suffers:
+    # the ranks ending late, else every rank of a cross-node group
+    links = link_source(ctx)
+    source = tuple(dict.fromkeys((*others, *(links.names if links is not None else ()))))
+    nodes = ctx.nodes_of(lagging) if lagging else ctx.nodes_of(cross_ranks)
     evidence = {
         "median_inflation": round(inflation, 3),
         "inflation_over_own_best": round(own_inflation, 3),
@@ -298,18 +379,30 @@ def fabric_contention(ctx: Context) -> list[Finding]:
         "other_traffic_share_by_host": foreign_traffic(ctx) or None,
         "groups": sorted(suspect["group"].unique().to_list())[:20],
     }
-    where = f" (worst at {', '.join(nodes)})" if lagging or others else ""
+    if links is not None:
+        evidence.update(links.evidence())
+    causes = []
     if others:
-        where += "; their links carry other traffic beside the job's (NIC counters)"
+        causes.append(
+            f"the links of {', '.join(others)} carry other traffic beside the job's (NIC counters)"
+        )
+    if links is not None and links.text():
+        causes.append(links.text())
+    lead = f"{'; '.join(causes)}: " if causes else ""
+    worst = ""
+    if lagging:
+        label = ", ".join(map(str, lagging))
+        worst = f", worst at rank{'s' * (len(lagging) > 1)} {label} ({', '.join(nodes)})"
     return [
         ctx.finding(
             "fabric_contention",
             measured_cost,
             inflated_share,
-            f"cross-node groups transfer {inflation:.2f}x slower than the run's own best at "
-            f"the same size{where}, not explained by arrival skew; at {at} each iteration "
+            f"{lead}cross-node groups transfer {inflation:.2f}x slower than the run's own best "
+            f"at the same size{worst}, not explained by arrival skew; at {at} each iteration "
             f"would be {cost:.1%} shorter",
             replay=replay,
+            source=source,
             ranks=tuple(lagging),
             nodes=nodes,
             evidence=evidence,
@@ -352,7 +445,8 @@ def slow_link(ctx: Context) -> list[Finding]:
         return []  # other flows on those hosts' links: contention, not a slow link
     lags = transfer_lags(ctx).filter(pl.col("rank").is_in(late))
     th = ctx.thresholds
-    label = ",".join(map(str, late))
+    label = ",".join(map(str, late))  # the counterfactual's name
+    named = ", ".join(map(str, late))  # as every text names ranks
     if th.link_gbps > 0:
         groups = _groups_with(ctx, late)
 
@@ -361,13 +455,13 @@ def slow_link(ctx: Context) -> list[Finding]:
             rate = cf.transfers_at_rate(p, th.link_gbps, th.link_alpha_us * 1e3, which)
             return cf.combine([cf.exits_aligned(p, late), rate])
 
-        what = f"links of ranks {label} at the link rate"
+        what = f"links of ranks {named} at the link rate"
     else:
 
         def change(p: Any) -> Any:
             return cf.exits_aligned(p, late)
 
-        what = f"collectives ending at ranks {label} with the others"
+        what = f"collectives ending at ranks {named} with the others"
     replay = ctx.counterfactual(f"slow_link:{label}", what, change, cause="slow_link")
     assert replay is not None
     nodes = ctx.nodes_of(late)
@@ -378,7 +472,7 @@ def slow_link(ctx: Context) -> list[Finding]:
             "slow_link",
             0.0,
             min(1.0, 0.5 + last / 2),
-            f"collectives end late at rank{'s' if len(late) > 1 else ''} {label} "
+            f"collectives end late at rank{'s' if len(late) > 1 else ''} {named} "
             f"({', '.join(nodes)}), by {float(np.median(list(lag_ms.values()))):.2f} ms: they "
             f"sit next to a slow link in the ring; fixed, each iteration would be "
             f"{replay.saving:.1%} shorter",

@@ -1,0 +1,133 @@
+"""Link counters a run directory may hold (``fabric-links.arrow``, written by the
+emulated fabric): each link direction's utilisation over time, and the busiest ones
+while the run ran — the "which link" of a contention finding, and the host whose
+traffic crosses it.
+
+One name per link direction everywhere (finding text, evidence, JSON, report, plots):
+:attr:`LinkLoad.name`, ``uplink leaf1→spine`` or ``host link h3→leaf1`` — its kind
+in words, then where the bytes go from and to.
+
+Utilisation of a direction between two samples is Δbytes·8 / Δt / rate (see
+docs/fabric.md). The counters' clock is the host's wall clock, as is the trace's
+(rank 0's clock, itself aligned to wall time), so a run's time window selects its samples.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+
+from syncpace.trace.schema import LINKS_FILE
+
+
+@dataclass(frozen=True)
+class LinkLoad:
+    """One link direction's load over a window: ``util`` is the mean utilisation
+    (1 = its configured rate), ``peak`` the largest sample."""
+
+    link: str
+    kind: str
+    src: str
+    dst: str
+    rate_bps: float
+    util: float
+    peak: float
+
+    @property
+    def direction(self) -> str:
+        return f"{self.src}→{self.dst}"
+
+    @property
+    def name(self) -> str:
+        """The link direction's one name: ``uplink leaf1→spine``, ``host link h3→leaf1``."""
+        return link_name(self.kind, self.src, self.dst)
+
+
+#: How a link's kind reads in its name.
+KIND_WORDS = {"host": "host link"}
+
+
+def link_name(kind: str, src: str, dst: str) -> str:
+    return f"{KIND_WORDS.get(kind, kind)} {src}→{dst}"
+
+
+def run_dirs(run: str) -> list[Path]:
+    """The directories of a run's name: one, or the node directories of one job read
+    together (named ``a + b``)."""
+    return [Path(part) for part in str(run).split(" + ")]
+
+
+def link_series(path: Path) -> pl.DataFrame:
+    """Per sample interval and direction: time_ns, link, kind, src, dst, rate_bps, util."""
+    links = pl.read_ipc_stream(path)
+    if links.height == 0:
+        return links.select("time_ns", "link", "kind", "src", "dst", "rate_bps").with_columns(
+            util=pl.lit(0.0)
+        )
+    return (
+        links.sort("time_ns")
+        .with_columns(
+            dt=pl.col("time_ns").diff().over("link", "src", "dst"),
+            db=pl.col("bytes").diff().over("link", "src", "dst"),
+        )
+        .filter(pl.col("dt") > 0, pl.col("rate_bps") > 0, pl.col("db") >= 0)
+        .with_columns(
+            util=(pl.col("db") * 8 / (pl.col("dt") / 1e9) / pl.col("rate_bps")).clip(0, 1.5)
+        )
+        .select("time_ns", "link", "kind", "src", "dst", "rate_bps", "util")
+    )
+
+
+def busiest_links(
+    run_dir: str | Path,
+    window: tuple[int, int] | None = None,
+    *,
+    top: int | None = 3,
+    min_util: float = 0.5,
+) -> list[LinkLoad]:
+    """The most loaded link directions in ``window`` (ns), busiest first: at most
+    ``top`` of them, each at least ``min_util`` busy on average; shared links (uplinks)
+    before host links. Empty when the run directory has no readable counters."""
+    series = window_series(run_dir, window)
+    if series is None or series.height == 0:
+        return []
+    per = (
+        series.group_by("link", "kind", "src", "dst")
+        .agg(
+            rate_bps=pl.col("rate_bps").median(),
+            util=pl.col("util").mean(),
+            peak=pl.col("util").max(),
+        )
+        .filter(pl.col("util") >= min_util)
+        .with_columns(host=pl.col("kind") == "host")
+        .sort(["host", "util", "link", "src"], descending=[False, True, False, False])
+        .head(top if top is not None else 1 << 30)
+        .drop("host")
+    )
+    return [LinkLoad(**row) for row in per.iter_rows(named=True)]
+
+
+def window_series(run_dir: str | Path, window: tuple[int, int] | None) -> pl.DataFrame | None:
+    """:func:`link_series` of a run directory (or of the node directories of one job,
+    the first that has one) within ``window``; ``None`` without a readable counters
+    file."""
+    paths = [d / LINKS_FILE for d in run_dirs(str(run_dir))]
+    path = next((p for p in paths if p.exists()), None)
+    if path is None:
+        return None
+    try:
+        series = link_series(path)
+    except Exception:  # a damaged counters file is a missing picture, not a failure
+        return None
+    if window is not None:
+        series = series.filter(pl.col("time_ns").is_between(window[0], window[1]))
+    return series
+
+
+def run_window(rank_steps: pl.DataFrame) -> tuple[int, int] | None:
+    """First start to last end of a run's measured iterations (ns)."""
+    if rank_steps.height == 0:
+        return None
+    return int(rank_steps["start_ns"].min()), int(rank_steps["end_ns"].max())  # type: ignore[arg-type]
