@@ -4,9 +4,17 @@ Every source draws from its own child of one ``SeedSequence``, so switching one 
 on or off leaves the draws of the others unchanged. Two outputs:
 
 * ``mult`` — a multiplier of each rank's compute time in each iteration: persistent
-  per-rank speed spread, per-iteration jitter (lognormal or heavy-tailed), persistent
-  slow nodes, thermal-throttling episodes of a whole node;
-* ``stall_s`` — additive stalls: OS-noise bursts and data-loader hiccups.
+  per-rank speed spread, per-iteration jitter (lognormal, heavy-tailed, or resampled
+  from measured quantiles), persistent slow nodes, thermal-throttling episodes of a
+  whole node;
+* ``stall_s`` — additive stalls: OS-noise bursts, data-loader hiccups, and the extra
+  time of ranks that arrive late by a measured amount (``extra_ranks``: each draws its
+  own table of quantiles every iteration, and takes no jitter besides).
+
+A table of quantiles is sampled by its inverse CDF: the quantiles are taken at evenly
+spaced probabilities from 0 to 1, a uniform draw is mapped through them, linear in
+between, so the draws follow the measured distribution (bounded by its extremes)
+without assuming its shape.
 """
 
 from __future__ import annotations
@@ -18,13 +26,18 @@ import numpy as np
 from syncpace.config import check_choice, check_numbers, setting
 from syncpace.errors import ConfigError
 
-DISTRIBUTIONS = ("lognormal", "pareto")
+DISTRIBUTIONS = ("lognormal", "pareto", "empirical")
 
 
 @dataclass(kw_only=True, slots=True)
 class NoiseSpec:
     jitter: float = setting(0.02, "Per-iteration compute jitter: lognormal sigma / tail scale.")
-    distribution: str = setting("lognormal", "Jitter: lognormal or pareto (heavy tail).")
+    distribution: str = setting(
+        "lognormal", "Jitter: lognormal, pareto (heavy tail) or empirical (from quantiles)."
+    )
+    quantiles: tuple[float, ...] = setting(
+        (), "empirical: the jitter multiplier's quantiles at evenly spaced probabilities 0..1."
+    )
     tail_shape: float = setting(3.0, "pareto: shape a of the Lomax tail (a > 1).")
     rank_spread: float = setting(0.0, "Persistent per-rank speed spread (lognormal sigma).")
     slow_nodes: tuple[int, ...] = setting((), "Nodes that are persistently slow.")
@@ -42,6 +55,12 @@ class NoiseSpec:
     throttle_factor: float = setting(1.3, "Compute-time factor while throttled.")
     loader_prob: float = setting(0.0, "Chance per rank and iteration of a data-loader hiccup.")
     loader_ms: float = setting(20.0, "Median data-loader hiccup (lognormal sigma 0.5), ms.")
+    extra_ranks: tuple[int, ...] = setting(
+        (), "Ranks that take measured extra time before each iteration's compute."
+    )
+    extra_ms: tuple[float, ...] = setting(
+        (), "Their extra time's quantiles, ms: one table of equal length per extra rank, in order."
+    )
 
     def __post_init__(self) -> None:
         check_numbers(
@@ -60,8 +79,25 @@ class NoiseSpec:
             throttle_factor="(0, 1000]",
             loader_prob="[0, 1]",
             loader_ms="[0, 1e7]",
+            quantiles="(0, 1000]",
+            extra_ranks="[0, 100000000]",
+            extra_ms="[0, 1e7]",
         )
         check_choice(self, "distribution", DISTRIBUTIONS)
+        self.quantiles = _table(self.quantiles, "quantiles")
+        self.extra_ranks = tuple(int(r) for r in self.extra_ranks)
+        self.extra_ms = _table(self.extra_ms, "extra_ms")
+        if self.distribution == "empirical" and len(self.quantiles) < 2:
+            raise ConfigError("distribution = empirical needs at least 2 quantiles")
+        if self.extra_ranks and (
+            not self.extra_ms or len(self.extra_ms) % len(self.extra_ranks) != 0
+        ):
+            raise ConfigError(
+                f"extra_ms needs one table of equal length per extra rank "
+                f"({len(self.extra_ranks)}), got {len(self.extra_ms)} values"
+            )
+        if self.extra_ms and not self.extra_ranks:
+            raise ConfigError("extra_ms without extra_ranks")
         self.slow_nodes = tuple(int(n) for n in self.slow_nodes)
         self.slow_ranks = tuple(int(r) for r in self.slow_ranks)
         self.slow_factors = tuple(float(f) for f in self.slow_factors)
@@ -70,6 +106,29 @@ class NoiseSpec:
                 f"slow_factors needs one factor per slow rank ({len(self.slow_ranks)}), "
                 f"got {len(self.slow_factors)}"
             )
+
+
+    def extra_tables(self) -> np.ndarray:
+        """(extra ranks, quantiles) of each extra rank's table, in ms."""
+        if not self.extra_ranks:
+            return np.zeros((0, 0))
+        return np.asarray(self.extra_ms).reshape(len(self.extra_ranks), -1)
+
+
+def _table(values: tuple[float, ...], name: str) -> tuple[float, ...]:
+    out = tuple(float(v) for v in values)
+    if any(b < a for a, b in zip(out, out[1:], strict=False)):
+        raise ConfigError(f"{name}: quantiles must not decrease")
+    return out
+
+
+def resample(rng: np.random.Generator, table: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """Draws of ``shape`` from the quantiles ``table`` (evenly spaced probabilities 0..1)
+    by the inverse CDF, linear between them; a table of one value is that value."""
+    if table.size == 1:
+        return np.full(shape, float(table[0]))
+    probs = np.linspace(0.0, 1.0, table.size)
+    return np.interp(rng.random(shape), probs, table)
 
 
 @dataclass(frozen=True)
@@ -88,11 +147,21 @@ def draw(spec: NoiseSpec, iterations: int, nodes: int, gpus: int, seed: int) -> 
     mult = np.ones(shape)
     if spec.rank_spread:
         mult *= rng[0].lognormal(0.0, spec.rank_spread, world)[None, :]
-    if spec.jitter:
+    if any(r >= world for r in spec.extra_ranks):
+        raise ConfigError(f"extra rank outside the job ({world} ranks)")
+    extra = list(spec.extra_ranks)
+    if spec.distribution == "empirical":
+        jitter = resample(rng[1], np.asarray(spec.quantiles), shape)
+        jitter[:, extra] = 1.0  # an extra rank's table is all of its variation
+        mult *= jitter
+    elif spec.jitter:
         if spec.distribution == "lognormal":
-            mult *= rng[1].lognormal(0.0, spec.jitter, shape)
+            jitter = rng[1].lognormal(0.0, spec.jitter, shape)
         else:
-            mult *= 1.0 + spec.jitter * rng[1].pareto(spec.tail_shape, shape)
+            jitter = 1.0 + spec.jitter * rng[1].pareto(spec.tail_shape, shape)
+        if extra:
+            jitter[:, extra] = 1.0
+        mult *= jitter
     node_factor = np.ones(nodes)
     node_factor[list(spec.slow_nodes)] = spec.slow_factor
     mult *= np.repeat(node_factor, gpus)[None, :]
@@ -108,6 +177,10 @@ def draw(spec: NoiseSpec, iterations: int, nodes: int, gpus: int, seed: int) -> 
     if spec.loader_prob:
         hit = rng[4].random(shape) < spec.loader_prob
         stall += np.where(hit, spec.loader_ms * 1e-3 * rng[4].lognormal(0.0, 0.5, shape), 0.0)
+    if extra:
+        tables = spec.extra_tables()
+        for j, r in enumerate(extra):
+            stall[:, r] += resample(rng[5], tables[j], (iterations,)) * 1e-3
     return NoiseDraw(mult, stall, throttled)
 
 
