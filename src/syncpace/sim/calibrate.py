@@ -332,8 +332,7 @@ def compute_table(
         table = table.with_columns(waited_ns=pl.lit(0))
     return (
         table.with_columns(
-            compute=(pl.col("issue") - pl.col("start_ns") - pl.col("waited_ns").fill_null(0))
-            / 1e6
+            compute=(pl.col("issue") - pl.col("start_ns") - pl.col("waited_ns").fill_null(0)) / 1e6
         )
         .drop("waited_ns")
         .filter(pl.col("step") >= warmup, pl.col("compute") > 0)
@@ -341,21 +340,23 @@ def compute_table(
 
 
 def waited(events: pl.DataFrame, issues: pl.DataFrame) -> pl.DataFrame:
-    """Per rank and step (``waited_ns``): the time the rank spent, before its ``issue``
-    (the entry that ends compute), waiting for the last rank to enter a collective it
-    had entered and that was over by then: a blocking call (a broadcast, a barrier)
-    held the rank, and that time is the others' compute, not its own. A call still in
-    flight at the issue (an overlapped bucket) held nothing."""
+    """Per rank and step (``waited_ns``): the time the rank was held, before its
+    ``issue`` (the entry that ends compute), in a call it waited on (``wait_ns`` set: a
+    broadcast, a barrier) until the last rank entered that call: the others' compute,
+    not its own. A call nobody waited on (DDP's buckets, completed by callback) held
+    nothing: the rank computed on."""
     last = events.group_by("group", "seq").agg(last_enter=pl.col("enter_ns").max())
     ev = events.join(last, on=["group", "seq"]).join(
         issues.select("rank", "step", "issue"), on=["rank", "step"]
     )
     held = ev.filter(
+        pl.col("wait_ns") >= 0,
         pl.col("enter_ns") < pl.col("issue"),
         pl.col("exit_ns") >= 0,
         pl.col("exit_ns") <= pl.col("issue"),
     )
-    wait = pl.min_horizontal("last_enter", "issue") - pl.col("enter_ns")
+    since = pl.max_horizontal("wait_ns", "enter_ns")
+    wait = pl.min_horizontal("last_enter", "exit_ns") - since
     return held.group_by("rank", "step").agg(waited_ns=wait.clip(lower_bound=0).sum())
 
 
@@ -363,13 +364,18 @@ def compute_profile(table: pl.DataFrame) -> ComputeProfile:
     """The compute statistics of a :func:`compute_table` (see the module docstring)."""
     if table.height == 0:
         raise ConfigError("no step with a collective after warm-up: cannot calibrate compute")
-    per = table.group_by("rank").agg(
-        med=pl.col("compute").median(),
-        q25=pl.col("compute").quantile(0.25, "linear"),
-    ).sort("rank")
+    per = (
+        table.group_by("rank")
+        .agg(
+            med=pl.col("compute").median(),
+            q25=pl.col("compute").quantile(0.25, "linear"),
+        )
+        .sort("rank")
+    )
     meds = per["med"].to_numpy()
     candidate = meds / np.median(meds) > SLOW_RATIO
-    typical = table.filter(pl.col("rank").is_in(per["rank"].filter(~pl.Series(candidate))))
+    typical_ranks = per["rank"].filter(~pl.Series(candidate)).implode()
+    typical = table.filter(pl.col("rank").is_in(typical_ranks))
     upper = float(typical["compute"].quantile(0.75, "linear") or 0.0)
     # slower in most steps, not in the median only: CPU contention moves every rank
     slow = candidate & (per["q25"].to_numpy() > upper)

@@ -92,8 +92,7 @@ def replay_check(config: SimConfig, calibration: Calibration) -> ReplayCheck:
         problems.append(f"CV {check.cv_error:+.3f} (limit ±{CV_TOLERANCE:.2f})")
     if not problems:
         return check
-    why = (
-        f"the model calibrated from the trace does not replay it at {nodes} nodes: "
-        + ", ".join(problems)
+    why = f"the model calibrated from the trace does not replay it at {nodes} nodes: " + ", ".join(
+        problems
     )
     return dataclasses.replace(check, reason=why)

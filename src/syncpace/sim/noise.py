@@ -107,7 +107,6 @@ class NoiseSpec:
                 f"got {len(self.slow_factors)}"
             )
 
-
     def extra_tables(self) -> np.ndarray:
         """(extra ranks, quantiles) of each extra rank's table, in ms."""
         if not self.extra_ranks:

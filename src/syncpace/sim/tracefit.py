@@ -51,9 +51,7 @@ def measured_iterations(steps: pl.DataFrame, warmup: int) -> np.ndarray:
     return per["time_ns"].to_numpy().astype(float) / 1e6
 
 
-def critical_path(
-    steps: pl.DataFrame, events: pl.DataFrame, warmup: int, end: str
-) -> pl.DataFrame:
+def critical_path(steps: pl.DataFrame, events: pl.DataFrame, warmup: int, end: str) -> pl.DataFrame:
     """Per step from ``warmup``: the rank that arrived last (``rank``), its arrival
     (``arrival_ns``), the communication after it (``comm_ms``) and its optimizer
     (``opt_ms``). Steps whose last rank has no observed exit are left out."""
