@@ -42,7 +42,13 @@ from syncpace.analysis.metrics import compute_metrics
 from syncpace.bench.results import load_bench, main_fit
 from syncpace.errors import ConfigError
 from syncpace.sim.engine import SimConfig
-from syncpace.sim.tracefit import critical_path, fit_latency, measured_iterations, quantiles
+from syncpace.sim.tracefit import (
+    critical_path,
+    fit_latency,
+    measured_iterations,
+    quantiles,
+    since_exit,
+)
 from syncpace.trace.busbw import bus_factor
 from syncpace.trace.reader import load_trace
 
@@ -96,8 +102,8 @@ class Calibration:
         gpus = out.topology.gpus_per_node
         if self.world_size % gpus:
             return out  # the replay check says why it cannot run
-        key = "alpha_us" if self.across_nodes else "alpha_intra_us"
-        out, _ = fit_latency(out, self.world_size // gpus, self.comm_ms, self.end, key)
+        nodes = self.world_size // gpus
+        out, _ = fit_latency(out, nodes, self.comm_ms, self.end, self.across_nodes)
         return out
 
     def _noise(self, world: int) -> dict[str, Any]:
@@ -180,6 +186,8 @@ def from_trace(path: str | Path) -> Calibration:
     else:
         notes.append("no step had a collective: compute not calibrated")
     cal.update(_critical(trace.steps, trace.events, warmup, end, notes))
+    if cal.get("slow_ranks") and "opt_ms" in cal:
+        cal["slow_extra_ms"] = _extra(table, trace, cal)
     metrics = compute_metrics(trace, warmup_steps=1)
     inst = metrics.instances.filter(pl.col("complete"), pl.col("service_ns") > 0)
     multi_node = len({m.get("host") for m in trace.meta.values()}) > 1
@@ -244,6 +252,22 @@ def _critical(
         "service_quantiles": spread,
         "opt_ms": float(np.median(path["opt_ms"].to_numpy())),
     }
+
+
+def _extra(table: pl.DataFrame, trace: Any, cal: dict[str, Any]) -> tuple[float, ...]:
+    """Each slow rank's extra time's quantiles, from the exit it left with the others
+    to its arrival (:func:`~syncpace.sim.tracefit.since_exit`), less the optimizer and
+    the others' compute the simulation puts in that time; its compute minus the
+    others' where it has no such gap."""
+    gaps = since_exit(table, trace.events, trace.steps)
+    out: list[float] = []
+    rest, opt = cal["compute_ms"], cal["opt_ms"]
+    for r in cal["slow_ranks"]:
+        own = gaps.filter(pl.col("rank") == r)["gap_ms"].to_numpy() - opt
+        if own.size < 2:
+            own = table.filter(pl.col("rank") == r)["compute"].to_numpy()
+        out.extend(quantiles(np.maximum(own - rest, 0.0)))
+    return tuple(out)
 
 
 def _highest_rate(inst: pl.DataFrame) -> float | None:

@@ -65,6 +65,10 @@ class ReplayCheck:
         out = {k.name: getattr(self, k.name) for k in dataclasses.fields(self)}
         return out | {"mean_error": self.mean_error, "cv_error": self.cv_error}
 
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ReplayCheck:
+        return cls(**{k.name: data[k.name] for k in dataclasses.fields(cls)})
+
 
 def replay_check(config: SimConfig, calibration: Calibration) -> ReplayCheck:
     """Simulate ``config`` (calibrated from ``calibration``'s trace) at the traced size

@@ -22,6 +22,7 @@ from syncpace.control.config import STRATEGIES
 from syncpace.errors import ConfigError, SyncpaceError
 from syncpace.sim import scenario as sc
 from syncpace.sim.calibrate import Calibration, calibrate
+from syncpace.sim.check import ReplayCheck, replay_check
 from syncpace.sim.engine import SimConfig
 from syncpace.sim.topology import TopologySpec
 from syncpace.sim.workload import PLACEMENTS
@@ -117,6 +118,8 @@ class Simulation:
     nodes: tuple[int, ...]  # the scales of a study (none: a single run)
     calibration: Calibration | None
     placements: tuple[str, ...] = ()  # a study's paced arms (none: the workload's place)
+    #: calibrated from a trace: the model replaying that trace (None: no trace)
+    check: ReplayCheck | None = None
 
     @property
     def is_study(self) -> bool:
@@ -166,10 +169,12 @@ def prepare(settings: SimulateSettings, assignments: Sequence[str] = ()) -> Simu
             "--pacing-on device,host compares paced arms: give a pacing strategy "
             "(--strategy early or target)"
         )
+    # a model calibrated from a trace replays that trace before it predicts anything
+    check = replay_check(cfg, calibration) if calibration and calibration.world_size else None
     if len(places) > 1:  # a comparison is a study, even at one scale
         counts = counts or [cfg.topology.nodes]
-        return Simulation(cfg, tuple(counts), calibration, tuple(places))
-    return Simulation(cfg, tuple(counts) if len(counts) > 1 else (), calibration)
+        return Simulation(cfg, tuple(counts), calibration, tuple(places), check)
+    return Simulation(cfg, tuple(counts) if len(counts) > 1 else (), calibration, (), check)
 
 
 def _given(**values: Any) -> dict[str, Any]:

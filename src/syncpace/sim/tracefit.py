@@ -23,6 +23,7 @@ others'), and without it the model's communication is whatever the two sizes' fi
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import numpy as np
 import polars as pl
@@ -77,6 +78,29 @@ def critical_path(steps: pl.DataFrame, events: pl.DataFrame, warmup: int, end: s
     )
 
 
+def since_exit(table: pl.DataFrame, events: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+    """Per rank and step of a compute ``table``: ``gap_ms``, the time from the rank's
+    last exit of the step before (its end where that came first) to the entry that ends
+    its compute, less what it was held in blocking calls: its optimizer and compute,
+    measured from the point every rank leaves together (the end of a collective), not
+    from its own step start, which moves with when it happened to end the step before."""
+    done = (
+        events.group_by("rank", "step")
+        .agg(exit_ns=pl.col("exit_ns").max(), unseen=(pl.col("exit_ns") < 0).any())
+        .join(steps.select("rank", "step", "end_ns"), on=["rank", "step"])
+        .filter(~pl.col("unseen"))
+        .select(
+            "rank", (pl.col("step") + 1).alias("step"), prev=pl.min_horizontal("exit_ns", "end_ns")
+        )
+    )
+    return (
+        table.join(done, on=["rank", "step"])
+        .with_columns(gap_ms=pl.col("compute") + (pl.col("start_ns") - pl.col("prev")) / 1e6)
+        .filter(pl.col("gap_ms") > 0)
+        .select("rank", "step", "gap_ms")
+    )
+
+
 def _quiet(config: SimConfig, nodes: int) -> SimConfig:
     """``config`` at ``nodes`` without randomness: the extra ranks at their medians, no
     jitter, spread, bursts or measured spread of communication; events kept."""
@@ -119,33 +143,51 @@ def simulated_comm_ms(config: SimConfig, end: str) -> float:
 
 
 def fit_latency(
-    config: SimConfig, nodes: int, comm_ms: float, end: str, key: str
+    config: SimConfig, nodes: int, comm_ms: float, end: str, across: bool
 ) -> tuple[SimConfig, str]:
-    """``config`` with the α per step (``key``: ``alpha_us`` or ``alpha_intra_us``)
-    that makes the simulated communication after the last arrival at ``nodes`` equal
-    ``comm_ms``, and a note. It grows with α, so bisection finds it; where the
-    bandwidth alone already takes longer, α is 0 and the note says so."""
+    """``config`` with the α per step (across nodes, or inside one when ``across`` is
+    false) that makes the simulated communication after the last arrival at ``nodes``
+    equal ``comm_ms``, and a note. It grows with α, so bisection finds it. Where the
+    bandwidth alone already takes longer (a β from service times that include queueing
+    or another collective's bytes), α is 0 and the bandwidth is raised until it fits:
+    the critical path is what the iteration pays."""
+    alpha_key = "alpha_us" if across else "alpha_intra_us"
+    rate_key = "nic_gbps" if across else "intra_gbps"
     quiet = _quiet(config, nodes)
+    rate = getattr(quiet.topology, rate_key)
 
-    def comm(alpha: float) -> float:
-        net = dataclasses.replace(quiet.network, **{key: alpha})
-        return simulated_comm_ms(quiet.replace(network=net), end)
+    def comm(alpha: float, scale: float = 1.0) -> float:
+        net = dataclasses.replace(quiet.network, **{alpha_key: alpha})
+        topo = dataclasses.replace(quiet.topology, **{rate_key: rate * scale})
+        return simulated_comm_ms(quiet.replace(network=net, topology=topo), end)
 
-    floor = comm(0.0)
-    if floor >= comm_ms:
+    scale = 1.0
+    if comm(0.0) >= comm_ms:
         alpha = 0.0
-        note = f"α 0: the bandwidth alone gives {floor:.2f} ms of the {comm_ms:.2f} ms measured"
+        scale = _bisect(lambda x: -comm(0.0, x), -comm_ms, 1.0, 1e6, log=True)
+        note = (
+            f"α 0 and the bandwidth x{scale:.3g}: the measured bandwidth alone gave more "
+            f"than the {comm_ms:.2f} ms after the last arrival"
+        )
     else:
-        low, high = 0.0, max(comm_ms * 1e3, 1.0)
-        while comm(high) < comm_ms and high < 1e7:
-            high *= 2
-        for _ in range(40):
-            mid = (low + high) / 2
-            low, high = (mid, high) if comm(mid) < comm_ms else (low, mid)
-        alpha = min((low + high) / 2, 1e7)
+        alpha = _bisect(comm, comm_ms, 0.0, max(comm_ms * 1e3, 1.0))
         note = (
             f"α {alpha:.1f} µs per step: the simulated communication after the last "
             f"arrival at {nodes} nodes is the measured {comm_ms:.2f} ms"
         )
-    network = dataclasses.replace(config.network, **{key: alpha})
-    return config.replace(network=network), note
+    network = dataclasses.replace(config.network, **{alpha_key: alpha})
+    topology = dataclasses.replace(config.topology, **{rate_key: rate * scale})
+    return config.replace(network=network, topology=topology), note
+
+
+def _bisect(
+    f: Callable[[float], float], target: float, low: float, high: float, log: bool = False
+) -> float:
+    """x in [low, ...) with f(x) = target for a non-decreasing f: ``high`` doubled until
+    f reaches the target (at most 1e7), then 40 halvings (geometric with ``log``)."""
+    while f(high) < target and high < 1e7:
+        high *= 2
+    for _ in range(40):
+        mid = (low * high) ** 0.5 if log else (low + high) / 2
+        low, high = (mid, high) if f(mid) < target else (low, mid)
+    return min((low * high) ** 0.5 if log else (low + high) / 2, 1e7)
