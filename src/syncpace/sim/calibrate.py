@@ -92,7 +92,8 @@ class Calibration:
             per = self.compute_ms / wl.accumulation / max(wl.fwd_ms + wl.bwd_ms, 1e-9)
             wl = dataclasses.replace(wl, fwd_ms=wl.fwd_ms * per, bwd_ms=wl.bwd_ms * per)
         if self.opt_ms is not None:
-            wl = dataclasses.replace(wl, opt_ms=self.opt_ms)
+            # collectives back to back after compute are issued together at its end
+            wl = dataclasses.replace(wl, opt_ms=self.opt_ms, overlap=self.end == "last")
         if self.service_quantiles:
             net = dataclasses.replace(net, service_quantiles=self.service_quantiles)
         noise = dataclasses.replace(noise, **self._noise(topo.world_size))

@@ -164,13 +164,14 @@ def fit_latency(
     scale = 1.0
     if comm(0.0) >= comm_ms:
         alpha = 0.0
-        scale = _bisect(lambda x: -comm(0.0, x), -comm_ms, 1.0, 1e6, log=True)
+        cap = min(1e4, 1e6 / rate)  # the rate's own bound; past it the floor is not β
+        scale = _bisect(lambda x: -comm(0.0, x), -comm_ms, 1.0, cap, log=True, cap=cap)
         note = (
             f"α 0 and the bandwidth x{scale:.3g}: the measured bandwidth alone gave more "
             f"than the {comm_ms:.2f} ms after the last arrival"
         )
     else:
-        alpha = _bisect(comm, comm_ms, 0.0, max(comm_ms * 1e3, 1.0))
+        alpha = _bisect(comm, comm_ms, 0.0, max(comm_ms * 1e3, 1.0), cap=1e7)
         note = (
             f"α {alpha:.1f} µs per step: the simulated communication after the last "
             f"arrival at {nodes} nodes is the measured {comm_ms:.2f} ms"
@@ -181,13 +182,23 @@ def fit_latency(
 
 
 def _bisect(
-    f: Callable[[float], float], target: float, low: float, high: float, log: bool = False
+    f: Callable[[float], float],
+    target: float,
+    low: float,
+    high: float,
+    *,
+    cap: float,
+    log: bool = False,
 ) -> float:
-    """x in [low, ...) with f(x) = target for a non-decreasing f: ``high`` doubled until
-    f reaches the target (at most 1e7), then 40 halvings (geometric with ``log``)."""
-    while f(high) < target and high < 1e7:
-        high *= 2
+    """x in [low, cap] with f(x) = target for a non-decreasing f, ``cap`` where f stays
+    below it: ``high`` doubled until f reaches the target, then 40 halvings (geometric
+    with ``log``)."""
+    high = min(high, cap)
+    while f(high) < target and high < cap:
+        high = min(high * 2, cap)
+    if f(high) < target:
+        return cap
     for _ in range(40):
         mid = (low * high) ** 0.5 if log else (low + high) / 2
         low, high = (mid, high) if f(mid) < target else (low, mid)
-    return min((low * high) ** 0.5 if log else (low + high) / 2, 1e7)
+    return (low * high) ** 0.5 if log else (low + high) / 2
