@@ -48,6 +48,7 @@ from syncpace.sim.tracefit import (
     measured_iterations,
     quantiles,
     since_exit,
+    steady_from,
 )
 from syncpace.trace.busbw import bus_factor
 from syncpace.trace.reader import load_trace
@@ -176,9 +177,13 @@ def from_trace(path: str | Path) -> Calibration:
     trace = load_trace(path)
     notes: list[str] = []
     cal: dict[str, Any] = {}
-    # the first step (warm-up: connection setup, DDP's bucket rebuild) is left out
-    first = trace.steps["step"].min() if trace.steps.height else 0
-    warmup = int(first) + 1  # type: ignore[arg-type]
+    # the warm-up (connection setup, DDP's bucket rebuild and first broadcasts) is left out
+    first = int(trace.steps["step"].min()) if trace.steps.height else 0  # type: ignore[arg-type]
+    warmup = steady_from(trace.events, first)
+    if warmup > first + 1:
+        notes.append(
+            f"steps {first}-{warmup - 1} left out: their collectives are not the steady ones"
+        )
     end, why = compute_end(trace.events, warmup)
     table = compute_table(trace.steps, trace.events, warmup, end=end)
     if table.height:

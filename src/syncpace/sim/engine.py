@@ -256,6 +256,8 @@ def _simulate(cfg: SimConfig, progress: Any) -> SimResult:
         scheduled = pacer.delays_for(i)[0] if pacer is not None else None
         delay = no_delay if scheduled is None else scheduled
         work = wl.compute_s * noise.mult[i] * (1.0 + far) + noise.stall_s[i]
+        if noise.compute_only is not None:
+            work += wl.compute_s * noise.mult[i] * (1.0 + far) * (noise.compute_only[i] - 1.0)
         back = i - 1 - wl.run_ahead_steps
         host_start[i] = issue_start(prev_host_end, end[back] if back >= 0 else None)
         host_end = host_start[i] + host[i] + (delay if on_host else no_delay)

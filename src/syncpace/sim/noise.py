@@ -4,9 +4,12 @@ Every source draws from its own child of one ``SeedSequence``, so switching one 
 on or off leaves the draws of the others unchanged. Two outputs:
 
 * ``mult`` — a multiplier of each rank's compute time in each iteration: persistent
-  per-rank speed spread, per-iteration jitter (lognormal, heavy-tailed, or resampled
-  from measured quantiles), persistent slow nodes, thermal-throttling episodes of a
-  whole node;
+  per-rank speed spread, per-iteration jitter (lognormal or heavy-tailed), persistent
+  slow nodes, thermal-throttling episodes of a whole node;
+* ``compute_only`` — the jitter resampled from measured quantiles (``empirical``): a
+  multiplier of the compute alone, not of the backward's pace or the optimizer that
+  ``mult`` scales too, since what a trace measures is the time a rank took to arrive
+  (on a loaded machine mostly time it was not running), not a slower processor;
 * ``stall_s`` — additive stalls: OS-noise bursts, data-loader hiccups, and the extra
   time of ranks that arrive late by a measured amount (``extra_ranks``: each draws its
   own table of quantiles every iteration, and takes no jitter besides).
@@ -135,6 +138,9 @@ class NoiseDraw:
     mult: np.ndarray  # (I, R) compute-time multiplier
     stall_s: np.ndarray  # (I, R) additive stall, seconds
     throttled: np.ndarray  # (I, N) node throttled in that iteration
+    #: (I, R) a multiplier of the compute alone (the measured jitter): time a rank lost
+    #: before its compute, which neither its backward's pace nor its optimizer share
+    compute_only: np.ndarray | None = None
 
 
 def draw(spec: NoiseSpec, iterations: int, nodes: int, gpus: int, seed: int) -> NoiseDraw:
@@ -149,10 +155,10 @@ def draw(spec: NoiseSpec, iterations: int, nodes: int, gpus: int, seed: int) -> 
     if any(r >= world for r in spec.extra_ranks):
         raise ConfigError(f"extra rank outside the job ({world} ranks)")
     extra = list(spec.extra_ranks)
+    compute_only = None
     if spec.distribution == "empirical":
-        jitter = resample(rng[1], np.asarray(spec.quantiles), shape)
-        jitter[:, extra] = 1.0  # an extra rank's table is all of its variation
-        mult *= jitter
+        compute_only = resample(rng[1], np.asarray(spec.quantiles), shape)
+        compute_only[:, extra] = 1.0  # an extra rank's table is all of its variation
     elif spec.jitter:
         if spec.distribution == "lognormal":
             jitter = rng[1].lognormal(0.0, spec.jitter, shape)
@@ -180,7 +186,7 @@ def draw(spec: NoiseSpec, iterations: int, nodes: int, gpus: int, seed: int) -> 
         tables = spec.extra_tables()
         for j, r in enumerate(extra):
             stall[:, r] += resample(rng[5], tables[j], (iterations,)) * 1e-3
-    return NoiseDraw(mult, stall, throttled)
+    return NoiseDraw(mult, stall, throttled, compute_only)
 
 
 def _episodes(rng: np.random.Generator, iterations: int, nodes: int, rate: float, mean: float):

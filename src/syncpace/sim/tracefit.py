@@ -43,6 +43,26 @@ def quantiles(values: np.ndarray, count: int = QUANTILES) -> tuple[float, ...]:
     return tuple(float(q) for q in np.quantile(values, np.linspace(0.0, 1.0, count)))
 
 
+def steady_from(events: pl.DataFrame, first: int) -> int:
+    """The first step of the steady state: after ``first`` (setup, always left out), the
+    first step whose collectives (op and size, on the lowest rank) are those of the
+    run's most common step. A job's first steps call what it never calls again (DDP's
+    parameter and buffer broadcasts, its bucket rebuild): one such step in 40 is the
+    run's slowest and sets its CV, and no steady model has it."""
+    ev = events.filter(pl.col("rank") == pl.col("rank").min(), pl.col("step") > first)
+    if ev.height == 0:
+        return first + 1
+    sig = (
+        ev.sort("enter_ns")
+        .group_by("step")
+        .agg(sig=pl.concat_str(pl.col("op"), pl.col("bytes").cast(pl.Utf8), separator=":"))
+        .with_columns(pl.col("sig").list.sort().list.join(","))
+    )
+    modal = sig["sig"].mode().sort()[0]
+    steady = sig.filter(pl.col("sig") == modal)["step"].min()
+    return int(steady) if steady is not None else first + 1  # type: ignore[arg-type]
+
+
 def measured_iterations(steps: pl.DataFrame, warmup: int) -> np.ndarray:
     """Global iteration times (ms) from ``warmup`` on, as the analysis measures them:
     between consecutive boundaries (the last rank's end), the first from its earliest
