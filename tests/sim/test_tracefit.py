@@ -23,6 +23,7 @@ from syncpace.sim.tracefit import (
     measured_iterations,
     quantiles,
     since_exit,
+    steady_from,
 )
 from syncpace.sim.tracewrite import write_trace
 
@@ -178,3 +179,26 @@ def test_alpha_is_recovered_from_the_communication_after_the_last_arrival(tmp_pa
     fitted, note = fit_latency(blind, 4, cal.comm_ms, cal.end, across=True)
     assert fitted.network.alpha_us == pytest.approx(300.0, rel=0.05), note
     assert fitted.topology.nic_gbps == 1.0
+
+
+def test_the_steady_state_starts_after_the_first_steps_own_calls() -> None:
+    """Setup (step 0) is always left out; step 1 here also calls broadcasts the job
+    never calls again (DDP's first steps): the steady state starts at step 2."""
+    p = planted()
+    extra = pl.DataFrame(
+        {
+            "rank": [0, 1, 2, 3],
+            "step": [1] * 4,
+            "group": ["0"] * 4,
+            "seq": [999] * 4,
+            "enter_ns": [1] * 4,
+            "exit_ns": [2] * 4,
+            "wait_ns": [1] * 4,
+        }
+    )
+    events = pl.concat([p.events, extra]).with_columns(
+        op=pl.when(pl.col("seq") == 999).then(pl.lit("broadcast")).otherwise(pl.lit("all_reduce")),
+        bytes=pl.when(pl.col("seq") == 999).then(8).otherwise(1 << 20),
+    )
+    assert steady_from(events, first=0) == 2
+    assert steady_from(events.filter(pl.col("seq") != 999), first=0) == 1
