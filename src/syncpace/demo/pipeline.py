@@ -200,12 +200,13 @@ def _phases(config: DemoConfig, console: Console, out: Path, fabric: Any) -> Dem
     with console.status("[4/5] simulating the same job at scale…"):
         study, calibration, check = _simulate(config, trace_dir, out)
     console.print(f"[green]✓[/] [4/5] calibrated from the trace: {escape(calibration)}")
-    console.print(f"  {escape(check.line())}")
+    # one line each however narrow the terminal: what scripts and tests look for
+    console.print(f"  {escape(check.line())}", soft_wrap=True)
     if check.passed:
         console.print(f"  simulated at 4, {', '.join(map(str, config.nodes))} nodes:")
         _print_study(console, study)
     else:
-        console.print(f"  [yellow]{escape(str(check.withheld()))}[/]")
+        console.print(f"  [yellow]{escape(str(check.withheld()))}[/]", soft_wrap=True)
     with console.status("[5/5] writing the HTML report…"):
         report = _report([d for d in (trace_dir, paced_dir) if d is not None], out, notes)
     console.print("[green]✓[/] [5/5] report written")
@@ -444,9 +445,10 @@ def _print_summary(console: Console, config: DemoConfig, r: DemoResult, analysis
         console.print(f"- {advice}")
     base = [s for s in r.study if not s["pacing"]]
     if r.check:
-        console.print(f"- {escape(ReplayCheck.from_json(r.check).line())}")
+        console.print(f"- {escape(ReplayCheck.from_json(r.check).line())}", soft_wrap=True)
         if r.check.get("reason"):
-            console.print(f"- [yellow]predictions withheld: {escape(r.check['reason'])}[/]")
+            reason = escape(r.check["reason"])
+            console.print(f"- [yellow]predictions withheld: {reason}[/]", soft_wrap=True)
     if base:
         last = base[-1]
         paced = next((s for s in r.study if s["pacing"] and s["nodes"] == last["nodes"]), None)
