@@ -5,6 +5,8 @@ and ``report`` read unchanged); a comma list (``--nodes 4,8,16,32,64``) runs a s
 study and prints its table (``--json`` for machines, ``--plot FILE`` for a figure);
 ``--pacing-on device,host`` runs a paced arm with the delay on the device and one with
 it on the host, so the table shows what a host-side delay would have done.
+Calibrated from a trace (``--calibrate TRACE``), the model replays that trace first and
+the check is printed; when it fails, the results are withheld with the reason (exit 1).
 Parsing and printing only: the settings and their precedence are
 :mod:`syncpace.sim.settings`.
 """

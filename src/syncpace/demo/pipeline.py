@@ -5,8 +5,10 @@ Phases: (1) train the digits MLP on 4 gloo ranks under the tracer, with a plante
 straggler (rank ``slow_rank`` spends ``slow_ms`` more every step) and, across the
 emulated fabric when run as root, greedy flows over the spine from ``contention_step``
 on; (2) diagnose the trace; (3) train again with the pacer on under its A/B guard;
-(4) simulate the same job, calibrated from the trace, at 8-256 nodes with and without
-pacing; (5) write ``report.html`` (both runs) and ``scaling.html`` (the study).
+(4) calibrate the simulator from the trace and replay the trace with it (the check:
+within 5 % in mean and 0.03 in CV), then, only when it passes, simulate the same job at
+8-256 nodes with and without pacing; (5) write ``report.html`` (both runs) and
+``scaling.html`` (the study, or the check and why the study is withheld).
 """
 
 from __future__ import annotations

@@ -46,7 +46,11 @@ class SimulateSettings:
     pacing_on: str | None = setting(
         None, "Where the pacer's delay goes: device or host; device,host: a paced arm of each."
     )
-    calibrate: str | None = setting(None, "bench.json / bench run dir / trace dir to fit from.")
+    calibrate: str | None = setting(
+        None,
+        "bench.json / bench run dir / trace dir to fit from; a trace is replayed first and "
+        "the results withheld (exit 1) unless within 5% in mean and 0.03 in CV.",
+    )
     out: str | None = setting(None, "Write the trace here (a study: one directory per run).")
     max_trace_ranks: int = setting(1024, "Write at most this many ranks (whole nodes) per trace.")
     plot: str | None = setting(None, "Study: write an HTML figure here.")
