@@ -19,6 +19,7 @@ from syncpace.sim.engine import simulate
 from syncpace.sim.noise import resample
 from syncpace.sim.tracefit import (
     critical_path,
+    exit_to_end,
     fit_latency,
     measured_iterations,
     quantiles,
@@ -202,3 +203,17 @@ def test_the_steady_state_starts_after_the_first_steps_own_calls() -> None:
     )
     assert steady_from(events, first=0) == 2
     assert steady_from(events.filter(pl.col("seq") != 999), first=0) == 1
+
+
+def test_the_time_after_the_exit_is_each_ranks_own() -> None:
+    """Every rank ends 1.5 ms after the exit, but rank 3 once 31.5 ms (descheduled
+    after the exit: it holds the boundary back, not the network)."""
+    p = planted()
+    late = (pl.col("rank") == 3) & (pl.col("step") == 5)
+    steps = p.steps.with_columns(
+        end_ns=pl.when(late).then(pl.col("end_ns") + 30 * MS).otherwise(pl.col("end_ns"))
+    )
+    post = exit_to_end(steps, p.events, warmup=1).sort("step", "rank")
+    expected = np.full((29, 4), p.opt)
+    expected[4, 3] += 30.0
+    assert post["post_ms"].to_numpy() == pytest.approx(expected.ravel(), abs=1e-5)

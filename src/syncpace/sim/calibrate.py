@@ -44,6 +44,7 @@ from syncpace.errors import ConfigError
 from syncpace.sim.engine import SimConfig
 from syncpace.sim.tracefit import (
     critical_path,
+    exit_to_end,
     fit_latency,
     measured_iterations,
     quantiles,
@@ -73,6 +74,7 @@ class Calibration:
     comm_ms: float | None = None  # median communication after the last arrival
     service_quantiles: tuple[float, ...] = ()  # that communication over its median
     opt_ms: float | None = None  # the last rank's optimizer step, median
+    post_ms: tuple[float, ...] = ()  # the other ranks' exit to step end beyond opt_ms
     end: str = "last"  # which collective's entry ends compute
     world_size: int = 0  # the traced job's ranks (0: not from a trace)
     measured_ms: float | None = None  # the trace's mean iteration time
@@ -118,6 +120,7 @@ class Calibration:
             changes.update(
                 distribution="empirical",
                 quantiles=self.quantiles,
+                post_ms=self.post_ms,
                 slow_ranks=(),
                 slow_factors=(),
                 slow_nodes=(),
@@ -194,6 +197,8 @@ def from_trace(path: str | Path) -> Calibration:
     cal.update(_critical(trace.steps, trace.events, warmup, end, notes))
     if cal.get("slow_ranks") and "opt_ms" in cal:
         cal["slow_extra_ms"] = _extra(table, trace, cal)
+    if "opt_ms" in cal:
+        cal["post_ms"] = _post(trace, warmup, cal)
     metrics = compute_metrics(trace, warmup_steps=1)
     inst = metrics.instances.filter(pl.col("complete"), pl.col("service_ns") > 0)
     multi_node = len({m.get("host") for m in trace.meta.values()}) > 1
@@ -274,6 +279,16 @@ def _extra(table: pl.DataFrame, trace: Any, cal: dict[str, Any]) -> tuple[float,
             own = table.filter(pl.col("rank") == r)["compute"].to_numpy()
         out.extend(quantiles(np.maximum(own - rest, 0.0)))
     return tuple(out)
+
+
+def _post(trace: Any, warmup: int, cal: dict[str, Any]) -> tuple[float, ...]:
+    """Quantiles of the time from a rank's last exit to its step's end beyond the
+    optimizer, over the ranks that are not slow: on a loaded machine a rank descheduled
+    after the exit holds the iteration's boundary back as surely as the network."""
+    post = exit_to_end(trace.steps, trace.events, warmup)
+    slow = pl.Series(list(cal.get("slow_ranks", ())), dtype=post["rank"].dtype)
+    post = post.filter(~pl.col("rank").is_in(slow.implode()))
+    return quantiles(post["post_ms"].to_numpy() - cal["opt_ms"])
 
 
 def _highest_rate(inst: pl.DataFrame) -> float | None:

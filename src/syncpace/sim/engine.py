@@ -284,6 +284,8 @@ def _simulate(cfg: SimConfig, progress: Any) -> SimResult:
                 enter[i, k], exits[i, k] = issue, done
         finish = np.maximum(ready, done if sizes.size else ready)
         end[i] = finish + wl.opt_ms * 1e-3 * noise.mult[i]
+        if noise.post_s is not None:
+            end[i] = np.maximum(end[i] + noise.post_s[i], finish)
         start[i], delay_s[i] = prev_end, delay
         bound = float(end[i].max())
         if pacer is not None:

@@ -10,6 +10,9 @@ on or off leaves the draws of the others unchanged. Two outputs:
   multiplier of the compute alone, not of the backward's pace or the optimizer that
   ``mult`` scales too, since what a trace measures is the time a rank took to arrive
   (on a loaded machine mostly time it was not running), not a slower processor;
+* ``post_s`` — time a rank spends after its last exit beyond the optimizer (measured
+  ``post_ms``: a rank descheduled after the exit ends its step late and holds the
+  iteration's boundary back);
 * ``stall_s`` — additive stalls: OS-noise bursts, data-loader hiccups, and the extra
   time of ranks that arrive late by a measured amount (``extra_ranks``: each draws its
   own table of quantiles every iteration, and takes no jitter besides).
@@ -58,6 +61,11 @@ class NoiseSpec:
     throttle_factor: float = setting(1.3, "Compute-time factor while throttled.")
     loader_prob: float = setting(0.0, "Chance per rank and iteration of a data-loader hiccup.")
     loader_ms: float = setting(20.0, "Median data-loader hiccup (lognormal sigma 0.5), ms.")
+    post_ms: tuple[float, ...] = setting(
+        (),
+        "Quantiles of a rank's time from its last exit to its step's end beyond the "
+        "optimizer, ms (may be negative), drawn per rank and iteration; extra ranks excepted.",
+    )
     extra_ranks: tuple[int, ...] = setting(
         (), "Ranks that take measured extra time before each iteration's compute."
     )
@@ -85,11 +93,15 @@ class NoiseSpec:
             quantiles="(0, 1000]",
             extra_ranks="[0, 100000000]",
             extra_ms="[0, 1e7]",
+            post_ms="[-1e7, 1e7]",
         )
         check_choice(self, "distribution", DISTRIBUTIONS)
         self.quantiles = _table(self.quantiles, "quantiles")
         self.extra_ranks = tuple(int(r) for r in self.extra_ranks)
         self.extra_ms = _table(self.extra_ms, "extra_ms")
+        self.post_ms = _table(self.post_ms, "post_ms")
+        if len(self.post_ms) == 1:
+            raise ConfigError("post_ms needs at least 2 quantiles")
         if self.distribution == "empirical" and len(self.quantiles) < 2:
             raise ConfigError("distribution = empirical needs at least 2 quantiles")
         if self.extra_ranks and (
@@ -141,6 +153,8 @@ class NoiseDraw:
     #: (I, R) a multiplier of the compute alone (the measured jitter): time a rank lost
     #: before its compute, which neither its backward's pace nor its optimizer share
     compute_only: np.ndarray | None = None
+    #: (I, R) seconds added after a rank's exit, before its step ends (``post_ms``)
+    post_s: np.ndarray | None = None
 
 
 def draw(spec: NoiseSpec, iterations: int, nodes: int, gpus: int, seed: int) -> NoiseDraw:
@@ -186,7 +200,13 @@ def draw(spec: NoiseSpec, iterations: int, nodes: int, gpus: int, seed: int) -> 
         tables = spec.extra_tables()
         for j, r in enumerate(extra):
             stall[:, r] += resample(rng[5], tables[j], (iterations,)) * 1e-3
-    return NoiseDraw(mult, stall, throttled, compute_only)
+    post = None
+    if spec.post_ms:
+        # a stream of its own: turning it on leaves every other draw unchanged
+        post_rng = np.random.default_rng(np.random.SeedSequence([seed, 707]))
+        post = resample(post_rng, np.asarray(spec.post_ms), shape) * 1e-3
+        post[:, extra] = 0.0  # an extra rank's table holds its own optimizer's time
+    return NoiseDraw(mult, stall, throttled, compute_only, post)
 
 
 def _episodes(rng: np.random.Generator, iterations: int, nodes: int, rate: float, mean: float):

@@ -121,6 +121,22 @@ def since_exit(table: pl.DataFrame, events: pl.DataFrame, steps: pl.DataFrame) -
     )
 
 
+def exit_to_end(steps: pl.DataFrame, events: pl.DataFrame, warmup: int) -> pl.DataFrame:
+    """Per rank and step from ``warmup`` (``post_ms``): from the rank's last exit (its end
+    where that came first) to its step's end."""
+    done = (
+        events.filter(pl.col("step") >= warmup)
+        .group_by("rank", "step")
+        .agg(exit_ns=pl.col("exit_ns").max(), unseen=(pl.col("exit_ns") < 0).any())
+        .filter(~pl.col("unseen"))
+    )
+    return (
+        done.join(steps.select("rank", "step", "end_ns"), on=["rank", "step"])
+        .with_columns(post_ms=(pl.col("end_ns") - pl.min_horizontal("exit_ns", "end_ns")) / 1e6)
+        .select("rank", "step", "post_ms")
+    )
+
+
 def _quiet(config: SimConfig, nodes: int) -> SimConfig:
     """``config`` at ``nodes`` without randomness: the extra ranks at their medians, no
     jitter, spread, bursts or measured spread of communication; events kept."""
@@ -136,6 +152,7 @@ def _quiet(config: SimConfig, nodes: int) -> SimConfig:
         os_burst_prob=0.0,
         loader_prob=0.0,
         throttle_rate=0.0,
+        post_ms=(),
         extra_ms=medians,
     )
     return config.replace(
