@@ -363,7 +363,9 @@ def _simulate(
     if cal.compute_ms:
         parts.append(f"compute {cal.compute_ms:.1f} ms")
     if cal.bandwidth_gbps:
-        parts.append(f"bandwidth {cal.bandwidth_gbps * 8e3:.0f} Mbit/s")
+        # as applied: the fit to the communication after the last arrival may raise it
+        net = f"bandwidth {cfg.topology.nic_gbps * 8e3:.0f} Mbit/s"
+        parts.append(f"{net}, α {cfg.network.alpha_us:.0f} µs per step")
     if cal.slow_ranks:
         each = zip(cal.slow_ranks, cal.slow_factors, strict=False)
         parts.append("slow rank " + ", ".join(f"{r} x{f:.1f}" for r, f in each))
