@@ -52,6 +52,41 @@ def demo(tmp_path_factory):
     return out, proc.stdout
 
 
+@pytest.fixture(scope="module")
+def localhost(tmp_path_factory):
+    """The demo on localhost without its paced run: the simulator's check. All 44 steps:
+    the check's CV is of the trace's iterations, and a loaded machine's rare stalls
+    need the whole run to be measured at their weight."""
+    out = tmp_path_factory.mktemp("demo-local")
+    proc = _syncpace(
+        "demo",
+        "--no-fabric",
+        "--no-paced-run",
+        "--out",
+        str(out),
+        "--sim-nodes",
+        "8",
+        "--sim-steps",
+        "60",
+        timeout=240,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return out, proc.stdout
+
+
+CHECK = re.compile(
+    r"simulator check at 4 nodes: (\d+) ms per iteration simulated, (\d+) measured "
+    r"\(([+-][\d.]+)%\); CV ([\d.]+) simulated, ([\d.]+) measured"
+)
+
+
+def _check(stdout: str) -> tuple[float, float, float]:
+    """The check's mean error and its simulated and measured CV, as the demo prints them."""
+    found = CHECK.search(stdout)  # printed on one line
+    assert found, stdout[-3000:]
+    return float(found.group(3)) / 100, float(found.group(4)), float(found.group(5))
+
+
 def _findings(run_dir: Path) -> dict[str, dict]:
     diag = _syncpace("diagnose", str(run_dir), "--json", timeout=120)
     assert diag.returncode == 0, diag.stderr[-2000:]
@@ -142,10 +177,15 @@ def test_pacing_ab_study_and_report(demo):
     said = {"helps": "A/B kept on", "no_help": "A/B turned off", "not_needed": "A/B never needed"}
     assert said[state] in stdout.replace("\n", "")
     assert "pacing A/B" in stdout
-    assert "simulated at 64 nodes: efficiency" in stdout
+    _check(stdout)  # printed in every form; the predictions only when it passed
+    page = (out / "scaling.html").read_text(encoding="utf-8")
+    if "predictions withheld" in stdout:
+        assert "simulated at 64 nodes" not in stdout and "predictions withheld: " in page
+    else:
+        assert "simulated at 64 nodes: efficiency" in stdout
+        assert "simulator check at 4 nodes: " in page
     report = out / "report.html"
     assert report.exists() and report.stat().st_size > 100_000  # plotly.js is inlined
-    assert (out / "scaling.html").exists()
     assert f"report: {report}" in stdout.replace("\n", "")
 
 
@@ -178,6 +218,18 @@ def test_the_report_is_the_one_syncpace_report_writes(demo, tmp_path):
     proc = _syncpace("report", *runs, "-o", str(page), timeout=180)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert page.read_text(encoding="utf-8") == (out / "report.html").read_text(encoding="utf-8")
+
+
+@pytest.mark.multirank
+def test_the_simulator_replays_the_localhost_demo(localhost):
+    """Calibrated from the demo's trace, the simulator gives the trace back within 5 %
+    in mean and 0.03 in CV, so its study is printed (before: +36 to +190 %; the runs
+    measured, and the load under which the check still fails: docs/simulator.md)."""
+    out, stdout = localhost
+    error, simulated, measured = _check(stdout)
+    assert abs(error) <= 0.05 and abs(simulated - measured) <= 0.03, stdout[-2000:]
+    assert "predictions withheld" not in stdout
+    assert "simulated at 8 nodes: efficiency" in stdout
 
 
 def test_the_monitor_reads_progress_and_starts_traffic_once():

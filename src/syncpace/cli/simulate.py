@@ -5,6 +5,8 @@ and ``report`` read unchanged); a comma list (``--nodes 4,8,16,32,64``) runs a s
 study and prints its table (``--json`` for machines, ``--plot FILE`` for a figure);
 ``--pacing-on device,host`` runs a paced arm with the delay on the device and one with
 it on the host, so the table shows what a host-side delay would have done.
+Calibrated from a trace (``--calibrate TRACE``), the model replays that trace first and
+the check is printed; when it fails, the results are withheld with the reason (exit 1).
 Parsing and printing only: the settings and their precedence are
 :mod:`syncpace.sim.settings`.
 """
@@ -13,13 +15,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from syncpace.config import add_flags, from_flags
 from syncpace.console import make_console
 from syncpace.sim.engine import SimConfig, SimResult, simulate
 from syncpace.sim.settings import SimulateSettings, Simulation, finite, prepare
-from syncpace.sim.study import arm_name, arms, plot, render, run_study
+from syncpace.sim.study import arm_name, arms, plot, render, run_study, withheld_page
 from syncpace.sim.tracewrite import write_trace
 
 
@@ -46,9 +49,29 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     settings = from_flags(SimulateSettings, args)
     sim = prepare(settings, args.assignments)
+    if sim.check is not None and not _checked(settings, sim):
+        return 1
     if sim.is_study:
         return _study(settings, sim)
     return _single(settings, sim)
+
+
+def _checked(settings: SimulateSettings, sim: Simulation) -> bool:
+    """Print the replay check of a trace calibration (stderr with --json, whose stdout
+    is the result); False, with the reason, when the predictions are withheld."""
+    check = sim.check
+    assert check is not None
+    if not check.passed and settings.plot:
+        withheld_page(settings.plot, sim.config.name, [check.line(), str(check.withheld())])
+    if settings.json and not check.passed:
+        payload = {"check": check.to_json(), "withheld": check.withheld()}
+        print(json.dumps(finite(payload), indent=2, allow_nan=False))
+        return False
+    out = sys.stderr if settings.json else sys.stdout
+    print(check.line(), file=out)
+    if not check.passed:
+        print(check.withheld(), file=out)
+    return check.passed
 
 
 def _single(settings: SimulateSettings, sim: Simulation) -> int:
@@ -62,6 +85,7 @@ def _single(settings: SimulateSettings, sim: Simulation) -> int:
             "trace": str(out) if out else None,
             "config": cfg.to_json(),
             "calibration": sim.calibration.to_json() if sim.calibration else None,
+            "check": sim.check.to_json() if sim.check else None,
         }
         print(json.dumps(finite(payload), indent=2, allow_nan=False))
         return 0
@@ -93,9 +117,12 @@ def _study(settings: SimulateSettings, sim: Simulation) -> int:
         )
     finite(study.to_json())
     if settings.plot:
-        plot(study, settings.plot)
+        plot(study, settings.plot, note=sim.check.line() if sim.check else None)
     if settings.json:
-        print(json.dumps(study.to_json(), indent=2, allow_nan=False))
+        payload = study.to_json()
+        if sim.check is not None:
+            payload["check"] = sim.check.to_json()
+        print(json.dumps(finite(payload), indent=2, allow_nan=False))
         return 0
 
     console = make_console()

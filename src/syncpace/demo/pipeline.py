@@ -5,8 +5,10 @@ Phases: (1) train the digits MLP on 4 gloo ranks under the tracer, with a plante
 straggler (rank ``slow_rank`` spends ``slow_ms`` more every step) and, across the
 emulated fabric when run as root, greedy flows over the spine from ``contention_step``
 on; (2) diagnose the trace; (3) train again with the pacer on under its A/B guard;
-(4) simulate the same job, calibrated from the trace, at 8-256 nodes with and without
-pacing; (5) write ``report.html`` (both runs) and ``scaling.html`` (the study).
+(4) calibrate the simulator from the trace and replay the trace with it (the check:
+within 5 % in mean and 0.03 in CV), then, only when it passes, simulate the same job at
+8-256 nodes with and without pacing; (5) write ``report.html`` (both runs) and
+``scaling.html`` (the study, or the check and why the study is withheld).
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ from syncpace.report.html import write_html
 from syncpace.report.terminal import pacing_line
 from syncpace.sim import scenario as sc
 from syncpace.sim.calibrate import calibrate
-from syncpace.sim.study import plot, run_study
+from syncpace.sim.check import ReplayCheck, replay_check
+from syncpace.sim.study import plot, run_study, withheld_page
 from syncpace.sim.topology import TopologySpec
 from syncpace.trace.reader import load_trace
 from syncpace.trace.summary import pacing_summary
@@ -111,8 +114,9 @@ class DemoResult:
     contention_found: bool
     pacing: dict[str, Any] | None
     iteration_ms: float = 0.0
-    study: list[dict[str, Any]] = field(default_factory=list)
+    study: list[dict[str, Any]] = field(default_factory=list)  # empty when withheld
     notes: tuple[str, ...] = ()
+    check: dict[str, Any] = field(default_factory=dict)  # the simulator's replay check
 
     def to_json(self) -> dict[str, Any]:
         out = {k.name: getattr(self, k.name) for k in dataclasses.fields(self)}
@@ -196,12 +200,15 @@ def _phases(config: DemoConfig, console: Console, out: Path, fabric: Any) -> Dem
     else:
         console.print("[dim]  [3/5] pacing A/B skipped (--no-paced-run)[/]")
     with console.status("[4/5] simulating the same job at scale…"):
-        study, calibration = _simulate(config, trace_dir, out)
-    console.print(
-        f"[green]✓[/] [4/5] simulated at 4, {', '.join(map(str, config.nodes))} nodes "
-        f"(calibrated from the trace: {calibration})"
-    )
-    _print_study(console, study)
+        study, calibration, check = _simulate(config, trace_dir, out)
+    console.print(f"[green]✓[/] [4/5] calibrated from the trace: {escape(calibration)}")
+    # one line each however narrow the terminal: what scripts and tests look for
+    console.print(f"  {escape(check.line())}", soft_wrap=True)
+    if check.passed:
+        console.print(f"  simulated at 4, {', '.join(map(str, config.nodes))} nodes:")
+        _print_study(console, study)
+    else:
+        console.print(f"  [yellow]{escape(str(check.withheld()))}[/]", soft_wrap=True)
     with console.status("[5/5] writing the HTML report…"):
         report = _report([d for d in (trace_dir, paced_dir) if d is not None], out, notes)
     console.print("[green]✓[/] [5/5] report written")
@@ -220,6 +227,7 @@ def _phases(config: DemoConfig, console: Console, out: Path, fabric: Any) -> Dem
         iteration_ms=analysis.runs[0].iteration_ns / 1e6,
         study=study,
         notes=tuple(notes),
+        check=check.to_json(),
     )
     _print_summary(console, config, result, analysis)
     return result
@@ -315,7 +323,11 @@ def _pacing_text(p: dict[str, Any] | None) -> str:
     return pacing_line(p)
 
 
-def _simulate(config: DemoConfig, trace_dir: Path, out: Path) -> tuple[list[dict], str]:
+def _simulate(
+    config: DemoConfig, trace_dir: Path, out: Path
+) -> tuple[list[dict], str, ReplayCheck]:
+    """The study calibrated from the trace, once the calibrated model has replayed the
+    trace within the check's limits; no study (withheld, the page says why) otherwise."""
 
     scen = sc.load(SCENARIO)
     cfg = scen.config
@@ -335,21 +347,29 @@ def _simulate(config: DemoConfig, trace_dir: Path, out: Path) -> tuple[list[dict
             record_events=False,
         )
     )
-    # 4 nodes is the traced job itself: the study's first row checks the model against it.
-    study = run_study(cfg, [4, *config.nodes])
-    try:
-        plot(study, out / "scaling.html")
-    except SyncpaceError:
-        pass  # plotly missing: the table is printed anyway
+    check = replay_check(cfg, cal)
+    rows: list[dict] = []
+    if not check.passed:
+        withheld_page(out / "scaling.html", cfg.name, [check.line(), str(check.withheld())])
+    else:
+        # 4 nodes, the traced job's size, is the base of the efficiencies
+        study = run_study(cfg, [4, *config.nodes])
+        rows = [dict(r) for r in study.rows]
+        try:
+            plot(study, out / "scaling.html", note=check.line())
+        except SyncpaceError:
+            pass  # plotly missing: the table is printed anyway
     parts = []
     if cal.compute_ms:
         parts.append(f"compute {cal.compute_ms:.1f} ms")
     if cal.bandwidth_gbps:
-        parts.append(f"bandwidth {cal.bandwidth_gbps * 8e3:.0f} Mbit/s")
+        # as applied: the fit to the communication after the last arrival may raise it
+        net = f"bandwidth {cfg.topology.nic_gbps * 8e3:.0f} Mbit/s"
+        parts.append(f"{net}, α {cfg.network.alpha_us:.0f} µs per step")
     if cal.slow_ranks:
         each = zip(cal.slow_ranks, cal.slow_factors, strict=False)
         parts.append("slow rank " + ", ".join(f"{r} x{f:.1f}" for r, f in each))
-    return [dict(r) for r in study.rows], ", ".join(parts) or "defaults"
+    return rows, ", ".join(parts) or "defaults", check
 
 
 def _print_study(console: Console, rows: list[dict[str, Any]]) -> None:
@@ -428,11 +448,11 @@ def _print_summary(console: Console, config: DemoConfig, r: DemoResult, analysis
         }.get(state, f"pacing A/B verdict: {state} (the run was too short to decide)")
         console.print(f"- {advice}")
     base = [s for s in r.study if not s["pacing"]]
-    if base and r.iteration_ms:
-        console.print(
-            f"- simulator check at 4 nodes: {base[0]['iteration_ms']:.0f} ms per "
-            f"iteration simulated, {r.iteration_ms:.0f} ms measured"
-        )
+    if r.check:
+        console.print(f"- {escape(ReplayCheck.from_json(r.check).line())}", soft_wrap=True)
+        if r.check.get("reason"):
+            reason = escape(r.check["reason"])
+            console.print(f"- [yellow]predictions withheld: {reason}[/]", soft_wrap=True)
     if base:
         last = base[-1]
         paced = next((s for s in r.study if s["pacing"] and s["nodes"] == last["nodes"]), None)

@@ -34,7 +34,7 @@ from syncpace.sim.flownet import FlowNetwork
 from syncpace.sim.host import delay_shift, device_begin, host_times, issue_start
 from syncpace.sim.interference import InterferenceSpec, stretch
 from syncpace.sim.network import NetworkSpec
-from syncpace.sim.noise import NoiseSpec, draw
+from syncpace.sim.noise import NoiseSpec, draw, resample
 from syncpace.sim.topology import Topology, TopologySpec
 from syncpace.sim.workload import WorkloadSpec
 
@@ -204,6 +204,16 @@ def simulate(cfg: SimConfig, progress: Any = None) -> SimResult:
         ) from None
 
 
+def _service_spread(net: NetworkSpec, iterations: int, seed: int) -> np.ndarray:
+    """(I,) each iteration's multiplier of its collectives' times: draws from the measured
+    ``service_quantiles`` on a seed stream of their own, so that turning them on leaves
+    every other draw unchanged; ones without them."""
+    if not net.service_quantiles:
+        return np.ones(iterations)
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 505]))
+    return resample(rng, np.asarray(net.service_quantiles), (iterations,))
+
+
 def _simulate(cfg: SimConfig, progress: Any) -> SimResult:
     topo_spec, wl, run = cfg.topology, cfg.workload, cfg.run
     topo = Topology(topo_spec, seed=run.seed)
@@ -219,6 +229,9 @@ def _simulate(cfg: SimConfig, progress: Any) -> SimResult:
     else:
         comm = np.zeros((iters, sizes.size))
         flow = FlowNetwork(topo, cfg.network, run.seed)
+    service = _service_spread(cfg.network, iters, run.seed)
+    if flow is None:
+        comm *= service[:, None]
     pacer = Pacer(cfg.pacing, world) if cfg.pacing.paced else None
     rng = np.random.default_rng(np.random.SeedSequence([run.seed, 303]))
     frac = wl.ready_fraction()
@@ -243,6 +256,8 @@ def _simulate(cfg: SimConfig, progress: Any) -> SimResult:
         scheduled = pacer.delays_for(i)[0] if pacer is not None else None
         delay = no_delay if scheduled is None else scheduled
         work = wl.compute_s * noise.mult[i] * (1.0 + far) + noise.stall_s[i]
+        if noise.compute_only is not None:
+            work += wl.compute_s * noise.mult[i] * (1.0 + far) * (noise.compute_only[i] - 1.0)
         back = i - 1 - wl.run_ahead_steps
         host_start[i] = issue_start(prev_host_end, end[back] if back >= 0 else None)
         host_end = host_start[i] + host[i] + (delay if on_host else no_delay)
@@ -262,13 +277,15 @@ def _simulate(cfg: SimConfig, progress: Any) -> SimResult:
             issue = ready - last_bwd * (1.0 - frac[k])
             s = max(float(issue.max()), free)
             if flow is not None:
-                comm[i, k] = flow.run(plans[k], s, salt=i * sizes.size + k)
+                comm[i, k] = flow.run(plans[k], s, salt=i * sizes.size + k) * service[i]
             free = s + comm[i, k]
             done = free + rng.uniform(0.0, jitter, world)
             if record:
                 enter[i, k], exits[i, k] = issue, done
         finish = np.maximum(ready, done if sizes.size else ready)
         end[i] = finish + wl.opt_ms * 1e-3 * noise.mult[i]
+        if noise.post_s is not None:
+            end[i] = np.maximum(end[i] + noise.post_s[i], finish)
         start[i], delay_s[i] = prev_end, delay
         bound = float(end[i].max())
         if pacer is not None:

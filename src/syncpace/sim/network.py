@@ -65,6 +65,11 @@ class NetworkSpec:
         "Persistent flows between the job's nodes: 'SRC->DST' greedy (max-min fair share), "
         "'SRC->DST@F' fixed at F (0 < F < 1) of the NIC rate.",
     )
+    service_quantiles: tuple[float, ...] = setting(
+        (),
+        "Per iteration, every collective's time times a draw from these quantiles (evenly "
+        "spaced probabilities 0..1): the measured spread of communication; empty: none.",
+    )
 
     def __post_init__(self) -> None:
         check_numbers(
@@ -76,8 +81,14 @@ class NetworkSpec:
             background_steps="[1, 1e7]",
             background_flow_mb="(0, 1e7]",
             exit_jitter_us="[0, 1e7]",
+            service_quantiles="(0, 1000]",
         )
         check_choice(self, "tier", TIERS)
+        self.service_quantiles = tuple(float(q) for q in self.service_quantiles)
+        if len(self.service_quantiles) == 1 or any(
+            b < a for a, b in zip(self.service_quantiles, self.service_quantiles[1:], strict=False)
+        ):
+            raise ConfigError("service_quantiles: at least 2, and they must not decrease")
         check_choice(self, "algorithm", ALGORITHMS)
         flows = self.background_flows
         if isinstance(flows, str):  # one string: a comma-separated list

@@ -6,7 +6,21 @@ on or off leaves the draws of the others unchanged. Two outputs:
 * ``mult`` — a multiplier of each rank's compute time in each iteration: persistent
   per-rank speed spread, per-iteration jitter (lognormal or heavy-tailed), persistent
   slow nodes, thermal-throttling episodes of a whole node;
-* ``stall_s`` — additive stalls: OS-noise bursts and data-loader hiccups.
+* ``compute_only`` — the jitter resampled from measured quantiles (``empirical``): a
+  multiplier of the compute alone, not of the backward's pace or the optimizer that
+  ``mult`` scales too, since what a trace measures is the time a rank took to arrive
+  (on a loaded machine mostly time it was not running), not a slower processor;
+* ``post_s`` — time a rank spends after its last exit beyond the optimizer (measured
+  ``post_ms``: a rank descheduled after the exit ends its step late and holds the
+  iteration's boundary back);
+* ``stall_s`` — additive stalls: OS-noise bursts, data-loader hiccups, and the extra
+  time of ranks that arrive late by a measured amount (``extra_ranks``: each draws its
+  own table of quantiles every iteration, and takes no jitter besides).
+
+A table of quantiles is sampled by its inverse CDF: the quantiles are taken at evenly
+spaced probabilities from 0 to 1, a uniform draw is mapped through them, linear in
+between, so the draws follow the measured distribution (bounded by its extremes)
+without assuming its shape.
 """
 
 from __future__ import annotations
@@ -18,13 +32,18 @@ import numpy as np
 from syncpace.config import check_choice, check_numbers, setting
 from syncpace.errors import ConfigError
 
-DISTRIBUTIONS = ("lognormal", "pareto")
+DISTRIBUTIONS = ("lognormal", "pareto", "empirical")
 
 
 @dataclass(kw_only=True, slots=True)
 class NoiseSpec:
     jitter: float = setting(0.02, "Per-iteration compute jitter: lognormal sigma / tail scale.")
-    distribution: str = setting("lognormal", "Jitter: lognormal or pareto (heavy tail).")
+    distribution: str = setting(
+        "lognormal", "Jitter: lognormal, pareto (heavy tail) or empirical (from quantiles)."
+    )
+    quantiles: tuple[float, ...] = setting(
+        (), "empirical: the jitter multiplier's quantiles at evenly spaced probabilities 0..1."
+    )
     tail_shape: float = setting(3.0, "pareto: shape a of the Lomax tail (a > 1).")
     rank_spread: float = setting(0.0, "Persistent per-rank speed spread (lognormal sigma).")
     slow_nodes: tuple[int, ...] = setting((), "Nodes that are persistently slow.")
@@ -42,6 +61,17 @@ class NoiseSpec:
     throttle_factor: float = setting(1.3, "Compute-time factor while throttled.")
     loader_prob: float = setting(0.0, "Chance per rank and iteration of a data-loader hiccup.")
     loader_ms: float = setting(20.0, "Median data-loader hiccup (lognormal sigma 0.5), ms.")
+    post_ms: tuple[float, ...] = setting(
+        (),
+        "Quantiles of a rank's time from its last exit to its step's end beyond the "
+        "optimizer, ms (may be negative), drawn per rank and iteration; extra ranks excepted.",
+    )
+    extra_ranks: tuple[int, ...] = setting(
+        (), "Ranks that take measured extra time before each iteration's compute."
+    )
+    extra_ms: tuple[float, ...] = setting(
+        (), "Their extra time's quantiles, ms: one table of equal length per extra rank, in order."
+    )
 
     def __post_init__(self) -> None:
         check_numbers(
@@ -60,8 +90,29 @@ class NoiseSpec:
             throttle_factor="(0, 1000]",
             loader_prob="[0, 1]",
             loader_ms="[0, 1e7]",
+            quantiles="(0, 1000]",
+            extra_ranks="[0, 100000000]",
+            extra_ms="[0, 1e7]",
+            post_ms="[-1e7, 1e7]",
         )
         check_choice(self, "distribution", DISTRIBUTIONS)
+        self.quantiles = _table(self.quantiles, "quantiles")
+        self.extra_ranks = tuple(int(r) for r in self.extra_ranks)
+        self.extra_ms = _table(self.extra_ms, "extra_ms")
+        self.post_ms = _table(self.post_ms, "post_ms")
+        if len(self.post_ms) == 1:
+            raise ConfigError("post_ms needs at least 2 quantiles")
+        if self.distribution == "empirical" and len(self.quantiles) < 2:
+            raise ConfigError("distribution = empirical needs at least 2 quantiles")
+        if self.extra_ranks and (
+            not self.extra_ms or len(self.extra_ms) % len(self.extra_ranks) != 0
+        ):
+            raise ConfigError(
+                f"extra_ms needs one table of equal length per extra rank "
+                f"({len(self.extra_ranks)}), got {len(self.extra_ms)} values"
+            )
+        if self.extra_ms and not self.extra_ranks:
+            raise ConfigError("extra_ms without extra_ranks")
         self.slow_nodes = tuple(int(n) for n in self.slow_nodes)
         self.slow_ranks = tuple(int(r) for r in self.slow_ranks)
         self.slow_factors = tuple(float(f) for f in self.slow_factors)
@@ -71,12 +122,39 @@ class NoiseSpec:
                 f"got {len(self.slow_factors)}"
             )
 
+    def extra_tables(self) -> np.ndarray:
+        """(extra ranks, quantiles) of each extra rank's table, in ms."""
+        if not self.extra_ranks:
+            return np.zeros((0, 0))
+        return np.asarray(self.extra_ms).reshape(len(self.extra_ranks), -1)
+
+
+def _table(values: tuple[float, ...], name: str) -> tuple[float, ...]:
+    out = tuple(float(v) for v in values)
+    if any(b < a for a, b in zip(out, out[1:], strict=False)):
+        raise ConfigError(f"{name}: quantiles must not decrease")
+    return out
+
+
+def resample(rng: np.random.Generator, table: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """Draws of ``shape`` from the quantiles ``table`` (evenly spaced probabilities 0..1)
+    by the inverse CDF, linear between them; a table of one value is that value."""
+    if table.size == 1:
+        return np.full(shape, float(table[0]))
+    probs = np.linspace(0.0, 1.0, table.size)
+    return np.interp(rng.random(shape), probs, table)
+
 
 @dataclass(frozen=True)
 class NoiseDraw:
     mult: np.ndarray  # (I, R) compute-time multiplier
     stall_s: np.ndarray  # (I, R) additive stall, seconds
     throttled: np.ndarray  # (I, N) node throttled in that iteration
+    #: (I, R) a multiplier of the compute alone (the measured jitter): time a rank lost
+    #: before its compute, which neither its backward's pace nor its optimizer share
+    compute_only: np.ndarray | None = None
+    #: (I, R) seconds added after a rank's exit, before its step ends (``post_ms``)
+    post_s: np.ndarray | None = None
 
 
 def draw(spec: NoiseSpec, iterations: int, nodes: int, gpus: int, seed: int) -> NoiseDraw:
@@ -88,11 +166,21 @@ def draw(spec: NoiseSpec, iterations: int, nodes: int, gpus: int, seed: int) -> 
     mult = np.ones(shape)
     if spec.rank_spread:
         mult *= rng[0].lognormal(0.0, spec.rank_spread, world)[None, :]
-    if spec.jitter:
+    if any(r >= world for r in spec.extra_ranks):
+        raise ConfigError(f"extra rank outside the job ({world} ranks)")
+    extra = list(spec.extra_ranks)
+    compute_only = None
+    if spec.distribution == "empirical":
+        compute_only = resample(rng[1], np.asarray(spec.quantiles), shape)
+        compute_only[:, extra] = 1.0  # an extra rank's table is all of its variation
+    elif spec.jitter:
         if spec.distribution == "lognormal":
-            mult *= rng[1].lognormal(0.0, spec.jitter, shape)
+            jitter = rng[1].lognormal(0.0, spec.jitter, shape)
         else:
-            mult *= 1.0 + spec.jitter * rng[1].pareto(spec.tail_shape, shape)
+            jitter = 1.0 + spec.jitter * rng[1].pareto(spec.tail_shape, shape)
+        if extra:
+            jitter[:, extra] = 1.0
+        mult *= jitter
     node_factor = np.ones(nodes)
     node_factor[list(spec.slow_nodes)] = spec.slow_factor
     mult *= np.repeat(node_factor, gpus)[None, :]
@@ -108,7 +196,17 @@ def draw(spec: NoiseSpec, iterations: int, nodes: int, gpus: int, seed: int) -> 
     if spec.loader_prob:
         hit = rng[4].random(shape) < spec.loader_prob
         stall += np.where(hit, spec.loader_ms * 1e-3 * rng[4].lognormal(0.0, 0.5, shape), 0.0)
-    return NoiseDraw(mult, stall, throttled)
+    if extra:
+        tables = spec.extra_tables()
+        for j, r in enumerate(extra):
+            stall[:, r] += resample(rng[5], tables[j], (iterations,)) * 1e-3
+    post = None
+    if spec.post_ms:
+        # a stream of its own: turning it on leaves every other draw unchanged
+        post_rng = np.random.default_rng(np.random.SeedSequence([seed, 707]))
+        post = resample(post_rng, np.asarray(spec.post_ms), shape) * 1e-3
+        post[:, extra] = 0.0  # an extra rank's table holds its own optimizer's time
+    return NoiseDraw(mult, stall, throttled, compute_only, post)
 
 
 def _episodes(rng: np.random.Generator, iterations: int, nodes: int, rate: float, mean: float):

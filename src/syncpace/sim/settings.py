@@ -22,6 +22,7 @@ from syncpace.control.config import STRATEGIES
 from syncpace.errors import ConfigError, SyncpaceError
 from syncpace.sim import scenario as sc
 from syncpace.sim.calibrate import Calibration, calibrate
+from syncpace.sim.check import ReplayCheck, replay_check
 from syncpace.sim.engine import SimConfig
 from syncpace.sim.topology import TopologySpec
 from syncpace.sim.workload import PLACEMENTS
@@ -45,7 +46,11 @@ class SimulateSettings:
     pacing_on: str | None = setting(
         None, "Where the pacer's delay goes: device or host; device,host: a paced arm of each."
     )
-    calibrate: str | None = setting(None, "bench.json / bench run dir / trace dir to fit from.")
+    calibrate: str | None = setting(
+        None,
+        "bench.json / bench run dir / trace dir to fit from; a trace is replayed first and "
+        "the results withheld (exit 1) unless within 5% in mean and 0.03 in CV.",
+    )
     out: str | None = setting(None, "Write the trace here (a study: one directory per run).")
     max_trace_ranks: int = setting(1024, "Write at most this many ranks (whole nodes) per trace.")
     plot: str | None = setting(None, "Study: write an HTML figure here.")
@@ -117,6 +122,8 @@ class Simulation:
     nodes: tuple[int, ...]  # the scales of a study (none: a single run)
     calibration: Calibration | None
     placements: tuple[str, ...] = ()  # a study's paced arms (none: the workload's place)
+    #: calibrated from a trace: the model replaying that trace (None: no trace)
+    check: ReplayCheck | None = None
 
     @property
     def is_study(self) -> bool:
@@ -166,10 +173,12 @@ def prepare(settings: SimulateSettings, assignments: Sequence[str] = ()) -> Simu
             "--pacing-on device,host compares paced arms: give a pacing strategy "
             "(--strategy early or target)"
         )
+    # a model calibrated from a trace replays that trace before it predicts anything
+    check = replay_check(cfg, calibration) if calibration and calibration.world_size else None
     if len(places) > 1:  # a comparison is a study, even at one scale
         counts = counts or [cfg.topology.nodes]
-        return Simulation(cfg, tuple(counts), calibration, tuple(places))
-    return Simulation(cfg, tuple(counts) if len(counts) > 1 else (), calibration)
+        return Simulation(cfg, tuple(counts), calibration, tuple(places), check)
+    return Simulation(cfg, tuple(counts) if len(counts) > 1 else (), calibration, (), check)
 
 
 def _given(**values: Any) -> dict[str, Any]:

@@ -15,6 +15,7 @@ smallest nodes). CV and p99 are of the global iteration time after warm-up.
 from __future__ import annotations
 
 import dataclasses
+import html
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -150,8 +151,22 @@ def render(study: StudyResult) -> Any:
     return table
 
 
-def plot(study: StudyResult, path: str | Path) -> Path:
-    """A self-contained HTML figure: throughput (with the linear ideal) and CV by scale."""
+def withheld_page(path: str | Path, name: str, lines: Sequence[str]) -> Path:
+    """The scaling page when predictions are withheld: the check and why, no figure."""
+    body = "".join(f"<p>{html.escape(line)}</p>" for line in lines)
+    title = html.escape(f"syncpace simulate: {name}")
+    out = Path(path)
+    out.write_text(
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title></head>"
+        f"<body><h1>{title}</h1>{body}</body></html>\n",
+        encoding="utf-8",
+    )
+    return out
+
+
+def plot(study: StudyResult, path: str | Path, note: str | None = None) -> Path:
+    """A self-contained HTML figure: throughput (with the linear ideal) and CV by scale;
+    ``note`` (the replay check of a trace calibration) under the title."""
     try:
         from plotly.subplots import make_subplots
     except ImportError as exc:
@@ -169,7 +184,10 @@ def plot(study: StudyResult, path: str | Path) -> Path:
         ideal = [base[0]["throughput"] * n / base[0]["nodes"] for n in x]
         fig.add_scatter(x=x, y=ideal, name="linear", line={"dash": "dot"}, row=1, col=1)
     fig.update_xaxes(type="log", title_text="nodes")
-    fig.update_layout(title=f"syncpace simulate: {study.name}")
+    title = f"syncpace simulate: {study.name}"
+    if note:
+        title += f"<br><sup>{html.escape(note)}</sup>"
+    fig.update_layout(title=title)
     out = Path(path)
     fig.write_html(out, include_plotlyjs=True, full_html=True)
     return out
