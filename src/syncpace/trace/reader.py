@@ -33,9 +33,10 @@ from syncpace.trace.segments import add_interval
 from syncpace.trace.stall import StallRecord, load_stalls
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Trace(RankSet):
-    """A loaded run: per-rank metadata and the events and steps of all ranks."""
+    """A loaded run: per-rank metadata and the events and steps of all ranks (made by
+    keyword: :func:`assemble_trace` for a run directory)."""
 
     path: Path
     world_size: int
