@@ -101,7 +101,16 @@ def test_imports_point_down(path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "module", ["syncpace.trace", "syncpace.analysis", "syncpace.diagnose", "syncpace.report.html"]
+    "module",
+    [
+        "syncpace.trace",
+        # the read path itself (``syncpace.trace`` loads its names on first use)
+        "syncpace.trace.reader",
+        "syncpace.trace.read.sweep",
+        "syncpace.analysis",
+        "syncpace.diagnose",
+        "syncpace.report.html",
+    ],
 )
 def test_analysis_side_loads_no_torch_and_no_cli(module: str) -> None:
     code = (

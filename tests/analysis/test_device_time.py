@@ -13,10 +13,10 @@ import pytest
 from tests.device_traces import MS, US, DeviceRun, plant, write_device_run
 
 from syncpace.analysis import Thresholds, analyze, timebase
+from syncpace.analysis.frames import ANALYSIS_COLUMNS
 from syncpace.analysis.metrics import RunMetrics, compute_metrics
 from syncpace.analysis.streaming import Context, same_metrics, stream_metrics
 from syncpace.errors import ConfigError
-from syncpace.trace.chunks import ANALYSIS_COLUMNS
 from syncpace.trace.reader import load_trace
 
 #: Rank 1's GPU takes 30 ms more before each step's first call while its CPU runs 65 ms

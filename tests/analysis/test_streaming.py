@@ -13,13 +13,15 @@ import polars as pl
 import pyarrow as pa
 import pytest
 
+from syncpace.analysis.frames import ANALYSIS_COLUMNS
 from syncpace.analysis.metrics import RunMetrics, compute_metrics
 from syncpace.analysis.streaming import needs_whole_run, same_metrics, stream_metrics
 from syncpace.analysis.timeline import sample_iterations
 from syncpace.errors import TraceError
 from syncpace.trace import RankTraceWriter, schema
-from syncpace.trace.chunks import OutOfOrder, Sweep, rank_files
-from syncpace.trace.reader import load_trace, read_metadata
+from syncpace.trace.read.meta import rank_files, read_metadata
+from syncpace.trace.read.sweep import OutOfOrder, Sweep
+from syncpace.trace.reader import load_trace
 from syncpace.trace.segments import RotationPolicy
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -165,7 +167,7 @@ def test_steps_out_of_order_are_read_in_two_passes(tmp_path: Path) -> None:
     _rewrite(run, 2, lambda ev: pl.concat([ev.slice(40), ev.slice(0, 40)]), cuts=(80,))
     index = read_metadata(run)
     with pytest.raises(OutOfOrder):
-        for _ in Sweep(index, warmup_steps=1, window_events=1):
+        for _ in Sweep(index, columns=ANALYSIS_COLUMNS, warmup_steps=1, window_events=1):
             pass
     _same_both_ways(run)
 
@@ -224,14 +226,15 @@ def test_a_step_is_read_again_from_its_batches_bytes_alone(
     rows the loader has for that step."""
     import os
 
-    from syncpace.trace.chunks import read_window, scan_rank
+    from syncpace.trace.read.index import scan_rank
+    from syncpace.trace.read.window import read_window
 
     run = tmp_path / "run"
     shutil.copytree(DATA / "latency_bound", run)
     _cut_in_batches(run)
     index = read_metadata(run)
     if indexed_by == "sweep":
-        sweep = Sweep(index, warmup_steps=1, window_events=1)
+        sweep = Sweep(index, columns=ANALYSIS_COLUMNS, warmup_steps=1, window_events=1)
         for _ in sweep:
             pass
         scans = sweep.scans()
@@ -271,7 +274,7 @@ def test_steps_read_again_together_decode_a_shared_batch_once(
     (what a reading of each rank and step alone gives)."""
     import os
 
-    from syncpace.trace.chunks import read_steps
+    from syncpace.trace.read.window import read_steps
 
     run = tmp_path / "run"
     shutil.copytree(DATA / "latency_bound", run)
@@ -282,7 +285,7 @@ def test_steps_read_again_together_decode_a_shared_batch_once(
         cuts = np.flatnonzero((np.diff(step) > 0) & (step[1:] % 2 == 0)) + 1
         _rewrite(run, rank, lambda ev: ev, cuts=tuple(cuts))
     index = read_metadata(run)
-    sweep = Sweep(index, warmup_steps=1, window_events=1)
+    sweep = Sweep(index, columns=ANALYSIS_COLUMNS, warmup_steps=1, window_events=1)
     for _ in sweep:
         pass
     scans = sweep.scans()
@@ -319,12 +322,12 @@ def test_steps_read_again_together_decode_a_shared_batch_once(
 def test_a_file_cut_after_it_was_read_is_said_in_one_line(tmp_path: Path) -> None:
     """A rank's file cut short between the read and reading a step again: an error
     naming the file, not a traceback nor rows of another batch."""
-    from syncpace.trace.chunks import read_window
+    from syncpace.trace.read.window import read_window
 
     run = tmp_path / "run"
     shutil.copytree(DATA / "latency_bound", run)
     _cut_in_batches(run)
-    sweep = Sweep(read_metadata(run), warmup_steps=1, window_events=1)
+    sweep = Sweep(read_metadata(run), columns=ANALYSIS_COLUMNS, warmup_steps=1, window_events=1)
     for _ in sweep:
         pass
     scans = sweep.scans()
@@ -332,7 +335,7 @@ def test_a_file_cut_after_it_was_read_is_said_in_one_line(tmp_path: Path) -> Non
     with path.open("r+b") as f:
         f.truncate(path.stat().st_size // 2)
     with pytest.raises(TraceError) as err:
-        read_window(scans, 10, 11)
+        read_window(scans, 10, 11, columns=ANALYSIS_COLUMNS)
     assert str(path) in str(err.value)
     assert "changed since it was read" in str(err.value)
     assert "\n" not in str(err.value)
@@ -344,11 +347,11 @@ def test_a_file_replaced_by_a_fifo_after_it_was_read_is_refused_at_once(tmp_path
     import os
     import signal
 
-    from syncpace.trace.chunks import read_window
+    from syncpace.trace.read.window import read_window
 
     run = tmp_path / "run"
     shutil.copytree(DATA / "latency_bound", run)
-    sweep = Sweep(read_metadata(run), warmup_steps=1, window_events=1)
+    sweep = Sweep(read_metadata(run), columns=ANALYSIS_COLUMNS, warmup_steps=1, window_events=1)
     for _ in sweep:
         pass
     scans = sweep.scans()
@@ -363,7 +366,7 @@ def test_a_file_replaced_by_a_fifo_after_it_was_read_is_refused_at_once(tmp_path
     signal.alarm(10)
     try:
         with pytest.raises(TraceError) as err:
-            read_window(scans, 5, 6)
+            read_window(scans, 5, 6, columns=ANALYSIS_COLUMNS)
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)

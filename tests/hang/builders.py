@@ -102,12 +102,11 @@ def inflight(seq, t, op="all_reduce", nbytes=4096, group="0"):
 def trace(events, stalls=None, ranks=range(WORLD), finished=(), path="run") -> Trace:
     steps = pl.from_arrow(schema.STEPS.empty_table())
     return Trace(
-        Path(path),
-        WORLD,
-        {r: meta(r, r in finished) for r in ranks},
-        frame(events),
-        steps,
-        (),
+        path=Path(path),
+        world_size=WORLD,
+        meta={r: meta(r, r in finished) for r in ranks},
+        events=frame(events),
+        steps=steps,
         stalls=dict(stalls or {}),
     )
 

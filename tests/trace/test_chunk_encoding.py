@@ -10,7 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from syncpace.trace.chunks import _CODES, _compact, _Held, _window_table, analysis_frame
+from syncpace.analysis.frames import ANALYSIS_COLUMNS, analysis_frame
+from syncpace.trace.read.encoding import CODES, compact, string_columns
+from syncpace.trace.read.held import Held, window_table
+
+NAMES = string_columns(ANALYSIS_COLUMNS)
 
 #: Runs of a few values (as a rank writes them), now and then a null.
 runs = st.lists(
@@ -28,24 +32,24 @@ def column(spec: list[tuple[str | None, int]]) -> pa.Array:
 def test_runs_encode_as_the_cast_does(first: list, second: list) -> None:
     chunks = [column(first), column(second)]
     table = pa.table({"op": pa.chunked_array(chunks, pa.string())})
-    got = _compact(table).column("op")
+    got = compact(table, NAMES).column("op")
     assert got.to_pylist() == table.column("op").to_pylist()
-    if got.type == _CODES:  # the same codes and dictionary, chunk by chunk
+    if got.type == CODES:  # the same codes and dictionary, chunk by chunk
         for mine, chunk in zip(got.chunks, chunks, strict=True):
-            assert mine.equals(chunk.cast(_CODES))
+            assert mine.equals(chunk.cast(CODES))
 
 
 def test_many_values_keep_wider_codes() -> None:
     values = pa.array([f"group-{i}" for i in range(300)] * 3)
-    got = _compact(pa.table({"group": values})).column("group")
+    got = compact(pa.table({"group": values}), NAMES).column("group")
     assert pa.types.is_int32(got.type.index_type)
     assert got.to_pylist() == values.to_pylist()
 
 
 def test_alternating_values_are_hashed_row_by_row() -> None:
     values = pa.array(["all_gather", "reduce_scatter"] * 500)
-    got = _compact(pa.table({"op": values})).column("op")
-    assert got.type == _CODES and got.chunk(0).equals(values.cast(_CODES))
+    got = compact(pa.table({"op": values}), NAMES).column("op")
+    assert got.type == CODES and got.chunk(0).equals(values.cast(CODES))
 
 
 #: Runs of names as valid rows hold them (no nulls).
@@ -73,16 +77,17 @@ def test_pieces_join_and_convert_to_the_strings_they_hold(specs: list) -> None:
             values = pa.concat_arrays([values, pa.array([f"g{i}" for i in range(200)])])
         n = len(values)
         window = np.arange(n, dtype=np.int64) % windows  # rows of each window interleaved
-        piece = _compact(
+        piece = compact(
             pa.table(
                 {
                     "op": values,
                     "rank": pa.array(np.full(n, rank), pa.int32()),
                     "n": pa.array(range(n), pa.int64()),
                 }
-            )
+            ),
+            NAMES,
         )
-        held.append(_Held.of(piece, window, windows))
+        held.append(Held.of(piece, window, windows))
         for w in range(windows):
             rows = np.flatnonzero(window == w)
             names = values.take(rows).to_pylist()
@@ -99,7 +104,7 @@ def test_pieces_join_and_convert_to_the_strings_they_hold(specs: list) -> None:
         if not pieces:
             assert expected[w] == []
             continue
-        table = _window_table(pieces)
+        table = window_table(pieces)
         got = zip(table.column("op").to_pylist(), table.column("n").to_pylist(), strict=True)
         assert list(got) == expected[w]
         frame = analysis_frame(table)
@@ -115,9 +120,9 @@ def test_one_value_only_where_every_row_is_it(values: list[str]) -> None:
     """A column read as one value (its bytes the first value's repeated) only where each
     row is that value: rows of other lengths whose bytes join into the same are not."""
     array = pa.array(["pad", *values], pa.string()).slice(1)  # an offset into its buffers
-    got = _compact(pa.table({"op": array})).column("op")
+    got = compact(pa.table({"op": array}), NAMES).column("op")
     assert got.to_pylist() == values
-    assert got.chunk(0).equals(array.cast(_CODES))
+    assert got.chunk(0).equals(array.cast(CODES))
 
 
 @pytest.mark.parametrize("names", [["all_reduce"], ["all_gather", "reduce_scatter"]])

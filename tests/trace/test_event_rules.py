@@ -9,12 +9,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from syncpace.analysis.frames import ANALYSIS_COLUMNS
 from syncpace.trace import schema, validate
-from syncpace.trace.chunks import _compact
+from syncpace.trace.read.encoding import compact, string_columns
 
 pytestmark = pytest.mark.slow
 
 WORLD = 4
+NAMES = string_columns(ANALYSIS_COLUMNS)
 BIG = validate.MAX_TIME_NS
 
 
@@ -63,7 +65,7 @@ def _flagged(table: pa.Table, rank) -> np.ndarray:
 @settings(max_examples=600, deadline=None)
 @given(tables())
 def test_the_shortcut_never_passes_a_row_a_rule_leaves_out(table: pa.Table) -> None:
-    for t in (table, _compact(table)):  # as loaded, and with the names as codes
+    for t in (table, compact(table, NAMES)):  # as loaded, and with the names as codes
         if validate.all_events_valid(t, 1, WORLD):
             assert not _flagged(t, 1).any()
         kept, bad = validate.check_events(t, 1, WORLD)
@@ -85,7 +87,7 @@ def test_a_clean_table_is_taken_by_its_ranges() -> None:
     }  # fmt: skip
     table = schema.events_table(columns)
     assert validate.all_events_valid(table, 1, WORLD)
-    assert validate.all_events_valid(_compact(table), np.ones(n), WORLD)
+    assert validate.all_events_valid(compact(table, NAMES), np.ones(n), WORLD)
     waited = table.set_column(14, "wait_ns", pa.array(enter + 100))
     assert validate.all_events_valid(waited, 1, WORLD)
     late = table.set_column(14, "wait_ns", pa.array(enter - 1))
@@ -126,7 +128,7 @@ def test_one_bad_value_in_a_clean_table_is_never_passed(n: int, edge: tuple, dat
     name, value = edge
     columns[name][row] = value
     table = schema.events_table(columns)
-    for t in (table, _compact(table)):
+    for t in (table, compact(table, NAMES)):
         flagged = _flagged(t, 1)
         if validate.all_events_valid(t, 1, WORLD):
             assert not flagged.any()

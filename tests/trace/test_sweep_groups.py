@@ -7,7 +7,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from syncpace.trace.chunks import _NO_STEP, _counting_runs, _per_batch
+from syncpace.trace.read.index import NO_STEP, per_batch
+from syncpace.trace.read.sweep import counting_runs
 
 #: Batches of a group: (steps, which rows are valid) each, at least one row each.
 batches = st.lists(
@@ -28,9 +29,9 @@ def test_per_batch_counts_each_batch_alone(spec: list) -> None:
     for at, n in zip(starts.tolist(), sizes, strict=True):
         valid = step[at : at + n][ok[at : at + n]]
         expected.append(
-            (len(valid), int(valid.min()), int(valid.max())) if len(valid) else (0, _NO_STEP, -1)
+            (len(valid), int(valid.min()), int(valid.max())) if len(valid) else (0, NO_STEP, -1)
         )
-    assert _per_batch(step, ok, starts) == expected
+    assert per_batch(step, ok, starts) == expected
 
 
 #: Runs of call numbers, one per rank: counting up from a start, now and then a jump.
@@ -47,10 +48,10 @@ def test_counting_runs_are_found_run_by_run(spec: list) -> None:
     pieces = [np.cumsum([start, *steps]).astype(np.int64) for start, steps in spec]
     seq = np.concatenate(pieces)
     bounds = [0, *np.cumsum([len(p) for p in pieces]).tolist()]
-    counting, firsts, lasts = _counting_runs(seq, bounds)
+    counting, firsts, lasts = counting_runs(seq, bounds)
     assert counting == [bool(np.all(np.diff(p) == 1)) for p in pieces]
     assert firsts == [int(p[0]) for p in pieces] and lasts == [int(p[-1]) for p in pieces]
 
 
 def test_an_empty_run_is_left_to_the_rank_by_rank_path() -> None:
-    assert _counting_runs(np.arange(4, dtype=np.int64), [0, 2, 2, 4]) is None
+    assert counting_runs(np.arange(4, dtype=np.int64), [0, 2, 2, 4]) is None

@@ -39,7 +39,8 @@ from syncpace.analysis.streaming import stream_metrics
 from syncpace.analysis.thresholds import Thresholds
 from syncpace.analysis.timeline import IterationSample, sample_iterations
 from syncpace.trace.merge import join_parts
-from syncpace.trace.reader import Trace, load_trace, read_metadata
+from syncpace.trace.read.meta import read_metadata
+from syncpace.trace.reader import Trace, load_trace
 
 Study = Literal["single", "comparison", "scaling", "separate"]
 

@@ -4,7 +4,7 @@ The stages of :mod:`syncpace.analysis.streaming` are plain functions over pickla
 values, so a cluster runs them as they are, over the per-rank files on storage every
 worker reaches (the run directory on a shared file system):
 
-1. **scan**: one task per block of ranks (:func:`syncpace.trace.chunks.scan_rank`):
+1. **scan**: one task per block of ranks (:func:`syncpace.trace.read.index.scan_rank`):
    validate their files to their end; the scans (steps, account, index of batches)
    come back;
 2. **windows**: one task per run of consecutive windows of steps
@@ -38,8 +38,10 @@ from syncpace.analysis.streaming import (
     window_partial,
 )
 from syncpace.errors import ConfigError
-from syncpace.trace.chunks import BatchCache, RankScan, scan_rank, segments
-from syncpace.trace.reader import TraceMeta, load_trace, read_metadata
+from syncpace.trace.read.index import RankScan, scan_rank
+from syncpace.trace.read.meta import TraceMeta, read_metadata, segment_files
+from syncpace.trace.read.window import BatchCache
+from syncpace.trace.reader import load_trace
 
 
 def dask_metrics(
@@ -64,7 +66,7 @@ def dask_metrics(
     # with each task; ranks are scanned in blocks, so the scheduler holds a few dozen
     # tasks, not one per rank (with 4,096 ranks, per-rank tasks each carrying the index
     # made the workers hold gigabytes of copies of it).
-    shared = client.scatter((index, segments(index)), broadcast=True)
+    shared = client.scatter((index, segment_files(index.path)), broadcast=True)
     blocks = [ranks[i : i + SCAN_BLOCK] for i in range(0, len(ranks), SCAN_BLOCK)]
     scanned = client.gather(client.map(_scan_block, [shared] * len(blocks), blocks, pure=False))
     scans = [scan for block in scanned for scan in block]

@@ -4,10 +4,10 @@ The per-event computations of the metrics are local to an iteration (a collectiv
 instance belongs to one step; arrivals, lateness, waits and the transfer union are per
 rank and step), so a run is measured in three stages that never hold all its events:
 
-1. **scan** every rank (:func:`syncpace.trace.chunks.scan_rank`): validate its files to
+1. **scan** every rank (:func:`syncpace.trace.read.index.scan_rank`): validate its files to
    their end, keep its steps, its account and the index of its events;
 2. **windows** of steps (:func:`window_partial`): read every rank's events of those
-   steps (:func:`~syncpace.trace.chunks.read_window`), match them into instances and
+   steps (:func:`~syncpace.trace.read.window.read_window`), match them into instances and
    reduce them per (rank, step) — the same functions :func:`compute_metrics` runs;
    what a window looks back at (each rank's call before its first, for the own-gap
    share of lateness) comes from the scan;
@@ -43,6 +43,7 @@ import pyarrow.compute as pc
 
 from syncpace import allocators
 from syncpace.analysis import collectives, iterations, kernels, overlap, parallelism, timebase
+from syncpace.analysis.frames import ANALYSIS_COLUMNS, analysis_frame, carry
 from syncpace.analysis.hang import analyze_hang, hang_input
 from syncpace.analysis.metrics import RunMetrics, compute_metrics, from_parts
 from syncpace.analysis.replay import (
@@ -55,30 +56,11 @@ from syncpace.analysis.replay import (
 from syncpace.analysis.timebase import TimeBase
 from syncpace.analysis.timeline import IterationSample, pick_iterations, sample_iterations
 from syncpace.trace import journal, schema
-from syncpace.trace.chunks import (
-    ANALYSIS_COLUMNS,
-    BatchCache,
-    CannotSweep,
-    RankScan,
-    Sweep,
-    analysis_frame,
-    carry,
-    read_steps,
-    read_window,
-    scan_rank,
-    segments,
-)
-from syncpace.trace.reader import (
-    Trace,
-    TraceMeta,
-    check_detections,
-    load_host_files,
-    load_summaries,
-    load_trace,
-    read_metadata,
-    segment_files,
-)
-from syncpace.trace.stall import load_stalls
+from syncpace.trace.read.index import RankScan, scan_rank
+from syncpace.trace.read.meta import TraceMeta, read_metadata, segment_files
+from syncpace.trace.read.sweep import CannotSweep, Sweep
+from syncpace.trace.read.window import BatchCache, read_steps, read_window
+from syncpace.trace.reader import Trace, assemble_trace, load_trace
 
 #: Events read and matched together (a window of steps of every rank; at least one step).
 WINDOW_EVENTS = 500_000
@@ -183,7 +165,7 @@ def scan(
     """Validate the run directory and every rank's files (``mapper`` over ranks)."""
     index = read_metadata(path, allow_missing_ranks=allow_missing_ranks)
     ranks = index.ranks
-    rotated = segments(index)
+    rotated = segment_files(index.path)
     return index, list(mapper(scan_rank, [index] * len(ranks), ranks, [rotated] * len(ranks)))
 
 
@@ -429,35 +411,20 @@ def windows(p: Plan) -> Iterator[Partial]:
 def base_trace(p: Plan, events: pl.DataFrame | None = None) -> Trace:
     """A :class:`Trace` of the scanned run with all its steps but only ``events``
     (none, or a few sampled iterations): what the aggregates and reports read."""
-    index = p.index
-    warnings = list(index.warnings)
+    warnings = list(p.index.warnings)
     for s in p.scans:
         warnings.extend(s.warnings)
-    root = index.path
-    summaries = load_summaries(root, index.meta, warnings)
-    detections = check_detections(root, index.meta, index.world_size, warnings)
-    counters, hosts = load_host_files(root, warnings)
-    stalls, stall_warnings = load_stalls(root)
-    warnings.extend(stall_warnings)
     tables = [s.steps for s in p.scans]
     steps = pl.from_arrow(pa.concat_tables(tables) if tables else schema.STEPS.empty_table())
     if events is None:
         events = pl.from_arrow(schema.EVENTS.empty_table())  # type: ignore[assignment]
     assert isinstance(steps, pl.DataFrame) and isinstance(events, pl.DataFrame)
-    completeness = {s.rank: s.completeness for s in p.scans}
-    return Trace(
-        root,
-        index.world_size,
-        index.meta,
-        events,
-        steps,
-        tuple(warnings),
-        completeness,
-        counters,
-        hosts,
-        stalls,
-        summaries,
-        detections,
+    return assemble_trace(
+        p.index,
+        events=events,
+        steps=steps,
+        warnings=warnings,
+        completeness={s.rank: s.completeness for s in p.scans},
     )
 
 
@@ -566,7 +533,7 @@ def stream_metrics(
     """Measure the run directory ``path`` window by window in this process; also the
     sampled iterations for the report. ``progress(done, total)`` after each window.
 
-    One pass (:class:`~syncpace.trace.chunks.Sweep`); a run whose files hold steps out
+    One pass (:class:`~syncpace.trace.read.sweep.Sweep`); a run whose files hold steps out
     of order (or with more ranks than files may be open) is read in two (:func:`scan`,
     then the windows from its index)."""
     index = read_metadata(path)
@@ -609,7 +576,9 @@ def _swept(
     window_events: int,
     progress: Callable[[int, int], Any] | None,
 ) -> tuple[RunMetrics, IterationSample]:
-    sweep = Sweep(index, warmup_steps=warmup_steps, window_events=window_events)
+    sweep = Sweep(
+        index, columns=ANALYSIS_COLUMNS, warmup_steps=warmup_steps, window_events=window_events
+    )
     context = Context.of(index.world_size, sweep.steps_tables(), warmup_steps)
     carried = _Carry(index.world_size)
     parts = []

@@ -8,7 +8,7 @@ from syncpace.cli.trace_info import print_completeness
 from syncpace.console import make_console, visible
 from syncpace.report.perfetto import export_perfetto
 from syncpace.trace.merge import load_job
-from syncpace.trace.reader import read_metadata
+from syncpace.trace.read.meta import read_metadata
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

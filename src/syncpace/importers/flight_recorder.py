@@ -406,7 +406,15 @@ def to_trace(
     if missing:
         warnings.append(f"{len(missing)} of {world} ranks have no Flight Recorder dump: {missing}")
     where = Path(path) if path else dumps[0].path.parent
-    return Trace(where, world, meta, events, steps, tuple(warnings), stalls=stalls)
+    return Trace(
+        path=where,
+        world_size=world,
+        meta=meta,
+        events=events,
+        steps=steps,
+        warnings=tuple(warnings),
+        stalls=stalls,
+    )
 
 
 def _event(rank: int, c: Call, world: int, groups: dict[str, list[int]]) -> dict[str, Any]:

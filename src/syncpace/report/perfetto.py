@@ -34,7 +34,9 @@ from syncpace.errors import ReportError
 from syncpace.report import perfetto_tracks
 from syncpace.trace import schema, validate
 from syncpace.trace.journal import journal_path
-from syncpace.trace.reader import Trace, TraceMeta, load_trace, read_metadata
+from syncpace.trace.read.meta import TraceMeta, read_metadata
+from syncpace.trace.read.rank import RankEvents
+from syncpace.trace.reader import Trace, load_trace
 
 #: Events matched and encoded together (a window of steps of every rank).
 CHUNK_EVENTS = 100_000
@@ -209,17 +211,11 @@ class ExportResult:
 
 
 def _event_slices(index: TraceMeta, rank: int, account: _Account) -> Iterator[pa.Table]:
-    version = index.meta[rank]["schema_version"]
-    path = index.stream_paths(rank)[0]
-    stream = validate.Stream(path, schema.events_schema(version), mapped=False)
-    account.streams["events"] = stream
-    for batch in stream.batches():
-        table = pa.Table.from_batches([batch])
-        if version != schema.SCHEMA_VERSION:
-            table = schema.upgrade_events(table, version)
-        table, bad = validate.check_events(table, rank, index.world_size)
-        account.events.add(bad)
-        yield table
+    events = RankEvents(index, rank, mapped=False)
+    account.events = events.bad
+    for checked in events.checked(1, duplicates=False):  # each slice alone, as it comes
+        yield checked.kept
+    account.streams["events"] = events.account
 
 
 def _step_slices(index: TraceMeta, rank: int, account: _Account | None) -> Iterator[pa.Table]:
