@@ -11,9 +11,10 @@ import polars as pl
 import pytest
 
 from syncpace.errors import ConfigError, TraceError
-from syncpace.importers import FORMATS, available, clocks, dtypes, jsonstream, kineto
+from syncpace.importers import FORMATS, available, clocks, convert, dtypes, jsonstream, kineto
 from syncpace.importers.config import ImportConfig
-from syncpace.importers.tracebuild import INPUT_COLUMNS, RankInput, assign_seq, write_trace
+from syncpace.importers.contract import Conversion, RankFrame, Request
+from syncpace.importers.tracebuild import INPUT_COLUMNS, assign_seq, write_trace
 from syncpace.trace import load_trace
 
 BASE = {"schemaVersion": 1, "distributedInfo": {"rank": 3, "world_size": 4}}
@@ -257,10 +258,10 @@ def test_a_folder_as_users_have_it(tmp_path):
 
 def test_inputs_that_are_not_there_are_one_line(tmp_path):
     with pytest.raises(TraceError, match="no such file or directory"):
-        kineto.convert([tmp_path / "nope"], tmp_path / "out")
+        convert("kineto", [tmp_path / "nope"], tmp_path / "out")
     (tmp_path / "empty").mkdir()
     with pytest.raises(TraceError, match=r"no PyTorch profiler traces here \(looked for \*\.json"):
-        kineto.convert([tmp_path / "empty"], tmp_path / "out")
+        convert("kineto", [tmp_path / "empty"], tmp_path / "out")
 
 
 def test_settings_are_validated():
@@ -282,7 +283,7 @@ def test_a_converted_rank_of_many_batches_loads_whole(tmp_path):
     n = 70_000
     seq = pl.int_range(n, eager=True)
 
-    def rank(r: int) -> RankInput:
+    def rank(r: int) -> RankFrame:
         events = pl.DataFrame(
             {
                 "group": "0",
@@ -302,9 +303,10 @@ def test_a_converted_rank_of_many_batches_loads_whole(tmp_path):
             },
             schema=INPUT_COLUMNS,
         )
-        return RankInput(rank=r, events=events, host="h")
+        return RankFrame(rank=r, events=events, host="h")
 
-    write_trace([rank(0), rank(1)], tmp_path, fmt="kineto", source="t", config=ImportConfig())
+    request = Request("kineto", (), ImportConfig(), 0, lambda n: None)
+    write_trace(Conversion([rank(0), rank(1)], source="t"), request, tmp_path)
     trace = load_trace(tmp_path)
     assert trace.warnings == ()
     assert trace.events.height == 2 * n

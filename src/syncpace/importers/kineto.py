@@ -26,19 +26,20 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter, defaultdict, deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import combinations_with_replacement
 from math import prod
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import polars as pl
 
 from syncpace.errors import TraceError
 from syncpace.importers import dtypes, jsonstream, sources, tracebuild
 from syncpace.importers.config import ImportConfig
-from syncpace.importers.tracebuild import UNKNOWN, ImportResult, RankInput
+from syncpace.importers.contract import Conversion, RankFrame, Request
+from syncpace.importers.tracebuild import UNKNOWN
 
 FORMAT = "kineto"
 SUFFIXES = (".json", ".json.gz")
@@ -291,26 +292,8 @@ def _wanted_names(header: dict[str, Any]) -> tuple[str, ...]:
 
 
 def _scan(path: Path, header: dict[str, Any], events: Iterable[Any]) -> RankScan:
-    info = header.get("distributedInfo") if isinstance(header.get("distributedInfo"), dict) else {}
+    scan = _empty_scan(path, header)
     base_ns = _int(header.get("baseTimeNanoseconds"), 0)
-    rank = _int(info.get("rank"))
-    if rank < 0:
-        match = _RANK_IN_NAME.search(path.name)
-        rank = int(match.group(1)) if match else UNKNOWN
-    scan = RankScan(
-        rank=rank,
-        world_size=_int(info.get("world_size"), 0) or None,
-        host=header.get("host_name") if isinstance(header.get("host_name"), str) else None,
-        backend=str(info.get("backend") or "unknown"),
-        pg_config=[p for p in info.get("pg_config") or [] if isinstance(p, dict)],
-        record_shapes=bool(header["record_shapes"]) if "record_shapes" in header else None,
-        files=[str(path)],
-    )
-
-    def ns(ts: Any) -> int:
-        return base_ns + int(round(float(ts) * 1000.0))
-
-    rpc, calls, spans, kernels = scan.rpc, scan.calls, scan.spans, scan.kernels
     pids: Counter[int] = Counter()
     other = 0
     for e in events:
@@ -321,76 +304,126 @@ def _scan(path: Path, header: dict[str, Any], events: Iterable[Any]) -> RankScan
         if not isinstance(name, str) or not name.startswith(_PREFIXES):
             other += 1
             continue
-        try:
-            ts = ns(e["ts"])
-            end = ts + int(round(float(e.get("dur", 0)) * 1000.0))
-        except (KeyError, TypeError, ValueError):
-            continue
-        args = e.get("args") if isinstance(e.get("args"), dict) else {}
-        tid = _int(e.get("tid"), 0)
-        cat = e.get("cat")
-        if name == "record_param_comms":
-            pids[_int(e.get("pid"), 0)] += 1
-            if scan.rank < 0:
-                scan.rank = _int(args.get("Rank"))
-            rpc.append(
-                _Rpc(
-                    tid=tid,
-                    ts=ts,
-                    end=end,
-                    ext=_int(args.get("External id")),
-                    name=str(args.get("Collective name", "")),
-                    in_n=_int(args.get("In msg nelems")),
-                    out_n=_int(args.get("Out msg nelems")),
-                    dtype=dtypes.canonical(args.get("dtype")),
-                    group=str(args.get("Process Group Name", "")),
-                    ranks=_ranks(args.get("Process Group Ranks")),
-                    size=_int(args.get("Group size")),
-                    seq=_int(args.get("Seq")),
-                    peer=_int(args.get("Dst Rank", args.get("Src Rank"))),
-                )
-            )
-        elif name.startswith("c10d::"):
-            if name not in _C10D_OPS:
-                continue
-            pids[_int(e.get("pid"), 0)] += 1
-            concrete = args.get("Concrete Inputs")
-            peer = UNKNOWN
-            if _C10D_OPS[name][0] in ("send", "recv") and isinstance(concrete, list):
-                peer = _int(concrete[2] if len(concrete) > 2 else None)
-            calls.append(
-                _Call(tid, ts, end, name, args.get("Input Dims"), args.get("Input type"), peer)
-            )
-        elif name.startswith("gloo:"):
-            types = args.get("Input type")
-            first = types[0] if isinstance(types, list) and types else None
-            spans.append(
-                _Span(tid, ts, end, name, _numel(args.get("Input Dims")), dtypes.canonical(first))
-            )
-        elif cat == "kernel" and name.startswith(_KERNEL_PREFIXES):
-            kernels.append(
-                _Kernel(
-                    ts=ts,
-                    end=end,
-                    ext=_int(args.get("External id")),
-                    device=_int(args.get("device")),
-                    group=str(args.get("Process Group Name", "")),
-                    seq=_int(args.get("Seq")),
-                    name=name,
-                )
-            )
-        elif cat == "user_annotation" and name.startswith("ProfilerStep#"):
-            match = _STEP_RE.match(name)
-            if match:
-                scan.profiler_steps.append((int(match.group(1)), ts, end))
-        elif cat == "user_annotation" and name.startswith("Optimizer.step#"):
-            scan.optimizer_steps.append((ts, end))
-        else:
+        event = _event(e, name, base_ns)
+        if event is not None and not _add(scan, event, pids):
             other += 1
     scan.other_events = other
     if pids:
         scan.pid = pids.most_common(1)[0][0]
     return scan
+
+
+def _empty_scan(path: Path, header: dict[str, Any]) -> RankScan:
+    """A rank's scan with what the header says: rank (else from the file name), world,
+    host, backend, groups, whether shapes were recorded."""
+    info = header.get("distributedInfo") if isinstance(header.get("distributedInfo"), dict) else {}
+    rank = _int(info.get("rank"))
+    if rank < 0:
+        match = _RANK_IN_NAME.search(path.name)
+        rank = int(match.group(1)) if match else UNKNOWN
+    return RankScan(
+        rank=rank,
+        world_size=_int(info.get("world_size"), 0) or None,
+        host=header.get("host_name") if isinstance(header.get("host_name"), str) else None,
+        backend=str(info.get("backend") or "unknown"),
+        pg_config=[p for p in info.get("pg_config") or [] if isinstance(p, dict)],
+        record_shapes=bool(header["record_shapes"]) if "record_shapes" in header else None,
+        files=[str(path)],
+    )
+
+
+class _Event(NamedTuple):
+    """A complete event ("X") of a wanted name, its times in ns on the rank's clock."""
+
+    name: str
+    ts: int
+    end: int
+    tid: int
+    cat: Any
+    args: dict[str, Any]
+    raw: dict[str, Any]
+
+
+def _event(e: dict[str, Any], name: str, base_ns: int) -> _Event | None:
+    """``e`` with its times; None when they are not numbers (the event is left out)."""
+    try:
+        ts = base_ns + int(round(float(e["ts"]) * 1000.0))
+        end = ts + int(round(float(e.get("dur", 0)) * 1000.0))
+    except (KeyError, TypeError, ValueError):
+        return None
+    args = e.get("args") if isinstance(e.get("args"), dict) else {}
+    return _Event(name, ts, end, _int(e.get("tid"), 0), e.get("cat"), args, e)
+
+
+def _add(scan: RankScan, e: _Event, pids: Counter[int]) -> bool:
+    """``e`` added to what ``scan`` keeps; False when it is none of the kinds kept."""
+    name, args = e.name, e.args
+    if name == "record_param_comms":
+        pids[_int(e.raw.get("pid"), 0)] += 1
+        if scan.rank < 0:
+            scan.rank = _int(args.get("Rank"))
+        scan.rpc.append(_rpc(e))
+    elif name.startswith("c10d::"):
+        if name in _C10D_OPS:
+            pids[_int(e.raw.get("pid"), 0)] += 1
+            scan.calls.append(_call(e))
+    elif name.startswith("gloo:"):
+        types = args.get("Input type")
+        first = types[0] if isinstance(types, list) and types else None
+        numel = _numel(args.get("Input Dims"))
+        scan.spans.append(_Span(e.tid, e.ts, e.end, name, numel, dtypes.canonical(first)))
+    elif e.cat == "kernel" and name.startswith(_KERNEL_PREFIXES):
+        scan.kernels.append(_kernel(e))
+    elif e.cat == "user_annotation" and name.startswith("ProfilerStep#"):
+        match = _STEP_RE.match(name)
+        if match:
+            scan.profiler_steps.append((int(match.group(1)), e.ts, e.end))
+    elif e.cat == "user_annotation" and name.startswith("Optimizer.step#"):
+        scan.optimizer_steps.append((e.ts, e.end))
+    else:
+        return False
+    return True
+
+
+def _rpc(e: _Event) -> _Rpc:
+    args = e.args
+    return _Rpc(
+        tid=e.tid,
+        ts=e.ts,
+        end=e.end,
+        ext=_int(args.get("External id")),
+        name=str(args.get("Collective name", "")),
+        in_n=_int(args.get("In msg nelems")),
+        out_n=_int(args.get("Out msg nelems")),
+        dtype=dtypes.canonical(args.get("dtype")),
+        group=str(args.get("Process Group Name", "")),
+        ranks=_ranks(args.get("Process Group Ranks")),
+        size=_int(args.get("Group size")),
+        seq=_int(args.get("Seq")),
+        peer=_int(args.get("Dst Rank", args.get("Src Rank"))),
+    )
+
+
+def _call(e: _Event) -> _Call:
+    concrete = e.args.get("Concrete Inputs")
+    peer = UNKNOWN
+    if _C10D_OPS[e.name][0] in ("send", "recv") and isinstance(concrete, list):
+        peer = _int(concrete[2] if len(concrete) > 2 else None)
+    dims, types = e.args.get("Input Dims"), e.args.get("Input type")
+    return _Call(e.tid, e.ts, e.end, e.name, dims, types, peer)
+
+
+def _kernel(e: _Event) -> _Kernel:
+    args = e.args
+    return _Kernel(
+        ts=e.ts,
+        end=e.end,
+        ext=_int(args.get("External id")),
+        device=_int(args.get("device")),
+        group=str(args.get("Process Group Name", "")),
+        seq=_int(args.get("Seq")),
+        name=e.name,
+    )
 
 
 # gloo: worker threads -> process groups -------------------------------------------------
@@ -439,51 +472,75 @@ def map_gloo_groups(scans: dict[int, RankScan], threads: int) -> dict[int, dict[
     many collectives it makes agree with the other members of each group (same gloo op,
     same size), and the best is kept, a few rounds over all ranks.
     """
-    blocks = {r: _clusters(s.spans, threads) for r, s in scans.items()}
-    labels = {r: _labels(scans[r].spans, blocks[r]) for r in scans}
-    names = {r: [str(p.get("pg_name")) for p in s.pg_config] or ["0"] for r, s in scans.items()}
-    members = {}
-    for s in scans.values():
-        for p in s.pg_config:
-            ranks = p.get("ranks")
-            if isinstance(ranks, list):
-                members[str(p.get("pg_name"))] = [int(x) for x in ranks]
-    choice: dict[int, tuple[int, ...]] = {}
-    for r in scans:
-        n_blocks, n_groups = len(labels[r]), len(names[r])
-        if n_blocks <= n_groups:
-            choice[r] = tuple(range(n_blocks))
-        else:  # more blocks than groups: the extra ones join the last group
-            choice[r] = tuple(min(i, n_groups - 1) for i in range(n_blocks))
+    groups = _GlooGroups(scans, threads)
+    for _ in range(3):
+        if not any([groups.improve(r) for r in scans]):
+            break
+    return groups.threads()
 
-    def per_group(r: int, mapping: tuple[int, ...]) -> dict[str, Counter]:
+
+#: A map of a rank's blocks of worker threads onto its groups (block -> group index).
+_Mapping = tuple[int, ...]
+
+
+class _GlooGroups:
+    """The gloo worker threads of every rank, and the current map of each onto groups."""
+
+    def __init__(self, scans: dict[int, RankScan], threads: int) -> None:
+        self.blocks = {r: _clusters(s.spans, threads) for r, s in scans.items()}
+        self.labels = {r: _labels(scans[r].spans, self.blocks[r]) for r in scans}
+        self.names = {
+            r: [str(p.get("pg_name")) for p in s.pg_config] or ["0"] for r, s in scans.items()
+        }
+        self.members = {
+            str(p.get("pg_name")): [int(x) for x in p["ranks"]]
+            for s in scans.values()
+            for p in s.pg_config
+            if isinstance(p.get("ranks"), list)
+        }
+        self.choice: dict[int, _Mapping] = {}
+        for r in scans:
+            n_blocks, n_groups = len(self.labels[r]), len(self.names[r])
+            # more blocks than groups: the extra ones join the last group
+            self.choice[r] = tuple(min(i, n_groups - 1) for i in range(n_blocks))
+
+    def per_group(self, r: int, mapping: _Mapping) -> dict[str, Counter]:
         out: dict[str, Counter] = defaultdict(Counter)
         for block, g in enumerate(mapping):
-            out[names[r][g]] += labels[r][block]
+            out[self.names[r][g]] += self.labels[r][block]
         return out
 
-    for _ in range(3):
-        changed = False
-        for r in scans:
-            if len(scans) < 2 or not labels[r]:
-                continue
-            current = {o: per_group(o, choice[o]) for o in scans if o != r}
+    def score(self, r: int, mapping: _Mapping, current: dict[int, dict[str, Counter]]) -> int:
+        """How many of rank ``r``'s collectives agree with the other members' under
+        ``mapping`` (the others' maps as they are)."""
+        total = 0
+        for g, counter in self.per_group(r, mapping).items():
+            for other in self.members.get(g, list(current)):
+                if other in current:
+                    total += sum((counter & current[other].get(g, Counter())).values())
+        return total
 
-            def score(mapping: tuple[int, ...], r: int = r, current: dict = current) -> int:
-                total = 0
-                for g, counter in per_group(r, mapping).items():
-                    for other in members.get(g, list(current)):
-                        if other in current:
-                            total += sum((counter & current[other].get(g, Counter())).values())
-                return total
+    def improve(self, r: int) -> bool:
+        """Rank ``r``'s map replaced by the best scoring one; whether it changed."""
+        if len(self.choice) < 2 or not self.labels[r]:
+            return False
+        current = {o: self.per_group(o, self.choice[o]) for o in self.choice if o != r}
 
-            candidates = _monotone_maps(len(labels[r]), len(names[r]))
-            best = max(candidates, key=lambda m: (score(m), m == choice[r]))
-            if best != choice[r] and score(best) > score(choice[r]):
-                choice[r], changed = best, True
-        if not changed:
-            break
-    return {r: {tid: names[r][choice[r][b]] for tid, b in blocks[r].items()} for r in scans}
+        def score(m: _Mapping) -> int:
+            return self.score(r, m, current)
+
+        candidates = _monotone_maps(len(self.labels[r]), len(self.names[r]))
+        best = max(candidates, key=lambda m: (score(m), m == self.choice[r]))
+        if best != self.choice[r] and score(best) > score(self.choice[r]):
+            self.choice[r] = best
+            return True
+        return False
+
+    def threads(self) -> dict[int, dict[int, str]]:
+        return {
+            r: {tid: self.names[r][self.choice[r][b]] for tid, b in blocks.items()}
+            for r, blocks in self.blocks.items()
+        }
 
 
 # Rows ----------------------------------------------------------------------------------
@@ -539,77 +596,109 @@ def _gloo_rows(
     stats: Counter,
 ) -> list[dict[str, Any]]:
     """One row per c10d call, completed by the gloo work span(s) it queued."""
-    queues: dict[str, deque[_Span]] = defaultdict(deque)
-    p2p: dict[int, deque[_Span]] = defaultdict(deque)
-    for s in sorted(scan.spans, key=lambda s: s.ts):
-        if s.name in _P2P_SPANS:
-            p2p[s.tid].append(s)
-        elif s.tid in tid_group:
-            queues[tid_group[s.tid]].append(s)
+    work = _GlooWork(scan.spans, tid_group, group_info, stats)
     inside_rpc = _inside(scan.calls, scan.rpc)
-    default_group = next(iter(group_info), "0")
     rows = []
     for call, nested in zip(scan.calls, inside_rpc, strict=True):
         if nested:  # an NCCL call: its record_param_comms describes it
             continue
-        op, rule, names = _C10D_OPS[call.name]
-        expect = _expected_span_numel(call.name, call)
-        matched: list[_Span] = []
-        group = default_group
-        if op in ("send", "recv"):
-            q = p2p[call.tid]
-            j = _find(q, names, call.ts, expect)
-            if j is not None:
-                matched = [q[j]]
-                del q[j]
-        else:
-            best = None
-            for g, q in queues.items():
-                j = _find(q, names, call.ts, expect)
-                if j is not None and (best is None or q[j].ts < best[2]):
-                    best = (g, j, q[j].ts)
-            if best is not None:
-                group, j, _ = best
-                q = queues[group]
-                for _ in range(j):  # queued ahead of this call: calls not in the trace
-                    q.popleft()
-                    stats["gloo work without its call"] += 1
-                matched.append(q.popleft())
-                size = group_info.get(group, (1, []))[0]
-                if call.name == "c10d::reduce_scatter_":  # the list API: one per rank
-                    while len(matched) < size and q and q[0].name == matched[0].name:
-                        matched.append(q.popleft())
+        group, matched = work.match(call)
         if not matched:
             stats["calls whose backend work is not in the trace"] += 1
             continue
         size, ranks = group_info.get(group, (scan.world_size or 1, []))
-        numel = _call_size(call, rule, size)
-        dtype = _call_dtype(call, rule) or matched[0].dtype
-        peer = call.peer
-        if peer >= 0 and ranks and peer < len(ranks):
-            peer = ranks[peer]  # the call names the group rank
-        rows.append(
-            {
-                "group": group,
-                "group_size": size,
-                "seq": UNKNOWN,
-                "op": op,
-                "bytes": max(numel, 0) * dtypes.item_size(dtype) if numel >= 0 else 0,
-                "dtype": dtype,
-                "peer": peer if op in ("send", "recv") else -1,
-                "enter_ns": call.ts,
-                "exit_ns": max(s.end for s in matched),
-                "timing": "profiler_host",
-                "status": "completed",
-                "error": None,
-                "wait_ns": -1,
-                "call_ns": call.ts,
-                "_sized": numel >= 0,
-            }
-        )
-    for q in list(queues.values()) + list(p2p.values()):
-        stats["gloo work without its call"] += len(q)
+        rows.append(_gloo_row(call, group, size, ranks, matched))
+    work.count_left()
     return rows
+
+
+class _GlooWork:
+    """gloo's work spans of one rank, queued per group (first in, first out) and per
+    thread for point-to-point, taken by the calls they belong to."""
+
+    def __init__(
+        self,
+        spans: list[_Span],
+        tid_group: dict[int, str],
+        group_info: dict[str, tuple[int, list[int]]],
+        stats: Counter,
+    ) -> None:
+        self.queues: dict[str, deque[_Span]] = defaultdict(deque)
+        self.p2p: dict[int, deque[_Span]] = defaultdict(deque)
+        for s in sorted(spans, key=lambda s: s.ts):
+            if s.name in _P2P_SPANS:
+                self.p2p[s.tid].append(s)
+            elif s.tid in tid_group:
+                self.queues[tid_group[s.tid]].append(s)
+        self.group_info, self.stats = group_info, stats
+        self.default_group = next(iter(group_info), "0")
+
+    def match(self, call: _Call) -> tuple[str, list[_Span]]:
+        """The group of ``call`` and the work span(s) it queued (none when not found)."""
+        op, _, names = _C10D_OPS[call.name]
+        expect = _expected_span_numel(call.name, call)
+        if op in ("send", "recv"):
+            q = self.p2p[call.tid]
+            j = _find(q, names, call.ts, expect)
+            if j is None:
+                return self.default_group, []
+            span = q[j]
+            del q[j]
+            return self.default_group, [span]
+        best = None
+        for g, q in self.queues.items():
+            j = _find(q, names, call.ts, expect)
+            if j is not None and (best is None or q[j].ts < best[2]):
+                best = (g, j, q[j].ts)
+        if best is None:
+            return self.default_group, []
+        group, j, _ = best
+        return group, self._take(call, group, j)
+
+    def _take(self, call: _Call, group: str, j: int) -> list[_Span]:
+        q = self.queues[group]
+        for _ in range(j):  # queued ahead of this call: calls not in the trace
+            q.popleft()
+            self.stats["gloo work without its call"] += 1
+        matched = [q.popleft()]
+        size = self.group_info.get(group, (1, []))[0]
+        if call.name == "c10d::reduce_scatter_":  # the list API: one per rank
+            while len(matched) < size and q and q[0].name == matched[0].name:
+                matched.append(q.popleft())
+        return matched
+
+    def count_left(self) -> None:
+        """Work no call took: its call was before the profiling window."""
+        for q in list(self.queues.values()) + list(self.p2p.values()):
+            self.stats["gloo work without its call"] += len(q)
+
+
+def _gloo_row(
+    call: _Call, group: str, size: int, ranks: list[int], matched: list[_Span]
+) -> dict[str, Any]:
+    op, rule, _ = _C10D_OPS[call.name]
+    numel = _call_size(call, rule, size)
+    dtype = _call_dtype(call, rule) or matched[0].dtype
+    peer = call.peer
+    if peer >= 0 and ranks and peer < len(ranks):
+        peer = ranks[peer]  # the call names the group rank
+    return {
+        "group": group,
+        "group_size": size,
+        "seq": UNKNOWN,
+        "op": op,
+        "bytes": max(numel, 0) * dtypes.item_size(dtype) if numel >= 0 else 0,
+        "dtype": dtype,
+        "peer": peer if op in ("send", "recv") else -1,
+        "enter_ns": call.ts,
+        "exit_ns": max(s.end for s in matched),
+        "timing": "profiler_host",
+        "status": "completed",
+        "error": None,
+        "wait_ns": -1,
+        "call_ns": call.ts,
+        "_sized": numel >= 0,
+    }
 
 
 def _find(q: deque[_Span], names: tuple[str, ...], ts: int, numel: int) -> int | None:
@@ -669,66 +758,82 @@ def _outermost(rpcs: list[_Rpc]) -> list[_Rpc]:
 
 def _rpc_rows(scan: RankScan, use_device: bool, stats: Counter) -> tuple[list[dict[str, Any]], int]:
     """One row per record_param_comms call; with ``use_device`` timed by its kernel(s)."""
-    by_key: dict[tuple[str, int], list[_Kernel]] = defaultdict(list)
-    by_ext: dict[int, list[_Kernel]] = defaultdict(list)
-    for k in scan.kernels:
-        if k.group and k.seq >= 0:
-            by_key[(k.group, k.seq)].append(k)
-        if k.ext >= 0:
-            by_ext[k.ext].append(k)
+    kernels = _Kernels(scan.kernels)
     rows: list[dict[str, Any]] = []
-    device = next((k.device for k in scan.kernels if k.device >= 0), UNKNOWN)
-    used: set[int] = set()
     for r in _outermost(scan.rpc):
-        known = _RPC_OPS.get(r.name)
-        if known is None:
+        if r.name not in _RPC_OPS:
             stats[f"record_param_comms '{r.name}' not understood"] += 1
             continue
-        op, rule = known
-        size = r.size if r.size > 0 else len(r.ranks or []) or (scan.world_size or 1)
-        count = {"in": r.in_n, "out": r.out_n, "in*n": r.in_n * size, "out*n": r.out_n * size}
-        numel = 0 if rule == "zero" else max(count[rule], 0)
-        if op == "recv" and numel == 0:
-            numel = max(r.in_n, 0)
-        p2p = op in ("send", "recv")
-        peer = r.peer
-        if p2p and peer >= 0 and r.ranks and peer < len(r.ranks):
-            peer = r.ranks[peer]
-        kernels = [] if p2p else by_key.get((r.group, r.seq), [])
-        if not kernels:
-            kernels = by_ext.get(r.ext, []) if r.ext >= 0 else []
-        row = {
-            "group": r.group or "0",
-            "group_size": size,
-            "seq": -1 if p2p else r.seq,  # p2p seq counts per peer pair in the trace
-            "op": op,
-            "bytes": numel * dtypes.item_size(r.dtype),
-            "dtype": "" if op == "barrier" else r.dtype,
-            "peer": peer if p2p else -1,
-            "enter_ns": r.ts,
-            "exit_ns": r.end,
-            "timing": "profiler_call",
-            "status": "completed",
-            "error": None,
-            "wait_ns": -1,
-            "call_ns": r.ts,
-            "_sized": True,
-        }
+        row = _rpc_row(r, scan.world_size)
         if use_device:
-            if kernels:
-                row["enter_ns"] = min(k.ts for k in kernels)
-                row["exit_ns"] = max(k.end for k in kernels)
-                row["timing"] = "profiler_device"
-                used.update(id(k) for k in kernels)
-            else:  # no device time: a host time beside the others' kernels would mislead
+            found = kernels.of(r, p2p=row["op"] in ("send", "recv"))
+            if not found:  # no device time: a host time beside the others' kernels would mislead
                 stats["calls without their NCCL kernel (left out)"] += 1
                 continue
+            row["enter_ns"] = min(k.ts for k in found)
+            row["exit_ns"] = max(k.end for k in found)
+            row["timing"] = "profiler_device"
+            kernels.used.update(id(k) for k in found)
         rows.append(row)
     if use_device:
         stats["NCCL kernels without their call"] += sum(
-            1 for k in scan.kernels if id(k) not in used
+            1 for k in scan.kernels if id(k) not in kernels.used
         )
+    device = next((k.device for k in scan.kernels if k.device >= 0), UNKNOWN)
     return rows, device
+
+
+class _Kernels:
+    """A rank's NCCL kernels by the call they ran for: (group, seq) where torch copies
+    them onto the kernel, else the External id (older traces)."""
+
+    def __init__(self, kernels: list[_Kernel]) -> None:
+        self.by_key: dict[tuple[str, int], list[_Kernel]] = defaultdict(list)
+        self.by_ext: dict[int, list[_Kernel]] = defaultdict(list)
+        self.used: set[int] = set()
+        for k in kernels:
+            if k.group and k.seq >= 0:
+                self.by_key[(k.group, k.seq)].append(k)
+            if k.ext >= 0:
+                self.by_ext[k.ext].append(k)
+
+    def of(self, r: _Rpc, p2p: bool) -> list[_Kernel]:
+        # point-to-point seq counts per peer pair in the trace, per group in the kernel's
+        found = [] if p2p else self.by_key.get((r.group, r.seq), [])
+        if not found and r.ext >= 0:
+            found = self.by_ext.get(r.ext, [])
+        return found
+
+
+def _rpc_row(r: _Rpc, world_size: int | None) -> dict[str, Any]:
+    """A record_param_comms call as a row, timed by the call (``profiler_call``)."""
+    op, rule = _RPC_OPS[r.name]
+    size = r.size if r.size > 0 else len(r.ranks or []) or (world_size or 1)
+    count = {"in": r.in_n, "out": r.out_n, "in*n": r.in_n * size, "out*n": r.out_n * size}
+    numel = 0 if rule == "zero" else max(count[rule], 0)
+    if op == "recv" and numel == 0:
+        numel = max(r.in_n, 0)
+    p2p = op in ("send", "recv")
+    peer = r.peer
+    if p2p and peer >= 0 and r.ranks and peer < len(r.ranks):
+        peer = r.ranks[peer]
+    return {
+        "group": r.group or "0",
+        "group_size": size,
+        "seq": -1 if p2p else r.seq,  # p2p seq counts per peer pair in the trace
+        "op": op,
+        "bytes": numel * dtypes.item_size(r.dtype),
+        "dtype": "" if op == "barrier" else r.dtype,
+        "peer": peer if p2p else -1,
+        "enter_ns": r.ts,
+        "exit_ns": r.end,
+        "timing": "profiler_call",
+        "status": "completed",
+        "error": None,
+        "wait_ns": -1,
+        "call_ns": r.ts,
+        "_sized": True,
+    }
 
 
 def _steps(scan: RankScan) -> tuple[pl.DataFrame | None, str]:
@@ -786,119 +891,133 @@ def scan_all(
     return scans
 
 
-def convert(
-    srcs: Iterable[str | Path],
-    out_dir: str | Path,
-    *,
-    config: ImportConfig | None = None,
-    progress: Callable[[int, int], None] | None = None,
-) -> ImportResult:
-    """Convert the profiler traces in ``srcs`` (files or directories, plain or gzip'd
-    JSON, one or more per rank) to a syncpace trace in ``out_dir``."""
-    config = config or ImportConfig()
-    files = sources.find_files(srcs, SUFFIXES, "PyTorch profiler traces")
-    total = sources.total_bytes(files)
-    done = [0]
+class KinetoConverter:
+    """The profiler traces among the sources (files or directories, plain or gzip'd JSON,
+    one or more per rank)."""
 
-    def on_bytes(n: int) -> None:
-        done[0] += n
-        if progress is not None:
-            progress(done[0], total)
+    options: tuple[str, ...] = ()
 
-    warnings: list[str] = []
-    scans = scan_all(files, on_bytes, warnings)
-    sizes = {s.world_size for s in scans.values() if s.world_size}
-    if len(sizes) > 1:
-        raise TraceError(files[0].parent, f"the traces disagree on the world size: {sorted(sizes)}")
-    world = sizes.pop() if sizes else max(scans) + 1
-    has_kernels = any(s.kernels for s in scans.values())
-    has_rpc = any(s.rpc for s in scans.values())
-    if config.timing == "device" and not has_kernels:
-        raise TraceError(
-            files[0], "--timing device: the traces hold no NCCL kernels (no CUDA activity)"
+    def find(self, srcs: Sequence[Path]) -> list[Path]:
+        return sources.find_files(srcs, SUFFIXES, "PyTorch profiler traces")
+
+    def read(self, request: Request) -> Conversion:
+        warnings: list[str] = []
+        files = list(request.files)
+        scans = scan_all(files, request.on_bytes, warnings)
+        plan = _Plan.of(scans, request.config, files[0])
+        stats: Counter[str] = Counter()
+        ranks = [plan.rank_frame(scan, stats) for _, scan in sorted(scans.items())]
+        for what, n in sorted(stats.items()):
+            if n:
+                warnings.append(f"{n} {what}")
+        absent = sorted(set(range(plan.world)) - set(scans))
+        if absent:
+            warnings.append(f"{len(absent)} of {plan.world} ranks have no profiler trace: {absent}")
+        return Conversion(
+            ranks=[frame for frame, _ in ranks],
+            world_size=plan.world,
+            resolution_ns=1_000,
+            missing=plan.missing(scans, ranks),
+            warnings=warnings,
+            notes={
+                "collectives_from": (
+                    "record_param_comms" if plan.has_rpc else "c10d ops and gloo work spans"
+                ),
+                "timing_source": "device" if plan.use_device else "host",
+            },
         )
-    use_device = has_kernels and config.timing != "host"
-    tid_groups = map_gloo_groups(scans, config.gloo_threads)
-    stats: Counter[str] = Counter()
-    inputs = []
-    missing: set[str] = set()
-    unsized = 0
-    for rank, scan in sorted(scans.items()):
+
+
+CONVERTER = KinetoConverter()
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What holds for every rank of a conversion: the world, which timing, gloo's groups."""
+
+    world: int
+    has_kernels: bool
+    has_rpc: bool
+    use_device: bool
+    tid_groups: dict[int, dict[int, str]]
+
+    @classmethod
+    def of(cls, scans: dict[int, RankScan], config: ImportConfig, where: Path) -> _Plan:
+        sizes = {s.world_size for s in scans.values() if s.world_size}
+        if len(sizes) > 1:
+            raise TraceError(
+                where.parent, f"the traces disagree on the world size: {sorted(sizes)}"
+            )
+        has_kernels = any(s.kernels for s in scans.values())
+        if config.timing == "device" and not has_kernels:
+            raise TraceError(
+                where, "--timing device: the traces hold no NCCL kernels (no CUDA activity)"
+            )
+        return cls(
+            world=sizes.pop() if sizes else max(scans) + 1,
+            has_kernels=has_kernels,
+            has_rpc=any(s.rpc for s in scans.values()),
+            use_device=has_kernels and config.timing != "host",
+            tid_groups=map_gloo_groups(scans, config.gloo_threads),
+        )
+
+    def rank_frame(self, scan: RankScan, stats: Counter) -> tuple[RankFrame, int]:
+        """One rank's frame, and how many of its calls have no size."""
         group_info = {
             str(p.get("pg_name")): (
                 _int(p.get("pg_size"), 1),
                 [int(x) for x in p.get("ranks") or []],
             )
             for p in scan.pg_config
-        } or {"0": (world, list(range(world)))}
-        groups = {
-            name: {"ranks": ranks, "backend": _backend_of(scan, name)}
-            for name, (_, ranks) in group_info.items()
-        }
-        rows, device = _rpc_rows(scan, use_device, stats)
-        rows += _gloo_rows(scan, tid_groups.get(rank, {}), group_info, stats)
-        unsized += sum(1 for row in rows if not row.pop("_sized"))
-        frame = (
-            pl.DataFrame(rows, schema=tracebuild.INPUT_COLUMNS)
-            if rows
-            else tracebuild.empty_events()
-        )
+        } or {"0": (self.world, list(range(self.world)))}
+        rows, device = _rpc_rows(scan, self.use_device, stats)
+        rows += _gloo_rows(scan, self.tid_groups.get(scan.rank, {}), group_info, stats)
+        unsized = sum(1 for row in rows if not row.pop("_sized"))
         steps, rule = _steps(scan)
-        if rule == "none":
+        frame = RankFrame(
+            rank=scan.rank,
+            events=(
+                pl.DataFrame(rows, schema=tracebuild.INPUT_COLUMNS)
+                if rows
+                else tracebuild.empty_events()
+            ),
+            steps=steps,
+            step_rule=rule,
+            host=scan.host,
+            pid=scan.pid,
+            device=f"cuda:{device}" if device >= 0 else ("cuda" if self.has_kernels else "cpu"),
+            backend=scan.backend,
+            groups={
+                name: {"ranks": ranks, "backend": _backend_of(scan, name)}
+                for name, (_, ranks) in group_info.items()
+            },
+            files=scan.files,
+            notes=(
+                {"profiler_events_skipped": scan.other_events} if scan.other_events >= 0 else {}
+            ),
+        )
+        return frame, unsized
+
+    def missing(self, scans: dict[int, RankScan], ranks: list[tuple[RankFrame, int]]) -> list[str]:
+        """What the traces could not tell."""
+        missing = set()
+        if any(frame.step_rule == "none" for frame, _ in ranks):
             missing.add("iterations (no ProfilerStep# or Optimizer.step# spans)")
-        if scan.host is None:
+        if any(s.host is None for s in scans.values()):
             missing.add("host names (the traces name no host): every rank counts as one node")
-        inputs.append(
-            RankInput(
-                rank=rank,
-                events=frame,
-                steps=steps,
-                step_rule=rule,
-                host=scan.host,
-                pid=scan.pid,
-                device=f"cuda:{device}" if device >= 0 else ("cpu" if not has_kernels else "cuda"),
-                backend=scan.backend,
-                groups=groups,
-                files=scan.files,
-                extra_meta=(
-                    {"profiler_events_skipped": scan.other_events} if scan.other_events >= 0 else {}
-                ),
+        if any(unsized for _, unsized in ranks):
+            missing.add(
+                "message sizes of some calls (the profiler ran without record_shapes): their "
+                "bytes are 0"
             )
-        )
-    if unsized:
-        missing.add(
-            "message sizes of some calls (the profiler ran without record_shapes): their "
-            "bytes are 0"
-        )
-    if not has_rpc and any(s.spans for s in scans.values()):
-        missing.add(
-            "process group names (gloo records none): groups are told from gloo's worker threads"
-        )
-    if not has_kernels:
-        missing.add("device timing (no NCCL kernels in the traces)")
-    for what, n in sorted(stats.items()):
-        if n:
-            warnings.append(f"{n} {what}")
-    absent = sorted(set(range(world)) - set(scans))
-    if absent:
-        warnings.append(f"{len(absent)} of {world} ranks have no profiler trace: {absent}")
-    notes = {
-        "collectives_from": "record_param_comms" if has_rpc else "c10d ops and gloo work spans",
-        "timing_source": "device" if use_device else "host",
-    }
-    return tracebuild.write_trace(
-        inputs,
-        out_dir,
-        fmt=FORMAT,
-        source=FORMAT,
-        config=config,
-        world_size=world,
-        resolution_ns=1_000,
-        missing=sorted(missing),
-        warnings=warnings,
-        notes=notes,
-        input_bytes=total,
-    )
+        if not self.has_rpc and any(s.spans for s in scans.values()):
+            missing.add(
+                "process group names (gloo records none): groups are told from gloo's worker "
+                "threads"
+            )
+        if not self.has_kernels:
+            missing.add("device timing (no NCCL kernels in the traces)")
+        return sorted(missing)
 
 
 def _backend_of(scan: RankScan, group: str) -> str:
