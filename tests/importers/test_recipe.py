@@ -19,7 +19,15 @@ import pytest
 from syncpace import importers
 from syncpace.cli.main import main
 from syncpace.errors import TraceError
-from syncpace.importers import Conversion, Format, RankFrame, Request, sources, tracebuild
+from syncpace.importers import (
+    INPUT_COLUMNS,
+    UNKNOWN,
+    Conversion,
+    Format,
+    RankFrame,
+    Request,
+    sources,
+)
 from syncpace.trace.reader import load_trace
 
 # The made-up format: one file per rank, ``rank<N>.calls``; a header line naming the
@@ -78,7 +86,7 @@ def _rank(path: Path, text: str) -> RankFrame:
         {
             "group": "0",
             "group_size": 2,
-            "seq": tracebuild.UNKNOWN,  # numbered by the writer
+            "seq": UNKNOWN,  # numbered by the writer
             "op": [r[1] for r in rows],
             "bytes": [int(r[2]) for r in rows],
             "dtype": "",
@@ -91,7 +99,7 @@ def _rank(path: Path, text: str) -> RankFrame:
             "wait_ns": -1,
             "call_ns": [int(r[3]) * 1000 for r in rows],
         }
-    ).cast(tracebuild.INPUT_COLUMNS)  # type: ignore[arg-type]
+    ).cast(INPUT_COLUMNS)  # type: ignore[arg-type]
     # each step spans its calls, from 50 µs before the first to 10 µs after the last
     steps = (
         events.with_columns(step=pl.Series([int(r[0]) for r in rows], dtype=pl.Int64))

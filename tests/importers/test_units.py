@@ -22,8 +22,8 @@ from syncpace.importers import (
     kineto_scan,
 )
 from syncpace.importers.config import ImportConfig
-from syncpace.importers.contract import Conversion, RankFrame, Request
-from syncpace.importers.tracebuild import INPUT_COLUMNS, assign_seq, write_trace
+from syncpace.importers.contract import INPUT_COLUMNS, Conversion, RankFrame, Request
+from syncpace.importers.tracebuild import assign_seq, write_trace
 from syncpace.trace import load_trace
 
 BASE = {"schemaVersion": 1, "distributedInfo": {"rank": 3, "world_size": 4}}

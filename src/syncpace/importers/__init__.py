@@ -21,13 +21,22 @@ flight-recorder    PyTorch Flight Recorder dumps                    ``importers.
 from __future__ import annotations
 
 from syncpace.importers.config import ImportConfig
-from syncpace.importers.contract import Conversion, Converter, RankFrame, Request
+from syncpace.importers.contract import (
+    INPUT_COLUMNS,
+    UNKNOWN,
+    Conversion,
+    Converter,
+    RankFrame,
+    Request,
+)
 from syncpace.importers.pipeline import Progress, convert
 from syncpace.importers.registry import FORMATS, Format, available, converter, register, unregister
 from syncpace.importers.tracebuild import ImportResult
 
 __all__ = [
     "FORMATS",
+    "INPUT_COLUMNS",
+    "UNKNOWN",
     "Conversion",
     "Converter",
     "Format",

@@ -30,7 +30,21 @@ from typing import Any, Protocol, runtime_checkable
 import polars as pl
 
 from syncpace.importers.config import ImportConfig
+from syncpace.trace import schema
 from syncpace.trace.stall import StallRecord
+
+#: How the converters mark a column they could not fill.
+UNKNOWN = -1
+
+#: Columns a converter hands over: the trace's events, minus ``rank``/``step`` and the
+#: device times (a converted trace puts the source's own times in ``enter_ns`` and
+#: ``exit_ns``, ``timing`` naming which), plus the host time of the call, which places
+#: it in its iteration.
+INPUT_COLUMNS: dict[str, Any] = {
+    name: dtype
+    for name, dtype in pl.from_arrow(schema.EVENTS.empty_table()).schema.items()  # type: ignore[union-attr]
+    if name not in ("rank", "step") and not name.startswith("device_")
+} | {"call_ns": pl.Int64}
 
 #: What a converter reports as it reads: the bytes just read.
 OnBytes = Callable[[int], None]
@@ -62,7 +76,7 @@ class RankFrame:
     """What is written for one rank: its collectives and how its iterations are told."""
 
     rank: int
-    #: ``tracebuild.INPUT_COLUMNS``, times on the rank's own clock, ``seq`` -1 where the
+    #: ``INPUT_COLUMNS``, times on the rank's own clock, ``seq`` -1 (``UNKNOWN``) where the
     #: source has none (then numbered per group and iteration)
     events: pl.DataFrame
     #: ``step``, ``start_ns``, ``end_ns`` on the rank's clock (for "spans" and "ends")

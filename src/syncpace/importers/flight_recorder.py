@@ -45,8 +45,7 @@ from typing import Any
 import polars as pl
 
 from syncpace.errors import TraceError
-from syncpace.importers.contract import Conversion, RankFrame, Request
-from syncpace.importers.tracebuild import INPUT_COLUMNS
+from syncpace.importers.contract import INPUT_COLUMNS, Conversion, RankFrame, Request
 from syncpace.trace import schema
 from syncpace.trace.columns import EVENT_COLUMNS
 from syncpace.trace.merge import join_parts, merge_traces

@@ -44,8 +44,8 @@ from typing import Any
 import polars as pl
 
 from syncpace.errors import TraceError
-from syncpace.importers import jsonstream, sources, tracebuild
-from syncpace.importers.contract import Conversion, OnBytes, RankFrame, Request
+from syncpace.importers import jsonstream, sources
+from syncpace.importers.contract import INPUT_COLUMNS, Conversion, OnBytes, RankFrame, Request
 
 FORMAT = "nccl-inspector"
 SUFFIXES = (".log", ".jsonl", ".json")
@@ -284,7 +284,7 @@ def _rank_frames(frame: pl.DataFrame, logs: _Logs, rank_of: dict[_Proc, int]) ->
         out.append(
             RankFrame(
                 rank=r,
-                events=events.cast(tracebuild.INPUT_COLUMNS),
+                events=events.cast(INPUT_COLUMNS),
                 step_rule="windows",
                 host=proc[0],
                 pid=proc[1],

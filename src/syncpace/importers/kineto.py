@@ -38,10 +38,9 @@ import polars as pl
 from syncpace.errors import TraceError
 from syncpace.importers import dtypes, sources, tracebuild
 from syncpace.importers.config import ImportConfig
-from syncpace.importers.contract import Conversion, RankFrame, Request
+from syncpace.importers.contract import INPUT_COLUMNS, UNKNOWN, Conversion, RankFrame, Request
 from syncpace.importers.kineto_gloo import gloo_rows, map_gloo_groups
 from syncpace.importers.kineto_scan import Kernel, RankScan, Rpc, as_int, scan_all
-from syncpace.importers.tracebuild import UNKNOWN
 
 FORMAT = "kineto"
 SUFFIXES = (".json", ".json.gz")
@@ -276,9 +275,7 @@ class _Plan:
         frame = RankFrame(
             rank=scan.rank,
             events=(
-                pl.DataFrame(rows, schema=tracebuild.INPUT_COLUMNS)
-                if rows
-                else tracebuild.empty_events()
+                pl.DataFrame(rows, schema=INPUT_COLUMNS) if rows else tracebuild.empty_events()
             ),
             steps=steps,
             step_rule=rule,

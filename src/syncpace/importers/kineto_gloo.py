@@ -10,8 +10,8 @@ from itertools import combinations_with_replacement
 from typing import Any
 
 from syncpace.importers import dtypes
+from syncpace.importers.contract import UNKNOWN
 from syncpace.importers.kineto_scan import C10D_OPS, Call, RankScan, Rpc, Span, elements
-from syncpace.importers.tracebuild import UNKNOWN
 
 _P2P_SPANS = ("gloo:send", "gloo:recv", "gloo:recvAnySource")
 

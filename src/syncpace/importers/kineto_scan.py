@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 
 from syncpace.errors import TraceError
 from syncpace.importers import dtypes, jsonstream
-from syncpace.importers.tracebuild import UNKNOWN
+from syncpace.importers.contract import UNKNOWN
 
 #: Names worth a second look (anything else is skipped after one startswith).
 PREFIXES = ("c10d::", "gloo:", "record_param_comms", "ProfilerStep#", "Optimizer.step#", "nccl")

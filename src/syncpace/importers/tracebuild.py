@@ -39,23 +39,10 @@ from syncpace import __version__
 from syncpace.errors import ConfigError, TraceError
 from syncpace.importers import clocks
 from syncpace.importers.config import ImportConfig
-from syncpace.importers.contract import Conversion, RankFrame, Request
+from syncpace.importers.contract import INPUT_COLUMNS, Conversion, RankFrame, Request
 from syncpace.trace import schema
 from syncpace.trace.stall import Call, StallRecord, stall_path, write_stall
 from syncpace.trace.writer import write_table
-
-#: How the converters mark a column they could not fill.
-UNKNOWN = -1
-
-#: Columns a converter hands over: the trace's events, minus ``rank``/``step`` and the
-#: device times (a converted trace puts the source's own times in ``enter_ns`` and
-#: ``exit_ns``, ``timing`` naming which), plus the host time of the call, which places
-#: it in its iteration.
-INPUT_COLUMNS: dict[str, Any] = {
-    name: dtype
-    for name, dtype in pl.from_arrow(schema.EVENTS.empty_table()).schema.items()  # type: ignore[union-attr]
-    if name not in ("rank", "step") and not name.startswith("device_")
-} | {"call_ns": pl.Int64}
 
 
 @dataclass(frozen=True)
