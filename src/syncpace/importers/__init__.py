@@ -9,13 +9,7 @@ the foundation. Flight Recorder dumps are also read in place
 as a run); ``syncpace import flight-recorder`` writes them as a run directory for every
 other command.
 
-=================  ===============================================  ======================
-format             reads                                            module
-=================  ===============================================  ======================
-kineto             PyTorch profiler (Kineto) Chrome-trace JSON      ``importers.kineto``
-nccl-inspector     NCCL Inspector plugin JSON logs                  ``importers.inspector``
-flight-recorder    PyTorch Flight Recorder dumps                    ``importers.flight_recorder``
-=================  ===============================================  ======================
+The formats and their modules: ``registry.FORMATS``.
 """
 
 from __future__ import annotations
