@@ -1,37 +1,28 @@
-"""The recipes of the docs, followed by a test: a detector with its mode
-(docs/analysis.md, "Adding a detector") and an importer with its format
-(docs/imports.md, "Adding an importer").
+"""The recipe of docs/analysis.md ("Adding a detector"), followed by a test (the one
+of docs/imports.md, "Adding an importer", is ``tests/importers/test_recipe.py``).
 
-Both are written here, outside the package, the way code of one's own extends it: the
+It is written here, outside the package, the way code of one's own extends it: the
 mode through ``modes.register`` and the detector through ``analyze(detectors=...)``
-(inside the package the same steps edit ``BUILT_IN`` and ``DETECTORS``), the format
-through a line in ``importers.FORMATS``. What comes out must be what the built-in
-ones give: a finding ranked among the others, its title in the terminal and the HTML
-report with its own figure; a run directory that ``load_trace`` reads.
+(inside the package the same steps edit ``BUILT_IN`` and ``DETECTORS``). What comes out
+must be what the built-in ones give: a finding ranked among the others, its title in
+the terminal and the HTML report with its own figure.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import plotly.graph_objects as go
-import polars as pl
 import pytest
 from rich.console import Console
 
-from syncpace import importers
 from syncpace.analysis import Analysis, Finding, analyze, modes
 from syncpace.analysis.detectors import DETECTORS, Context
 from syncpace.analysis.modes import Mode, Role
-from syncpace.importers import tracebuild
-from syncpace.importers.config import ImportConfig
-from syncpace.importers.tracebuild import ImportResult, RankInput
 from syncpace.report import finding_figures
 from syncpace.report.html import render_html
 from syncpace.report.merge import MergedFinding
 from syncpace.report.terminal import print_analysis
-from syncpace.trace.reader import load_trace
 
 DATA = Path(__file__).resolve().parent / "data"
 
@@ -115,101 +106,3 @@ def test_a_detector_added_by_the_recipe_comes_out_of_analyze(long_mode: Mode) ->
 def test_without_the_recipe_s_detector_nothing_changes(long_mode: Mode) -> None:
     plain = analyze(DATA / "straggler")
     assert long_mode.name not in {f.mode for f in plain.findings}
-
-
-# Adding an importer ----------------------------------------------------------------------
-
-#: A made-up format: one line per collective on a rank, ``rank step op bytes enter_us
-#: exit_us``, all ranks in one all-reduce group.
-TOY_LINES = """\
-# rank step op bytes enter_us exit_us
-0 0 all_reduce 4096 100 180
-1 0 all_reduce 4096 130 181
-0 1 all_reduce 4096 300 370
-1 1 all_reduce 4096 310 371
-0 2 all_reduce 4096 500 590
-1 2 all_reduce 4096 560 592
-"""
-
-
-def _toy_rank(rank: int, rows: list[list[str]]) -> RankInput:
-    """One rank's collectives in the importers' input columns, and its steps."""
-    events = pl.DataFrame(
-        {
-            "group": "0",
-            "group_size": 2,
-            "seq": tracebuild.UNKNOWN,  # numbered by tracebuild
-            "op": [r[2] for r in rows],
-            "bytes": [int(r[3]) for r in rows],
-            "dtype": "float32",
-            "peer": -1,
-            "enter_ns": [int(r[4]) * 1000 for r in rows],
-            "exit_ns": [int(r[5]) * 1000 for r in rows],
-            "timing": "call",
-            "status": "completed",
-            "error": None,
-            "wait_ns": -1,
-            "call_ns": [int(r[4]) * 1000 for r in rows],
-        }
-    ).cast(tracebuild.INPUT_COLUMNS)  # type: ignore[arg-type]
-    steps = pl.DataFrame(
-        {
-            "step": [int(r[1]) for r in rows],
-            "start_ns": [int(r[4]) * 1000 - 50_000 for r in rows],
-            "end_ns": [int(r[5]) * 1000 + 10_000 for r in rows],
-        }
-    )
-    return RankInput(
-        rank=rank,
-        events=events,
-        steps=steps,
-        step_rule="spans",
-        host="toyhost",
-        backend="gloo",
-        groups={"0": {"ranks": [0, 1], "backend": "gloo"}},
-    )
-
-
-def convert(
-    sources: list[str | Path],
-    out_dir: str | Path,
-    *,
-    config: ImportConfig | None = None,
-    progress: Callable[[int, int], None] | None = None,
-) -> ImportResult:
-    """The format's ``convert``: read, hand each rank to ``tracebuild.write_trace``."""
-    rows = [
-        line.split()
-        for src in sources
-        for line in Path(src).read_text().splitlines()
-        if line.strip() and not line.startswith("#")
-    ]
-    inputs = [_toy_rank(rank, [r for r in rows if int(r[0]) == rank]) for rank in (0, 1)]
-    return tracebuild.write_trace(
-        inputs,
-        out_dir,
-        fmt="toy-lines",
-        source="toy-lines",
-        config=config or ImportConfig(),
-        missing=["dtypes (the format records none)"],
-    )
-
-
-def test_an_importer_added_by_the_recipe_writes_a_trace_load_trace_reads(
-    tmp_path: Path, monkeypatch
-) -> None:
-    monkeypatch.setitem(
-        importers.FORMATS,
-        "toy-lines",
-        importers.Format("toy-lines", __name__, "a made-up format, one line per call"),
-    )
-    source = tmp_path / "calls.txt"
-    source.write_text(TOY_LINES)
-    result = importers.convert("toy-lines", [source], tmp_path / "run")
-    assert result.format == "toy-lines" and result.world_size == 2 and result.events == 6
-    trace = load_trace(result.out_dir)
-    events = trace.events.sort("rank", "enter_ns")
-    assert events.height == 6 and set(events["op"]) == {"all_reduce"}
-    assert events.group_by("rank").agg(pl.col("seq").sort())["seq"].to_list() == [[0, 1, 2]] * 2
-    assert trace.steps.height == 6
-    assert importers.available()["toy-lines"]

@@ -24,7 +24,7 @@ from profiled import (
 )
 
 from syncpace.analysis import analyze
-from syncpace.importers import ImportConfig, convert, jsonstream, kineto
+from syncpace.importers import ImportConfig, convert, jsonstream, kineto_scan
 from syncpace.trace import load_trace
 
 pytestmark = pytest.mark.multirank
@@ -73,11 +73,11 @@ def test_the_fast_path_reads_torchs_files_exactly_as_a_full_parse(profiled):
     """Only the blocks naming wanted events are parsed: on every file torch wrote, they
     are the very events a full streaming parse finds."""
     for path in sorted(profiled.stack_dir.iterdir()) + sorted(profiled.plain_dir.iterdir()):
-        fast = list(jsonstream.iter_named_events(path, kineto._PREFIXES))
+        fast = list(jsonstream.iter_named_events(path, kineto_scan.PREFIXES))
         full = [
             e
             for e in jsonstream.iter_items(path, None)
-            if isinstance(e.get("name"), str) and e["name"].startswith(kineto._PREFIXES)
+            if isinstance(e.get("name"), str) and e["name"].startswith(kineto_scan.PREFIXES)
         ]
         assert len(fast) > 20 and fast == full, path
 

@@ -11,9 +11,19 @@ import polars as pl
 import pytest
 
 from syncpace.errors import ConfigError, TraceError
-from syncpace.importers import FORMATS, available, clocks, dtypes, jsonstream, kineto
+from syncpace.importers import (
+    FORMATS,
+    available,
+    clocks,
+    convert,
+    dtypes,
+    jsonstream,
+    kineto_gloo,
+    kineto_scan,
+)
 from syncpace.importers.config import ImportConfig
-from syncpace.importers.tracebuild import INPUT_COLUMNS, RankInput, assign_seq, write_trace
+from syncpace.importers.contract import INPUT_COLUMNS, Conversion, RankFrame, Request
+from syncpace.importers.tracebuild import assign_seq, write_trace
 from syncpace.trace import load_trace
 
 BASE = {"schemaVersion": 1, "distributedInfo": {"rank": 3, "world_size": 4}}
@@ -94,7 +104,7 @@ def test_kinetos_layout_and_any_other_give_the_same_scan(tmp_path):
     assert [e["ts"] for e in fast] == [i * 5.0 for i in range(0, 2_000, 250)]
     with pytest.raises(jsonstream.NotThisLayout):
         list(jsonstream.iter_named_events(b, ("c10d::",)))
-    sa, sb = kineto.scan_file(a, None, []), kineto.scan_file(b, None, [])
+    sa, sb = kineto_scan.scan_file(a, None, []), kineto_scan.scan_file(b, None, [])
     assert sa.calls == sb.calls and len(sa.calls) == 8
     assert sb.other_events == 2_000 - 8 and sa.other_events == -1  # never parsed
     # cut short inside an event: what was complete is kept, and said
@@ -102,15 +112,15 @@ def test_kinetos_layout_and_any_other_give_the_same_scan(tmp_path):
     cut = tmp_path / "cut.json"
     cut.write_text(text[: int(len(text) * 0.6)])
     warnings: list[str] = []
-    partial = kineto.scan_file(cut, None, warnings)
+    partial = kineto_scan.scan_file(cut, None, warnings)
     assert 0 < len(partial.calls) < 8
     assert warnings and "cut short" in warnings[0]
 
 
-def _scan_peak(path) -> tuple[kineto.RankScan, int]:
+def _scan_peak(path) -> tuple[kineto_scan.RankScan, int]:
     tracemalloc.start()
     try:
-        scan = kineto.scan_file(path, None, [])
+        scan = kineto_scan.scan_file(path, None, [])
         return scan, tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -173,7 +183,7 @@ def _spans(blocks: dict[int, list[tuple[str, int]]]) -> list:
     for tid, labels in blocks.items():
         for name, numel in labels:
             t += 1000
-            out.append(kineto._Span(tid, t, t + 500, name, numel, "float32"))
+            out.append(kineto_scan.Span(tid, t, t + 500, name, numel, "float32"))
     return out
 
 
@@ -183,18 +193,18 @@ def test_gloo_worker_blocks_map_to_groups_the_members_agree_on():
     pg = lambda name, ranks: {"pg_name": name, "pg_size": len(ranks), "ranks": ranks}  # noqa: E731
     ar, ag = ("gloo:all_reduce", 100), ("gloo:all_gather", 50)
     scans = {
-        0: kineto.RankScan(
+        0: kineto_scan.RankScan(
             rank=0,
             pg_config=[pg("0", [0, 1]), pg("2", [0, 1])],
             spans=_spans({10: [ar, ar], 11: [ar], 20: [ag, ag]}),
         ),
-        1: kineto.RankScan(
+        1: kineto_scan.RankScan(
             rank=1,
             pg_config=[pg("0", [0, 1]), pg("1", [1, 2]), pg("2", [0, 1])],
             spans=_spans({30: [ar], 31: [ar, ar], 40: [ag], 41: [ag]}),
         ),
     }
-    groups = kineto.map_gloo_groups(scans, threads=2)
+    groups = kineto_gloo.map_gloo_groups(scans, threads=2)
     assert groups[0] == {10: "0", 11: "0", 20: "2"}
     assert groups[1] == {30: "0", 31: "0", 40: "2", 41: "2"}
 
@@ -231,10 +241,10 @@ def test_a_trace_that_names_no_rank_is_refused_with_the_fix(tmp_path):
     path = tmp_path / "trace.json"
     path.write_text(json.dumps({"traceEvents": [event("aten::mm", 1.0)]}))
     with pytest.raises(TraceError, match="cannot tell which rank wrote this trace"):
-        kineto.scan_file(path, None, [])
+        kineto_scan.scan_file(path, None, [])
     named = tmp_path / "worker_rank5.json"
     named.write_text(path.read_text())
-    assert kineto.scan_file(named, None, []).rank == 5
+    assert kineto_scan.scan_file(named, None, []).rank == 5
 
 
 def test_a_folder_as_users_have_it(tmp_path):
@@ -247,7 +257,7 @@ def test_a_folder_as_users_have_it(tmp_path):
     (tmp_path / "config.json").write_text('{"lr": 0.1}')
     files = sorted(tmp_path.iterdir())
     warnings: list[str] = []
-    scans = kineto.scan_all(files, None, warnings)
+    scans = kineto_scan.scan_all(files, None, warnings)
     assert list(scans) == [3] and len(scans[3].calls) == 5
     assert warnings == [
         "1 JSON file(s) are not profiler traces: config.json",
@@ -257,10 +267,10 @@ def test_a_folder_as_users_have_it(tmp_path):
 
 def test_inputs_that_are_not_there_are_one_line(tmp_path):
     with pytest.raises(TraceError, match="no such file or directory"):
-        kineto.convert([tmp_path / "nope"], tmp_path / "out")
+        convert("kineto", [tmp_path / "nope"], tmp_path / "out")
     (tmp_path / "empty").mkdir()
     with pytest.raises(TraceError, match=r"no PyTorch profiler traces here \(looked for \*\.json"):
-        kineto.convert([tmp_path / "empty"], tmp_path / "out")
+        convert("kineto", [tmp_path / "empty"], tmp_path / "out")
 
 
 def test_settings_are_validated():
@@ -282,7 +292,7 @@ def test_a_converted_rank_of_many_batches_loads_whole(tmp_path):
     n = 70_000
     seq = pl.int_range(n, eager=True)
 
-    def rank(r: int) -> RankInput:
+    def rank(r: int) -> RankFrame:
         events = pl.DataFrame(
             {
                 "group": "0",
@@ -302,9 +312,10 @@ def test_a_converted_rank_of_many_batches_loads_whole(tmp_path):
             },
             schema=INPUT_COLUMNS,
         )
-        return RankInput(rank=r, events=events, host="h")
+        return RankFrame(rank=r, events=events, host="h")
 
-    write_trace([rank(0), rank(1)], tmp_path, fmt="kineto", source="t", config=ImportConfig())
+    request = Request("kineto", (), ImportConfig(), 0, lambda n: None)
+    write_trace(Conversion([rank(0), rank(1)], source="t"), request, tmp_path)
     trace = load_trace(tmp_path)
     assert trace.warnings == ()
     assert trace.events.height == 2 * n

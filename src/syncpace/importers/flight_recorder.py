@@ -32,13 +32,12 @@ not aligned across ranks.
 from __future__ import annotations
 
 import ast
-import dataclasses
 import io
 import json
 import os
 import pickle
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,13 +45,12 @@ from typing import Any
 import polars as pl
 
 from syncpace.errors import TraceError
-from syncpace.importers.config import ImportConfig
-from syncpace.importers.tracebuild import INPUT_COLUMNS, ImportResult, RankInput, write_trace
+from syncpace.importers.contract import INPUT_COLUMNS, Conversion, RankFrame, Request
 from syncpace.trace import schema
 from syncpace.trace.columns import EVENT_COLUMNS
 from syncpace.trace.merge import join_parts, merge_traces
 from syncpace.trace.reader import Trace, load_trace
-from syncpace.trace.stall import Call, Frame, StallRecord, stall_path, write_stall
+from syncpace.trace.stall import Call, Frame, StallRecord
 from syncpace.trace.validate import read_regular
 
 #: The format version this importer was written against (torch 2.13).
@@ -220,19 +218,31 @@ def is_dump_dir(path: str | os.PathLike[str]) -> bool:
     return bool(dump_files(p))
 
 
-def load_dumps(paths: Iterable[str | os.PathLike[str]]) -> list[RankDump]:
-    """Every dump under ``paths`` (files or directories), one per rank."""
-    dumps: dict[int, RankDump] = {}
+def find_dumps(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
+    """The dump files under ``paths`` (files or directories); a path with none is refused."""
+    found: list[Path] = []
     for path in paths:
         files = dump_files(path)
         if not files:
             raise TraceError(path, "no Flight Recorder dumps here (files named …<rank>)")
-        for f in files:
-            dump = read_dump(f)
-            if dump.rank in dumps:
-                raise TraceError(f, f"a second dump of rank {dump.rank} ({dumps[dump.rank].path})")
-            dumps[dump.rank] = dump
+        found.extend(files)
+    return found
+
+
+def read_dumps(files: Iterable[Path]) -> list[RankDump]:
+    """Each dump file read, one per rank, in rank order."""
+    dumps: dict[int, RankDump] = {}
+    for f in files:
+        dump = read_dump(f)
+        if dump.rank in dumps:
+            raise TraceError(f, f"a second dump of rank {dump.rank} ({dumps[dump.rank].path})")
+        dumps[dump.rank] = dump
     return [dumps[r] for r in sorted(dumps)]
+
+
+def load_dumps(paths: Iterable[str | os.PathLike[str]]) -> list[RankDump]:
+    """Every dump under ``paths`` (files or directories), one per rank."""
+    return read_dumps(find_dumps(paths))
 
 
 # Conversion ----------------------------------------------------------------------------
@@ -478,70 +488,44 @@ CANNOT_TELL = [
 ]
 
 
-def _shifted(record: StallRecord, offset_ns: int) -> StallRecord:
-    """``record`` with its times moved by ``offset_ns`` (onto rank 0's clock)."""
+class FlightRecorderConverter:
+    """Flight Recorder dumps (files or directories) as a syncpace run directory: the events
+    every command reads, and each rank's stall record (``rank-R.stall.json``) for ``hang``.
+    Its option ``world_size`` sets the job's size where the dumps cannot tell it."""
 
-    def t(ns: int) -> int:
-        return ns + offset_ns if ns >= 0 else ns
+    options: tuple[str, ...] = ("world_size",)
 
-    def call(c: Call) -> Call:
-        return dataclasses.replace(c, enter_ns=t(c.enter_ns), exit_ns=t(c.exit_ns))
+    def find(self, srcs: Sequence[Path]) -> list[Path]:
+        return find_dumps(srcs)
 
-    return dataclasses.replace(
-        record,
-        since_ns=t(record.since_ns),
-        written_ns=t(record.written_ns),
-        in_flight=tuple(call(c) for c in record.in_flight),
-        last_completed={g: call(c) for g, c in record.last_completed.items()},
-    )
-
-
-def convert(
-    srcs: Sequence[str | os.PathLike[str]],
-    out_dir: str | os.PathLike[str],
-    *,
-    config: ImportConfig | None = None,
-    progress: Callable[[int, int], None] | None = None,
-    world_size: int | None = None,
-) -> ImportResult:
-    """Flight Recorder dumps (files or directories) as a syncpace run directory: the
-    events every command reads, and each rank's stall record (``rank-R.stall.json``)
-    for ``hang``; written by the run-directory writer the other formats share."""
-    config = config or ImportConfig()
-    dumps = load_dumps(srcs)
-    trace = to_trace(dumps, world_size, " + ".join(str(p) for p in srcs))
-    total = sum(d.path.stat().st_size for d in dumps)
-    inputs = []
-    for i, d in enumerate(dumps):
-        own = trace.events.filter(pl.col("rank") == d.rank)
-        events = own.with_columns(call_ns=pl.col("enter_ns")).select(
-            [pl.col(c).cast(t) for c, t in INPUT_COLUMNS.items()]
-        )
-        meta = trace.meta[d.rank]
-        inputs.append(
-            RankInput(
-                rank=d.rank,
-                events=events,
-                groups=meta["groups"],
-                files=[str(d.path)],
-                extra_meta={"flight_recorder": meta["flight_recorder"]},
+    def read(self, request: Request) -> Conversion:
+        dumps = read_dumps(request.files)
+        trace = to_trace(dumps, request.options.get("world_size"))
+        ranks = []
+        for d in dumps:
+            own = trace.events.filter(pl.col("rank") == d.rank)
+            events = own.with_columns(call_ns=pl.col("enter_ns")).select(
+                [pl.col(c).cast(t) for c, t in INPUT_COLUMNS.items()]
             )
+            meta = trace.meta[d.rank]
+            ranks.append(
+                RankFrame(
+                    rank=d.rank,
+                    events=events,
+                    groups=meta["groups"],
+                    files=[str(d.path)],
+                    notes={"flight_recorder": meta["flight_recorder"]},
+                    stall=trace.stalls[d.rank],
+                )
+            )
+            request.on_bytes(d.path.stat().st_size)
+        return Conversion(
+            ranks=ranks,
+            world_size=trace.world_size,
+            source="flight_recorder",
+            missing=CANNOT_TELL,
+            warnings=trace.warnings,
         )
-        if progress is not None:
-            progress(sum(x.path.stat().st_size for x in dumps[: i + 1]), total)
-    result = write_trace(
-        inputs,
-        out_dir,
-        fmt="flight-recorder",
-        source="flight_recorder",
-        config=config,
-        world_size=trace.world_size,
-        missing=list(CANNOT_TELL),
-        warnings=list(trace.warnings),
-        input_bytes=total,
-    )
-    for rank, record in trace.stalls.items():
-        meta_file = result.out_dir / f"{schema.rank_stem(rank)}{schema.META_SUFFIX}"
-        offset = int(json.loads(meta_file.read_text())["clock"].get("offset_ns") or 0)
-        write_stall(stall_path(result.out_dir, rank), _shifted(record, offset))
-    return result
+
+
+CONVERTER = FlightRecorderConverter()

@@ -36,16 +36,16 @@ What follows from that:
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
 from syncpace.errors import TraceError
-from syncpace.importers import jsonstream, sources, tracebuild
-from syncpace.importers.config import ImportConfig
-from syncpace.importers.tracebuild import ImportResult, RankInput
+from syncpace.importers import jsonstream, sources
+from syncpace.importers.contract import INPUT_COLUMNS, Conversion, OnBytes, RankFrame, Request
 
 FORMAT = "nccl-inspector"
 SUFFIXES = (".log", ".jsonl", ".json")
@@ -79,124 +79,167 @@ def _record(item: Any) -> tuple[dict, dict, dict] | None:
     return header, meta, perf
 
 
-def convert(
-    srcs: Iterable[str | Path],
-    out_dir: str | Path,
-    *,
-    config: ImportConfig | None = None,
-    progress: Callable[[int, int], None] | None = None,
-) -> ImportResult:
-    """Convert NCCL Inspector logs (files, or directories of ``*.log``) to a syncpace
-    trace in ``out_dir``."""
-    config = config or ImportConfig()
-    files = sources.find_files(srcs, SUFFIXES, "NCCL Inspector logs")
-    total = sources.total_bytes(files)
-    done = [0]
+class InspectorConverter:
+    """NCCL Inspector logs (files, or directories of ``*.log``, ``*.jsonl``, ``*.json``)."""
 
-    def on_bytes(n: int) -> None:
-        done[0] += n
-        if progress is not None:
-            progress(done[0], total)
+    options: tuple[str, ...] = ()
 
-    warnings: list[str] = []
-    stats: Counter[str] = Counter()
-    versions: Counter[str] = Counter()
-    rows: list[tuple] = []  # one per record: see the frame's schema below
-    procs: dict[tuple[str, int], dict[str, Any]] = {}
-    proc_ids: dict[tuple[str, int], int] = {}
-    comm_size: dict[str, int] = {}
-    comm_rank: dict[tuple[tuple[str, int], str], int] = {}
+    def find(self, srcs: Sequence[Path]) -> list[Path]:
+        return sources.find_files(srcs, SUFFIXES, "NCCL Inspector logs")
+
+    def read(self, request: Request) -> Conversion:
+        logs = _read(request.files, request.on_bytes)
+        rank_of = _global_ranks(logs, request.files[0])
+        frame = _frame(logs, rank_of)
+        sampled = _sampling(frame)
+        if sampled:
+            logs.warnings.append(sampled)
+        for what, n in sorted(logs.stats.items()):
+            logs.warnings.append(f"{n} {what}")
+        world = max(logs.comm_size.values())
+        absent = sorted(set(range(world)) - set(rank_of.values()))
+        if absent:
+            logs.warnings.append(f"{len(absent)} of {world} ranks have no Inspector log: {absent}")
+        verbose = bool(frame["verbose"].all())
+        return Conversion(
+            ranks=_rank_frames(frame, logs, rank_of),
+            world_size=world,
+            resolution_ns=1_000,
+            missing=_missing(request.config.window_ms, verbose),
+            warnings=logs.warnings,
+            notes={
+                "inspector_versions": dict(logs.versions),
+                "verbose_records": int(frame["verbose"].sum()),
+                "enter_from": "exit minus coll_exec_time_us",
+            },
+            # Without verbose records every member of an instance shares its end: the
+            # clocks of the hosts are never compared. With them, hosts' clocks are
+            # aligned as usual.
+            clock_methods={} if verbose else {r: "common_end" for r in rank_of.values()},
+        )
+
+
+CONVERTER = InspectorConverter()
+
+#: A process: (host name, pid).
+_Proc = tuple[str, int]
+
+
+@dataclass
+class _Logs:
+    """What the logs hold: a row per collective record, the processes and communicators
+    the records name, and what was left out."""
+
+    rows: list[tuple] = field(default_factory=list)  # _COLUMNS
+    files: dict[_Proc, set[str]] = field(default_factory=lambda: defaultdict(set))
+    proc_ids: dict[_Proc, int] = field(default_factory=dict)
+    comm_size: dict[str, int] = field(default_factory=dict)
+    comm_rank: dict[tuple[_Proc, str], int] = field(default_factory=dict)
+    stats: Counter[str] = field(default_factory=Counter)
+    versions: Counter[str] = field(default_factory=Counter)
+    warnings: list[str] = field(default_factory=list)
+
+    def add(self, path: Path, header: dict, meta: dict, perf: dict) -> None:
+        """One record: its process and communicator, and its row if it is a collective."""
+        proc = (str(meta.get("hostname", "unknown")), _int(meta.get("pid")))
+        self.files[proc].add(str(path))
+        self.versions[str(meta.get("inspector_output_format_version", "unknown"))] += 1
+        comm = str(header.get("id", ""))
+        n = _int(header.get("n_ranks"), 0)
+        self.comm_size[comm] = max(self.comm_size.get(comm, 0), n)
+        self.comm_rank[(proc, comm)] = _int(header.get("rank"))
+        coll = str(perf.get("coll", ""))
+        if coll in _P2P:
+            self.stats["point-to-point records (the Inspector records no peer)"] += 1
+        elif coll not in _OPS:
+            self.stats[f"records of collective {coll!r} not understood"] += 1
+        else:
+            pid = self.proc_ids.setdefault(proc, len(self.proc_ids))
+            self.rows.append((pid, comm, *_collective(coll, n, meta, perf)))
+
+
+_COLUMNS = ["proc", "group", "op", "seq", "bytes", "exec_ns", "source", "stop", "call", "dump"]
+
+
+def _collective(coll: str, n: int, meta: dict, perf: dict) -> tuple:
+    """A record's row after its process and communicator (see ``_COLUMNS``)."""
+    op, factor = _OPS[coll]
+    size = _int(perf.get("coll_msg_size_bytes"), 0)
+    stop, call = _trace_ts(perf.get("event_trace_ts"))
+    return (
+        op,
+        _int(perf.get("coll_sn")),
+        size * (n if factor == "n" else 1),
+        max(_int(perf.get("coll_exec_time_us"), 0), 0) * 1000,
+        str(perf.get("coll_timing_source") or "unknown"),
+        stop,
+        call,
+        _int(meta.get("dump_timestamp_us")) * 1000,
+    )
+
+
+def _trace_ts(trace: Any) -> tuple[int, int]:
+    """Verbose records' host-clock kernel stop and call (ns); -1 without them."""
+    if not isinstance(trace, dict):
+        return -1, -1
+    kernels = [k for k in trace.get("kernel_events") or [] if isinstance(k, dict)]
+    stops = [s for s in (_int(k.get("kernel_stop_ts")) for k in kernels) if s > 0]
+    stop = max(stops) * 1000 if stops else _int(trace.get("coll_stop_ts")) * 1000
+    return stop, _int(trace.get("coll_start_ts")) * 1000
+
+
+def _read(files: Sequence[Path], on_bytes: OnBytes) -> _Logs:
+    logs = _Logs()
     for path in files:
         records = 0
-        for item in jsonstream.iter_values(path, on_bytes, warnings):
+        for item in jsonstream.iter_values(path, on_bytes, logs.warnings):
             rec = _record(item)
             if rec is None:
-                stats["records that are not Inspector collectives"] += 1
+                logs.stats["records that are not Inspector collectives"] += 1
                 continue
-            header, meta, perf = rec
             records += 1
-            proc = (str(meta.get("hostname", "unknown")), _int(meta.get("pid")))
-            info = procs.setdefault(proc, {"files": set(), "records": 0})
-            info["files"].add(str(path))
-            info["records"] += 1
-            versions[str(meta.get("inspector_output_format_version", "unknown"))] += 1
-            comm = str(header.get("id", ""))
-            n = _int(header.get("n_ranks"), 0)
-            comm_size[comm] = max(comm_size.get(comm, 0), n)
-            comm_rank[(proc, comm)] = _int(header.get("rank"))
-            coll = str(perf.get("coll", ""))
-            if coll in _P2P:
-                stats["point-to-point records (the Inspector records no peer)"] += 1
-                continue
-            if coll not in _OPS:
-                stats[f"records of collective {coll!r} not understood"] += 1
-                continue
-            op, factor = _OPS[coll]
-            size = _int(perf.get("coll_msg_size_bytes"), 0)
-            nbytes = size * (n if factor == "n" else 1)
-            exec_ns = max(_int(perf.get("coll_exec_time_us"), 0), 0) * 1000
-            source = str(perf.get("coll_timing_source") or "unknown")
-            trace = perf.get("event_trace_ts")
-            stop = call = -1
-            if isinstance(trace, dict):
-                kernels = [k for k in trace.get("kernel_events") or [] if isinstance(k, dict)]
-                stops = [_int(k.get("kernel_stop_ts")) for k in kernels]
-                stops = [s for s in stops if s > 0]
-                stop = max(stops) * 1000 if stops else _int(trace.get("coll_stop_ts")) * 1000
-                call = _int(trace.get("coll_start_ts")) * 1000
-            dump = _int(meta.get("dump_timestamp_us")) * 1000
-            pid = proc_ids.setdefault(proc, len(proc_ids))
-            rows.append(
-                (
-                    pid,
-                    comm,
-                    op,
-                    _int(perf.get("coll_sn")),
-                    nbytes,
-                    exec_ns,
-                    source,
-                    stop,
-                    call,
-                    dump,
-                )
-            )
+            logs.add(path, *rec)
         if records == 0:
-            warnings.append(f"{path}: no Inspector records")
-    if not rows:
+            logs.warnings.append(f"{path}: no Inspector records")
+    if not logs.rows:
         raise TraceError(files[0], "no NCCL Inspector collective records in the given files")
+    return logs
 
-    # A process's global rank is its rank in the largest communicator (the world's).
-    world = max(comm_size.values())
-    rank_of: dict[tuple[str, int], int] = {}
-    for proc in procs:
+
+def _global_ranks(logs: _Logs, where: Path) -> dict[_Proc, int]:
+    """A process's global rank: its rank in the largest communicator (the world's)."""
+    world = max(logs.comm_size.values())
+    rank_of: dict[_Proc, int] = {}
+    for proc in logs.files:
         worlds = [
-            (comm_rank[(proc, c)], c)
-            for c, n in comm_size.items()
-            if n == world and (proc, c) in comm_rank
+            (logs.comm_rank[(proc, c)], c)
+            for c, n in logs.comm_size.items()
+            if n == world and (proc, c) in logs.comm_rank
         ]
         if not worlds:
             raise TraceError(
-                files[0],
+                where,
                 f"process {proc[0]} pid {proc[1]} has no record of a {world}-rank "
                 "communicator: cannot tell its global rank",
             )
         rank_of[proc] = min(worlds)[0]
     if len(set(rank_of.values())) != len(rank_of):
-        raise TraceError(files[0], "two processes claim the same rank in the world communicator")
-    members: dict[str, dict[int, int]] = defaultdict(dict)
-    for (proc, comm), r in comm_rank.items():
-        members[comm][r] = rank_of[proc]
+        raise TraceError(where, "two processes claim the same rank in the world communicator")
+    return rank_of
 
-    columns = ["proc", "group", "op", "seq", "bytes", "exec_ns", "source", "stop", "call", "dump"]
-    frame = pl.DataFrame(rows, schema=columns, orient="row")
-    by_id = {i: rank_of[proc] for proc, i in proc_ids.items()}
+
+def _frame(logs: _Logs, rank_of: dict[_Proc, int]) -> pl.DataFrame:
+    """Every record's row with its global rank, each instance's end and each rank's
+    enter (see the module docstring); a record written twice counted and kept once."""
+    frame = pl.DataFrame(logs.rows, schema=_COLUMNS, orient="row")
+    by_id = {i: rank_of[proc] for proc, i in logs.proc_ids.items()}
     frame = frame.with_columns(
         rank=pl.col("proc").replace_strict(by_id, return_dtype=pl.Int32)
     ).drop("proc")
     dup = frame.height
     frame = frame.unique(subset=["rank", "group", "seq"], keep="first", maintain_order=True)
     if frame.height < dup:
-        stats["records written twice"] += dup - frame.height
+        logs.stats["records written twice"] += dup - frame.height
     # The end of each instance: the host-observed kernel stop (verbose records), else the
     # earliest dump of the instance (the tightest bound the logs give).
     anchor = pl.col("dump").filter(pl.col("dump") > 0).min().over("group", "seq")
@@ -204,19 +247,20 @@ def convert(
         exit_ns=pl.when(pl.col("stop") > 0).then(pl.col("stop")).otherwise(anchor),
         verbose=pl.col("stop") > 0,
     ).with_columns(enter_ns=pl.col("exit_ns") - pl.col("exec_ns"))
-    frame = frame.with_columns(
+    return frame.with_columns(
         call_ns=pl.when(pl.col("call") > 0).then(pl.col("call")).otherwise(pl.col("enter_ns")),
         timing=pl.concat_str(pl.lit("inspector_"), pl.col("source")),
-        group_size=pl.col("group").replace_strict(comm_size, return_dtype=pl.Int32),
+        group_size=pl.col("group").replace_strict(logs.comm_size, return_dtype=pl.Int32),
     )
-    sampled = _sampling(frame)
-    if sampled:
-        warnings.append(sampled)
-    verbose = bool(frame["verbose"].all())
-    inputs = []
+
+
+def _rank_frames(frame: pl.DataFrame, logs: _Logs, rank_of: dict[_Proc, int]) -> list[RankFrame]:
+    members: dict[str, dict[int, int]] = defaultdict(dict)
+    for (proc, comm), r in logs.comm_rank.items():
+        members[comm][r] = rank_of[proc]
+    out = []
     for proc, r in sorted(rank_of.items(), key=lambda kv: kv[1]):
-        own = frame.filter(pl.col("rank") == r)
-        events = own.select(
+        events = frame.filter(pl.col("rank") == r).select(
             "group",
             "group_size",
             "seq",
@@ -231,32 +275,31 @@ def convert(
             error=pl.lit(None, pl.String),
             wait_ns=pl.lit(-1, pl.Int64),
             call_ns="call_ns",
-        ).cast(tracebuild.INPUT_COLUMNS)
+        )
         groups = {
             comm: {"ranks": [m[i] for i in sorted(m)], "backend": "nccl"}
             for comm, m in members.items()
-            if (proc, comm) in comm_rank
+            if (proc, comm) in logs.comm_rank
         }
-        inputs.append(
-            RankInput(
+        out.append(
+            RankFrame(
                 rank=r,
-                events=events,
+                events=events.cast(INPUT_COLUMNS),
                 step_rule="windows",
                 host=proc[0],
                 pid=proc[1],
                 device="cuda",
                 backend="nccl",
                 groups=groups,
-                files=sorted(procs[proc]["files"]),
+                files=sorted(logs.files[proc]),
             )
         )
-    for what, n in sorted(stats.items()):
-        warnings.append(f"{n} {what}")
-    absent = sorted(set(range(world)) - set(rank_of.values()))
-    if absent:
-        warnings.append(f"{len(absent)} of {world} ranks have no Inspector log: {absent}")
+    return out
+
+
+def _missing(window_ms: float, verbose: bool) -> list[str]:
     missing = [
-        f"iterations (steps are windows of {config.window_ms:g} ms)",
+        f"iterations (steps are windows of {window_ms:g} ms)",
         "dtypes",
         "point-to-point peers",
     ]
@@ -265,28 +308,7 @@ def convert(
             "when collectives started: enters are each instance's end minus the rank's "
             "own execution time"
         )
-    # Without verbose records every member of an instance shares its end: the clocks of
-    # the hosts are never compared. With them, hosts' clocks are aligned as usual.
-    methods = None if verbose else {r: "common_end" for r in rank_of.values()}
-    notes = {
-        "inspector_versions": dict(versions),
-        "verbose_records": int(frame["verbose"].sum()),
-        "enter_from": "exit minus coll_exec_time_us",
-    }
-    return tracebuild.write_trace(
-        inputs,
-        out_dir,
-        fmt=FORMAT,
-        source=FORMAT,
-        config=config,
-        world_size=world,
-        resolution_ns=1_000,
-        missing=missing,
-        warnings=warnings,
-        notes=notes,
-        input_bytes=total,
-        clock_methods=methods,
-    )
+    return missing
 
 
 def _sampling(frame: pl.DataFrame) -> str | None:

@@ -164,30 +164,38 @@ def iter_items(
     object, ``item`` in a bare list. A file cut short (a killed writer) yields what was
     complete and appends a warning to ``warnings``; a file with nothing readable raises.
     """
-    stream = open_stream(path, on_bytes)
-    n = 0
-    try:
-        if prefix is None:
-            prefix = "item" if _first_char(stream) == b"[" else "traceEvents.item"
-        for item in ijson.items(stream, prefix, use_float=True):
-            n += 1
-            yield item
-    except _DAMAGE as exc:
-        if n == 0 or warnings is None:
-            raise TraceError(path, f"not valid JSON ({_first_line(exc)})") from exc
-        warnings.append(f"{path}: cut short after {n:,} records ({_first_line(exc)})")
-    finally:
-        stream.close()
+
+    def items(stream: BinaryIO) -> Iterator[Any]:
+        where = prefix
+        if where is None:
+            where = "item" if _first_char(stream) == b"[" else "traceEvents.item"
+        return ijson.items(stream, where, use_float=True)
+
+    return _guarded(path, on_bytes, warnings, items)
 
 
 def iter_values(
     path: str | Path, on_bytes: Progress | None = None, warnings: list[str] | None = None
 ) -> Iterator[Any]:
     """Every top-level value of a file of concatenated JSON values (JSON lines or not)."""
+
+    def items(stream: BinaryIO) -> Iterator[Any]:
+        return ijson.items(stream, "", multiple_values=True, use_float=True)
+
+    return _guarded(path, on_bytes, warnings, items)
+
+
+def _guarded(
+    path: str | Path,
+    on_bytes: Progress | None,
+    warnings: list[str] | None,
+    items: Callable[[BinaryIO], Iterator[Any]],
+) -> Iterator[Any]:
+    """``items`` of the opened file, a damaged or cut file handled as the readers say."""
     stream = open_stream(path, on_bytes)
     n = 0
     try:
-        for item in ijson.items(stream, "", multiple_values=True, use_float=True):
+        for item in items(stream):
             n += 1
             yield item
     except _DAMAGE as exc:

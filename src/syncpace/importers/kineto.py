@@ -19,33 +19,31 @@ Host and device timestamps are kept apart: a row's enter and exit come from one 
 named in its ``timing`` (``profiler_host``, ``profiler_call``, ``profiler_device``).
 Iterations come from ``ProfilerStep#N`` spans (a scheduled profiler) or else from the
 ends of ``Optimizer.step#…`` spans.
+
+The files are scanned by :mod:`~syncpace.importers.kineto_scan`, gloo's groups and calls
+told by :mod:`~syncpace.importers.kineto_gloo`; here the rest of the rows and each rank's
+frame.
 """
 
 from __future__ import annotations
 
-import json
-import re
-from collections import Counter, defaultdict, deque
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
-from itertools import combinations_with_replacement
-from math import prod
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
 from syncpace.errors import TraceError
-from syncpace.importers import dtypes, jsonstream, sources, tracebuild
+from syncpace.importers import dtypes, sources, tracebuild
 from syncpace.importers.config import ImportConfig
-from syncpace.importers.tracebuild import UNKNOWN, ImportResult, RankInput
+from syncpace.importers.contract import INPUT_COLUMNS, UNKNOWN, Conversion, RankFrame, Request
+from syncpace.importers.kineto_gloo import gloo_rows, map_gloo_groups
+from syncpace.importers.kineto_scan import Kernel, RankScan, Rpc, as_int, scan_all
 
 FORMAT = "kineto"
 SUFFIXES = (".json", ".json.gz")
-
-#: Names worth a second look (anything else is skipped after one startswith).
-_PREFIXES = ("c10d::", "gloo:", "record_param_comms", "ProfilerStep#", "Optimizer.step#", "nccl")
-_KERNEL_PREFIXES = ("ncclDevKernel", "ncclKernel")
 
 #: record_param_comms "Collective name" -> (op, which count is the nccl-tests size)
 #: "in": In msg nelems; "out": Out msg nelems; "in*n"/"out*n": times the group size.
@@ -76,588 +74,14 @@ _RPC_OPS = {
     "recvAnySource": ("recv", "out"),
 }
 
-#: gloo reduces-and-scatters with all-reduces (one per rank for the list API).
-_RS_SPANS = ("gloo:all_reduce", "gloo:reduce_scatter")
-
-#: c10d dispatcher op -> (op, size rule over its record_shapes inputs, gloo span names)
-#: Size rules: "a0" sum of argument 0's elements, "a1" argument 1's; "*n" times the
-#: group size; "zero" for a barrier.
-_C10D_OPS = {
-    "c10d::allreduce_": ("all_reduce", "a0", ("gloo:all_reduce",)),
-    "c10d::allreduce_coalesced_": ("all_reduce", "a0", ("gloo:all_reduce",)),
-    "c10d::allgather_": ("all_gather", "a1*n", ("gloo:all_gather",)),
-    "c10d::_allgather_base_": ("all_gather", "a0", ("gloo:all_gather",)),
-    "c10d::allgather_coalesced_": ("all_gather", "a1*n", ("gloo:all_gather",)),
-    "c10d::allgather_into_tensor_coalesced_": ("all_gather", "a0", ("gloo:all_gather",)),
-    "c10d::reduce_scatter_": ("reduce_scatter", "a0*n", _RS_SPANS),
-    "c10d::_reduce_scatter_base_": ("reduce_scatter", "a1", _RS_SPANS),
-    "c10d::reduce_scatter_tensor_coalesced_": ("reduce_scatter", "a1", _RS_SPANS),
-    "c10d::broadcast_": ("broadcast", "a0", ("gloo:broadcast",)),
-    "c10d::reduce_": ("reduce", "a0", ("gloo:reduce",)),
-    "c10d::gather_": ("gather", "a1*n", ("gloo:gather",)),
-    "c10d::scatter_": ("scatter", "a0*n", ("gloo:scatter",)),
-    "c10d::alltoall_base_": ("all_to_all", "a1", ("gloo:all_to_all",)),
-    "c10d::alltoall_": ("all_to_all", "a1", ("gloo:all_to_all",)),
-    "c10d::barrier": ("barrier", "zero", ("gloo:barrier",)),
-    "c10d::monitored_barrier_": ("barrier", "zero", ("gloo:barrier",)),
-    "c10d::send": ("send", "a0", ("gloo:send",)),
-    "c10d::recv_": ("recv", "a0", ("gloo:recv",)),
-    "c10d::recv_any_source_": ("recv", "a0", ("gloo:recvAnySource", "gloo:recv")),
-}
-_P2P_SPANS = ("gloo:send", "gloo:recv", "gloo:recvAnySource")
-
-#: How many queued gloo spans a call looks past (spans of earlier calls not in the trace).
-_LOOKAHEAD = 8
-
-_STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
-_RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.IGNORECASE)
-
-
-# Scanning ------------------------------------------------------------------------------
-
-
-@dataclass
-class _Rpc:  # a record_param_comms op
-    tid: int
-    ts: int
-    end: int
-    ext: int
-    name: str
-    in_n: int
-    out_n: int
-    dtype: str
-    group: str
-    ranks: list[int] | None
-    size: int
-    seq: int
-    peer: int
-
-
-@dataclass
-class _Call:  # a c10d dispatcher op
-    tid: int
-    ts: int
-    end: int
-    name: str
-    dims: list[Any] | None
-    types: list[Any] | None
-    peer: int
-
-
-@dataclass
-class _Span:  # a gloo work span
-    tid: int
-    ts: int
-    end: int
-    name: str
-    numel: int
-    dtype: str
-
-
-@dataclass
-class _Kernel:
-    ts: int
-    end: int
-    ext: int
-    device: int
-    group: str
-    seq: int
-    name: str
-
-
-@dataclass
-class RankScan:
-    """What one rank's profiler files hold that matters for collectives."""
-
-    rank: int
-    world_size: int | None = None
-    host: str | None = None
-    pid: int | None = None
-    backend: str = "unknown"
-    pg_config: list[dict[str, Any]] = field(default_factory=list)
-    record_shapes: bool | None = None
-    files: list[str] = field(default_factory=list)
-    rpc: list[_Rpc] = field(default_factory=list)
-    calls: list[_Call] = field(default_factory=list)
-    spans: list[_Span] = field(default_factory=list)
-    kernels: list[_Kernel] = field(default_factory=list)
-    profiler_steps: list[tuple[int, int, int]] = field(default_factory=list)
-    optimizer_steps: list[tuple[int, int]] = field(default_factory=list)
-    other_events: int = 0
-
-    def merge(self, other: RankScan) -> None:
-        for name in ("rpc", "calls", "spans", "kernels", "profiler_steps", "optimizer_steps"):
-            getattr(self, name).extend(getattr(other, name))
-        self.files.extend(other.files)
-        if min(self.other_events, other.other_events) < 0:
-            self.other_events = -1
-        else:
-            self.other_events += other.other_events
-        self.world_size = self.world_size or other.world_size
-        self.host = self.host or other.host
-        self.pid = self.pid or other.pid
-        if self.backend == "unknown":
-            self.backend = other.backend
-        if len(other.pg_config) > len(self.pg_config):
-            self.pg_config = other.pg_config
-        if self.record_shapes is None:
-            self.record_shapes = other.record_shapes
-
-
-def _int(value: Any, default: int = UNKNOWN) -> int:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return default
-
-
-def _ranks(value: Any) -> list[int] | None:
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError:
-            return None
-    if isinstance(value, list) and all(isinstance(v, int) for v in value):
-        return [int(v) for v in value]
-    return None
-
-
-def _numel(dims: Any) -> int:
-    """Elements of a record_shapes entry: a tensor ``[d0, d1]``, a list of tensors
-    ``[[d0], [d0, d1]]``; -1 when not a tensor."""
-    if not isinstance(dims, list):
-        return UNKNOWN
-    if all(isinstance(d, int) for d in dims):
-        return prod(dims) if dims else UNKNOWN
-    if all(isinstance(d, list) for d in dims) and dims:
-        parts = [prod(d) for d in dims if all(isinstance(x, int) for x in d)]
-        return sum(parts) if len(parts) == len(dims) else UNKNOWN
-    return UNKNOWN
-
-
-def scan_file(
-    path: Path,
-    on_bytes: jsonstream.Progress | None,
-    warnings: list[str],
-    header: dict[str, Any] | None = None,
-) -> RankScan:
-    """One pass over ``path``: the collectives, gloo work, NCCL kernels and iterations.
-
-    Files in the layout Kineto writes take the fast path (only the events that matter
-    are parsed, see :func:`~syncpace.importers.jsonstream.iter_named_events`); any other
-    valid JSON is parsed in full, as a stream.
-    """
-    header = jsonstream.read_header(path) if header is None else header
-    found: list[str] = []
-    try:
-        wanted = _wanted_names(header)
-        scan = _scan(path, header, jsonstream.iter_named_events(path, wanted, on_bytes, found))
-        scan.other_events = -1  # not counted: the other events were never parsed
-    except jsonstream.NotThisLayout:
-        found.clear()
-        scan = _scan(path, header, jsonstream.iter_items(path, None, on_bytes, found))
-    warnings.extend(found)
-    if scan.rank < 0:
-        raise TraceError(
-            path,
-            "cannot tell which rank wrote this trace (no distributedInfo in its header, no "
-            "rank in its name, no collectives naming it): pass one directory or file per "
-            "rank named rank<N>…",
-        )
-    return scan
-
-
-#: Event names an NCCL job's collectives and iterations show as (long, so the byte
-#: search for them runs fast; gloo's short ``c10d::``/``gloo:`` are searched only when
-#: some group may run gloo).
-_NCCL_NAMES = (
-    "record_param_comms",
-    "ProfilerStep#",
-    "Optimizer.step#",
-    "ncclDevKernel",
-    "ncclKernel",
-)
-
-
-def _wanted_names(header: dict[str, Any]) -> tuple[str, ...]:
-    """The name prefixes worth parsing in a trace with this header."""
-    info = header.get("distributedInfo")
-    if not isinstance(info, dict) or str(info.get("backend", "")).lower() != "nccl":
-        return _PREFIXES
-    configs = [str(p.get("backend_config", "")) for p in info.get("pg_config") or []]
-    if any("gloo" in c for c in configs):
-        return _PREFIXES
-    return _NCCL_NAMES
-
-
-def _scan(path: Path, header: dict[str, Any], events: Iterable[Any]) -> RankScan:
-    info = header.get("distributedInfo") if isinstance(header.get("distributedInfo"), dict) else {}
-    base_ns = _int(header.get("baseTimeNanoseconds"), 0)
-    rank = _int(info.get("rank"))
-    if rank < 0:
-        match = _RANK_IN_NAME.search(path.name)
-        rank = int(match.group(1)) if match else UNKNOWN
-    scan = RankScan(
-        rank=rank,
-        world_size=_int(info.get("world_size"), 0) or None,
-        host=header.get("host_name") if isinstance(header.get("host_name"), str) else None,
-        backend=str(info.get("backend") or "unknown"),
-        pg_config=[p for p in info.get("pg_config") or [] if isinstance(p, dict)],
-        record_shapes=bool(header["record_shapes"]) if "record_shapes" in header else None,
-        files=[str(path)],
-    )
-
-    def ns(ts: Any) -> int:
-        return base_ns + int(round(float(ts) * 1000.0))
-
-    rpc, calls, spans, kernels = scan.rpc, scan.calls, scan.spans, scan.kernels
-    pids: Counter[int] = Counter()
-    other = 0
-    for e in events:
-        if not isinstance(e, dict) or e.get("ph") != "X":
-            other += 1
-            continue
-        name = e.get("name")
-        if not isinstance(name, str) or not name.startswith(_PREFIXES):
-            other += 1
-            continue
-        try:
-            ts = ns(e["ts"])
-            end = ts + int(round(float(e.get("dur", 0)) * 1000.0))
-        except (KeyError, TypeError, ValueError):
-            continue
-        args = e.get("args") if isinstance(e.get("args"), dict) else {}
-        tid = _int(e.get("tid"), 0)
-        cat = e.get("cat")
-        if name == "record_param_comms":
-            pids[_int(e.get("pid"), 0)] += 1
-            if scan.rank < 0:
-                scan.rank = _int(args.get("Rank"))
-            rpc.append(
-                _Rpc(
-                    tid=tid,
-                    ts=ts,
-                    end=end,
-                    ext=_int(args.get("External id")),
-                    name=str(args.get("Collective name", "")),
-                    in_n=_int(args.get("In msg nelems")),
-                    out_n=_int(args.get("Out msg nelems")),
-                    dtype=dtypes.canonical(args.get("dtype")),
-                    group=str(args.get("Process Group Name", "")),
-                    ranks=_ranks(args.get("Process Group Ranks")),
-                    size=_int(args.get("Group size")),
-                    seq=_int(args.get("Seq")),
-                    peer=_int(args.get("Dst Rank", args.get("Src Rank"))),
-                )
-            )
-        elif name.startswith("c10d::"):
-            if name not in _C10D_OPS:
-                continue
-            pids[_int(e.get("pid"), 0)] += 1
-            concrete = args.get("Concrete Inputs")
-            peer = UNKNOWN
-            if _C10D_OPS[name][0] in ("send", "recv") and isinstance(concrete, list):
-                peer = _int(concrete[2] if len(concrete) > 2 else None)
-            calls.append(
-                _Call(tid, ts, end, name, args.get("Input Dims"), args.get("Input type"), peer)
-            )
-        elif name.startswith("gloo:"):
-            types = args.get("Input type")
-            first = types[0] if isinstance(types, list) and types else None
-            spans.append(
-                _Span(tid, ts, end, name, _numel(args.get("Input Dims")), dtypes.canonical(first))
-            )
-        elif cat == "kernel" and name.startswith(_KERNEL_PREFIXES):
-            kernels.append(
-                _Kernel(
-                    ts=ts,
-                    end=end,
-                    ext=_int(args.get("External id")),
-                    device=_int(args.get("device")),
-                    group=str(args.get("Process Group Name", "")),
-                    seq=_int(args.get("Seq")),
-                    name=name,
-                )
-            )
-        elif cat == "user_annotation" and name.startswith("ProfilerStep#"):
-            match = _STEP_RE.match(name)
-            if match:
-                scan.profiler_steps.append((int(match.group(1)), ts, end))
-        elif cat == "user_annotation" and name.startswith("Optimizer.step#"):
-            scan.optimizer_steps.append((ts, end))
-        else:
-            other += 1
-    scan.other_events = other
-    if pids:
-        scan.pid = pids.most_common(1)[0][0]
-    return scan
-
-
-# gloo: worker threads -> process groups -------------------------------------------------
-
-
-def _clusters(spans: Sequence[_Span], threads: int) -> dict[int, int]:
-    """Worker thread id -> block index: consecutive ids, ``threads`` per gloo backend."""
-    tids = sorted({s.tid for s in spans if s.name not in _P2P_SPANS})
-    blocks: dict[int, int] = {}
-    start, index = None, -1
-    for tid in tids:
-        if start is None or tid - start >= threads:
-            start, index = tid, index + 1
-        blocks[tid] = index
-    return blocks
-
-
-def _labels(spans: Sequence[_Span], blocks: dict[int, int]) -> list[Counter[tuple[str, int]]]:
-    count = max(blocks.values(), default=-1) + 1
-    out: list[Counter[tuple[str, int]]] = [Counter() for _ in range(count)]
-    for s in spans:
-        if s.tid in blocks:
-            out[blocks[s.tid]][(s.name, s.numel)] += 1
-    return out
-
-
-def _monotone_maps(blocks: int, groups: int, cap: int = 4096) -> list[tuple[int, ...]]:
-    """Every non-decreasing map of ``blocks`` blocks onto ``groups`` groups (creation
-    order is kept: a later block never belongs to an earlier group)."""
-    if blocks == 0:
-        return [()]
-    maps = []
-    for combo in combinations_with_replacement(range(groups), blocks):
-        maps.append(combo)
-        if len(maps) >= cap:
-            break
-    return maps
-
-
-def map_gloo_groups(scans: dict[int, RankScan], threads: int) -> dict[int, dict[int, str]]:
-    """Per rank: gloo worker thread id -> process group name.
-
-    Each rank's blocks of worker threads keep the order their groups were created in
-    (``pg_config`` lists the groups in that order). When a rank has as many blocks as
-    gloo groups the map is that order; otherwise every order-keeping map is scored by how
-    many collectives it makes agree with the other members of each group (same gloo op,
-    same size), and the best is kept, a few rounds over all ranks.
-    """
-    blocks = {r: _clusters(s.spans, threads) for r, s in scans.items()}
-    labels = {r: _labels(scans[r].spans, blocks[r]) for r in scans}
-    names = {r: [str(p.get("pg_name")) for p in s.pg_config] or ["0"] for r, s in scans.items()}
-    members = {}
-    for s in scans.values():
-        for p in s.pg_config:
-            ranks = p.get("ranks")
-            if isinstance(ranks, list):
-                members[str(p.get("pg_name"))] = [int(x) for x in ranks]
-    choice: dict[int, tuple[int, ...]] = {}
-    for r in scans:
-        n_blocks, n_groups = len(labels[r]), len(names[r])
-        if n_blocks <= n_groups:
-            choice[r] = tuple(range(n_blocks))
-        else:  # more blocks than groups: the extra ones join the last group
-            choice[r] = tuple(min(i, n_groups - 1) for i in range(n_blocks))
-
-    def per_group(r: int, mapping: tuple[int, ...]) -> dict[str, Counter]:
-        out: dict[str, Counter] = defaultdict(Counter)
-        for block, g in enumerate(mapping):
-            out[names[r][g]] += labels[r][block]
-        return out
-
-    for _ in range(3):
-        changed = False
-        for r in scans:
-            if len(scans) < 2 or not labels[r]:
-                continue
-            current = {o: per_group(o, choice[o]) for o in scans if o != r}
-
-            def score(mapping: tuple[int, ...], r: int = r, current: dict = current) -> int:
-                total = 0
-                for g, counter in per_group(r, mapping).items():
-                    for other in members.get(g, list(current)):
-                        if other in current:
-                            total += sum((counter & current[other].get(g, Counter())).values())
-                return total
-
-            candidates = _monotone_maps(len(labels[r]), len(names[r]))
-            best = max(candidates, key=lambda m: (score(m), m == choice[r]))
-            if best != choice[r] and score(best) > score(choice[r]):
-                choice[r], changed = best, True
-        if not changed:
-            break
-    return {r: {tid: names[r][choice[r][b]] for tid, b in blocks[r].items()} for r in scans}
-
 
 # Rows ----------------------------------------------------------------------------------
 
 
-#: Which argument of the call gloo's work span shows (its elements must agree).
-_SPAN_ARG = {
-    "c10d::allreduce_": 0,
-    "c10d::broadcast_": 0,
-    "c10d::reduce_": 0,
-    "c10d::send": 0,
-    "c10d::recv_": 0,
-    "c10d::recv_any_source_": 0,
-    "c10d::reduce_scatter_": 0,  # each of its all-reduces is one output's size
-    "c10d::allgather_": 1,
-    "c10d::gather_": 1,
-    "c10d::_allgather_base_": 1,
-    "c10d::_reduce_scatter_base_": 1,
-    "c10d::alltoall_base_": 1,
-    "c10d::alltoall_": 1,
-}
-
-
-def _expected_span_numel(name: str, call: _Call) -> int:
-    """The element count gloo's work span of ``call`` shows (-1 when not checkable)."""
-    dims = call.dims if isinstance(call.dims, list) else []
-    index = _SPAN_ARG.get(name, len(dims))
-    return _numel(dims[index]) if index < len(dims) else UNKNOWN
-
-
-def _call_size(call: _Call, rule: str, group_size: int) -> int:
-    """Elements of the nccl-tests size of ``call`` (-1 without record_shapes)."""
-    if rule == "zero":
-        return 0
-    dims = call.dims if isinstance(call.dims, list) else []
-    index = 0 if rule.startswith("a0") else 1
-    n = _numel(dims[index]) if len(dims) > index else UNKNOWN
-    if n < 0:
-        return UNKNOWN
-    return n * max(group_size, 1) if rule.endswith("*n") else n
-
-
-def _call_dtype(call: _Call, rule: str) -> str:
-    types = call.types if isinstance(call.types, list) else []
-    index = 0 if rule.startswith("a0") else 1
-    return dtypes.canonical(types[index]) if len(types) > index else ""
-
-
-def _gloo_rows(
-    scan: RankScan,
-    tid_group: dict[int, str],
-    group_info: dict[str, tuple[int, list[int]]],
-    stats: Counter,
-) -> list[dict[str, Any]]:
-    """One row per c10d call, completed by the gloo work span(s) it queued."""
-    queues: dict[str, deque[_Span]] = defaultdict(deque)
-    p2p: dict[int, deque[_Span]] = defaultdict(deque)
-    for s in sorted(scan.spans, key=lambda s: s.ts):
-        if s.name in _P2P_SPANS:
-            p2p[s.tid].append(s)
-        elif s.tid in tid_group:
-            queues[tid_group[s.tid]].append(s)
-    inside_rpc = _inside(scan.calls, scan.rpc)
-    default_group = next(iter(group_info), "0")
-    rows = []
-    for call, nested in zip(scan.calls, inside_rpc, strict=True):
-        if nested:  # an NCCL call: its record_param_comms describes it
-            continue
-        op, rule, names = _C10D_OPS[call.name]
-        expect = _expected_span_numel(call.name, call)
-        matched: list[_Span] = []
-        group = default_group
-        if op in ("send", "recv"):
-            q = p2p[call.tid]
-            j = _find(q, names, call.ts, expect)
-            if j is not None:
-                matched = [q[j]]
-                del q[j]
-        else:
-            best = None
-            for g, q in queues.items():
-                j = _find(q, names, call.ts, expect)
-                if j is not None and (best is None or q[j].ts < best[2]):
-                    best = (g, j, q[j].ts)
-            if best is not None:
-                group, j, _ = best
-                q = queues[group]
-                for _ in range(j):  # queued ahead of this call: calls not in the trace
-                    q.popleft()
-                    stats["gloo work without its call"] += 1
-                matched.append(q.popleft())
-                size = group_info.get(group, (1, []))[0]
-                if call.name == "c10d::reduce_scatter_":  # the list API: one per rank
-                    while len(matched) < size and q and q[0].name == matched[0].name:
-                        matched.append(q.popleft())
-        if not matched:
-            stats["calls whose backend work is not in the trace"] += 1
-            continue
-        size, ranks = group_info.get(group, (scan.world_size or 1, []))
-        numel = _call_size(call, rule, size)
-        dtype = _call_dtype(call, rule) or matched[0].dtype
-        peer = call.peer
-        if peer >= 0 and ranks and peer < len(ranks):
-            peer = ranks[peer]  # the call names the group rank
-        rows.append(
-            {
-                "group": group,
-                "group_size": size,
-                "seq": UNKNOWN,
-                "op": op,
-                "bytes": max(numel, 0) * dtypes.item_size(dtype) if numel >= 0 else 0,
-                "dtype": dtype,
-                "peer": peer if op in ("send", "recv") else -1,
-                "enter_ns": call.ts,
-                "exit_ns": max(s.end for s in matched),
-                "timing": "profiler_host",
-                "status": "completed",
-                "error": None,
-                "wait_ns": -1,
-                "call_ns": call.ts,
-                "_sized": numel >= 0,
-            }
-        )
-    for q in list(queues.values()) + list(p2p.values()):
-        stats["gloo work without its call"] += len(q)
-    return rows
-
-
-def _find(q: deque[_Span], names: tuple[str, ...], ts: int, numel: int) -> int | None:
-    """Index of the first span in ``q`` (within the lookahead) that can be the work of a
-    call issued at ``ts``: right name, size, and not started before the call."""
-    for j, s in enumerate(q):
-        if j >= _LOOKAHEAD:
-            break
-        if s.ts < ts - 1_000 or s.name not in names:
-            continue
-        if numel >= 0 and s.numel >= 0 and s.numel != numel:
-            continue
-        return j
-    return None
-
-
-def _inside(calls: list[_Call], rpcs: list[_Rpc]) -> list[bool]:
-    """Per call: does a record_param_comms op run inside it (same thread)?"""
-    if not rpcs:
-        return [False] * len(calls)
-    by_tid: dict[int, list[int]] = defaultdict(list)
-    for r in rpcs:
-        by_tid[r.tid].append(r.ts)
-    for values in by_tid.values():
-        values.sort()
-    out = []
-    for c in calls:
-        starts = by_tid.get(c.tid, [])
-        lo = _bisect_left(starts, c.ts)
-        out.append(lo < len(starts) and starts[lo] <= c.end)
-    return out
-
-
-def _bisect_left(values: list[int], x: int) -> int:
-    lo, hi = 0, len(values)
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if values[mid] < x:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
-
-
-def _outermost(rpcs: list[_Rpc]) -> list[_Rpc]:
+def _outermost(rpcs: list[Rpc]) -> list[Rpc]:
     """record_param_comms ops not nested in another on the same thread (a barrier that
     issues an all-reduce records both)."""
-    out: list[_Rpc] = []
+    out: list[Rpc] = []
     last_end: dict[int, int] = {}
     for r in sorted(rpcs, key=lambda r: (r.tid, r.ts, -r.end)):
         if r.ts < last_end.get(r.tid, -1) and r.end <= last_end[r.tid]:
@@ -669,66 +93,82 @@ def _outermost(rpcs: list[_Rpc]) -> list[_Rpc]:
 
 def _rpc_rows(scan: RankScan, use_device: bool, stats: Counter) -> tuple[list[dict[str, Any]], int]:
     """One row per record_param_comms call; with ``use_device`` timed by its kernel(s)."""
-    by_key: dict[tuple[str, int], list[_Kernel]] = defaultdict(list)
-    by_ext: dict[int, list[_Kernel]] = defaultdict(list)
-    for k in scan.kernels:
-        if k.group and k.seq >= 0:
-            by_key[(k.group, k.seq)].append(k)
-        if k.ext >= 0:
-            by_ext[k.ext].append(k)
+    kernels = _Kernels(scan.kernels)
     rows: list[dict[str, Any]] = []
-    device = next((k.device for k in scan.kernels if k.device >= 0), UNKNOWN)
-    used: set[int] = set()
     for r in _outermost(scan.rpc):
-        known = _RPC_OPS.get(r.name)
-        if known is None:
+        if r.name not in _RPC_OPS:
             stats[f"record_param_comms '{r.name}' not understood"] += 1
             continue
-        op, rule = known
-        size = r.size if r.size > 0 else len(r.ranks or []) or (scan.world_size or 1)
-        count = {"in": r.in_n, "out": r.out_n, "in*n": r.in_n * size, "out*n": r.out_n * size}
-        numel = 0 if rule == "zero" else max(count[rule], 0)
-        if op == "recv" and numel == 0:
-            numel = max(r.in_n, 0)
-        p2p = op in ("send", "recv")
-        peer = r.peer
-        if p2p and peer >= 0 and r.ranks and peer < len(r.ranks):
-            peer = r.ranks[peer]
-        kernels = [] if p2p else by_key.get((r.group, r.seq), [])
-        if not kernels:
-            kernels = by_ext.get(r.ext, []) if r.ext >= 0 else []
-        row = {
-            "group": r.group or "0",
-            "group_size": size,
-            "seq": -1 if p2p else r.seq,  # p2p seq counts per peer pair in the trace
-            "op": op,
-            "bytes": numel * dtypes.item_size(r.dtype),
-            "dtype": "" if op == "barrier" else r.dtype,
-            "peer": peer if p2p else -1,
-            "enter_ns": r.ts,
-            "exit_ns": r.end,
-            "timing": "profiler_call",
-            "status": "completed",
-            "error": None,
-            "wait_ns": -1,
-            "call_ns": r.ts,
-            "_sized": True,
-        }
+        row = _rpc_row(r, scan.world_size)
         if use_device:
-            if kernels:
-                row["enter_ns"] = min(k.ts for k in kernels)
-                row["exit_ns"] = max(k.end for k in kernels)
-                row["timing"] = "profiler_device"
-                used.update(id(k) for k in kernels)
-            else:  # no device time: a host time beside the others' kernels would mislead
+            found = kernels.of(r, p2p=row["op"] in ("send", "recv"))
+            if not found:  # no device time: a host time beside the others' kernels would mislead
                 stats["calls without their NCCL kernel (left out)"] += 1
                 continue
+            row["enter_ns"] = min(k.ts for k in found)
+            row["exit_ns"] = max(k.end for k in found)
+            row["timing"] = "profiler_device"
+            kernels.used.update(id(k) for k in found)
         rows.append(row)
     if use_device:
         stats["NCCL kernels without their call"] += sum(
-            1 for k in scan.kernels if id(k) not in used
+            1 for k in scan.kernels if id(k) not in kernels.used
         )
+    device = next((k.device for k in scan.kernels if k.device >= 0), UNKNOWN)
     return rows, device
+
+
+class _Kernels:
+    """A rank's NCCL kernels by the call they ran for: (group, seq) where torch copies
+    them onto the kernel, else the External id (older traces)."""
+
+    def __init__(self, kernels: list[Kernel]) -> None:
+        self.by_key: dict[tuple[str, int], list[Kernel]] = defaultdict(list)
+        self.by_ext: dict[int, list[Kernel]] = defaultdict(list)
+        self.used: set[int] = set()
+        for k in kernels:
+            if k.group and k.seq >= 0:
+                self.by_key[(k.group, k.seq)].append(k)
+            if k.ext >= 0:
+                self.by_ext[k.ext].append(k)
+
+    def of(self, r: Rpc, p2p: bool) -> list[Kernel]:
+        # point-to-point seq counts per peer pair in the trace, per group in the kernel's
+        found = [] if p2p else self.by_key.get((r.group, r.seq), [])
+        if not found and r.ext >= 0:
+            found = self.by_ext.get(r.ext, [])
+        return found
+
+
+def _rpc_row(r: Rpc, world_size: int | None) -> dict[str, Any]:
+    """A record_param_comms call as a row, timed by the call (``profiler_call``)."""
+    op, rule = _RPC_OPS[r.name]
+    size = r.size if r.size > 0 else len(r.ranks or []) or (world_size or 1)
+    count = {"in": r.in_n, "out": r.out_n, "in*n": r.in_n * size, "out*n": r.out_n * size}
+    numel = 0 if rule == "zero" else max(count[rule], 0)
+    if op == "recv" and numel == 0:
+        numel = max(r.in_n, 0)
+    p2p = op in ("send", "recv")
+    peer = r.peer
+    if p2p and peer >= 0 and r.ranks and peer < len(r.ranks):
+        peer = r.ranks[peer]
+    return {
+        "group": r.group or "0",
+        "group_size": size,
+        "seq": -1 if p2p else r.seq,  # p2p seq counts per peer pair in the trace
+        "op": op,
+        "bytes": numel * dtypes.item_size(r.dtype),
+        "dtype": "" if op == "barrier" else r.dtype,
+        "peer": peer if p2p else -1,
+        "enter_ns": r.ts,
+        "exit_ns": r.end,
+        "timing": "profiler_call",
+        "status": "completed",
+        "error": None,
+        "wait_ns": -1,
+        "call_ns": r.ts,
+        "_sized": True,
+    }
 
 
 def _steps(scan: RankScan) -> tuple[pl.DataFrame | None, str]:
@@ -749,156 +189,131 @@ def _steps(scan: RankScan) -> tuple[pl.DataFrame | None, str]:
 # The conversion ------------------------------------------------------------------------
 
 
-def scan_all(
-    files: list[Path], on_bytes: jsonstream.Progress | None, warnings: list[str]
-) -> dict[int, RankScan]:
-    """Every profiler trace in ``files`` scanned, merged per rank (several profiling
-    cycles of a rank are one rank). Files that are not Chrome traces are skipped, and a
-    trace present twice (``trace_id``; e.g. as ``.json`` and ``.json.gz``) is read once."""
-    scans: dict[int, RankScan] = {}
-    skipped, twice = [], []
-    seen: set[tuple[str, str]] = set()
-    for path in files:
-        if not jsonstream.is_chrome_trace(path):
-            skipped.append(path.name)
-            continue
-        header = jsonstream.read_header(path)
-        if header.get("trace_id"):
-            info = header.get("distributedInfo")
-            key = (str(header["trace_id"]), str(info.get("rank") if isinstance(info, dict) else ""))
-            if key in seen:
-                twice.append(path.name)
-                continue
-            seen.add(key)
-        scan = scan_file(path, on_bytes, warnings, header)
-        if scan.rank in scans:
-            scans[scan.rank].merge(scan)
-        else:
-            scans[scan.rank] = scan
-    if skipped:
-        names = ", ".join(skipped[:5])
-        warnings.append(f"{len(skipped)} JSON file(s) are not profiler traces: {names}")
-    if twice:
-        names = ", ".join(twice[:5])
-        warnings.append(f"{len(twice)} trace(s) are here twice, read once: {names}")
-    if not scans:
-        raise TraceError(files[0].parent, "no PyTorch profiler traces among the given files")
-    return scans
+class KinetoConverter:
+    """The profiler traces among the sources (files or directories, plain or gzip'd JSON,
+    one or more per rank)."""
 
+    options: tuple[str, ...] = ()
 
-def convert(
-    srcs: Iterable[str | Path],
-    out_dir: str | Path,
-    *,
-    config: ImportConfig | None = None,
-    progress: Callable[[int, int], None] | None = None,
-) -> ImportResult:
-    """Convert the profiler traces in ``srcs`` (files or directories, plain or gzip'd
-    JSON, one or more per rank) to a syncpace trace in ``out_dir``."""
-    config = config or ImportConfig()
-    files = sources.find_files(srcs, SUFFIXES, "PyTorch profiler traces")
-    total = sources.total_bytes(files)
-    done = [0]
+    def find(self, srcs: Sequence[Path]) -> list[Path]:
+        return sources.find_files(srcs, SUFFIXES, "PyTorch profiler traces")
 
-    def on_bytes(n: int) -> None:
-        done[0] += n
-        if progress is not None:
-            progress(done[0], total)
-
-    warnings: list[str] = []
-    scans = scan_all(files, on_bytes, warnings)
-    sizes = {s.world_size for s in scans.values() if s.world_size}
-    if len(sizes) > 1:
-        raise TraceError(files[0].parent, f"the traces disagree on the world size: {sorted(sizes)}")
-    world = sizes.pop() if sizes else max(scans) + 1
-    has_kernels = any(s.kernels for s in scans.values())
-    has_rpc = any(s.rpc for s in scans.values())
-    if config.timing == "device" and not has_kernels:
-        raise TraceError(
-            files[0], "--timing device: the traces hold no NCCL kernels (no CUDA activity)"
+    def read(self, request: Request) -> Conversion:
+        warnings: list[str] = []
+        files = list(request.files)
+        scans = scan_all(files, request.on_bytes, warnings)
+        plan = _Plan.of(scans, request.config, files[0])
+        stats: Counter[str] = Counter()
+        ranks = [plan.rank_frame(scan, stats) for _, scan in sorted(scans.items())]
+        for what, n in sorted(stats.items()):
+            if n:
+                warnings.append(f"{n} {what}")
+        absent = sorted(set(range(plan.world)) - set(scans))
+        if absent:
+            warnings.append(f"{len(absent)} of {plan.world} ranks have no profiler trace: {absent}")
+        return Conversion(
+            ranks=[frame for frame, _ in ranks],
+            world_size=plan.world,
+            resolution_ns=1_000,
+            missing=plan.missing(scans, ranks),
+            warnings=warnings,
+            notes={
+                "collectives_from": (
+                    "record_param_comms" if plan.has_rpc else "c10d ops and gloo work spans"
+                ),
+                "timing_source": "device" if plan.use_device else "host",
+            },
         )
-    use_device = has_kernels and config.timing != "host"
-    tid_groups = map_gloo_groups(scans, config.gloo_threads)
-    stats: Counter[str] = Counter()
-    inputs = []
-    missing: set[str] = set()
-    unsized = 0
-    for rank, scan in sorted(scans.items()):
+
+
+CONVERTER = KinetoConverter()
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What holds for every rank of a conversion: the world, which timing, gloo's groups."""
+
+    world: int
+    has_kernels: bool
+    has_rpc: bool
+    use_device: bool
+    tid_groups: dict[int, dict[int, str]]
+
+    @classmethod
+    def of(cls, scans: dict[int, RankScan], config: ImportConfig, where: Path) -> _Plan:
+        sizes = {s.world_size for s in scans.values() if s.world_size}
+        if len(sizes) > 1:
+            raise TraceError(
+                where.parent, f"the traces disagree on the world size: {sorted(sizes)}"
+            )
+        has_kernels = any(s.kernels for s in scans.values())
+        if config.timing == "device" and not has_kernels:
+            raise TraceError(
+                where, "--timing device: the traces hold no NCCL kernels (no CUDA activity)"
+            )
+        return cls(
+            world=sizes.pop() if sizes else max(scans) + 1,
+            has_kernels=has_kernels,
+            has_rpc=any(s.rpc for s in scans.values()),
+            use_device=has_kernels and config.timing != "host",
+            tid_groups=map_gloo_groups(scans, config.gloo_threads),
+        )
+
+    def rank_frame(self, scan: RankScan, stats: Counter) -> tuple[RankFrame, int]:
+        """One rank's frame, and how many of its calls have no size."""
         group_info = {
             str(p.get("pg_name")): (
-                _int(p.get("pg_size"), 1),
+                as_int(p.get("pg_size"), 1),
                 [int(x) for x in p.get("ranks") or []],
             )
             for p in scan.pg_config
-        } or {"0": (world, list(range(world)))}
-        groups = {
-            name: {"ranks": ranks, "backend": _backend_of(scan, name)}
-            for name, (_, ranks) in group_info.items()
-        }
-        rows, device = _rpc_rows(scan, use_device, stats)
-        rows += _gloo_rows(scan, tid_groups.get(rank, {}), group_info, stats)
-        unsized += sum(1 for row in rows if not row.pop("_sized"))
-        frame = (
-            pl.DataFrame(rows, schema=tracebuild.INPUT_COLUMNS)
-            if rows
-            else tracebuild.empty_events()
-        )
+        } or {"0": (self.world, list(range(self.world)))}
+        rows, device = _rpc_rows(scan, self.use_device, stats)
+        rows += gloo_rows(scan, self.tid_groups.get(scan.rank, {}), group_info, stats)
+        unsized = sum(1 for row in rows if not row.pop("_sized"))
         steps, rule = _steps(scan)
-        if rule == "none":
+        frame = RankFrame(
+            rank=scan.rank,
+            events=(
+                pl.DataFrame(rows, schema=INPUT_COLUMNS) if rows else tracebuild.empty_events()
+            ),
+            steps=steps,
+            step_rule=rule,
+            host=scan.host,
+            pid=scan.pid,
+            device=f"cuda:{device}" if device >= 0 else ("cuda" if self.has_kernels else "cpu"),
+            backend=scan.backend,
+            groups={
+                name: {"ranks": ranks, "backend": _backend_of(scan, name)}
+                for name, (_, ranks) in group_info.items()
+            },
+            files=scan.files,
+            notes=(
+                {"profiler_events_skipped": scan.other_events} if scan.other_events >= 0 else {}
+            ),
+        )
+        return frame, unsized
+
+    def missing(self, scans: dict[int, RankScan], ranks: list[tuple[RankFrame, int]]) -> list[str]:
+        """What the traces could not tell."""
+        missing = set()
+        if any(frame.step_rule == "none" for frame, _ in ranks):
             missing.add("iterations (no ProfilerStep# or Optimizer.step# spans)")
-        if scan.host is None:
+        if any(s.host is None for s in scans.values()):
             missing.add("host names (the traces name no host): every rank counts as one node")
-        inputs.append(
-            RankInput(
-                rank=rank,
-                events=frame,
-                steps=steps,
-                step_rule=rule,
-                host=scan.host,
-                pid=scan.pid,
-                device=f"cuda:{device}" if device >= 0 else ("cpu" if not has_kernels else "cuda"),
-                backend=scan.backend,
-                groups=groups,
-                files=scan.files,
-                extra_meta=(
-                    {"profiler_events_skipped": scan.other_events} if scan.other_events >= 0 else {}
-                ),
+        if any(unsized for _, unsized in ranks):
+            missing.add(
+                "message sizes of some calls (the profiler ran without record_shapes): their "
+                "bytes are 0"
             )
-        )
-    if unsized:
-        missing.add(
-            "message sizes of some calls (the profiler ran without record_shapes): their "
-            "bytes are 0"
-        )
-    if not has_rpc and any(s.spans for s in scans.values()):
-        missing.add(
-            "process group names (gloo records none): groups are told from gloo's worker threads"
-        )
-    if not has_kernels:
-        missing.add("device timing (no NCCL kernels in the traces)")
-    for what, n in sorted(stats.items()):
-        if n:
-            warnings.append(f"{n} {what}")
-    absent = sorted(set(range(world)) - set(scans))
-    if absent:
-        warnings.append(f"{len(absent)} of {world} ranks have no profiler trace: {absent}")
-    notes = {
-        "collectives_from": "record_param_comms" if has_rpc else "c10d ops and gloo work spans",
-        "timing_source": "device" if use_device else "host",
-    }
-    return tracebuild.write_trace(
-        inputs,
-        out_dir,
-        fmt=FORMAT,
-        source=FORMAT,
-        config=config,
-        world_size=world,
-        resolution_ns=1_000,
-        missing=sorted(missing),
-        warnings=warnings,
-        notes=notes,
-        input_bytes=total,
-    )
+        if not self.has_rpc and any(s.spans for s in scans.values()):
+            missing.add(
+                "process group names (gloo records none): groups are told from gloo's worker "
+                "threads"
+            )
+        if not self.has_kernels:
+            missing.add("device timing (no NCCL kernels in the traces)")
+        return sorted(missing)
 
 
 def _backend_of(scan: RankScan, group: str) -> str:

@@ -1,9 +1,10 @@
 """From per-rank collectives read out of another tool's files to a syncpace trace.
 
-Every converter hands over, per rank, the collectives it found (in the trace's columns,
-timestamps on that rank's own clock, plus ``call_ns``: when the host issued the call)
-and how that rank's iterations are delimited. What is common to all formats happens
-here, in this order:
+Every converter hands over, per rank, a :class:`~syncpace.importers.contract.RankFrame`:
+the collectives it found (in the trace's columns, timestamps on that rank's own clock,
+plus ``call_ns``: when the host issued the call) and how that rank's iterations are
+delimited. What is common to all formats happens here (:func:`write_trace`), in this
+order:
 
 1. **steps**: each call gets the iteration it was issued in (by its own host clock);
 2. **sequence numbers** where the source has none: per group (per peer pair for
@@ -15,16 +16,18 @@ here, in this order:
    recorded with their uncertainty; ranks whose offset cannot be known keep
    ``uncertainty_ns: null``, which the diagnosis reads as "skews not trustworthy";
 4. the run directory in the trace schema, with an ``import`` block in each rank's
-   metadata saying where the data came from and what the source could not tell.
+   metadata saying where the data came from and what the source could not tell, and
+   the stall record of a rank that has one, moved with its clock.
 
 Memory holds the collectives (a few columns each), never the source's other events.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,47 +39,10 @@ from syncpace import __version__
 from syncpace.errors import ConfigError, TraceError
 from syncpace.importers import clocks
 from syncpace.importers.config import ImportConfig
+from syncpace.importers.contract import INPUT_COLUMNS, Conversion, RankFrame, Request
 from syncpace.trace import schema
+from syncpace.trace.stall import Call, StallRecord, stall_path, write_stall
 from syncpace.trace.writer import write_table
-
-#: How the converters mark a column they could not fill.
-UNKNOWN = -1
-
-#: Columns a converter hands over: the trace's events, minus ``rank``/``step`` and the
-#: device times (a converted trace puts the source's own times in ``enter_ns`` and
-#: ``exit_ns``, ``timing`` naming which), plus the host time of the call, which places
-#: it in its iteration.
-INPUT_COLUMNS: dict[str, Any] = {
-    name: dtype
-    for name, dtype in pl.from_arrow(schema.EVENTS.empty_table()).schema.items()  # type: ignore[union-attr]
-    if name not in ("rank", "step") and not name.startswith("device_")
-} | {"call_ns": pl.Int64}
-
-#: How a rank's iterations are delimited.
-STEP_RULES = (
-    "spans",  # one span per iteration (ProfilerStep#N): a call belongs to the span it is in
-    "ends",  # iteration ends (optimizer.step()): a call's step counts the ends before it
-    "windows",  # fixed windows of the common timeline (sources that record no iterations)
-    "none",  # nothing: the whole trace is one iteration
-)
-
-
-@dataclass
-class RankInput:
-    """What a converter read for one rank."""
-
-    rank: int
-    events: pl.DataFrame  # INPUT_COLUMNS
-    #: step, start_ns, end_ns on the rank's clock (for "spans" and "ends")
-    steps: pl.DataFrame | None = None
-    step_rule: str = "none"
-    host: str | None = None
-    pid: int | None = None
-    device: str = "cpu"
-    backend: str = "unknown"
-    groups: dict[str, dict[str, Any]] = field(default_factory=dict)
-    files: list[str] = field(default_factory=list)
-    extra_meta: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -123,8 +89,9 @@ def empty_events() -> pl.DataFrame:
     return pl.DataFrame(schema=INPUT_COLUMNS)
 
 
-def prepare_out_dir(out: str | os.PathLike[str], overwrite: bool) -> Path:
-    """The output directory, created; an existing trace in it is refused or removed."""
+def check_out_dir(out: str | os.PathLike[str], overwrite: bool) -> Path:
+    """The output directory, refused before anything is read when it is not a directory
+    or already holds a trace (unless ``overwrite``); nothing is changed yet."""
     out_dir = Path(out)
     if out_dir.exists() and not out_dir.is_dir():
         raise ConfigError(f"{out_dir}: exists and is not a directory")
@@ -134,7 +101,13 @@ def prepare_out_dir(out: str | os.PathLike[str], overwrite: bool) -> Path:
             f"{out_dir}: already holds a trace ({len(existing)} rank files); "
             "choose another --out or pass --overwrite"
         )
-    for path in existing:
+    return out_dir
+
+
+def prepare_out_dir(out: str | os.PathLike[str], overwrite: bool) -> Path:
+    """The output directory, created; an existing trace in it is refused or removed."""
+    out_dir = check_out_dir(out, overwrite)
+    for path in sorted(out_dir.glob("rank-*")) if out_dir.exists() else []:
         if path.suffix in (".json", ".arrow", ".tmp"):
             path.unlink()
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -146,7 +119,7 @@ _STEP_COLUMNS = {"step": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64}
 # Steps ---------------------------------------------------------------------------------
 
 
-def _steps_of(r: RankInput) -> tuple[np.ndarray, pl.DataFrame]:
+def _steps_of(r: RankFrame) -> tuple[np.ndarray, pl.DataFrame]:
     """Per event of ``r``: its step; and the rank's steps table."""
     call = r.events["call_ns"].to_numpy()
     steps = r.steps if r.steps is not None else pl.DataFrame()
@@ -237,7 +210,7 @@ def assign_seq(ev: pl.DataFrame) -> pl.DataFrame:
 # Clocks --------------------------------------------------------------------------------
 
 
-def _clock_plan(inputs: list[RankInput], mode: str) -> dict[int, str]:
+def _clock_plan(inputs: list[RankFrame], mode: str) -> dict[int, str]:
     """Per rank: ``reference``, ``same_host`` (trusted: one clock), ``trusted`` (as
     recorded, not measured) or ``estimate``."""
     reference = min(r.rank for r in inputs)
@@ -291,147 +264,226 @@ def _clock_meta(
 # The whole conversion ------------------------------------------------------------------
 
 
-def write_trace(
-    inputs: list[RankInput],
-    out_dir: str | os.PathLike[str],
-    *,
-    fmt: str,
-    source: str,
-    config: ImportConfig,
-    world_size: int | None = None,
-    resolution_ns: int = 1_000,
-    missing: list[str] | None = None,
-    warnings: list[str] | None = None,
-    notes: dict[str, Any] | None = None,
-    input_bytes: int = 0,
-    clock_methods: dict[int, str] | None = None,
-) -> ImportResult:
-    """Write ``inputs`` as a syncpace run directory (see the module docstring)."""
-    if not inputs:
+@dataclass(frozen=True)
+class _Timeline:
+    """Every rank's events and steps on rank 0's clock, with each rank's clock metadata."""
+
+    events: pl.DataFrame
+    steps: dict[int, pl.DataFrame]
+    clocks: dict[int, dict[str, Any]]
+
+    @property
+    def offsets(self) -> dict[int, int]:
+        return {r: int(m["offset_ns"] or 0) for r, m in self.clocks.items()}
+
+
+def write_trace(conversion: Conversion, request: Request, out_dir: Path) -> ImportResult:
+    """Write what ``conversion`` read as a syncpace run directory in ``out_dir`` (see the
+    module docstring)."""
+    frames = _checked(conversion, out_dir)
+    world = conversion.world_size or frames[-1].rank + 1
+    line = _timeline(frames, conversion, request.config)
+    missing = list(conversion.missing)
+    reference = frames[0].rank
+    if any(m["uncertainty_ns"] is None for r, m in line.clocks.items() if r != reference):
+        missing.append("clock offsets of some ranks (their skews are not trustworthy)")
+    written = _Written(
+        out=prepare_out_dir(out_dir, request.config.overwrite),
+        request=request,
+        conversion=conversion,
+        world=world,
+        missing=tuple(missing),
+    )
+    for frame in frames:
+        written.rank(frame, line)
+    return written.result(frames, line)
+
+
+def _checked(conversion: Conversion, out_dir: Path) -> list[RankFrame]:
+    """The ranks in order, refused when there are none, two of one rank, or one beyond
+    the world."""
+    if not conversion.ranks:
         raise TraceError(out_dir, "nothing to write: no rank's data was found")
-    inputs = sorted(inputs, key=lambda r: r.rank)
-    ranks = [r.rank for r in inputs]
+    frames = sorted(conversion.ranks, key=lambda r: r.rank)
+    ranks = [r.rank for r in frames]
     if len(set(ranks)) != len(ranks):
         raise TraceError(out_dir, f"two sources claim the same rank: {ranks}")
-    world = world_size or max(ranks) + 1
+    world = conversion.world_size or max(ranks) + 1
     if max(ranks) >= world:
         raise TraceError(out_dir, f"rank {max(ranks)} does not fit world size {world}")
-    warnings = list(warnings or [])
-    missing = list(missing or [])
-    frames, step_tables = [], {}
-    for r in inputs:
+    return frames
+
+
+def _numbered(frames: list[RankFrame]) -> tuple[pl.DataFrame, dict[int, pl.DataFrame]]:
+    """Every rank's events with its rank, step and sequence numbers; its steps table."""
+    parts, tables = [], {}
+    for r in frames:
         step, table = _steps_of(r)
-        frames.append(
+        parts.append(
             r.events.with_columns(
                 rank=pl.lit(r.rank, pl.Int32), step=pl.Series(step, dtype=pl.Int64)
             )
         )
-        step_tables[r.rank] = table
-    ev = pl.concat(frames, how="vertical") if frames else empty_events()
-    ev = assign_seq(_with_pair(ev))
+        tables[r.rank] = table
+    ev = pl.concat(parts, how="vertical") if parts else empty_events()
+    return assign_seq(_with_pair(ev)), tables
 
-    plan = _clock_plan(inputs, config.clocks)
-    plan.update(clock_methods or {})
-    sym = clocks.symmetric_instances(ev)
-    est = clocks.estimate_offsets(sym, reference=ranks[0], resolution_ns=resolution_ns)
-    clock_meta = {r: _clock_meta(r, plan[r], est, resolution_ns) for r in ranks}
-    offsets = {r: int(m["offset_ns"] or 0) for r, m in clock_meta.items()}
-    if any(offsets.values()):
-        shift = pl.col("rank").replace_strict(offsets, default=0, return_dtype=pl.Int64)
-        ev = ev.with_columns(
-            [
-                pl.when(pl.col(c) >= 0).then(pl.col(c) + shift).otherwise(pl.col(c))
-                for c in ("enter_ns", "exit_ns", "wait_ns")
-            ]
-        )
-        for r in ranks:
-            table = step_tables[r]
-            if offsets[r] and table.height:
-                step_tables[r] = table.with_columns(
-                    pl.col("start_ns") + offsets[r], pl.col("end_ns") + offsets[r]
-                )
-    if any(r.step_rule == "windows" for r in inputs):
-        ev, windows = window_steps(ev, int(config.window_ms * 1e6))
-        for r in inputs:
+
+def _timeline(frames: list[RankFrame], conversion: Conversion, config: ImportConfig) -> _Timeline:
+    """Steps and sequence numbers, then the clocks estimated and applied, then the
+    windows of sources that record no iterations (they need the common timeline)."""
+    ev, tables = _numbered(frames)
+    plan = _clock_plan(frames, config.clocks) | dict(conversion.clock_methods)
+    res = conversion.resolution_ns
+    est = clocks.estimate_offsets(
+        clocks.symmetric_instances(ev), reference=frames[0].rank, resolution_ns=res
+    )
+    line = _Timeline(
+        ev, tables, {r.rank: _clock_meta(r.rank, plan[r.rank], est, res) for r in frames}
+    )
+    line = _shifted(line)
+    if any(r.step_rule == "windows" for r in frames):
+        ev, windows = window_steps(line.events, int(config.window_ms * 1e6))
+        tables = dict(line.steps)
+        for r in frames:
             if r.step_rule == "windows":
-                step_tables[r.rank] = windows
-    if any(m["uncertainty_ns"] is None for r, m in clock_meta.items() if r != ranks[0]):
-        missing.append("clock offsets of some ranks (their skews are not trustworthy)")
+                tables[r.rank] = windows
+        line = _Timeline(ev, tables, line.clocks)
+    return line
 
-    out = prepare_out_dir(out_dir, config.overwrite)
-    timing_counts = dict(ev.group_by("timing").len().sort("timing").iter_rows())
-    base_meta = {
-        "schema": schema.SCHEMA_NAME,
-        "schema_version": schema.SCHEMA_VERSION,
-        "tool_version": __version__,
-        "world_size": world,
-        "topology": {},
-        "config": {"import": _config_json(config)},
-        "finished": True,
-        "dropped_events": 0,
-        "source": source,
-    }
-    step_source = inputs[0].step_rule
-    total_steps = 0
-    for r in inputs:
-        own = ev.filter(pl.col("rank") == r.rank).sort("enter_ns")
-        steps = step_tables[r.rank]
-        stem = out / schema.rank_stem(r.rank)
+
+def _shifted(line: _Timeline) -> _Timeline:
+    """``line`` moved onto rank 0's clock by each rank's offset."""
+    offsets = line.offsets
+    if not any(offsets.values()):
+        return line
+    shift = pl.col("rank").replace_strict(offsets, default=0, return_dtype=pl.Int64)
+    ev = line.events.with_columns(
+        [
+            pl.when(pl.col(c) >= 0).then(pl.col(c) + shift).otherwise(pl.col(c))
+            for c in ("enter_ns", "exit_ns", "wait_ns")
+        ]
+    )
+    tables = dict(line.steps)
+    for r, table in line.steps.items():
+        if offsets[r] and table.height:
+            tables[r] = table.with_columns(
+                pl.col("start_ns") + offsets[r], pl.col("end_ns") + offsets[r]
+            )
+    return _Timeline(ev, tables, line.clocks)
+
+
+@dataclass(frozen=True)
+class _Written:
+    """The run directory being written: what every rank's metadata shares."""
+
+    out: Path
+    request: Request
+    conversion: Conversion
+    world: int
+    missing: tuple[str, ...]
+
+    def rank(self, frame: RankFrame, line: _Timeline) -> None:
+        """One rank's events, steps, metadata and stall record."""
+        own = line.events.filter(pl.col("rank") == frame.rank).sort("enter_ns")
+        steps = line.steps[frame.rank]
+        stem = self.out / schema.rank_stem(frame.rank)
         write_table(Path(f"{stem}{schema.EVENTS_SUFFIX}"), _events_table(own))
-        write_table(Path(f"{stem}{schema.STEPS_SUFFIX}"), _steps_table(r.rank, steps))
-        total_steps = max(total_steps, steps.height)
-        meta = dict(base_meta)
-        meta.update(
-            rank=r.rank,
-            host=r.host or "unknown",
-            node_rank=None,
-            local_rank=None,
-            local_world_size=None,
-            pid=r.pid,
-            device=r.device,
-            backend=r.backend,
-            clock=clock_meta[r.rank],
-            groups=r.groups,
-            started_ns=int(steps["start_ns"].min()) if steps.height else None,  # type: ignore[arg-type]
-            events_written=own.height,
-            steps_written=steps.height,
-        )
-        meta["import"] = {
-            "format": fmt,
-            "files": r.files,
-            "timing": dict(own.group_by("timing").len().sort("timing").iter_rows()),
-            "steps_from": r.step_rule,
-            "missing": sorted(set(missing + r.extra_meta.pop("missing", []))),
-            "warnings": warnings[:50],
-            **(notes or {}),
-            **r.extra_meta,
-        }
+        write_table(Path(f"{stem}{schema.STEPS_SUFFIX}"), _steps_table(frame.rank, steps))
+        meta = self._meta(frame, own, steps, line.clocks[frame.rank])
         Path(f"{stem}{schema.META_SUFFIX}").write_text(_meta_text(meta))
-    per_op = dict(ev.group_by("op").len().sort("op").iter_rows())
-    per_group = dict(ev.group_by("group").len().sort("group").iter_rows())
-    known = [m["uncertainty_ns"] for m in clock_meta.values() if m["uncertainty_ns"] is not None]
-    clock_summary = {
-        "methods": {str(r): m["method"] for r, m in clock_meta.items()},
-        "max_abs_offset_ns": max((abs(v) for v in offsets.values()), default=0),
-        "max_uncertainty_ns": max(known) if known else None,
-        "unaligned_ranks": [r for r, m in clock_meta.items() if m["uncertainty_ns"] is None],
-    }
-    return ImportResult(
-        out_dir=out,
-        format=fmt,
-        world_size=world,
-        ranks=tuple(ranks),
-        events=ev.height,
-        steps=total_steps,
-        events_per_op=per_op,
-        groups=per_group,
-        timing=timing_counts,
-        step_source=step_source,
-        clock=clock_summary,
-        missing=tuple(sorted(set(missing))),
-        warnings=tuple(warnings),
-        input_files=sum(len(r.files) for r in inputs),
-        input_bytes=input_bytes,
+        if frame.stall is not None:
+            offset = line.offsets[frame.rank]
+            write_stall(stall_path(self.out, frame.rank), shifted_stall(frame.stall, offset))
+
+    def _meta(
+        self, frame: RankFrame, own: pl.DataFrame, steps: pl.DataFrame, clock: dict[str, Any]
+    ) -> dict[str, Any]:
+        conversion, config = self.conversion, self.request.config
+        return {
+            "schema": schema.SCHEMA_NAME,
+            "schema_version": schema.SCHEMA_VERSION,
+            "tool_version": __version__,
+            "world_size": self.world,
+            "topology": {},
+            "config": {"import": _config_json(config)},
+            "finished": True,
+            "dropped_events": 0,
+            "source": conversion.source or self.request.format,
+            "rank": frame.rank,
+            "host": frame.host or "unknown",
+            "node_rank": None,
+            "local_rank": None,
+            "local_world_size": None,
+            "pid": frame.pid,
+            "device": frame.device,
+            "backend": frame.backend,
+            "clock": clock,
+            "groups": dict(frame.groups),
+            "started_ns": int(steps["start_ns"].min()) if steps.height else None,  # type: ignore[arg-type]
+            "events_written": own.height,
+            "steps_written": steps.height,
+            "import": {
+                "format": self.request.format,
+                "files": list(frame.files),
+                "timing": _counts(own, "timing"),
+                "steps_from": frame.step_rule,
+                "missing": sorted(set(self.missing)),
+                "warnings": list(conversion.warnings)[:50],
+                **conversion.notes,
+                **frame.notes,
+            },
+        }
+
+    def result(self, frames: list[RankFrame], line: _Timeline) -> ImportResult:
+        ev, clock_meta = line.events, line.clocks
+        known = [
+            m["uncertainty_ns"] for m in clock_meta.values() if m["uncertainty_ns"] is not None
+        ]
+        clock_summary = {
+            "methods": {str(r): m["method"] for r, m in clock_meta.items()},
+            "max_abs_offset_ns": max((abs(v) for v in line.offsets.values()), default=0),
+            "max_uncertainty_ns": max(known) if known else None,
+            "unaligned_ranks": [r for r, m in clock_meta.items() if m["uncertainty_ns"] is None],
+        }
+        return ImportResult(
+            out_dir=self.out,
+            format=self.request.format,
+            world_size=self.world,
+            ranks=tuple(r.rank for r in frames),
+            events=ev.height,
+            steps=max(t.height for t in line.steps.values()),
+            events_per_op=_counts(ev, "op"),
+            groups=_counts(ev, "group"),
+            timing=_counts(ev, "timing"),
+            step_source=frames[0].step_rule,
+            clock=clock_summary,
+            missing=tuple(sorted(set(self.missing))),
+            warnings=tuple(self.conversion.warnings),
+            input_files=sum(len(r.files) for r in frames),
+            input_bytes=self.request.input_bytes,
+        )
+
+
+def _counts(ev: pl.DataFrame, column: str) -> dict[Any, int]:
+    return dict(ev.group_by(column).len().sort(column).iter_rows())
+
+
+def shifted_stall(record: StallRecord, offset_ns: int) -> StallRecord:
+    """``record`` with its times moved by ``offset_ns`` (onto rank 0's clock)."""
+
+    def t(ns: int) -> int:
+        return ns + offset_ns if ns >= 0 else ns
+
+    def call(c: Call) -> Call:
+        return dataclasses.replace(c, enter_ns=t(c.enter_ns), exit_ns=t(c.exit_ns))
+
+    return dataclasses.replace(
+        record,
+        since_ns=t(record.since_ns),
+        written_ns=t(record.written_ns),
+        in_flight=tuple(call(c) for c in record.in_flight),
+        last_completed={g: call(c) for g, c in record.last_completed.items()},
     )
 
 
