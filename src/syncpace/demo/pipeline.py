@@ -33,10 +33,11 @@ from syncpace.demo.job import DemoFabric, FabricSettings, JobSpec, Monitor, run_
 from syncpace.diagnose import DiagnoseSettings, diagnose_runs
 from syncpace.errors import FabricError, PlotlyMissing, SyncpaceError
 from syncpace.report.html import write_html
+from syncpace.report.scaling_page import Measured, write_scaling_page
 from syncpace.report.terminal import pacing_line
 from syncpace.sim import scenario as sc
 from syncpace.sim.calibrate import calibrate
-from syncpace.sim.study import plot, run_study
+from syncpace.sim.study import run_study
 from syncpace.sim.topology import TopologySpec
 from syncpace.trace.reader import load_trace
 from syncpace.trace.summary import pacing_summary
@@ -196,7 +197,8 @@ def _phases(config: DemoConfig, console: Console, out: Path, fabric: Any) -> Dem
     else:
         console.print("[dim]  [3/5] pacing A/B skipped (--no-paced-run)[/]")
     with console.status("[4/5] simulating the same job at scale…"):
-        study, calibration = _simulate(config, trace_dir, out)
+        measured = Measured(4, analysis.runs[0].iteration_ns / 1e6, trace_dir.name)
+        study, calibration = _simulate(config, trace_dir, out, measured)
     console.print(
         f"[green]✓[/] [4/5] simulated at 4, {', '.join(map(str, config.nodes))} nodes "
         f"(calibrated from the trace: {calibration})"
@@ -315,7 +317,9 @@ def _pacing_text(p: dict[str, Any] | None) -> str:
     return pacing_line(p)
 
 
-def _simulate(config: DemoConfig, trace_dir: Path, out: Path) -> tuple[list[dict], str]:
+def _simulate(
+    config: DemoConfig, trace_dir: Path, out: Path, measured: Measured
+) -> tuple[list[dict], str]:
 
     scen = sc.load(SCENARIO)
     cfg = scen.config
@@ -337,10 +341,6 @@ def _simulate(config: DemoConfig, trace_dir: Path, out: Path) -> tuple[list[dict
     )
     # 4 nodes is the traced job itself: the study's first row checks the model against it.
     study = run_study(cfg, [4, *config.nodes])
-    try:
-        plot(study, out / "scaling.html")
-    except SyncpaceError:
-        pass  # plotly missing: the table is printed anyway
     parts = []
     if cal.compute_ms:
         parts.append(f"compute {cal.compute_ms:.1f} ms")
@@ -349,7 +349,27 @@ def _simulate(config: DemoConfig, trace_dir: Path, out: Path) -> tuple[list[dict
     if cal.slow_ranks:
         each = zip(cal.slow_ranks, cal.slow_factors, strict=False)
         parts.append("slow rank " + ", ".join(f"{r} x{f:.1f}" for r, f in each))
-    return [dict(r) for r in study.rows], ", ".join(parts) or "defaults"
+    calibration = ", ".join(parts) or "defaults"
+    scales = ", ".join(str(n) for n in sorted({4, *config.nodes}))
+    simulated = [
+        f"The demo's job (scenario {cfg.name}: {cfg.workload.batch_per_gpu} samples per rank "
+        f"and step, {cfg.workload.model_mb:g} MB of gradients all-reduced) at {scales} nodes, "
+        f"{config.sim_steps} iterations each, unpaced and paced.",
+        f"Calibrated from the traced run {trace_dir.name}: {calibration}.",
+        "4 nodes is the traced job itself: the check of the model against what was measured.",
+    ]
+    try:
+        write_scaling_page(
+            study.rows,
+            out / "scaling.html",
+            name=f"the demo job ({cfg.name})",
+            simulated=simulated,
+            measured=measured,
+            report="report.html",
+        )
+    except SyncpaceError:
+        pass  # plotly missing: the table is printed anyway
+    return [dict(r) for r in study.rows], calibration
 
 
 def _print_study(console: Console, rows: list[dict[str, Any]]) -> None:
@@ -382,9 +402,11 @@ def _print_study(console: Console, rows: list[dict[str, Any]]) -> None:
 def report_runs(dirs: Sequence[Path], out: Path) -> tuple[Analysis, Path]:
     """The demo's report of its runs, ``out/report.html``, and the analysis it shows:
     the diagnosis ``syncpace report`` makes of the same directories with no flag given
-    (the pacer's what-if row included). Raises PlotlyMissing without plotly."""
+    (the pacer's what-if row included), linked to the scaling page beside it when there
+    is one. Raises PlotlyMissing without plotly."""
     analysis = diagnose_runs(dirs, DiagnoseSettings())
-    return analysis, write_html(analysis, out / "report.html")
+    scaling = "scaling.html" if (out / "scaling.html").is_file() else None
+    return analysis, write_html(analysis, out / "report.html", scaling_page=scaling)
 
 
 def _report(dirs: Sequence[Path], out: Path, notes: list[str]) -> Path | None:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from syncpace.errors import ConfigError
@@ -148,28 +147,3 @@ def render(study: StudyResult) -> Any:
             cells.append(f"{r['pacing_gain']:+.1%}" if r["pacing"] else "")
         table.add_row(*cells)
     return table
-
-
-def plot(study: StudyResult, path: str | Path) -> Path:
-    """A self-contained HTML figure: throughput (with the linear ideal) and CV by scale."""
-    try:
-        from plotly.subplots import make_subplots
-    except ImportError as exc:
-        raise ConfigError("--plot needs plotly (pip install 'syncpace[report]')") from exc
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("throughput (samples/s)", "iteration CV"))
-    for name in dict.fromkeys(r["pacing_on"] for r in study.rows):
-        rows = [r for r in study.rows if r["pacing_on"] == name]
-        label = "pacing off" if name == "off" else f"pacing on the {name}"
-        x = [r["nodes"] for r in rows]
-        fig.add_scatter(x=x, y=[r["throughput"] for r in rows], name=label, row=1, col=1)
-        fig.add_scatter(x=x, y=[r["cv"] for r in rows], name=f"CV, {label}", row=1, col=2)
-    base = study.arm(False)
-    if base:
-        x = [r["nodes"] for r in base]
-        ideal = [base[0]["throughput"] * n / base[0]["nodes"] for n in x]
-        fig.add_scatter(x=x, y=ideal, name="linear", line={"dash": "dot"}, row=1, col=1)
-    fig.update_xaxes(type="log", title_text="nodes")
-    fig.update_layout(title=f"syncpace simulate: {study.name}")
-    out = Path(path)
-    fig.write_html(out, include_plotlyjs=True, full_html=True)
-    return out
