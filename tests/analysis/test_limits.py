@@ -43,7 +43,7 @@ def test_no_busbw_above_the_link_rate_and_each_left_out_says_why():
     )
     notes = {u.reason: u for u in run.unmeasurable if u.what == "busbw"}
     assert sum(u.count for u in notes.values()) == inst["unmeasurable"].is_not_null().sum()
-    assert any("100 Mbit/s link rate" in reason for reason in notes)
+    assert any("faster than the 100 Mbit/s host link rate allows" in reason for reason in notes)
     summary = run.summary()
     assert summary["link_rate"]["gbps"] == rate
     assert {u["what"] for u in summary["unmeasurable"]} == {"busbw"}
@@ -76,3 +76,36 @@ def test_a_nic_above_its_rate_is_unmeasurable_not_a_peak():
     assert row["util_peak"] is not None and row["util_peak"] <= 1.0
     assert row["util_unmeasurable_windows"] == 1
     assert row["util_peak_sample"] is None or row["util_peak_sample"] <= 1.0
+
+
+def test_the_bound_is_at_the_level_of_hosts():
+    """8 ranks on 2 hosts with 100 Gbit/s (12.5 GB/s) each: an all-reduce at 20 GB/s
+    algbw has a flat busbw of 35 GB/s, yet moves only 20 GB/s through each host's link
+    (factor 2(2-1)/2 = 1): too fast. At 10 GB/s it is possible, though its flat busbw
+    (17.5 GB/s) is above the NIC; inside one host nothing is held to the NIC."""
+    from syncpace.analysis.limits import LinkRate, flag_instances
+
+    inst = pl.DataFrame(
+        {
+            "group": ["0", "0", "intra"],
+            "op": ["all_reduce"] * 3,
+            "n": [8, 8, 4],
+            "service_ns": [1_000_000] * 3,
+            "algbw_gbps": [20.0, 10.0, 100.0],
+            "busbw_gbps": [35.0, 17.5, 150.0],
+        }
+    )
+    out, notes = flag_instances(
+        inst,
+        uncertainty_ns=2_000_000,
+        link=LinkRate(12.5, "test"),
+        group_nodes={"0": 2, "intra": 1},
+    )
+    # every service time (1 ms) is below the clocks' 2 ms: the clock rule comes first
+    assert out["unmeasurable"].to_list() == ["service time shorter than the clock uncertainty"] * 3
+    out, notes = flag_instances(
+        inst, uncertainty_ns=1_000, link=LinkRate(12.5, "test"), group_nodes={"0": 2, "intra": 1}
+    )
+    assert out["unmeasurable"].to_list() == ["busbw above the link rate", None, None]
+    assert out["busbw_gbps"].to_list() == [None, 17.5, 150.0]
+    assert [(u.count, u.total) for u in notes] == [(1, 3)]

@@ -91,7 +91,7 @@ def test_no_figure_the_physics_forbids_is_plotted(report):
     points = [v for t in overview["data"] for v in _values(t.get("y"))]
     assert points and max(points) <= rate_bps / 1e6
     note = overview["layout"]["meta"]["note"]
-    assert "left out" in note and "above the 100 Mbit/s link rate" in note
+    assert "left out" in note and "faster than the 100 Mbit/s host link rate allows" in note
 
 
 def test_page_has_a_title_per_run_and_no_local_path(report):

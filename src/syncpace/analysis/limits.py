@@ -1,8 +1,8 @@
 """Figures the physics forbids, flagged as unmeasurable with the reason.
 
-A measurement can produce a value no real transfer can have: a collective's bus
-bandwidth above the rate of every host link it crosses (its service time, taken between
-two ranks' clocks, came out too short), a service time shorter than the uncertainty of
+A measurement can produce a value no real transfer can have: a collective faster than
+its hosts' links allow (its service time, taken between two ranks' clocks, came out too
+short), a service time shorter than the uncertainty of
 the clocks it is measured on, a NIC above its own link rate (the counters were sampled
 at uneven times). Such a value is not a slow or a fast measurement but no measurement:
 its instance keeps its row, its ``busbw_gbps`` and ``algbw_gbps`` become null and its
@@ -10,9 +10,13 @@ its instance keeps its row, its ``busbw_gbps`` and ``algbw_gbps`` become null an
 :class:`Unmeasurable` records say how many were left out and why (the report's figure
 notes and ``diagnose --json`` carry them).
 
-The link rate is a physical one, never a measured best: the host links of the emulated
-fabric (``fabric-links.arrow``) or the NICs' own rates (the hosts' counters). Only a
-collective whose group spans hosts is held to it; within a host the NIC is not crossed.
+The link rate is a physical one, never a measured best: a host's links of the emulated
+fabric (``fabric-links.arrow``) or the sum of its NICs' own rates (the hosts' counters),
+the largest over the hosts. A collective is held to it at the level of hosts: over H
+hosts an all-reduce must move 2(H-1)/H of its bytes through each host's links (nccl-tests'
+factor with H for the ranks), whatever runs inside a host (NVLink, shared memory); so
+``algbw`` × factor(op, H) may not exceed the rate. With one rank per host that is the
+busbw itself; within one host nothing is held to it.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from typing import Any
 
 import polars as pl
 
+from syncpace.trace.busbw import FACTORS
 from syncpace.trace.schema import LINKS_FILE
 
 BUSBW = "busbw above the link rate"
@@ -55,10 +60,10 @@ class Unmeasurable:
 
 
 def link_rate(run_dir: Path, nic: pl.DataFrame | None) -> LinkRate | None:
-    """The fastest host link's rate: from the fabric's link counters in ``run_dir``,
-    else from the NICs' own rates in the hosts' counters (``nic``); ``None`` when
-    neither says. The fastest, so that no collective is held to a link it need not
-    cross."""
+    """The largest rate a host can send at: its fabric link from the fabric's link
+    counters in ``run_dir`` (one per host), else the sum of its NICs' own rates in the
+    hosts' counters (``nic``); ``None`` when neither says. The largest over the hosts,
+    so that no collective is held to a link it need not cross."""
     path = run_dir / LINKS_FILE
     if path.is_file():
         try:
@@ -69,9 +74,14 @@ def link_rate(run_dir: Path, nic: pl.DataFrame | None) -> LinkRate | None:
         if isinstance(rate, (int, float)) and rate > 0:
             return LinkRate(float(rate) / 8e9, f"the fabric's host links, {LINKS_FILE}")
     if nic is not None and nic.height and "link_rate_bps" in nic.columns:
-        rate = nic["link_rate_bps"].max()
+        per_host = (
+            nic.filter(pl.col("direction") == "tx", pl.col("link_rate_bps") > 0)
+            .group_by("host")
+            .agg(pl.col("link_rate_bps").sum())
+        )
+        rate = per_host["link_rate_bps"].max() if per_host.height else None
         if isinstance(rate, (int, float)) and rate > 0:
-            return LinkRate(float(rate) / 8e9, "the NICs' own rate, host counters")
+            return LinkRate(float(rate) / 8e9, "a host's NICs together, host counters")
     return None
 
 
@@ -93,8 +103,8 @@ def flag_instances(
         short = measured & (pl.col("service_ns") < uncertainty_ns)
     fast = pl.lit(False)
     if link is not None:
-        spans = pl.col("group").replace_strict(group_nodes, default=1, return_dtype=pl.Int64)
-        fast = measured & (spans > 1) & (pl.col("busbw_gbps") > link.gbps)
+        hosts = pl.col("group").replace_strict(group_nodes, default=1, return_dtype=pl.Int64)
+        fast = measured & (hosts > 1) & (pl.col("algbw_gbps") * _factor(hosts) > link.gbps)
     reason = pl.when(short).then(pl.lit(CLOCK)).when(fast).then(pl.lit(BUSBW))
     flagged = inst.with_columns(unmeasurable=reason.otherwise(pl.lit(None, pl.String)))
     out = flagged.with_columns(
@@ -120,11 +130,19 @@ def flag_instances(
                 "busbw",
                 found[BUSBW],
                 total,
-                f"busbw above the {_rate(link.gbps)} link rate ({link.source}): a service "
-                "time too short to be real",
+                f"faster than the {_rate(link.gbps)} host link rate allows ({link.source}):"
+                " a service time too short to be real",
             )
         )
     return out, notes
+
+
+def _factor(hosts: pl.Expr) -> pl.Expr:
+    """nccl-tests' bus factor of each instance's op over its ``hosts``."""
+    h = hosts.cast(pl.Float64)
+    a = pl.col("op").replace_strict({k: v[0] for k, v in FACTORS.items()}, default=None)
+    b = pl.col("op").replace_strict({k: v[1] for k, v in FACTORS.items()}, default=None)
+    return a.cast(pl.Float64) * (h - 1) / h + b.cast(pl.Float64)
 
 
 def nic_notes(nic: pl.DataFrame | None) -> list[Unmeasurable]:

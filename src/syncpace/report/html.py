@@ -175,7 +175,7 @@ class _Figures:
         self._placed: dict[str, tuple[int, str]] = {}  # figure JSON -> (index, title)
 
     def place(self, fig: Any, small: bool = False, title: str | None = None) -> str:
-        text = title or fig.layout.title.text or ""
+        text = fig.layout.title.text or title or ""
         meta = fig.layout.meta if isinstance(fig.layout.meta, dict) else {}
         note = str(meta.get("note") or "")
         key = fig.to_json()
