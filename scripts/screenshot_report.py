@@ -6,6 +6,8 @@ page it writes beside the report.
 
 python scripts/screenshot_report.py           # runs the demo (about two minutes), then shoots
 python scripts/screenshot_report.py DEMO_DIR  # shoots the pages of an existing demo output
+python scripts/screenshot_report.py --rewrite DEMO_DIR  # writes its pages again from its
+                                              # traces with the current code, then shoots
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from syncpace.demo.pipeline import rewrite_pages
 from syncpace.report.browser import FIRST_SCREEN, find_chromium, screenshot
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,7 +38,10 @@ def main(argv: list[str]) -> int:
     if binary is None:
         print("chromium is not installed (apt-get install -y chromium)", file=sys.stderr)
         return 1
-    if argv:
+    if argv[:1] == ["--rewrite"] and len(argv) == 2:
+        rewrite_pages(Path(argv[1]))
+        shots = shoot(binary, Path(argv[1]))
+    elif argv:
         shots = shoot(binary, Path(argv[0]))
     else:
         with tempfile.TemporaryDirectory() as tmp:

@@ -409,6 +409,20 @@ def report_runs(dirs: Sequence[Path], out: Path) -> tuple[Analysis, Path]:
     return analysis, write_html(analysis, out / "report.html", scaling_page=scaling)
 
 
+def rewrite_pages(out: Path, config: DemoConfig | None = None) -> tuple[Path, Path]:
+    """The demo's two pages written again from the traces a demo left in ``out``
+    (``trace``, and ``trace-paced`` when there): the scaling study, simulated again
+    from the traced run, then the report. For pages of the current code without
+    training again; raises PlotlyMissing without plotly."""
+    config = config or DemoConfig()
+    trace_dir = out / "trace"
+    runs = [d for d in (trace_dir, out / "trace-paced") if d.is_dir()]
+    analysis = diagnose_runs([trace_dir])
+    measured = Measured(4, analysis.runs[0].iteration_ns / 1e6, trace_dir.name)
+    _simulate(config, trace_dir, out, measured)
+    return out / "scaling.html", report_runs(runs, out)[1]
+
+
 def _report(dirs: Sequence[Path], out: Path, notes: list[str]) -> Path | None:
     try:
         return report_runs(dirs, out)[1]

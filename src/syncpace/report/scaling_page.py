@@ -150,7 +150,9 @@ def _figures(rows: Sequence[Row], measured: Measured | None) -> list[Any]:
             y=[samples / (measured.iteration_ms / 1e3)],
             mode="markers",
             marker={"symbol": "diamond", "size": 13, "color": "#000"},
-            name=html.escape(f"measured ({fmt.signed_percent(error)} predicted)"),
+            name=html.escape(
+                f"measured at {measured.nodes} nodes (prediction {fmt.signed_percent(error)})"
+            ),
         )
     common = {"template": "plotly_white", "height": 420, "legend": {"orientation": "h", "y": -0.2}}
     through.update_layout(
@@ -217,8 +219,8 @@ def render_scaling_page(
             f"<section id='simulated'><h2>What was simulated</h2><ul>{what}</ul></section>",
             f"<section id='result'><h2>Result</h2><p class='summary'>{summary}</p>",
             _check_html(rows, measured),
-            f"{_table(rows)}</section>",
-            f"<section id='plots'><div class='grid2'>{plots}</div></section>",
+            f"<div class='grid2' id='plots'>{plots}</div>",
+            f"<h3>Every scale</h3>{_table(rows)}</section>",
             *figures.scripts,
             f"<script>{_DRAW}</script>",
             "</body></html>",
