@@ -207,3 +207,39 @@ def test_a_report_beside_its_runs_shows_them_by_relative_path(tmp_path):
     ).read_text()
     assert "<th>directory</th><td>trace</td><td>trace-paced</td>" in page
     assert str(tmp_path) not in page
+
+
+def _page_of(figure_html: str, scripts: list[str]) -> str:
+    from plotly.offline import get_plotlyjs
+
+    from syncpace.report.html import _DRAW, _ERROR_HOOK
+
+    return (
+        f"<!DOCTYPE html><html><head><script>{_ERROR_HOOK}</script>"
+        f"<script>{get_plotlyjs()}</script></head><body>{figure_html}{''.join(scripts)}"
+        f"<script>{_DRAW}</script></body></html>"
+    )
+
+
+def test_the_page_sees_a_toolbar_over_a_title(chromium, tmp_path):
+    """The overlap check can fail: subplot titles moved down into the toolbar's strip
+    (a top margin of 36 px) are reported, the margin the report gives them is not."""
+    from plotly.subplots import make_subplots
+
+    from syncpace.report.html import _Figures
+
+    fig = make_subplots(
+        rows=1, cols=2, subplot_titles=("left", "a subplot title that runs to the right edge")
+    )
+    fig.add_scatter(x=[1, 2], y=[1, 2], row=1, col=1)
+    fig.add_scatter(x=[1, 2], y=[2, 1], row=1, col=2)
+    figures = _Figures()
+    placed = figures.place(fig)
+    clear = tmp_path / "clear.html"
+    clear.write_text(_page_of(placed, figures.scripts))
+    assert _attr(dump_dom(chromium, clear), "data-title-overlaps") == ""
+    covered = tmp_path / "covered.html"
+    squeezed = [s.replace('"t":56', '"t":36') for s in figures.scripts]
+    assert squeezed != figures.scripts
+    covered.write_text(_page_of(placed, squeezed))
+    assert _attr(dump_dom(chromium, covered), "data-title-overlaps") == "plot-0"

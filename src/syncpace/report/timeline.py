@@ -6,9 +6,10 @@ everything between calls. On it, every collective it joined is drawn from its en
 first the wait for the last member to arrive (red), then the transfer (coloured by op)
 to its exit. Calls that overlap in time (asynchronous buckets, two collectives in flight)
 take sub-rows of the lane. A pacing delay is the gold bar just before the rank's first
-collective of the step, where the controller sleeps. Times are from the iteration's
-first start. Large jobs show at most :data:`MAX_LANES` ranks: the named ones, the first
-and the last to arrive, and an even sample of the rest.
+collective of the step, where the controller sleeps. Times are seconds since the run's
+first collective in the report (its one origin, ``report.timeaxis``), from the
+iteration's first start otherwise. Large jobs show at most :data:`MAX_LANES` ranks: the
+named ones, the first and the last to arrive, and an even sample of the rest.
 """
 
 from __future__ import annotations
