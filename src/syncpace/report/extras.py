@@ -75,9 +75,9 @@ def run_extras(
         try:
             matrix = load_pair_matrix(root)
             if matrix is not None:
-                figures.append((f"Pairwise bandwidth — {name}", pair_matrix_figure(matrix)))
+                figures.append(_titled(f"Pairwise bandwidth — {name}", pair_matrix_figure(matrix)))
             figures.append(
-                (f"Benchmark busbw and α–β fits — {name}", busbw_figure(load_bench(root)))
+                _titled(f"Benchmark busbw and α–β fits — {name}", busbw_figure(load_bench(root)))
             )
         except (SyncpaceError, ValueError, KeyError, TypeError) as exc:
             notes.append(f"{name}/bench.json: not shown ({_without(exc, root)})")
@@ -85,10 +85,18 @@ def run_extras(
         try:
             fig = link_utilisation_figure(root / LINKS_FILE, origin_ns)
             if fig is not None:
-                figures.append((f"Link utilisation — {name}", fig))
+                figures.append(_titled(f"Link utilisation — {name}", fig))
         except Exception as exc:  # a damaged counters file must not stop the report
             notes.append(f"{name}/{LINKS_FILE}: not shown ({type(exc).__name__})")
     return figures, notes
+
+
+def _titled(section: str, fig: go.Figure) -> tuple[str, go.Figure]:
+    """(section, figure) with the section (which names the run) leading the figure's
+    own title: the report draws a figure's title as its heading."""
+    own = fig.layout.title.text
+    fig.update_layout(title=f"{html.escape(section)}: {own}" if own else html.escape(section))
+    return section, fig
 
 
 def _without(exc: Exception, root: Path) -> str:
