@@ -405,8 +405,7 @@ def report_runs(dirs: Sequence[Path], out: Path) -> tuple[Analysis, Path]:
     (the pacer's what-if row included), linked to the scaling page beside it when there
     is one. Raises PlotlyMissing without plotly."""
     analysis = diagnose_runs(dirs, DiagnoseSettings())
-    scaling = "scaling.html" if (out / "scaling.html").is_file() else None
-    return analysis, write_html(analysis, out / "report.html", scaling_page=scaling)
+    return analysis, write_html(analysis, out / "report.html")
 
 
 def rewrite_pages(out: Path, config: DemoConfig | None = None) -> tuple[Path, Path]:

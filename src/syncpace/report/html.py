@@ -120,6 +120,9 @@ Plotly.newPlot(div,spec.data,spec.layout,{responsive:true,displaylogo:false})
 });
 """
 
+#: The scaling study's page in a report's directory (``syncpace demo`` writes both).
+SCALING_PAGE = "scaling.html"
+
 _BUSBW_NOTE = (
     "busbw uses the nccl-tests factors (all-reduce 2(n-1)/n; all-gather, reduce-scatter, "
     "all-to-all (n-1)/n; broadcast, reduce, send/recv 1), which assume a flat topology: on "
@@ -630,8 +633,11 @@ def write_html(
     written once beside it (``plotly-<version>.min.js``, kept when it is there already):
     reports written together into one directory share the 4.8 MB bundle, and each opens
     offline as long as the bundle stays beside it. Run directories are shown relative to
-    ``out``'s directory; ``scaling_page`` (relative to it) is linked."""
+    ``out``'s directory; ``scaling_page`` (relative to it) is linked, by default the
+    scaling study of that directory (``scaling.html``) when there is one."""
     path = Path(out)
+    if scaling_page is None and (path.parent / SCALING_PAGE).is_file():
+        scaling_page = SCALING_PAGE
     try:
         bundle = _shared_bundle(path.parent) if shared_plotly else None
         page = render_html(analysis, plotly_js=bundle, base=path.parent, scaling_page=scaling_page)
