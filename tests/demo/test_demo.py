@@ -209,12 +209,14 @@ def test_the_report_opens_with_the_verdict(demo, chromium):
 
 
 @pytest.mark.multirank
-def test_the_report_is_the_one_syncpace_report_writes(demo, tmp_path):
+def test_the_report_is_the_one_syncpace_report_writes(demo):
     """The page the demo wrote is the page ``syncpace report`` writes of its two run
-    directories, byte for byte (test_report_like_cli.py compares the parts)."""
+    directories into the same directory (run directories are shown relative to the page,
+    the scaling study beside it is linked), byte for byte (test_report_like_cli.py
+    compares the parts)."""
     out, _ = demo
     runs = [str((out / run).resolve()) for run in ("trace", "trace-paced")]
-    page = tmp_path / "report.html"
+    page = out / "report-cli.html"
     proc = _syncpace("report", *runs, "-o", str(page), timeout=180)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert page.read_text(encoding="utf-8") == (out / "report.html").read_text(encoding="utf-8")

@@ -121,6 +121,11 @@ def _per_window(times: np.ndarray, values: np.ndarray, edges: np.ndarray) -> np.
     return np.diff(cumulative)
 
 
+def _possible(util: float | None) -> float | None:
+    """A utilisation, or ``None`` above the link rate (no real link carries more)."""
+    return util if util is None or util <= 1.0 else None
+
+
 def _nic_tables(counters: pl.DataFrame, window_ns: int) -> tuple[pl.DataFrame, pl.DataFrame]:
     nic = counters.filter(pl.col("source") == "nic")
     if nic.height == 0:
@@ -168,6 +173,10 @@ def _nic_tables(counters: pl.DataFrame, window_ns: int) -> tuple[pl.DataFrame, p
             per_window = _per_window(bt, bv, edges)
             w_rate = _gauge_at(rate_t, rate_v, edges[:-1])
             util = np.where(w_rate > 0, per_window * 8 / (width / 1e9) / w_rate, np.nan)
+            # above the link rate is no measurement (counters read at uneven times):
+            # left out, and counted (analysis.limits)
+            impossible = util > 1.0
+            util[impossible] = np.nan
             # at the sampler's cadence: between consecutive rows
             sample_peak = None
             if len(bt) >= 2:
@@ -177,6 +186,7 @@ def _nic_tables(counters: pl.DataFrame, window_ns: int) -> tuple[pl.DataFrame, p
                 ok = (dt > 0) & (r > 0)
                 if ok.any():
                     sample_peak = float(np.max(inc[ok] * 8 / dt[ok] / r[ok]))
+                    sample_peak = sample_peak if sample_peak <= 1.0 else None
             drop_w = np.zeros(len(edges) - 1)
             if f"{direction}_dropped" in get:
                 d = get[f"{direction}_dropped"]
@@ -199,12 +209,14 @@ def _nic_tables(counters: pl.DataFrame, window_ns: int) -> tuple[pl.DataFrame, p
                     "errors": errors,
                     "qdisc_drops": qdrops,
                     "drop_ratio": (dropped + qdrops) / max(packets + dropped + qdrops, 1),
-                    "util_mean": (
+                    "util_mean": _possible(
                         total_bytes * 8 / span_s / mean_rate if span_s and mean_rate > 0 else None
                     ),
                     "util_peak": float(valid.max()) if len(valid) else None,
                     "util_peak_sample": sample_peak,
                     "saturated_share": float((valid >= 0.95).mean()) if len(valid) else None,
+                    "util_windows": int(len(valid) + impossible.sum()),
+                    "util_unmeasurable_windows": int(impossible.sum()),
                 }
             )
             windows.append(

@@ -8,8 +8,9 @@ One name per link direction everywhere (finding text, evidence, JSON, report, pl
 in words, then where the bytes go from and to.
 
 Utilisation of a direction between two samples is Δbytes·8 / Δt / rate (see
-docs/fabric.md). The counters' clock is the host's wall clock, as is the trace's
-(rank 0's clock, itself aligned to wall time), so a run's time window selects its samples.
+docs/fabric.md); above 1 it is left out (null): no link carries more than its rate.
+The counters' clock is the host's wall clock, as is the trace's (rank 0's clock, itself
+aligned to wall time), so a run's time window selects its samples.
 """
 
 from __future__ import annotations
@@ -73,9 +74,10 @@ def link_series(path: Path) -> pl.DataFrame:
             db=pl.col("bytes").diff().over("link", "src", "dst"),
         )
         .filter(pl.col("dt") > 0, pl.col("rate_bps") > 0, pl.col("db") >= 0)
-        .with_columns(
-            util=(pl.col("db") * 8 / (pl.col("dt") / 1e9) / pl.col("rate_bps")).clip(0, 1.5)
-        )
+        .with_columns(util=pl.col("db") * 8 / (pl.col("dt") / 1e9) / pl.col("rate_bps"))
+        # above the link's rate is no measurement (samples read at uneven times): null,
+        # so no figure shows it and no mean counts it
+        .with_columns(util=pl.when(pl.col("util") <= 1.0).then(pl.col("util")))
         .select("time_ns", "link", "kind", "src", "dst", "rate_bps", "util")
     )
 

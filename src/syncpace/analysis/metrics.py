@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
+from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -13,6 +14,7 @@ from syncpace.analysis import (
     collectives,
     hostcounters,
     iterations,
+    limits,
     locality,
     overlap,
     parallelism,
@@ -74,6 +76,10 @@ class RunMetrics:
     whole_run: WholeRun | None = None
     #: which clock the figures are on (device where every call has device times)
     time_base: TimeBase = field(default_factory=TimeBase)
+    #: the fastest host link's rate, when the fabric's or the hosts' counters give it
+    link: limits.LinkRate | None = None
+    #: values the physics forbids, left out of every figure (analysis.limits)
+    unmeasurable: tuple[limits.Unmeasurable, ...] = ()
 
     @cached_property
     def breakdown(self) -> breakdown.Breakdown:
@@ -113,6 +119,8 @@ class RunMetrics:
             "whole_run": self.whole_run.to_json() if self.whole_run is not None else None,
             "time_base": self._time_base_json(),
             "breakdown": self.breakdown.to_json(),
+            "link_rate": self.link.to_json() if self.link is not None else None,
+            "unmeasurable": [u.to_json() for u in self.unmeasurable],
         }
 
     def _time_base_json(self) -> dict[str, Any]:
@@ -202,7 +210,6 @@ def from_parts(
     window and concatenated (:mod:`syncpace.analysis.streaming`). ``trace`` supplies
     metadata, steps, warnings and host files; ``events``: how many it holds.
     ``time_base``: the clock of the per-event results (``rank_steps`` already on it)."""
-    inst = instances
     base = time_base or TimeBase()
     global_steps = iterations.global_steps(rank_steps)
     last = collectives.last_arrivers(rank_step)
@@ -212,6 +219,13 @@ def from_parts(
         per_rank = per_rank.join(timebase.run_ahead(rank_step), on="rank", how="left")
     place = locality.placement(trace.meta)
     uncertainty = _clock_uncertainty(trace, base)
+    group_nodes = _group_nodes(trace.meta, place)
+    hosts = hostcounters.host_metrics(trace.counters, trace.hosts, trace.meta)
+    link = limits.link_rate(Path(trace.path), hosts.nic if hosts is not None else None)
+    inst, unmeasurable = limits.flag_instances(
+        instances, uncertainty_ns=uncertainty, link=link, group_nodes=group_nodes
+    )
+    unmeasurable += limits.nic_notes(hosts.nic if hosts is not None else None)
     whole = whole_run(trace)
     warnings = trace.warnings
     if whole is not None:
@@ -237,16 +251,18 @@ def from_parts(
         iteration=iterations.distribution(global_steps["time_ns"]),
         comm=overlap.summary(ovl),
         quality=_quality(trace, inst, uncertainty, dropped, global_steps.height, events, warnings),
-        group_nodes=_group_nodes(trace.meta, place),
+        group_nodes=group_nodes,
         pacing=pacing_summary(trace),
         trailing=trailing,
         parallelism=parallel,
         boundaries=boundaries,
         program=program,
         hang=hang,
-        hosts=hostcounters.host_metrics(trace.counters, trace.hosts, trace.meta),
+        hosts=hosts,
         whole_run=whole,
         time_base=base,
+        link=link,
+        unmeasurable=tuple(unmeasurable),
     )
 
 

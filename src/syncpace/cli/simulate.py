@@ -20,9 +20,10 @@ from pathlib import Path
 
 from syncpace.config import add_flags, from_flags
 from syncpace.console import make_console
+from syncpace.report.scaling_page import write_scaling_page
 from syncpace.sim.engine import SimConfig, SimResult, simulate
 from syncpace.sim.settings import SimulateSettings, Simulation, finite, prepare
-from syncpace.sim.study import arm_name, arms, plot, render, run_study, withheld_page
+from syncpace.sim.study import StudyResult, arm_name, arms, render, run_study, withheld_page
 from syncpace.sim.tracewrite import write_trace
 
 
@@ -117,7 +118,7 @@ def _study(settings: SimulateSettings, sim: Simulation) -> int:
         )
     finite(study.to_json())
     if settings.plot:
-        plot(study, settings.plot, note=sim.check.line() if sim.check else None)
+        _page(settings, sim, study)
     if settings.json:
         payload = study.to_json()
         if sim.check is not None:
@@ -130,6 +131,24 @@ def _study(settings: SimulateSettings, sim: Simulation) -> int:
     if settings.plot:
         console.print(f"plot: {settings.plot}")
     return 0
+
+
+def _page(settings: SimulateSettings, sim: Simulation, study: StudyResult) -> None:
+    """The study as a page: what was simulated, the table, throughput and efficiency."""
+    cfg = sim.config
+    scales = ", ".join(str(n) for n in sorted(set(sim.nodes)))
+    simulated = [
+        f"Scenario {cfg.name} at {scales} nodes, {cfg.run.steps} iterations each "
+        f"({cfg.workload.batch_per_gpu} samples per rank and step, {cfg.workload.model_mb:g} MB "
+        "of gradients).",
+        f"Topology: {cfg.topology.kind}; pacing: {cfg.pacing.strategy}.",
+        (
+            f"Calibrated from a traced run, checked first: {sim.check.line()}"
+            if sim.check is not None
+            else "No traced run given: every figure is a prediction."
+        ),
+    ]
+    write_scaling_page(study.rows, settings.plot, name=cfg.name, simulated=simulated)
 
 
 def trace_name(config: SimConfig) -> str:

@@ -35,11 +35,12 @@ from syncpace.demo.job import DemoFabric, FabricSettings, JobSpec, Monitor, run_
 from syncpace.diagnose import DiagnoseSettings, diagnose_runs
 from syncpace.errors import FabricError, PlotlyMissing, SyncpaceError
 from syncpace.report.html import write_html
+from syncpace.report.scaling_page import Measured, write_scaling_page
 from syncpace.report.terminal import pacing_line
 from syncpace.sim import scenario as sc
 from syncpace.sim.calibrate import calibrate
 from syncpace.sim.check import ReplayCheck, replay_check
-from syncpace.sim.study import plot, run_study, withheld_page
+from syncpace.sim.study import run_study, withheld_page
 from syncpace.sim.topology import TopologySpec
 from syncpace.trace.reader import load_trace
 from syncpace.trace.summary import pacing_summary
@@ -200,7 +201,8 @@ def _phases(config: DemoConfig, console: Console, out: Path, fabric: Any) -> Dem
     else:
         console.print("[dim]  [3/5] pacing A/B skipped (--no-paced-run)[/]")
     with console.status("[4/5] simulating the same job at scale…"):
-        study, calibration, check = _simulate(config, trace_dir, out)
+        measured = Measured(4, analysis.runs[0].iteration_ns / 1e6, trace_dir.name)
+        study, calibration, check = _simulate(config, trace_dir, out, measured)
     console.print(f"[green]✓[/] [4/5] calibrated from the trace: {escape(calibration)}")
     # one line each however narrow the terminal: what scripts and tests look for
     console.print(f"  {escape(check.line())}", soft_wrap=True)
@@ -324,7 +326,7 @@ def _pacing_text(p: dict[str, Any] | None) -> str:
 
 
 def _simulate(
-    config: DemoConfig, trace_dir: Path, out: Path
+    config: DemoConfig, trace_dir: Path, out: Path, measured: Measured
 ) -> tuple[list[dict], str, ReplayCheck]:
     """The study calibrated from the trace, once the calibrated model has replayed the
     trace within the check's limits; no study (withheld, the page says why) otherwise."""
@@ -348,17 +350,12 @@ def _simulate(
         )
     )
     check = replay_check(cfg, cal)
-    rows: list[dict] = []
+    study = None
     if not check.passed:
         withheld_page(out / "scaling.html", cfg.name, [check.line(), str(check.withheld())])
     else:
-        # 4 nodes, the traced job's size, is the base of the efficiencies
+        # 4 nodes is the traced job itself: the study's first row checks the model against it
         study = run_study(cfg, [4, *config.nodes])
-        rows = [dict(r) for r in study.rows]
-        try:
-            plot(study, out / "scaling.html", note=check.line())
-        except SyncpaceError:
-            pass  # plotly missing: the table is printed anyway
     parts = []
     if cal.compute_ms:
         parts.append(f"compute {cal.compute_ms:.1f} ms")
@@ -369,7 +366,30 @@ def _simulate(
     if cal.slow_ranks:
         each = zip(cal.slow_ranks, cal.slow_factors, strict=False)
         parts.append("slow rank " + ", ".join(f"{r} x{f:.1f}" for r, f in each))
-    return rows, ", ".join(parts) or "defaults", check
+    calibration = ", ".join(parts) or "defaults"
+    if study is None:
+        return [], calibration, check
+    scales = ", ".join(str(n) for n in sorted({4, *config.nodes}))
+    simulated = [
+        f"The demo's job (scenario {cfg.name}: {cfg.workload.batch_per_gpu} samples per rank "
+        f"and step, {cfg.workload.model_mb:g} MB of gradients all-reduced) at {scales} nodes, "
+        f"{config.sim_steps} iterations each, unpaced and paced.",
+        f"Calibrated from the traced run {trace_dir.name}: {calibration}.",
+        f"Checked first: {check.line()}",
+        "4 nodes is the traced job itself: the check of the model against what was measured.",
+    ]
+    try:
+        write_scaling_page(
+            study.rows,
+            out / "scaling.html",
+            name=f"the demo job ({cfg.name})",
+            simulated=simulated,
+            measured=measured,
+            report="report.html",
+        )
+    except SyncpaceError:
+        pass  # plotly missing: the table is printed anyway
+    return [dict(r) for r in study.rows], calibration, check
 
 
 def _print_study(console: Console, rows: list[dict[str, Any]]) -> None:
@@ -402,9 +422,24 @@ def _print_study(console: Console, rows: list[dict[str, Any]]) -> None:
 def report_runs(dirs: Sequence[Path], out: Path) -> tuple[Analysis, Path]:
     """The demo's report of its runs, ``out/report.html``, and the analysis it shows:
     the diagnosis ``syncpace report`` makes of the same directories with no flag given
-    (the pacer's what-if row included). Raises PlotlyMissing without plotly."""
+    (the pacer's what-if row included), linked to the scaling page beside it when there
+    is one. Raises PlotlyMissing without plotly."""
     analysis = diagnose_runs(dirs, DiagnoseSettings())
     return analysis, write_html(analysis, out / "report.html")
+
+
+def rewrite_pages(out: Path, config: DemoConfig | None = None) -> tuple[Path, Path]:
+    """The demo's two pages written again from the traces a demo left in ``out``
+    (``trace``, and ``trace-paced`` when there): the scaling study, simulated again
+    from the traced run, then the report. For pages of the current code without
+    training again; raises PlotlyMissing without plotly."""
+    config = config or DemoConfig()
+    trace_dir = out / "trace"
+    runs = [d for d in (trace_dir, out / "trace-paced") if d.is_dir()]
+    analysis = diagnose_runs([trace_dir])
+    measured = Measured(4, analysis.runs[0].iteration_ns / 1e6, trace_dir.name)
+    _simulate(config, trace_dir, out, measured)
+    return out / "scaling.html", report_runs(runs, out)[1]
 
 
 def _report(dirs: Sequence[Path], out: Path, notes: list[str]) -> Path | None:

@@ -16,6 +16,7 @@ from plotly.subplots import make_subplots
 from syncpace.analysis import Analysis, RunMetrics
 from syncpace.report import format as fmt
 from syncpace.report.extras import run_extras
+from syncpace.report.timeaxis import AXIS, origin_ns
 
 _MAX_HEATMAP_STEPS = 400  # columns; longer runs are binned so the page stays light
 _MAX_POINTS = 20_000  # scatter points; more are sampled (seeded)
@@ -164,6 +165,9 @@ def step_cdf(analysis: Analysis) -> go.Figure:
 
 
 def busbw_vs_size(analysis: Analysis) -> go.Figure:
+    """Each collective's busbw against its size, and the link rate where it is known:
+    values above it or shorter than the clocks resolve are left out (analysis.limits),
+    the figure's note says how many and why."""
     fig = go.Figure()
     values = [
         r.instances["busbw_gbps"].drop_nulls().median() for r in analysis.runs if r.instances.height
@@ -189,6 +193,23 @@ def busbw_vs_size(analysis: Analysis) -> go.Figure:
                 },
                 name=html.escape(f"{op} — ") + _name(analysis, run),
             )
+    rates = {r.link.gbps: r.link for r in analysis.runs if r.link is not None}
+    for link in rates.values():
+        fig.add_hline(
+            y=link.gbps * factor,
+            line_dash="dash",
+            line_color="#555",
+            annotation_text=html.escape(f"link rate {fmt.bandwidth(link.gbps)}"),
+            annotation_position="top left",
+        )
+    notes = [
+        f"{run_label(analysis, r)}: {u.count} of {u.total} left out, {u.reason}."
+        for r in analysis.runs
+        for u in r.unmeasurable
+        if u.what == "busbw"
+    ]
+    if notes:
+        fig.update_layout(meta={"note": " ".join(notes)})
     return _layout(
         fig,
         "Bus bandwidth vs message size (busbw assumes a flat topology)",
@@ -235,10 +256,7 @@ def host_nic_counters(analysis: Analysis, run: RunMetrics) -> go.Figure | None:
     if hosts is None or hosts.windows.height == 0:
         return None
     w = hosts.windows
-    starts = [int(w["start_ns"].min())]  # type: ignore[arg-type]
-    if run.steps.height:
-        starts.append(int(run.steps["start"].min()))  # type: ignore[arg-type]
-    t0 = min(starts)
+    t0 = origin_ns(run)
     # ties broken by name: group_by's order is arbitrary, and one analysis draws one page
     busiest = (
         w.group_by("host", "device", "direction")
@@ -304,9 +322,13 @@ def host_nic_counters(analysis: Analysis, run: RunMetrics) -> go.Figure | None:
     fig.update_yaxes(title_text="utilisation", row=1, col=1)
     fig.update_yaxes(title_text="count", row=2, col=1)
     fig.update_yaxes(title_text="ms", row=3, col=1)
-    fig.update_xaxes(title_text="time since the run began (s)", row=3, col=1)
+    fig.update_xaxes(title_text=AXIS, row=3, col=1)
     fig.update_layout(template="plotly_white", height=760, barmode="stack")
     fig.update_layout(title=f"Host counters — {_name(analysis, run)}")
+    notes = [u.reason for u in run.unmeasurable if u.what == "nic_utilisation"]
+    if notes:
+        count = sum(u.count for u in run.unmeasurable if u.what == "nic_utilisation")
+        fig.update_layout(meta={"note": f"{count} windows left out: {notes[0]}."})
     return fig
 
 
@@ -342,7 +364,7 @@ def all_figures(analysis: Analysis) -> tuple[list[tuple[str, go.Figure]], list[s
         figs.append(("Scaling", scaling(analysis)))
     notes: list[str] = []
     for run in analysis.runs:
-        extra, extra_notes = run_extras(run.run)
+        extra, extra_notes = run_extras(run.run, run_label(analysis, run), origin_ns(run))
         figs.extend(extra)
         notes.extend(extra_notes)
     return figs, notes

@@ -6,8 +6,8 @@
   utilisation from the fabric counters when the run directory holds them;
 * latency-bound: service time against message size, with the knee;
 * bandwidth-bound: bus bandwidth per step against the reference;
-* poor overlap / communication-dominated: exposed and overlapped communication per step,
-  and the timeline of one typical iteration;
+* poor overlap / communication-dominated: exposed and overlapped communication per step
+  (the timeline of a typical iteration is the report's own, drawn once);
 * incomplete trace: collectives per rank; clock uncertainty: the clock error against
   the median arrival skew;
 * slow link: how late each rank sees its collectives end, against the fast half;
@@ -33,7 +33,7 @@ from syncpace.report import format as fmt
 from syncpace.report.figures import _name, _sample_index, run_colour
 from syncpace.report.links import busiest_links, run_window, window_series
 from syncpace.report.merge import MergedFinding
-from syncpace.report.timeline import iteration_figure
+from syncpace.report.timeaxis import AXIS, origin_ns
 
 HEIGHT = 300
 
@@ -111,22 +111,29 @@ def sync_amplification(analysis: Analysis, m: MergedFinding) -> Figures:
 
 
 def _inflation(run: RunMetrics, knee: int) -> pl.DataFrame:
-    """Per collective at or above the knee: time since the run's start (s) and its
+    """Per collective at or above the knee: time since the run's first collective (s)
+    and its
     service time over the run's own 5th percentile for the same op, group size and
     power-of-two size — the detector's measure of inflation."""
-    inst = run.instances.filter(
+    inst = _measurable(run.instances).filter(
         pl.col("complete"), pl.col("bytes") >= knee, pl.col("service_ns") > 0
     )
-    window = run_window(run.rank_steps)
-    if inst.height == 0 or window is None:
+    if inst.height == 0:
         return pl.DataFrame(schema={"t_s": pl.Float64, "inflation": pl.Float64})
     size_class = pl.col("bytes").log(2).floor()
     best = pl.col("service_ns").quantile(0.05, "lower").over("op", "n", size_class)
     out = inst.select(
-        t_s=(pl.col("last_enter") - window[0]) / 1e9,
+        t_s=(pl.col("last_enter") - origin_ns(run)) / 1e9,
         inflation=pl.col("service_ns") / best,
     )
     return out[_sample_index(out.height)].sort("t_s")
+
+
+def _measurable(inst: pl.DataFrame) -> pl.DataFrame:
+    """The collectives whose times the physics allows (analysis.limits flags the rest)."""
+    if "unmeasurable" not in inst.columns:
+        return inst
+    return inst.filter(pl.col("unmeasurable").is_null())
 
 
 def fabric_contention(analysis: Analysis, m: MergedFinding) -> Figures:
@@ -167,7 +174,7 @@ def fabric_contention(analysis: Analysis, m: MergedFinding) -> Figures:
         for load, dash in zip(loads, ("solid", "dash", "dot"), strict=False):
             part = series.filter(pl.col("link") == load.link, pl.col("src") == load.src)
             fig.add_scatter(
-                x=(part["time_ns"] - window[0]) / 1e9,
+                x=(part["time_ns"] - origin_ns(run)) / 1e9,
                 y=part["util"] * 100,
                 mode="lines",
                 line={"color": colour, "dash": dash},
@@ -178,7 +185,7 @@ def fabric_contention(analysis: Analysis, m: MergedFinding) -> Figures:
     fig.update_yaxes(title_text="× best", row=1, col=1)
     if with_links:
         fig.update_yaxes(title_text="% of rate", row=2, col=1)
-        fig.update_xaxes(title_text="time from the run's start (s)", row=2, col=1)
+        fig.update_xaxes(title_text=AXIS, row=2, col=1)
     title = "Transfers slow down while the links are full"
     return [
         (
@@ -186,7 +193,7 @@ def fabric_contention(analysis: Analysis, m: MergedFinding) -> Figures:
             _small(
                 fig,
                 title,
-                "" if with_links else "time from the run's start (s)",
+                "" if with_links else AXIS,
                 "",
                 height=HEIGHT + (160 if with_links else 0),
             ),
@@ -198,7 +205,7 @@ def latency_bound(analysis: Analysis, m: MergedFinding) -> Figures:
     fig = go.Figure()
     knee = analysis.thresholds.latency_knee_bytes
     for run in _runs(analysis, m):
-        inst = run.instances.filter(pl.col("service_ns") > 0)
+        inst = _measurable(run.instances).filter(pl.col("service_ns") > 0)
         inst = inst[_sample_index(inst.height)]
         fig.add_scatter(
             x=inst["bytes"],
@@ -279,20 +286,8 @@ def overlap(analysis: Analysis, m: MergedFinding) -> Figures:
             line={"color": colour},
         )
     title = "Communication per iteration: busy and exposed"
-    figs = [(title, _small(fig, title, "step", "% of the iteration", yaxis_range=[0, 105]))]
-    sample = next((s for s in analysis.samples if s.run == m.first.run), None)
-    run = next((r for r in analysis.runs if r.run == m.first.run), None)
-    if sample is not None and run is not None:
-        pick = dict(sample.picks)
-        step = pick.get("typical", pick.get("slowest"))
-        if step is not None:
-            t = f"One typical iteration (step {step}): compute, waits and transfers"
-            named = list(m.ranks)
-            fig2 = iteration_figure(
-                sample, step, fmt.Places.of(run.placement), title=t, named=named, max_lanes=8
-            )
-            figs.append((t, fig2))
-    return figs
+    # one typical iteration's swimlanes are in the report's timeline, drawn once there
+    return [(title, _small(fig, title, "step", "% of the iteration", yaxis_range=[0, 105]))]
 
 
 def incomplete_trace(analysis: Analysis, m: MergedFinding) -> Figures:

@@ -26,7 +26,9 @@ from __future__ import annotations
 import html
 import json
 import os
+import re
 from collections.abc import Sequence
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +40,7 @@ from syncpace.report import format as fmt
 from syncpace.report.breakdown import breakdown_html
 from syncpace.report.hang import hang_html, stopped
 from syncpace.report.merge import MergedFinding, merge_findings
+from syncpace.report.timeaxis import ORIGIN, origin_ns
 from syncpace.report.verdict import Cause, Verdict, build_verdict, cost_text
 
 _CSS = """
@@ -82,6 +85,8 @@ table.runs td{max-width:330px}
 pre.stack{font-size:12px;background:#f4f4f4;padding:6px;overflow-x:auto}
 .completeness{font-size:13px;padding:4px 12px;margin:6px 0;border-left:6px solid #2e7d32}
 .completeness.lossy{border-color:#f9a825;background:#fffbe6}.completeness .warn{color:#8a6d00}
+figure.fig{margin:0}h4.fig-title{font-size:14px;font-weight:600;margin:8px 0 2px}
+.fig-note,.same-plot{font-size:12px;color:#555;margin:2px 0 6px}
 """
 
 _ERROR_HOOK = """
@@ -96,7 +101,17 @@ document.body.setAttribute('data-verdict-bottom',
 String(Math.round(v.getBoundingClientRect().bottom+window.scrollY)));}}
 markVerdict();
 var plots=document.querySelectorAll('div.plot[data-figure]'),n=plots.length,done=0;
-function finished(){done++;if(done===n){markVerdict();
+function box(el){var r=el.getBoundingClientRect();return r.width>0&&r.height>0?r:null;}
+function meets(a,b){return a.left<b.right&&b.left<a.right&&a.top<b.bottom&&b.top<a.bottom;}
+function checkTitles(){var hit=[];plots.forEach(function(div){
+var bar=div.querySelector('.modebar');var m=bar?box(bar):null;
+var texts=Array.prototype.slice.call(div.querySelectorAll('.gtitle,.annotation-text'));
+var h=div.parentElement.querySelector('h4.fig-title');if(h){texts.push(h);}
+texts.forEach(function(t){var r=box(t);if(r&&m&&meets(r,m)){
+hit.push(div.id);}});});
+document.body.setAttribute('data-title-overlaps',hit.join(' '));
+document.body.setAttribute('data-modebars',document.querySelectorAll('.modebar').length);}
+function finished(){done++;if(done===n){markVerdict();checkTitles();
 document.body.setAttribute('data-plots-ready',n);}}
 if(n===0){document.body.setAttribute('data-plots-ready',0);}
 plots.forEach(function(div){
@@ -105,6 +120,9 @@ Plotly.newPlot(div,spec.data,spec.layout,{responsive:true,displaylogo:false})
 .then(finished).catch(function(err){document.body.setAttribute('data-js-error',String(err));});
 });
 """
+
+#: The scaling study's page in a report's directory (``syncpace demo`` writes both).
+SCALING_PAGE = "scaling.html"
 
 _BUSBW_NOTE = (
     "busbw uses the nccl-tests factors (all-reduce 2(n-1)/n; all-gather, reduce-scatter, "
@@ -148,22 +166,51 @@ def what_if_html(analysis: Analysis) -> str:
 
 
 class _Figures:
-    """Collects figures as they are placed: a container now, the JSON at the end."""
+    """Collects figures as they are placed: a container now, the JSON at the end.
+
+    A figure's title is taken out of the plot into a heading above it, so plotly's
+    toolbar (top right of the plot) never covers it, and its note (``layout.meta
+    ["note"]``: what was left out and why) goes below it. A figure placed a second
+    time (two findings resting on the same picture) is not drawn again: a link points
+    to where it already is."""
 
     def __init__(self) -> None:
         self.scripts: list[str] = []
+        self._placed: dict[str, tuple[int, str]] = {}  # figure JSON -> (index, title)
 
-    def place(self, fig: Any, small: bool = False) -> str:
+    def place(self, fig: Any, small: bool = False, title: str | None = None) -> str:
+        text = fig.layout.title.text or title or ""
+        meta = fig.layout.meta if isinstance(fig.layout.meta, dict) else {}
+        note = str(meta.get("note") or "")
+        key = fig.to_json()
+        if key in self._placed:
+            i, first = self._placed[key]
+            return (
+                f'<p class="same-plot" data-plot="plot-{i}">{e(_plain(first))}: the same plot '
+                f'as <a href="#plot-{i}">above</a>.</p>'
+            )
+        # the title is drawn as a heading: the plot keeps only a margin for its toolbar
+        # and the subplot titles, which sit just above the plot area
+        top = 56 if fig.layout.annotations else 32
+        fig.update_layout(title_text="", margin={"t": top})
         i = len(self.scripts)
+        self._placed[key] = (i, text)
         self.scripts.append(
             f'<script type="application/json" id="fig-{i}">{_safe_json(fig.to_json())}</script>'
         )
         cls = "plot small" if small else "plot"
         height = fig.layout.height or (300 if small else 420)
+        heading = f'<h4 class="fig-title">{e(_plain(text))}</h4>' if text else ""
+        caption = f'<p class="fig-note">{e(note)}</p>' if note else ""
         return (
-            f'<div class="{cls}" id="plot-{i}" data-figure="fig-{i}" '
-            f'style="min-height:{int(height)}px"></div>'
+            f'<figure class="fig">{heading}<div class="{cls}" id="plot-{i}" '
+            f'data-figure="fig-{i}" style="min-height:{int(height)}px"></div>{caption}</figure>'
         )
+
+
+def _plain(title: str) -> str:
+    """A figure title as text: figures escape trace strings for plotly's HTML subset."""
+    return html.unescape(re.sub(r"<[^>]+>", " ", title)).strip()
 
 
 # --------------------------------------------------------------------------- verdict
@@ -179,7 +226,7 @@ def _cause_html(c: Cause) -> str:
     )
 
 
-def verdict_html(v: Verdict) -> str:
+def verdict_html(v: Verdict, scaling_page: str | None = None) -> str:
     worst = max((c.severity for c in v.causes), default=None)
     cls = str(worst) if worst is not None else "healthy"
     parts = [
@@ -203,7 +250,13 @@ def verdict_html(v: Verdict) -> str:
     parts.append(
         '<p class="nav"><a href="#findings">findings and evidence</a>'
         '<a href="#runs">runs side by side</a><a href="#timeline">timeline of iterations</a>'
-        '<a href="#overview">all plots</a></p></section>'
+        '<a href="#overview">all plots</a>'
+        + (
+            f'<a class="scaling-link" href="{e(scaling_page)}">scaling study (simulated)</a>'
+            if scaling_page
+            else ""
+        )
+        + "</p></section>"
     )
     return "".join(parts)
 
@@ -211,8 +264,14 @@ def verdict_html(v: Verdict) -> str:
 # --------------------------------------------------------------------------- runs
 
 
-def runs_html(analysis: Analysis, figures: _Figures, iteration_plot: Any = None) -> str:
+def runs_html(
+    analysis: Analysis,
+    figures: _Figures,
+    iteration_plot: Any = None,
+    paths: dict[str, str] | None = None,
+) -> str:
     names = fmt.run_names([r.run for r in analysis.runs])
+    paths = paths or names
     changes = {c.run: c for c in analysis.comparison}
     rows: list[tuple[str, list[str]]] = []
 
@@ -220,7 +279,7 @@ def runs_html(analysis: Analysis, figures: _Figures, iteration_plot: Any = None)
         rows.append((label, list(cells)))
 
     runs = analysis.runs
-    row("directory", [r.run for r in runs])
+    row("directory", [paths.get(r.run, names[r.run]) for r in runs])
     row("ranks", [_ranks_hosts(r) for r in runs])
     row("source", [r.source for r in runs])
     row("iterations measured", [fmt.count(r.iteration.get("count", 0)) for r in runs])
@@ -362,7 +421,8 @@ def _finding_card(
     )
 
     def cells(values: list[str | None]) -> str:
-        return "".join(f"<td>{e(v) if v is not None else '—'}</td>" for v in values)
+        # a value not measured in a run is an empty cell, never a row of dashes
+        return "".join(f"<td>{e(v)}</td>" if v is not None else "<td></td>" for v in values)
 
     def per_run(fn: Any) -> list[str | None]:
         return [fn(f, places.get(run)) if f is not None else "not found" for run, f in cols]
@@ -381,11 +441,13 @@ def _finding_card(
     shown = {tuple(v) for _, v in rows}
     for key in keys:
         values = [
-            fmt.value(key, f.evidence.get(key), places.get(run)) if f is not None else None
+            _evidence(key, f.evidence.get(key), places.get(run)) if f is not None else None
             for run, f in cols
         ]
+        # the same figures under another name (a median and its alias) are shown once
         if any(v is not None for v in values) and tuple(values) not in shown:
-            rows.append((fmt.label(key), values))
+            shown.add(tuple(values))
+            rows.append((_evidence_label(key), values))
     table = (
         f'<table class="t ev"><thead><tr><th></th>{head}</tr></thead><tbody>'
         + "".join(f"<tr><th>{e(label)}</th>{cells(vals)}</tr>" for label, vals in rows)
@@ -405,10 +467,33 @@ def _finding_card(
     )
 
 
+def _evidence(key: str, v: Any, places: fmt.Places | None) -> str | None:
+    """An evidence value in words; the replayed what-if of the finding as a sentence."""
+    if key == "counterfactual" and isinstance(v, dict) and "iteration_ms" in v:
+        what = str(v.get("description") or v.get("name") or "without it")
+        saved = fmt.duration_ns(float(v.get("saving_ms") or 0) * 1e6)
+        text = (
+            f"{what}: {fmt.duration_ns(float(v['iteration_ms']) * 1e6)} per iteration, "
+            f"{saved} saved"
+        )
+        error = v.get("error")
+        return text + (f" (replay error ± {fmt.percent(abs(error))})" if error else "")
+    return fmt.value(key, v, places)
+
+
+def _evidence_label(key: str) -> str:
+    return "replayed" if key == "counterfactual" else fmt.label(key)
+
+
 # --------------------------------------------------------------------------- timeline
 
 
-def timeline_html(analysis: Analysis, figures: _Figures, named: Sequence[int]) -> str:
+def timeline_html(
+    analysis: Analysis,
+    figures: _Figures,
+    named: Sequence[int],
+    paths: dict[str, str] | None = None,
+) -> str:
     # plotly is the optional [report] extra: the timeline module imports it at its top.
     from syncpace.report.timeline import iteration_figure, perfetto_hint
 
@@ -431,10 +516,13 @@ def timeline_html(analysis: Analysis, figures: _Figures, named: Sequence[int]) -
                 f"{names[run.run]} — {why} iteration (step {step}, "
                 f"{fmt.duration_ns(sample.step_time_ns(step))} from first start to last end)"
             )
-            fig = iteration_figure(sample, step, places, title=title, named=named)
+            fig = iteration_figure(
+                sample, step, places, title=title, named=named, origin_ns=origin_ns(run)
+            )
             figs.append(figures.place(fig))
         parts.append(f'<div class="grid2">{"".join(figs)}</div>')
-        parts.append(f'<p class="hint">{e(perfetto_hint(run.run, sample.picks[0][1]))}</p>')
+        where = (paths or names).get(run.run, names[run.run])
+        parts.append(f'<p class="hint">{e(perfetto_hint(where, sample.picks[0][1]))}</p>')
     parts.append("</section>")
     return "".join(parts)
 
@@ -446,7 +534,7 @@ def timeline_html(analysis: Analysis, figures: _Figures, named: Sequence[int]) -
 MAX_WARNINGS = 50
 
 
-def _completeness_html(run: RunMetrics) -> str:
+def _completeness_html(run: RunMetrics, name: str) -> str:
     """Declared vs found per rank, and the reader's warnings: loss is never only in JSON."""
     q = run.quality
     lines = q.get("completeness_lines") or []
@@ -461,14 +549,23 @@ def _completeness_html(run: RunMetrics) -> str:
     state = "lossy" if lossy else "complete"
     return (
         f"<div class='completeness {state}' data-lossy='{int(lossy)}'>"
-        f"<b>Data completeness — {e(run.run)}</b><ul>{items}</ul></div>"
+        f"<b>Data completeness — {e(name)}</b><ul>{items}</ul></div>"
     )
 
 
-def render_html(analysis: Analysis, *, plotly_js: str | None = None) -> str:
+def render_html(
+    analysis: Analysis,
+    *,
+    plotly_js: str | None = None,
+    base: str | Path | None = None,
+    scaling_page: str | None = None,
+) -> str:
     """The page. ``plotly_js``: ``None`` inlines plotly.js (self-contained); a path makes
     the page load it from there instead (relative to the page: a bundle shared by the
-    reports of one directory)."""
+    reports of one directory). ``base``: the page's directory, against which run
+    directories are shown (relative; without it, by their short names): no absolute
+    local path is written into a page that may be sent on. ``scaling_page``: a scaling
+    study page beside the report (``scaling.html``), linked from it."""
     try:
         # plotly is the optional [report] extra: the figure modules import it at their top.
         from plotly.offline import get_plotlyjs
@@ -485,22 +582,23 @@ def render_html(analysis: Analysis, *, plotly_js: str | None = None) -> str:
     # the runs' iteration times, overlaid, stand beside the runs table
     iteration_plot = next((f for t, f in overview if t == ITERATION_TIME), None)
     overview = [(t, f) for t, f in overview if t != ITERATION_TIME]
-    runs = runs_html(analysis, figures, iteration_plot)
+    paths = _shown_paths(analysis, base)
+    runs = runs_html(analysis, figures, iteration_plot, paths)
     cards = "".join(
         _finding_card(analysis, m, i, figures, finding_figures) for i, m in enumerate(merged, 1)
     )
     named = sorted({r for m in merged if m.is_cause for r in m.ranks})
-    timeline = timeline_html(analysis, figures, named)
+    timeline = timeline_html(analysis, figures, named, paths)
     # two columns: runs side by side (all_figures puts each run's figure of a kind together)
-    blocks = "".join(f"<div><h3>{e(t)}</h3>{figures.place(f)}</div>" for t, f in overview)
+    blocks = "".join(f"<div>{figures.place(f, title=t)}</div>" for t, f in overview)
+    names = fmt.run_names([x.run for x in analysis.runs])
     run_list = ", ".join(
-        f"{fmt.run_names([x.run for x in analysis.runs])[r.run]} ({r.world_size} ranks, {r.source})"
-        for r in analysis.runs
+        f"{names[r.run]} ({r.world_size} ranks, {r.source})" for r in analysis.runs
     )
     return "".join(
         [
             "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
-            "<title>syncpace report</title>",
+            f"<title>{e(page_title(analysis))}</title>",
             f"<style>{_CSS}</style><script>{_ERROR_HOOK}</script>",
             (
                 f"<script>{get_plotlyjs()}</script>"
@@ -509,11 +607,10 @@ def render_html(analysis: Analysis, *, plotly_js: str | None = None) -> str:
             ),
             # more than two runs: tables get the page's width, plots go below them
             "</head><body class='many'>" if len(analysis.runs) > 2 else "</head><body>",
-            f"<h1>syncpace report</h1><p class='meta'>{e(run_list)} · syncpace "
-            f"{e(__version__)}</p>",
+            f"<h1>syncpace report</h1><p class='meta'>{e(_meta_line(analysis, run_list))}</p>",
             hang_html(hang) if (hang := stopped(analysis.findings)) is not None else "",
-            verdict_html(verdict),
-            *(_completeness_html(r) for r in analysis.runs),
+            verdict_html(verdict, scaling_page),
+            *(_completeness_html(r, names[r.run]) for r in analysis.runs),
             runs,
             whole_run_html(analysis, figures),
             '<section id="findings"><h2>Findings</h2>',
@@ -534,18 +631,68 @@ def render_html(analysis: Analysis, *, plotly_js: str | None = None) -> str:
     )
 
 
-def write_html(analysis: Analysis, out: str | Path, *, shared_plotly: bool = False) -> Path:
+def write_html(
+    analysis: Analysis,
+    out: str | Path,
+    *,
+    shared_plotly: bool = False,
+    scaling_page: str | None = None,
+) -> Path:
     """Write the report to ``out``. With ``shared_plotly`` plotly.js is not inlined but
     written once beside it (``plotly-<version>.min.js``, kept when it is there already):
     reports written together into one directory share the 4.8 MB bundle, and each opens
-    offline as long as the bundle stays beside it."""
+    offline as long as the bundle stays beside it. Run directories are shown relative to
+    ``out``'s directory; ``scaling_page`` (relative to it) is linked, by default the
+    scaling study of that directory (``scaling.html``) when there is one."""
     path = Path(out)
+    if scaling_page is None and (path.parent / SCALING_PAGE).is_file():
+        scaling_page = SCALING_PAGE
     try:
         bundle = _shared_bundle(path.parent) if shared_plotly else None
-        path.write_text(render_html(analysis, plotly_js=bundle), encoding="utf-8")
+        page = render_html(analysis, plotly_js=bundle, base=path.parent, scaling_page=scaling_page)
+        path.write_text(page, encoding="utf-8")
     except OSError as exc:
         raise ReportError(f"{path}: cannot write the report ({exc.strerror or exc})") from exc
     return path
+
+
+def _shown_paths(analysis: Analysis, base: str | Path | None) -> dict[str, str]:
+    """Each run directory as the page shows it: relative to the page's directory, or by
+    its short name when the page has none."""
+    names = fmt.run_names([r.run for r in analysis.runs])
+    if base is None:
+        return names
+    return {run: os.path.relpath(os.path.abspath(run), os.path.abspath(base)) for run in names}
+
+
+def _started(analysis: Analysis) -> str:
+    """The UTC date and time the first run's first analysed iteration began ("" for a
+    run whose clock is not the wall clock, such as a simulated one)."""
+    starts = [r.rank_steps["start_ns"].min() for r in analysis.runs if r.rank_steps.height]
+    first = min((int(t) for t in starts if isinstance(t, int)), default=0)
+    if first < _YEAR_2000_NS:
+        return ""
+    return datetime.fromtimestamp(first / 1e9, tz=timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
+_YEAR_2000_NS = 946_684_800 * 10**9
+
+
+def _meta_line(analysis: Analysis, run_list: str) -> str:
+    when = _started(analysis)
+    return " · ".join(
+        [run_list, *([when] if when else []), f"syncpace {__version__}", f"time axes: {ORIGIN}"]
+    )
+
+
+def page_title(analysis: Analysis) -> str:
+    """The browser tab's title: the runs' names and when the first began."""
+    names = fmt.run_names([r.run for r in analysis.runs])
+    runs = ", ".join(names[r.run] for r in analysis.runs[:3])
+    if len(analysis.runs) > 3:
+        runs += f" and {len(analysis.runs) - 3} more"
+    when = _started(analysis)
+    return f"{runs}{' — ' + when if when else ''} — syncpace report"
 
 
 def _shared_bundle(directory: Path) -> str:

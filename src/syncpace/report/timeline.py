@@ -6,9 +6,10 @@ everything between calls. On it, every collective it joined is drawn from its en
 first the wait for the last member to arrive (red), then the transfer (coloured by op)
 to its exit. Calls that overlap in time (asynchronous buckets, two collectives in flight)
 take sub-rows of the lane. A pacing delay is the gold bar just before the rank's first
-collective of the step, where the controller sleeps. Times are from the iteration's
-first start. Large jobs show at most :data:`MAX_LANES` ranks: the named ones, the first
-and the last to arrive, and an even sample of the rest.
+collective of the step, where the controller sleeps. Times are seconds since the run's
+first collective in the report (its one origin, ``report.timeaxis``), from the
+iteration's first start otherwise. Large jobs show at most :data:`MAX_LANES` ranks: the
+named ones, the first and the last to arrive, and an even sample of the rest.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import polars as pl
 
 from syncpace.analysis.timeline import IterationSample
 from syncpace.report import format as fmt
+from syncpace.report.timeaxis import AXIS as TIME_AXIS
 
 MAX_LANES = 32
 MAX_SUBROWS = 4
@@ -93,16 +95,19 @@ def iteration_figure(
     named: Sequence[int] = (),
     height: int | None = None,
     max_lanes: int = MAX_LANES,
+    origin_ns: int | None = None,
 ) -> go.Figure:
+    """The swimlanes of ``step``; time in seconds since ``origin_ns`` (the run's first
+    collective, the report's one origin), or from the iteration's start without it."""
     steps = sample.steps.filter(pl.col("step") == step)
     shown = lanes(sample, step, named, max_lanes)
     steps = steps.filter(pl.col("rank").is_in(shown))
     fig = go.Figure()
     if steps.height == 0:
         return fig
-    t0 = int(steps["start_ns"].min())  # type: ignore[arg-type]
-    span = int(steps["end_ns"].max()) - t0  # type: ignore[arg-type]
-    unit, scale = _unit(span)
+    start = int(steps["start_ns"].min())  # type: ignore[arg-type]
+    t0 = start if origin_ns is None else origin_ns
+    unit, scale = _unit(int(steps["end_ns"].max()) - start) if origin_ns is None else ("s", 1e-9)  # type: ignore[arg-type]
     y = {r: i for i, r in enumerate(reversed(shown))}
     calls = sample.events.filter(pl.col("step") == step, pl.col("rank").is_in(shown))
     step_end = dict(zip(steps["rank"].to_list(), steps["end_ns"].to_list(), strict=True))
@@ -201,7 +206,9 @@ def iteration_figure(
         barmode="overlay",
         template="plotly_white",
         height=height or max(280, 30 * len(shown) + 150),
-        xaxis_title=f"time from the iteration's start ({unit})",
+        xaxis_title=(
+            f"time from the iteration's start ({unit})" if origin_ns is None else TIME_AXIS
+        ),
         yaxis={
             "tickvals": list(y.values()),
             "ticktext": [html.escape(places.short(r)) for r in y],

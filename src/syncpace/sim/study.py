@@ -162,32 +162,3 @@ def withheld_page(path: str | Path, name: str, lines: Sequence[str]) -> Path:
         encoding="utf-8",
     )
     return out
-
-
-def plot(study: StudyResult, path: str | Path, note: str | None = None) -> Path:
-    """A self-contained HTML figure: throughput (with the linear ideal) and CV by scale;
-    ``note`` (the replay check of a trace calibration) under the title."""
-    try:
-        from plotly.subplots import make_subplots
-    except ImportError as exc:
-        raise ConfigError("--plot needs plotly (pip install 'syncpace[report]')") from exc
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("throughput (samples/s)", "iteration CV"))
-    for name in dict.fromkeys(r["pacing_on"] for r in study.rows):
-        rows = [r for r in study.rows if r["pacing_on"] == name]
-        label = "pacing off" if name == "off" else f"pacing on the {name}"
-        x = [r["nodes"] for r in rows]
-        fig.add_scatter(x=x, y=[r["throughput"] for r in rows], name=label, row=1, col=1)
-        fig.add_scatter(x=x, y=[r["cv"] for r in rows], name=f"CV, {label}", row=1, col=2)
-    base = study.arm(False)
-    if base:
-        x = [r["nodes"] for r in base]
-        ideal = [base[0]["throughput"] * n / base[0]["nodes"] for n in x]
-        fig.add_scatter(x=x, y=ideal, name="linear", line={"dash": "dot"}, row=1, col=1)
-    fig.update_xaxes(type="log", title_text="nodes")
-    title = f"syncpace simulate: {study.name}"
-    if note:
-        title += f"<br><sup>{html.escape(note)}</sup>"
-    fig.update_layout(title=title)
-    out = Path(path)
-    fig.write_html(out, include_plotlyjs=True, full_html=True)
-    return out
