@@ -69,7 +69,9 @@ def test_contention_names_the_host_whose_traffic_crosses_the_link() -> None:
     assert f.source[1:] == ("host link h3→leaf1", *f.source[2:])
     assert set(f.source[2:]) == {"uplink leaf1→spine", "uplink spine→leaf0"}
     assert f.ranks == (1, 2) and f.nodes == ("h1", "h2")
-    assert f.summary.startswith("h3 sends at 99% of host link h3→leaf1; its traffic crosses ")
+    sends = re.match(r"h3 sends at (\d+)% of host link h3→leaf1; its traffic crosses ", f.summary)
+    # near its rate, never above it (a sample over the link's rate is no measurement)
+    assert sends and 90 <= int(sends.group(1)) <= 100, f.summary
     data = json.loads(json.dumps(analysis.to_json()))
     (j,) = [x for x in data["findings"] if x["mode"] == "fabric_contention"]
     assert j["source"] == list(f.source)
@@ -82,7 +84,10 @@ def test_contention_names_the_host_whose_traffic_crosses_the_link() -> None:
         assert other not in text
     verdict = build_verdict(analysis)
     (cause,) = [c for c in verdict.causes if c.mode == "fabric_contention"]
-    assert cause.where.startswith("source: h3 — host link h3→leaf1, uplink ")
+    # one busy figure for all links when they round alike, one each otherwise
+    assert re.match(r"source: h3 — host link h3→leaf1( \d+% busy)?, uplink ", cause.where), (
+        cause.where
+    )
     assert "; suffers: ranks 1 (h1, local rank 0), 2 (h2, local rank 0)" in cause.where
     (m,) = [m for m in merge_findings(analysis) if m.mode == "fabric_contention"]
     places = fmt.Places.of(analysis.runs[0].placement)
