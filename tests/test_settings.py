@@ -95,6 +95,7 @@ def test_discovery_finds_the_configuration_of_every_layer():
         "ControllerConfig",
         "BenchConfig",
         "MonitorConfig",
+        "TelemetryConfig",
         "Thresholds",
         "FabricSpec",
         "TopologySpec",
@@ -120,6 +121,7 @@ def test_only_what_runs_in_the_job_reads_the_environment():
         "ControllerConfig",
         "BenchConfig",
         "MonitorConfig",
+        "TelemetryConfig",
     }
 
 

@@ -18,10 +18,9 @@ import polars as pl
 import pytest
 
 from syncpace.analysis.hostcounters import host_metrics
-from syncpace.capture import cpustats, netstats
 from syncpace.capture.clock import LocalClock
-from syncpace.capture.config import TraceConfig
-from syncpace.capture.sampler import HostSampler, start_host_sampler
+from syncpace.telemetry import TelemetryConfig, cpustats, netstats
+from syncpace.telemetry.sampler import HostSampler, start_host_sampler
 from syncpace.trace import schema
 from syncpace.trace.reader import load_host_files
 from sysfs_trees import (
@@ -321,7 +320,7 @@ def test_loopback_traffic_shows_in_the_real_counters(tmp_path):
 
 
 def test_one_sampler_per_host_and_it_ends_with_its_rank(tmp_path):
-    config = TraceConfig(dir=str(tmp_path), host_sampler="thread", counters_interval_s=0.005)
+    config = TelemetryConfig(host_sampler="thread", counters_interval_s=0.005)
     meta = tmp_path / "rank-00000.meta.json"
     first = start_host_sampler(tmp_path, 0, config, LocalClock(), meta, lambda: 0)
     second = start_host_sampler(tmp_path, 1, config, LocalClock(), meta, lambda: 0)
@@ -339,14 +338,13 @@ _RANK = textwrap.dedent(
     import json, os, sys, time
     from pathlib import Path
     from syncpace.capture.clock import LocalClock
-    from syncpace.capture.config import TraceConfig
-    from syncpace.capture.sampler import start_host_sampler
+    from syncpace.telemetry import TelemetryConfig
+    from syncpace.telemetry.sampler import start_host_sampler
     run = Path(sys.argv[1])
     meta = run / "rank-00000.meta.json"
     meta.write_text(json.dumps({"clock": {"offset_ns": 5_000_000_000}}))
-    config = TraceConfig(
-        dir=str(run), host_sampler="process", counters_interval_s=0.01,
-        counters_slow_interval_s=0.05,
+    config = TelemetryConfig(
+        host_sampler="process", counters_interval_s=0.01, counters_slow_interval_s=0.05,
     )
     handle = start_host_sampler(run, 0, config, LocalClock(), meta, lambda: 0)
     print(handle.proc.pid, time.time_ns(), flush=True)
