@@ -4,6 +4,7 @@ encoding, its file as the reader loads it, and on this machine's real kernel."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import struct
@@ -110,6 +111,28 @@ def test_ticks_are_written_where_values_change(tmp_path, host):
     row = nic.filter(pl.col("device") == "eth0", pl.col("direction") == "tx").row(0, named=True)
     assert row["bytes"] == 5_000_000
     assert row["util_peak_sample"] == pytest.approx(16.0)
+
+
+def test_unwritable_facts_are_said_once_and_the_counters_still_written(
+    tmp_path, host, monkeypatch, caplog
+):
+    def full(path, meta):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("syncpace.telemetry.sampler.write_host_meta", full)
+    clock = Clock()
+    with caplog.at_level(logging.WARNING, logger="syncpace"):
+        sampler = _sampler(tmp_path, host, clock, FakeQdiscs())  # writes its facts at start
+        sampler.step(slow=True)
+        clock.t += 10_000_000
+        sampler.step(slow=True)
+        sampler.close()  # and again at the end
+    facts = tmp_path / "run" / "host-node-a.meta.json"
+    assert [r.getMessage() for r in caplog.records] == [
+        f"syncpace: cannot write {facts}: [Errno 28] No space left on device"
+    ]
+    rows = pl.read_ipc_stream(tmp_path / "run" / "host-node-a.counters.arrow")
+    assert rows.height > 0 and sampler.meta["finished"]
 
 
 def test_a_throttled_cgroup_and_busy_cpus_are_measured(tmp_path, host):
