@@ -4,11 +4,12 @@ the host's PCIe topology at start.
 
 Which rank samples: the first rank of each host to take an exclusive lock on
 ``host-H.lock`` in the run directory (``flock``: the kernel drops it when the rank's
-process ends). That rank starts the sampler as a child process (``host_sampler =
-"process"``, the default: its work never holds the training process's GIL) or as a
-daemon thread (``"thread"``). The child ends when its parent closes the pipe to it,
-when the parent dies (end of file, or the parent's pid gone), or on SIGTERM; the
-parent waits a bounded time for it at close, then kills it.
+process ends). That rank starts the sampler as a daemon thread (``host_sampler =
+"thread"``, the default) or as a child process (``"process"``: its work never holds
+the training process's GIL); its settings are :class:`TelemetryConfig`'s. The child
+ends when its parent closes the pipe to it, when the parent dies (end of file, or the
+parent's pid gone), or on SIGTERM; the parent waits a bounded time for it at close,
+then kills it.
 
 Each tick reads the fast sources (``/proc/net/dev``, the root qdiscs over netlink,
 the link rates: what bursts show in; ``/proc/stat``, CPU pressure, the cgroup's
