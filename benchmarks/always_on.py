@@ -33,6 +33,7 @@ from rich.table import Table
 
 from syncpace.capture.config import TraceConfig
 from syncpace.capture.launch import traced_env
+from syncpace.telemetry import TelemetryConfig
 from syncpace.trace import load_trace, schema
 
 WORKER = Path(__file__).with_name("_always_on_worker.py")
@@ -41,7 +42,7 @@ WORKER = Path(__file__).with_name("_always_on_worker.py")
 def launch(world: int, seconds: float, trace_dir: Path | None, config: TraceConfig) -> list:
     base = dict(os.environ)
     if trace_dir is not None:
-        base = traced_env(trace_dir, config, base)
+        base = traced_env(trace_dir, config, base, TelemetryConfig(host_sampler="off"))
     return spawn_ranks(world, [str(WORKER), str(seconds)], base)
 
 
@@ -84,7 +85,6 @@ def main() -> None:
         segment_s=args.segment_s,
         keep_s=args.keep_s,
         disk_budget_mb=args.budget_mb,
-        host_sampler="off",
     )
     bound = int(args.budget_mb * 2**20)
     rates: dict[str, float] = {}

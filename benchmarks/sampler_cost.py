@@ -1,7 +1,7 @@
 """What does the host sampler cost a node? CPU of one core and disk, per cadence.
 
 The sampler runs exactly as a traced job starts it (``python -m
-syncpace.capture.sampler``, a child process), for ``--seconds`` at each cadence, idle
+syncpace.telemetry.sampler``, a child process), for ``--seconds`` at each cadence, idle
 and while a loopback TCP flow makes every NIC and TCP counter change at every tick
 (the worst case of the change encoding). Its CPU is its own account of
 ``CLOCK_PROCESS_CPUTIME_ID`` over the run (the ``sampler/cpu_ns`` series, so start-up
@@ -38,6 +38,7 @@ from rich.table import Table
 from syncpace.capture.clock import LocalClock
 from syncpace.capture.config import TraceConfig
 from syncpace.capture.launch import traced_env
+from syncpace.telemetry import TelemetryConfig
 from syncpace.trace.reader import load_host_files
 
 
@@ -96,7 +97,7 @@ def run_once(interval_s: float, seconds: float, nics: str) -> dict[str, float]:
             "parent_pid": os.getpid(),
         }
         proc = subprocess.Popen(
-            [sys.executable, "-m", "syncpace.capture.sampler", json.dumps(spec)],
+            [sys.executable, "-m", "syncpace.telemetry.sampler", json.dumps(spec)],
             stdin=subprocess.PIPE,
         )
         time.sleep(seconds)  # the measured duration itself
@@ -125,10 +126,9 @@ WORKER = Path(__file__).with_name("_overhead_worker.py")
 def ddp_rate(sampler: str, interval_s: float, ranks: int = 4) -> float:
     """Median steps/s of the DDP job, traced, with the host sampler ``sampler``."""
     with tempfile.TemporaryDirectory() as tmp:
-        config = TraceConfig(
-            dir=tmp, clock_interval_s=0, host_sampler=sampler, counters_interval_s=interval_s
-        )
-        base = traced_env(Path(tmp), config, dict(os.environ))
+        config = TraceConfig(dir=tmp, clock_interval_s=0)
+        sampling = TelemetryConfig(host_sampler=sampler, counters_interval_s=interval_s)
+        base = traced_env(Path(tmp), config, dict(os.environ), sampling)
         procs = spawn_ranks(ranks, [str(WORKER), "ddp", "30", "96", "64"], base)
         outputs = [p.communicate(timeout=600) for p in procs]
         for p, (_out, err) in zip(procs, outputs, strict=True):

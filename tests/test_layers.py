@@ -27,8 +27,9 @@ ALLOWED: dict[str, set[str]] = {
     "monitor": set(),
     "analysis": {"trace"},
     "importers": {"trace"},
-    "capture": {"trace", "control", "monitor"},
-    "bench": {"trace", "capture", "fabric"},
+    "telemetry": {"trace"},  # the host files' writer
+    "capture": {"trace", "control", "monitor", "telemetry"},
+    "bench": {"trace", "capture", "fabric", "telemetry"},  # where a rank runs (host)
     "sim": {"trace", "control", "analysis", "bench"},
     "report": {"trace", "analysis", "bench"},
     # the whole diagnosis: analysis plus what its layer cannot read (a benchmark's link
@@ -60,6 +61,7 @@ ALLOWED: dict[str, set[str]] = {
         "validate",
         "demo",
         "monitor",
+        "telemetry",
     },
 }
 
@@ -100,6 +102,19 @@ def test_imports_point_down(path: Path) -> None:
     assert not wrong, f"{path.relative_to(SRC)} ({own}) imports {sorted(wrong)}"
 
 
+def _loaded(module: str) -> str:
+    """What importing ``module`` in a fresh interpreter loads of torch, the in-job
+    runtime and the command line."""
+    code = (
+        f"import sys, {module}\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] == 'torch' or "
+        "m.startswith(('syncpace.cli', 'syncpace.capture')))\n"
+        "print(','.join(bad))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
 @pytest.mark.parametrize(
     "module",
     [
@@ -113,11 +128,12 @@ def test_imports_point_down(path: Path) -> None:
     ],
 )
 def test_analysis_side_loads_no_torch_and_no_cli(module: str) -> None:
-    code = (
-        f"import sys, {module}\n"
-        "bad = sorted(m for m in sys.modules if m.split('.')[0] == 'torch' or "
-        "m.startswith(('syncpace.cli', 'syncpace.capture')))\n"
-        "print(','.join(bad))\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "", f"{module} loads {out.stdout.strip()}"
+    loaded = _loaded(module)
+    assert loaded == "", f"{module} loads {loaded}"
+
+
+def test_the_host_sampler_loads_no_torch_and_no_tracer() -> None:
+    """Its child process starts from this module, at nice 10, as the job starts: torch
+    or the tracer would add seconds of CPU to that start."""
+    loaded = _loaded("syncpace.telemetry.sampler")
+    assert loaded == "", f"the host sampler loads {loaded}"

@@ -87,14 +87,20 @@ def _id(cls: type, field: dataclasses.Field) -> str:
     return f"{cls.__name__}.{field.name}"
 
 
+#: The settings of what runs inside the job's ranks: the only ones read from variables.
+IN_JOB = {
+    "TraceConfig",
+    "PacingConfig",
+    "ControllerConfig",
+    "BenchConfig",
+    "MonitorConfig",
+    "TelemetryConfig",
+}
+
+
 def test_discovery_finds_the_configuration_of_every_layer():
     names = {c.__name__ for c in CLASSES}
-    assert {
-        "TraceConfig",
-        "PacingConfig",
-        "ControllerConfig",
-        "BenchConfig",
-        "MonitorConfig",
+    commands = {
         "Thresholds",
         "FabricSpec",
         "TopologySpec",
@@ -108,19 +114,14 @@ def test_discovery_finds_the_configuration_of_every_layer():
         "ReferenceSettings",
         "DemoConfig",
         "ImportConfig",
-    } <= names
+    }
+    assert IN_JOB | commands <= names
     assert len(NUMERIC) > 100
 
 
 def test_only_what_runs_in_the_job_reads_the_environment():
     """The rule of config.py: a command's own settings come from its flags only."""
-    assert {c.__name__ for c in ENV_CLASSES} == {
-        "TraceConfig",
-        "PacingConfig",
-        "ControllerConfig",
-        "BenchConfig",
-        "MonitorConfig",
-    }
+    assert {c.__name__ for c in ENV_CLASSES} == IN_JOB
 
 
 def test_no_variable_names_two_settings():

@@ -13,6 +13,7 @@ def attach(out: str | None = None, **settings: object) -> None:
 
     ``out`` is the run directory (default ``$SYNCPACE_DIR`` or ``./syncpace-run``);
     other keyword arguments are fields of :class:`syncpace.capture.config.TraceConfig`,
+    :class:`syncpace.telemetry.config.TelemetryConfig` (``host_sampler``, ``counters_*``),
     :class:`syncpace.control.config.PacingConfig` (``strategy="early"``, ``lag``, ``ab``,
     …) or :class:`syncpace.control.config.ControllerConfig`.
     """

@@ -12,7 +12,7 @@ import pytest
 
 from fake_nvml import FakeNvml, gpu_states
 from syncpace.analysis.api import analyze
-from syncpace.capture.sampler import HostSampler
+from syncpace.telemetry.sampler import HostSampler
 from sysfs_trees import (
     JOB_PID,
     switch_host,

@@ -13,8 +13,8 @@ import pytest
 pytest.importorskip("prometheus_client")
 
 from multirank import free_port  # noqa: E402
-from syncpace.capture.cpustats import JobSched  # noqa: E402
 from syncpace.capture.metrics import PrometheusMetrics  # noqa: E402
+from syncpace.telemetry.cpustats import JobSched  # noqa: E402
 
 
 def _scrape(url: str) -> dict[str, float]:

@@ -46,7 +46,8 @@ def known_trace(tmp_path_factory):
     run_ranks(
         WORKERS / "known_ops.py",
         WORLD,
-        env={"TRACE_DIR": str(out)},
+        # a host sampler's setting, to see it reach the sampler through the tracer
+        env={"TRACE_DIR": str(out), "SYNCPACE_COUNTERS_SLOW_INTERVAL_S": "0.25"},
         per_rank_env={r: {"SYNCPACE_CLOCK_SKEW_NS": str(s)} for r, s in SKEWS_NS.items()},
     )
     return load_trace(out)
@@ -59,6 +60,16 @@ def test_every_rank_finished_cleanly(known_trace):
     assert known_trace.ranks == [0, 1, 2]
     assert known_trace.warnings == ()
     assert all(m["finished"] for m in known_trace.meta.values())
+
+
+def test_the_host_samplers_variables_reach_it_through_the_tracer(known_trace):
+    (facts,) = known_trace.hosts.values()
+    assert facts["slow_interval_s"] == 0.25 and facts["interval_s"] == 0.01  # set, default
+    assert facts["rank"] in known_trace.ranks and facts["finished"]
+    for meta in known_trace.meta.values():  # recorded with the tracer's own settings
+        config = meta["config"]
+        assert (config["counters_slow_interval_s"], config["host_sampler"]) == (0.25, "thread")
+        assert config["flush_interval_s"] == 0.2  # as known_ops.py attaches
 
 
 @pytest.mark.parametrize("rank", range(WORLD))

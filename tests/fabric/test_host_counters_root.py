@@ -31,6 +31,7 @@ from syncpace.fabric.lifecycle import down, up
 from syncpace.fabric.plan import stats_command
 from syncpace.fabric.runner import RunOptions, run_job
 from syncpace.fabric.state import STATE_DIR_ENV
+from syncpace.telemetry import TelemetryConfig
 from syncpace.trace import load_trace
 
 pytestmark = pytest.mark.root
@@ -52,7 +53,9 @@ def shaped_run(tmp_path_factory):
     state = up(build_spec(topology="star", hosts=2, host_rate="50mbit"), backend, state_dir)
     out = tmp_path_factory.mktemp("shaped")
     try:
-        env = traced_env(out, TraceConfig(dir=str(out), counters_interval_s=0.01))
+        env = traced_env(
+            out, TraceConfig(dir=str(out)), None, TelemetryConfig(counters_interval_s=0.01)
+        )
         command = [sys.executable, str(HERE / "steps_job.py"), str(out), "36", "6"]
         options = RunOptions(
             timeout_s=120, grace_s=5, faults=[parse_fault("rate h0-sw 30mbit at=0")]

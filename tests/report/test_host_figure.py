@@ -12,8 +12,8 @@ import polars as pl
 import pytest
 
 from syncpace.analysis.api import analyze
-from syncpace.capture.sampler import HostSampler
 from syncpace.report.figures import all_figures, host_nic_counters
+from syncpace.telemetry.sampler import HostSampler
 from sysfs_trees import switch_host, write_netdev, write_netstat, write_snmp
 
 DATA = Path(__file__).resolve().parents[1] / "data"

@@ -34,9 +34,9 @@ from syncpace.bench.config import BenchConfig, parse_size
 from syncpace.bench.fit import fit_rows
 from syncpace.bench.results import BenchResult, IterStats, PairMatrix, SizeRow, write_bench
 from syncpace.bench.sync import StoreSync, default_store
-from syncpace.capture.host import env_int
 from syncpace.console import make_console
 from syncpace.errors import BenchError
+from syncpace.telemetry.host import env_int
 from syncpace.trace.busbw import bus_factor
 
 #: Test hook: ``RANK`` or ``OP:RANK``. On that rank, element 0 of the input of the

@@ -1,11 +1,15 @@
-"""Settings of the tracer, read from ``SYNCPACE_*`` variables inside each rank."""
+"""Settings of the tracer, read from ``SYNCPACE_*`` variables inside each rank.
+
+The host sampler's (``host_sampler``, ``counters_*``) are its own:
+:class:`syncpace.telemetry.config.TelemetryConfig`, read the same way.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import ClassVar
 
-from syncpace.config import check_choice, check_numbers, setting
+from syncpace.config import check_numbers, setting
 from syncpace.errors import ConfigError
 from syncpace.trace.segments import RotationPolicy
 
@@ -66,28 +70,6 @@ class TraceConfig:
     stall_repeat_s: float = setting(
         30.0, "While a stall lasts, its record is rewritten this often with fresh stacks."
     )
-    host_sampler: str = setting(
-        "thread",
-        "Host counters and topology, one sampler per host: 'thread' (a thread of the "
-        "host's first rank), 'process' (a child process of it: no GIL, a start-up cost) "
-        "or 'off'.",
-    )
-    counters_interval_s: float = setting(
-        0.01, "Seconds between samples of NIC and qdisc counters (0.001 sees shorter bursts)."
-    )
-    counters_slow_interval_s: float = setting(
-        0.1, "Seconds between samples of TCP/UDP, InfiniBand and NVML counters."
-    )
-    counters_nics: str = setting(
-        "",
-        "Interfaces to sample, comma-separated names or globs; empty: the PCI network "
-        "devices, or every interface that is up when the host has none.",
-    )
-    counters_link_rate: str = setting(
-        "",
-        "Link rate utilisation is measured against, '25gbit' or 'eth0=25gbit,eth1=10gbit'; "
-        "empty: a root tbf shaper's rate, else the interface's speed.",
-    )
 
     # Always-on mode (trace/segments.py) ----------------------------------------------
     continuous: bool = setting(
@@ -130,8 +112,6 @@ class TraceConfig:
             clock_timeout_s="(0, 3600]",
             clock_skew_ns="[-1e18, 1e18]",
             clock_drift_ppm="[-100000, 100000]",
-            counters_interval_s="[0.0005, 3600]",
-            counters_slow_interval_s="[0.0005, 3600]",
             stall_after_s="[0, 86400]",
             stall_repeat_s="(0, 86400]",
             close_timeout_s="[0, 600]",
@@ -141,36 +121,3 @@ class TraceConfig:
             raise ConfigError(
                 f"journal_slots must be 0 (off) or in 256..{1 << 24}, got {self.journal_slots}"
             )
-        check_choice(self, "host_sampler", SAMPLER_MODES)
-        parse_link_rates(self.counters_link_rate)  # raises ConfigError when malformed
-
-
-#: How the host sampler runs (``host_sampler``).
-SAMPLER_MODES = ("process", "thread", "off")
-
-_RATE_UNITS = {"bit": 1, "kbit": 10**3, "mbit": 10**6, "gbit": 10**9, "tbit": 10**12}
-
-
-def parse_rate(text: str, source: str = "counters_link_rate") -> int:
-    """``'25gbit'`` -> 25_000_000_000 (decimal bits per second, as tc writes them)."""
-    raw = text.strip().lower()
-    for unit in sorted(_RATE_UNITS, key=len, reverse=True):
-        if raw.endswith(unit):
-            number = raw[: -len(unit)].strip()
-            try:
-                value = float(number)
-            except ValueError:
-                break
-            if value > 0 and value == value and value != float("inf"):
-                return int(value * _RATE_UNITS[unit])
-            break
-    raise ConfigError(f"{source}: expected a rate such as 25gbit or 100mbit, got {text!r}")
-
-
-def parse_link_rates(text: str) -> dict[str, int]:
-    """``'25gbit'`` -> ``{'*': …}``; ``'eth0=25gbit,eth1=10gbit'`` -> per interface."""
-    rates: dict[str, int] = {}
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        name, sep, rate = part.rpartition("=")
-        rates[name.strip() if sep else "*"] = parse_rate(rate)
-    return rates

@@ -35,11 +35,13 @@ from syncpace.config import to_env
 from syncpace.control.config import ControllerConfig, PacingConfig
 from syncpace.errors import ConfigError
 from syncpace.monitor import MonitorConfig
+from syncpace.telemetry import TelemetryConfig
 
 BOOTSTRAP_DIR = Path(__file__).resolve().parent / "bootstrap"
 
-#: Everything a traced job is configured with: tracer, controller, pacing policy, monitor.
-Tracing = tuple[TraceConfig, ControllerConfig, PacingConfig, MonitorConfig]
+#: Everything a traced job is configured with: tracer, controller, pacing policy, monitor,
+#: host sampler.
+Tracing = tuple[TraceConfig, ControllerConfig, PacingConfig, MonitorConfig, TelemetryConfig]
 
 
 LOCK_NAME = "syncpace.lock"
@@ -206,9 +208,13 @@ def traced_env(
     run_dir: Path, config: TraceConfig, base: dict[str, str] | None = None, *extra: object
 ) -> dict[str, str]:
     """The environment that arms the tracer (and, with ``extra`` configs such as a
-    ControllerConfig, the pacer) in every rank the command starts."""
+    ControllerConfig, the pacer) in every rank the command starts. The host sampler's
+    settings are ``extra``'s TelemetryConfig, else its defaults: like the tracer's, they
+    are the launcher's, never a variable left in the launcher's own environment."""
     env = dict(os.environ if base is None else base)
     env.update(to_env(config))
+    if not any(isinstance(settings, TelemetryConfig) for settings in extra):
+        extra = (TelemetryConfig(), *extra)
     for settings in extra:
         env.update(to_env(settings))
     env["SYNCPACE_DIR"] = str(run_dir)

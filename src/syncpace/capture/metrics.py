@@ -200,7 +200,7 @@ class _RankCpu:
 
 
 def _register_cpu(registry: Any, labels: dict[str, str]) -> None:
-    from syncpace.capture.cpustats import JobSched
+    from syncpace.telemetry.cpustats import JobSched
 
     try:
         source = JobSched("/", os.getpid())

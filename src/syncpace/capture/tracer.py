@@ -27,14 +27,12 @@ from syncpace.capture.clock import ClockSync, OffsetEstimate, local_clock
 from syncpace.capture.config import TraceConfig
 from syncpace.capture.device import select
 from syncpace.capture.devicetime import DeviceTimeline
-from syncpace.capture.host import device_facts, env_int, rank_facts
 from syncpace.capture.inflight import InFlight
 from syncpace.capture.job import agree_job_id, launcher_facts
 from syncpace.capture.log import log, warn_once
 from syncpace.capture.metrics import PrometheusMetrics
 from syncpace.capture.monitor import LiveMonitor
 from syncpace.capture.runtime_control import Control, ControlWatcher, describe
-from syncpace.capture.sampler import SamplerHandle, start_host_sampler
 from syncpace.capture.torch_hooks import install
 from syncpace.capture.watchdog import StallWatchdog, arm_fatal_dump, disarm_fatal_dump
 from syncpace.capture.work import TimedWork, classify
@@ -45,6 +43,9 @@ from syncpace.control.controller import PacingController
 from syncpace.errors import ConfigError
 from syncpace.monitor import MonitorConfig
 from syncpace.monitor.detector import Detection
+from syncpace.telemetry import TelemetryConfig
+from syncpace.telemetry.host import device_facts, env_int, rank_facts
+from syncpace.telemetry.sampler import SamplerHandle, start_host_sampler
 from syncpace.trace import schema
 from syncpace.trace.columns import EV
 from syncpace.trace.journal import NO_SLOT
@@ -66,8 +67,10 @@ class Tracer:
         controller_config: ControllerConfig | None = None,
         pacing_config: PacingConfig | None = None,
         monitor_config: MonitorConfig | None = None,
+        telemetry_config: TelemetryConfig | None = None,
     ) -> None:
         self.config = config
+        self.telemetry_config = telemetry_config or TelemetryConfig()
         self.clock = local_clock(config.clock_skew_ns, config.clock_drift_ppm)
         self.now = self.clock.now
         self.rank = -1
@@ -151,7 +154,11 @@ class Tracer:
             source="fabric" if os.environ.get("SYNCPACE_FABRIC") else "torch",
             fabric_host=os.environ.get("SYNCPACE_FABRIC_HOST"),
             groups=self.groups,
-            config=dataclasses.asdict(self.config),
+            # the settings in force in this rank: the tracer's and its host sampler's
+            config={
+                **dataclasses.asdict(self.config),
+                **dataclasses.asdict(self.telemetry_config),
+            },
             clock=self._clock_meta,
             launcher=launcher_facts(),
         )
@@ -205,7 +212,12 @@ class Tracer:
         )
         clock_sync.start_periodic()
         self._host_sampler = start_host_sampler(
-            out, rank, self.config, self.clock, self.writer.meta_path, lambda: self._offset_ns
+            out,
+            rank,
+            self.telemetry_config,
+            self.clock,
+            self.writer.meta_path,
+            lambda: self._offset_ns,
         )
         self._start_controller(store, rank, world_size)
         self._start_watchdog(out, rank, world_size, str(meta.get("host", "")))
@@ -751,12 +763,13 @@ TRACER: Tracer | None = None
 
 
 def get_tracer(**overrides: Any) -> Tracer:
-    """The process's tracer; ``overrides`` are fields of TraceConfig, ControllerConfig
-    or PacingConfig (e.g. ``strategy="early"``), on top of ``SYNCPACE_*`` variables."""
+    """The process's tracer; ``overrides`` are fields of TraceConfig, ControllerConfig,
+    PacingConfig, MonitorConfig or TelemetryConfig (e.g. ``strategy="early"``), on top
+    of ``SYNCPACE_*`` variables."""
     global TRACER
     if TRACER is None:
-        parts: list[dict[str, Any]] = [{}, {}, {}, {}]
-        classes = (TraceConfig, ControllerConfig, PacingConfig, MonitorConfig)
+        classes = (TraceConfig, ControllerConfig, PacingConfig, MonitorConfig, TelemetryConfig)
+        parts: list[dict[str, Any]] = [{} for _ in classes]
         for name, value in overrides.items():
             for part, cls in zip(parts, classes, strict=True):
                 if name in cls.__dataclass_fields__:

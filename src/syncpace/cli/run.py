@@ -15,6 +15,7 @@ from syncpace.config import add_flags, from_flags
 from syncpace.control.config import ControllerConfig, PacingConfig
 from syncpace.errors import ConfigError
 from syncpace.monitor import MonitorConfig
+from syncpace.telemetry import TelemetryConfig
 from syncpace.trace import schema
 from syncpace.trace.reader import load_trace
 
@@ -46,8 +47,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def add_tracing_flags(parser: argparse.ArgumentParser) -> None:
-    """The tracer, pacer and controller flags, and the trailing ``-- COMMAND``."""
+    """The tracer, host sampler, pacer and controller flags, and the trailing ``-- COMMAND``."""
     add_flags(parser, TraceConfig, skip=("dir", "clock_skew_ns"))
+    add_flags(parser, TelemetryConfig)
     add_flags(parser, PacingConfig)
     add_flags(parser, ControllerConfig)
     add_flags(parser, MonitorConfig)
@@ -71,6 +73,7 @@ def tracing_from_flags(args: argparse.Namespace) -> Tracing:
         from_flags(ControllerConfig, args),
         from_flags(PacingConfig, args),
         from_flags(MonitorConfig, args),
+        from_flags(TelemetryConfig, args),
     )
 
 

@@ -5,7 +5,7 @@ host bridges of one NUMA node; SYS across NUMA nodes; NV# bonded NVLinks)."""
 
 from __future__ import annotations
 
-from syncpace.capture import pcie
+from syncpace.telemetry import pcie
 from sysfs_trees import switch_host, two_socket_host
 
 TWO_SOCKET = """

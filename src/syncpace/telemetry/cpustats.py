@@ -1,5 +1,5 @@
 """What a host's kernel counts about its CPUs and the job's CPU limit: the CPU sources
-the host sampler reads (same contract as :mod:`syncpace.capture.netstats`).
+the host sampler reads (same contract as :mod:`syncpace.telemetry.netstats`).
 
 * :class:`ProcStat`: the first line of ``/proc/stat``: the time all CPUs spent in user,
   system, idle, iowait and steal (host-wide, in ns).
@@ -20,7 +20,7 @@ import os
 import threading
 from pathlib import Path
 
-from syncpace.capture.netstats import NO_PORT, PFile, Series, Values, _int
+from syncpace.telemetry.netstats import NO_PORT, PFile, Series, Values, _int
 
 #: The jiffies ``/proc/stat`` counts in (``sysconf(_SC_CLK_TCK)``; 100 on Linux).
 _TICK_NS = 1_000_000_000 // (os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100)

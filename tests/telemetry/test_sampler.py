@@ -4,6 +4,7 @@ encoding, its file as the reader loads it, and on this machine's real kernel."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import struct
@@ -18,10 +19,9 @@ import polars as pl
 import pytest
 
 from syncpace.analysis.hostcounters import host_metrics
-from syncpace.capture import cpustats, netstats
 from syncpace.capture.clock import LocalClock
-from syncpace.capture.config import TraceConfig
-from syncpace.capture.sampler import HostSampler, start_host_sampler
+from syncpace.telemetry import TelemetryConfig, cpustats, netstats
+from syncpace.telemetry.sampler import HostSampler, start_host_sampler
 from syncpace.trace import schema
 from syncpace.trace.reader import load_host_files
 from sysfs_trees import (
@@ -113,6 +113,28 @@ def test_ticks_are_written_where_values_change(tmp_path, host):
     assert row["bytes"] == 5_000_000
     assert row["util_peak_sample"] is None
     assert row["util_unmeasurable_windows"] == 5
+
+
+def test_unwritable_facts_are_said_once_and_the_counters_still_written(
+    tmp_path, host, monkeypatch, caplog
+):
+    def full(path, meta):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("syncpace.telemetry.sampler.write_host_meta", full)
+    clock = Clock()
+    with caplog.at_level(logging.WARNING, logger="syncpace"):
+        sampler = _sampler(tmp_path, host, clock, FakeQdiscs())  # writes its facts at start
+        sampler.step(slow=True)
+        clock.t += 10_000_000
+        sampler.step(slow=True)
+        sampler.close()  # and again at the end
+    facts = tmp_path / "run" / "host-node-a.meta.json"
+    assert [r.getMessage() for r in caplog.records] == [
+        f"syncpace: cannot write {facts}: [Errno 28] No space left on device"
+    ]
+    rows = pl.read_ipc_stream(tmp_path / "run" / "host-node-a.counters.arrow")
+    assert rows.height > 0 and sampler.meta["finished"]
 
 
 def test_a_throttled_cgroup_and_busy_cpus_are_measured(tmp_path, host):
@@ -323,7 +345,7 @@ def test_loopback_traffic_shows_in_the_real_counters(tmp_path):
 
 
 def test_one_sampler_per_host_and_it_ends_with_its_rank(tmp_path):
-    config = TraceConfig(dir=str(tmp_path), host_sampler="thread", counters_interval_s=0.005)
+    config = TelemetryConfig(host_sampler="thread", counters_interval_s=0.005)
     meta = tmp_path / "rank-00000.meta.json"
     first = start_host_sampler(tmp_path, 0, config, LocalClock(), meta, lambda: 0)
     second = start_host_sampler(tmp_path, 1, config, LocalClock(), meta, lambda: 0)
@@ -341,14 +363,13 @@ _RANK = textwrap.dedent(
     import json, os, sys, time
     from pathlib import Path
     from syncpace.capture.clock import LocalClock
-    from syncpace.capture.config import TraceConfig
-    from syncpace.capture.sampler import start_host_sampler
+    from syncpace.telemetry import TelemetryConfig
+    from syncpace.telemetry.sampler import start_host_sampler
     run = Path(sys.argv[1])
     meta = run / "rank-00000.meta.json"
     meta.write_text(json.dumps({"clock": {"offset_ns": 5_000_000_000}}))
-    config = TraceConfig(
-        dir=str(run), host_sampler="process", counters_interval_s=0.01,
-        counters_slow_interval_s=0.05,
+    config = TelemetryConfig(
+        host_sampler="process", counters_interval_s=0.01, counters_slow_interval_s=0.05,
     )
     handle = start_host_sampler(run, 0, config, LocalClock(), meta, lambda: 0)
     print(handle.proc.pid, time.time_ns(), flush=True)

@@ -12,8 +12,8 @@ import pytest
 
 from fake_nvml import BUS, FakeNvml, gpu_states
 from syncpace.analysis.hostcounters import host_metrics
-from syncpace.capture import nvml
-from syncpace.capture.sampler import HostSampler
+from syncpace.telemetry import nvml
+from syncpace.telemetry.sampler import HostSampler
 from syncpace.trace.reader import load_host_files
 from sysfs_trees import switch_host, write_netdev, write_netstat, write_snmp
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from syncpace.capture.netstats import NO_PORT, Series, Values
+from syncpace.telemetry.netstats import NO_PORT, Series, Values
 
 #: Throttle (clock event) reason bits, as NVML defines them.
 THROTTLE_REASONS = {

@@ -4,11 +4,12 @@ the host's PCIe topology at start.
 
 Which rank samples: the first rank of each host to take an exclusive lock on
 ``host-H.lock`` in the run directory (``flock``: the kernel drops it when the rank's
-process ends). That rank starts the sampler as a child process (``host_sampler =
-"process"``, the default: its work never holds the training process's GIL) or as a
-daemon thread (``"thread"``). The child ends when its parent closes the pipe to it,
-when the parent dies (end of file, or the parent's pid gone), or on SIGTERM; the
-parent waits a bounded time for it at close, then kills it.
+process ends). That rank starts the sampler as a daemon thread (``host_sampler =
+"thread"``, the default) or as a child process (``"process"``: its work never holds
+the training process's GIL); its settings are :class:`TelemetryConfig`'s. The child
+ends when its parent closes the pipe to it, when the parent dies (end of file, or the
+parent's pid gone), or on SIGTERM; the parent waits a bounded time for it at close,
+then kills it.
 
 Each tick reads the fast sources (``/proc/net/dev``, the root qdiscs over netlink,
 the link rates: what bursts show in; ``/proc/stat``, CPU pressure, the cgroup's
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import os
 import signal
 import socket
@@ -35,12 +37,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from syncpace.capture import cpustats, netstats, nvml, pcie
-from syncpace.capture.config import TraceConfig, parse_link_rates
-from syncpace.capture.log import warn_once
-from syncpace.capture.netstats import NO_PORT, Series, Values
+from syncpace.telemetry import cpustats, netstats, nvml, pcie
+from syncpace.telemetry.config import TelemetryConfig, parse_link_rates
+from syncpace.telemetry.netstats import NO_PORT, Series, Values
 from syncpace.trace import schema
 from syncpace.trace.hostwriter import CountersWriter, host_paths, write_host_meta
+
+log = logging.getLogger("syncpace")
 
 #: Seconds between writes of buffered rows to the counters file.
 FLUSH_INTERVAL_S = 1.0
@@ -167,6 +170,7 @@ class HostSampler:
         )
         self._cpu0 = time.clock_gettime_ns(self._clock_id)
         self.errors: dict[str, str] = {}
+        self._meta_warned = False  # an unwritable facts file is said once, not at each write
         Path(run_dir).mkdir(parents=True, exist_ok=True)
         self.meta_path, counters_path = host_paths(run_dir, host)
         self.meta: dict[str, Any] = {
@@ -354,7 +358,9 @@ class HostSampler:
         try:
             write_host_meta(self.meta_path, self.meta)
         except OSError as exc:
-            warn_once("host_meta", "cannot write %s: %s", self.meta_path, exc)
+            if not self._meta_warned:
+                self._meta_warned = True
+                log.warning("syncpace: cannot write %s: %s", self.meta_path, exc)
 
 
 def _sleep(stop: threading.Event, seconds: float) -> bool:
@@ -416,7 +422,7 @@ class SamplerHandle:
 #: (its start-up costs half a second of CPU, at the moment the job starts measuring).
 _CHILD = (
     "import os, sys; os.nice(NICE); "
-    "from syncpace.capture.sampler import main; sys.exit(main(sys.argv[1:]))"
+    "from syncpace.telemetry.sampler import main; sys.exit(main(sys.argv[1:]))"
 )
 #: The sampler's niceness: its ticks come late on a saturated host (and say so in
 #: ``late_ticks``; timestamps stay exact) rather than take CPU from the job.
@@ -441,7 +447,7 @@ def _stop_child(proc: subprocess.Popen) -> None:
 def start_host_sampler(
     run_dir: str | os.PathLike[str],
     rank: int,
-    config: TraceConfig,
+    config: TelemetryConfig,
     clock: Any,
     rank_meta_path: str | os.PathLike[str],
     offset_ns: Callable[[], int],
@@ -492,7 +498,7 @@ def start_host_sampler(
         )
         return SamplerHandle(lock, proc=proc)
     except Exception as exc:  # the job runs without host counters
-        warn_once("host_sampler", "host counters disabled: %s", exc)
+        log.warning("syncpace: host counters disabled: %s", exc)
         return None
 
 
@@ -504,7 +510,7 @@ def _run_in_thread(
     try:
         sampler = _from_spec(spec, offset_ns, thread_cpu=True)
     except Exception as exc:
-        warn_once("host_sampler", "host counters disabled: %s", exc)
+        log.warning("syncpace: host counters disabled: %s", exc)
         return
     sampler.run(stop)
 
@@ -567,7 +573,7 @@ class _RankOffset:
 
 
 def main(argv: list[str]) -> int:
-    """The child process: ``python -m syncpace.capture.sampler SPEC_JSON``."""
+    """The child process: ``python -m syncpace.telemetry.sampler SPEC_JSON``."""
     spec = json.loads(argv[0])
     stop = threading.Event()
     parent = int(spec["parent_pid"])
