@@ -24,8 +24,8 @@ def add_analysis_arguments(parser: argparse.ArgumentParser) -> None:
         "job; several runs of one world size are compared side by side (the first is the "
         "baseline), runs of different world sizes form a scaling curve",
     )
-    add_flags(parser, DiagnoseSettings, skip=NESTED)
-    add_flags(parser, Thresholds)
+    add_flags(parser, DiagnoseSettings, skip=NESTED, title="what is analysed")
+    add_flags(parser, Thresholds, title="when a finding is reported (thresholds)")
 
 
 def settings_from_args(args: argparse.Namespace) -> DiagnoseSettings:

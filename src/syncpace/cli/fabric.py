@@ -11,6 +11,7 @@ from pathlib import Path
 from rich.table import Table
 
 from syncpace.capture.launch import armed_env, prepare_run_dir
+from syncpace.cli.output import add_force_flag
 from syncpace.cli.run import add_tracing_flags, command_of, tracing_from_flags
 from syncpace.cli.trace_info import print_summary
 from syncpace.config import flag_name, parse_value, renamed
@@ -68,7 +69,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument("--fabric", help="run on this existing fabric instead of a temporary one")
     _add_spec_flags(run)
     run.add_argument("--out", help="run directory (default: ./syncpace-run-YYYYmmdd-HHMMSS)")
-    run.add_argument("--overwrite", action="store_true", help="reuse a run directory")
+    add_force_flag(run, "the trace files of an existing run directory")
     run.add_argument("--trace", action="store_true", help="trace every rank with syncpace")
     run.add_argument(
         "--fault",
@@ -207,7 +208,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not args.trace:
         tracing = None
     require_root("syncpace fabric run")
-    run_dir = prepare_run_dir(args.out, args.overwrite)
+    run_dir = prepare_run_dir(args.out, args.force)
     env = armed_env(run_dir, tracing) if tracing is not None else None
     backend = SystemBackend()
     options = RunOptions(

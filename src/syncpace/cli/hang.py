@@ -42,7 +42,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="world size of a job known only from Flight Recorder dumps (default: from them)",
     )
     # Of the diagnosis thresholds only the hang's own applies here.
-    add_flags(parser, Thresholds, skip=_NOT_HANG)
+    add_flags(parser, Thresholds, skip=_NOT_HANG, title="when a job counts as hung")
     parser.set_defaults(func=run)
 
 

@@ -17,6 +17,7 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
+from syncpace.cli.output import refuse_existing_trace
 from syncpace.config import add_flags, from_flags
 from syncpace.console import make_console
 from syncpace.importers import FORMATS, ImportConfig, ImportResult, convert
@@ -40,12 +41,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--out", required=True, metavar="DIR", help="run directory to write")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
-    add_flags(parser, ImportConfig)
+    add_flags(parser, ImportConfig, title="how the traces are read")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     config = from_flags(ImportConfig, args)
+    refuse_existing_trace(args.out, config.overwrite, clear=False)  # before a long read
     console = make_console(stderr=True)
     start = time.perf_counter()
     with _progress(console) as update:

@@ -15,6 +15,7 @@ import argparse
 import json
 from pathlib import Path
 
+from syncpace.cli.output import add_force_flag, refuse_existing, refuse_existing_trace
 from syncpace.config import add_flags, from_flags
 from syncpace.console import make_console
 from syncpace.sim.engine import SimConfig, SimResult, simulate
@@ -39,13 +40,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="SECTION.KEY=VALUE",
         help="override any scenario setting, e.g. --set noise.jitter=0.05 (repeatable)",
     )
-    add_flags(parser, SimulateSettings)
+    add_flags(parser, SimulateSettings, title="the cluster, the job and the study")
+    add_force_flag(parser, "the trace in --out and the --plot file")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     settings = from_flags(SimulateSettings, args)
     sim = prepare(settings, args.assignments)
+    if settings.plot:
+        refuse_existing(settings.plot, args.force, "--plot")
+    if settings.out:  # checked before a long study, not after it
+        refuse_existing_trace(settings.out, args.force)
     if sim.is_study:
         return _study(settings, sim)
     return _single(settings, sim)

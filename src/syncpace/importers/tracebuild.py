@@ -132,7 +132,7 @@ def prepare_out_dir(out: str | os.PathLike[str], overwrite: bool) -> Path:
     if existing and not overwrite:
         raise ConfigError(
             f"{out_dir}: already holds a trace ({len(existing)} rank files); "
-            "choose another --out or pass --overwrite"
+            "choose another --out or add --force"
         )
     for path in existing:
         if path.suffix in (".json", ".arrow", ".tmp"):

@@ -151,7 +151,7 @@ def merge_dirs(
     _check(parts)
     target = Path(out)
     if target.exists() and any(target.glob("rank-*")) and not overwrite:
-        raise TraceError(target, "already holds a trace; choose another output or --overwrite")
+        raise TraceError(target, "already holds a trace; choose another --out or add --force")
     target.mkdir(parents=True, exist_ok=True)
     for d in dirs:
         for f in _rank_files(d):
