@@ -88,7 +88,10 @@ def _writers(tmp_path: Path) -> dict[str, tuple[list[str], Path]]:
     return {
         "report": (["report", str(HEALTHY), "-o", str(html)], html),
         "export": (["export", "--perfetto", str(HEALTHY), "-o", str(perfetto)], perfetto),
-        "merge": (["merge", str(DATA / "straggler"), "--out", str(trace)], trace / "rank-00000.meta.json"),
+        "merge": (
+            ["merge", str(DATA / "straggler"), "--out", str(trace)],
+            trace / "rank-00000.meta.json",
+        ),
         "import": (
             ["import", "kineto", str(kineto), "--out", str(trace)],
             trace / "rank-00000.meta.json",

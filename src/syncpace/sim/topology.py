@@ -8,9 +8,11 @@ it, so they see the same links.
 Kinds:
 
 * ``switch`` — every NIC on one non-blocking switch;
-* ``leaf-spine`` (also ``leafspine``) — ``nodes_per_leaf`` nodes under a leaf; each leaf has one uplink to
+* ``leaf-spine`` (also ``leafspine``) — ``nodes_per_leaf`` nodes under a leaf; each leaf has
+  one uplink to
   each of ``spines`` spines, together ``oversub`` times thinner than the leaf's NICs;
-* ``fat-tree`` (also ``fattree``) — three tiers: leaves (edge) under aggregation switches in pods of
+* ``fat-tree`` (also ``fattree``) — three tiers: leaves (edge) under aggregation switches in
+  pods of
   ``leaves_per_pod`` leaves, pods joined by core links, oversubscribed ``oversub`` at
   the edge and ``core_oversub`` at the core.
 
