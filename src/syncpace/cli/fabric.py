@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from syncpace.fabric.runner import RunOptions, run_job
 from syncpace.fabric.spec import FabricSpec, build_spec, format_rate, load_spec_file
 from syncpace.fabric.state import list_fabrics, load_state, resolve_name
 from syncpace.fabric.topology import build_fabric
+from syncpace.report import jsonout
 from syncpace.trace.reader import load_trace
 from syncpace.trace.summary import summarize
 
@@ -138,7 +138,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     require_root("syncpace fabric up")
     state = lifecycle.up(spec, SystemBackend())
     if args.json:
-        print(json.dumps(state.to_json(), indent=2))
+        print(jsonout.dumps(state.to_json()))
     else:
         _print_fabric(state.fabric)
         print(f"fabric {state.name} is up; remove it with: syncpace fabric down {state.name}")
@@ -170,7 +170,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         data = state.to_json()
         data["missing_namespaces"] = missing
         data["links_now"] = [dataclasses.asdict(r) for r in rows]
-        print(json.dumps(data, indent=2))
+        print(jsonout.dumps(data))
         return 0
     _print_fabric(state.fabric)
     console = make_console()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from collections.abc import Callable
@@ -21,6 +20,7 @@ from syncpace.cli.output import refuse_existing_trace
 from syncpace.config import add_flags, from_flags
 from syncpace.console import make_console
 from syncpace.importers import FORMATS, ImportConfig, ImportResult, convert
+from syncpace.report import jsonout
 
 #: Inputs at least this large get a progress bar (on a terminal).
 PROGRESS_BYTES = 32 << 20
@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
         result = convert(args.format, args.sources, args.out, config=config, progress=update)
     seconds = time.perf_counter() - start
     if args.json:
-        print(json.dumps({**result.to_json(), "seconds": round(seconds, 3)}, indent=2))
+        print(jsonout.dumps({**result.to_json(), "seconds": round(seconds, 3)}))
     else:
         print_result(result, seconds)
     return 0

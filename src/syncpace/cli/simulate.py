@@ -12,12 +12,12 @@ Parsing and printing only: the settings and their precedence are
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from syncpace.cli.output import add_force_flag, refuse_existing, refuse_existing_trace
 from syncpace.config import add_flags, from_flags
 from syncpace.console import make_console
+from syncpace.report import jsonout
 from syncpace.sim.engine import SimConfig, SimResult, simulate
 from syncpace.sim.settings import SimulateSettings, Simulation, finite, prepare
 from syncpace.sim.study import arm_name, arms, plot, render, run_study
@@ -69,7 +69,7 @@ def _single(settings: SimulateSettings, sim: Simulation) -> int:
             "config": cfg.to_json(),
             "calibration": sim.calibration.to_json() if sim.calibration else None,
         }
-        print(json.dumps(finite(payload), indent=2, allow_nan=False))
+        print(jsonout.dumps(finite(payload), allow_nan=False))
         return 0
     print(
         f"simulated {summary['world_size']} ranks on {summary['nodes']} nodes, "
@@ -101,7 +101,7 @@ def _study(settings: SimulateSettings, sim: Simulation) -> int:
     if settings.plot:
         plot(study, settings.plot)
     if settings.json:
-        print(json.dumps(study.to_json(), indent=2, allow_nan=False))
+        print(jsonout.dumps(study.to_json(), allow_nan=False))
         return 0
 
     console = make_console()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
 import polars as pl
@@ -13,6 +12,7 @@ from rich.table import Table
 from syncpace.analysis import timebase
 from syncpace.analysis.timebase import TimeBase
 from syncpace.console import make_console, safe
+from syncpace.report import jsonout
 from syncpace.trace.reader import Trace, load_trace
 from syncpace.trace.summary import TraceSummary, summarize
 
@@ -34,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         data = summarize(trace).to_json()
         data["time_base"] = time_base_json(*timebase.of_trace(trace))
-        print(json.dumps(data, indent=2, sort_keys=True))
+        print(jsonout.dumps(data, sort_keys=True))
     else:
         print_trace_info(trace)
     return 0
