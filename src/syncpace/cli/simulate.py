@@ -17,6 +17,7 @@ from pathlib import Path
 from syncpace.cli.output import add_force_flag, refuse_existing, refuse_existing_trace
 from syncpace.config import add_flags, from_flags
 from syncpace.console import make_console
+from syncpace.report import format as fmt
 from syncpace.report import jsonout
 from syncpace.sim.engine import SimConfig, SimResult, simulate
 from syncpace.sim.settings import SimulateSettings, Simulation, finite, prepare
@@ -74,10 +75,11 @@ def _single(settings: SimulateSettings, sim: Simulation) -> int:
     print(
         f"simulated {summary['world_size']} ranks on {summary['nodes']} nodes, "
         f"{cfg.run.steps} iterations: {summary['iteration_ms']:.1f} ms/iteration, "
-        f"CV {summary['cv']:.3f}, p99 {summary['p99_ms']:.1f} ms, "
+        f"varying by {summary['cv']:.1%} (CV), p99 {summary['p99_ms']:.1f} ms, "
         f"{summary['throughput']:,.0f} samples/s"
         + (
-            f", pacing on {summary['pacing_on_share']:.0%} of steps (A/B: {result.ab_state})"
+            f", pacing on {summary['pacing_on_share']:.0%} of steps "
+            f"({fmt.ab_words({'ab_state': result.ab_state})})"
             if cfg.pacing.paced
             else ""
         )

@@ -481,26 +481,44 @@ def time_base_line(base: TimeBase, per_rank: pl.DataFrame, places: Places | None
 
 def pacing_line(p: dict) -> str:
     """One line on what the pacer did and whether the A/B guard found it helps."""
-    verdict = {
-        "helps": "kept on: paced steps were faster",
-        "no_help": "turned off: no benefit shown",
-        "not_needed": "never needed (skew stayed low)",
-        "probing": "still probing",
-        None: "no A/B guard",
-    }.get(p.get("ab_state"), str(p.get("ab_state")))
-    confidence = p.get("ab_confidence")
-    gain = p.get("ab_throughput_gain")
-    detail = ""
-    if confidence is not None and gain is not None:
-        needed = p.get("ab_required")
-        of = f" of {needed:.2f} needed" if needed is not None else ""
-        detail = f" (throughput {gain:+.1%} paced vs unpaced, confidence {confidence:.2f}{of})"
     stopped = f"; stopped: {p['errors'][0]}" if p.get("errors") else ""
     return (
         f"pacing ({p.get('policy')}): {percent(p.get('fraction_paced', 0) or 0)} of steps "
         f"paced, max delay {duration(p.get('delay_max_s', 0) or 0)} (bound "
-        f"{duration(p.get('bound_s', 0) or 0)}); A/B {verdict}{detail}{stopped}"
+        f"{duration(p.get('bound_s', 0) or 0)}); {ab_words(p)}{stopped}"
     )
+
+
+def ab_words(p: dict) -> str:
+    """The A/B guard's verdict with the figures it rests on, in words that cannot read
+    as a contradiction: a positive gain it did not trust is said to be untrusted."""
+    state = p.get("ab_state")
+    confidence, gain, needed = (
+        p.get("ab_confidence"),
+        p.get("ab_throughput_gain"),
+        p.get("ab_required"),
+    )
+    fixed = {
+        "not_needed": "A/B never needed: arrival skew stayed below the pacing threshold",
+        "probing": "A/B still probing: too few paced and unpaced windows to decide",
+        None: "no A/B guard",
+    }
+    if state in fixed:
+        return fixed[state]
+    if confidence is None or gain is None:
+        return {
+            "helps": "A/B kept on: paced steps were faster",
+            "no_help": "A/B turned off: no benefit shown",
+        }.get(state, f"A/B {state}")
+    sure = f"{confidence:.0%} sure it is not chance" + (f", {needed:.0%} needed" if needed else "")
+    change = f"throughput {signed_percent(gain)} paced against unpaced"
+    if state == "helps":
+        return f"A/B kept on: {change} ({sure})"
+    if state == "no_help" and gain > 0:
+        return f"A/B turned off: {change}, but too uncertain to keep ({sure})"
+    if state == "no_help":
+        return f"A/B turned off: pacing did not help ({change})"
+    return f"A/B {state}: {change} ({sure})"
 
 
 # Whole run (always-on mode) ------------------------------------------------------------
