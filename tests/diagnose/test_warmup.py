@@ -46,4 +46,7 @@ def test_confidence_falls_with_the_iterations_left() -> None:
 def test_the_verdict_says_how_sure_with_few_iterations(capsys) -> None:
     assert main(["diagnose", str(DEMO), "--warmup-steps", "42"]) == 0
     out = capsys.readouterr().out
-    assert "how sure: low (0.32)" in out and "how sure: high" not in out
+    # the straggler, read from 2 iterations, in the verdict and in the findings
+    assert "where: rank 2 (h2, local rank 0) · how sure: low (0.32)" in out
+    assert "how sure: low (0.32) · where: rank 2 (h2, local rank 0)" in out
+    assert "how sure: high (1.00) · where: rank 2" not in out

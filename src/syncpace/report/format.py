@@ -41,19 +41,19 @@ LABELS = {
     "host_late_p50_ms": "host enqueue late by (median, against the typical rank)",
     "run_ahead_p50_ms": "CPU run-ahead of its device (median)",
     "typical_run_ahead_p50_ms": "typical rank's CPU run-ahead (median)",
-    "iteration_cv": "iteration-time CV",
+    "iteration_cv": "iteration-time variation (CV: standard deviation ÷ mean)",
     "ranks_ever_last": "ranks ever last",
     "max_last_share": "most iterations one rank was last",
     "skew_p50_ms": "median arrival skew",
-    "median_inflation": "median transfer inflation",
-    "p90_inflation": "p90 transfer inflation",
-    "inflated_share": "collectives inflated",
+    "median_inflation": "median transfer slowdown (× the best seen)",
+    "p90_inflation": "p90 transfer slowdown (× the best seen)",
+    "inflated_share": "collectives slowed down",
     "skew_transfer_correlation": "arrival skew vs transfer time (correlation)",
     "own_lateness_transfer_correlation": "late rank's own lateness vs transfer (correlation)",
     "excess_transfer_ms_per_iteration": "excess transfer time per iteration",
     "cross_node_busbw_gbps_p50": "cross-node busbw (median)",
     "intra_node_busbw_gbps_p50": "intra-node busbw (median)",
-    "intra_node_median_inflation": "intra-node median inflation",
+    "intra_node_median_inflation": "intra-node median transfer slowdown (× the best seen)",
     "groups": "process groups",
     "small_per_iteration": "small collectives per iteration and rank",
     "small_bytes_p50": "median small message",
@@ -64,10 +64,10 @@ LABELS = {
     "busbw_gbps_p50": "busbw (median)",
     "reference_busbw_gbps": "reference busbw",
     "bytes_p50": "median message",
-    "exposed_share": "exposed communication, share of the iteration",
+    "exposed_share": "communication not hidden by compute (exposed), share of the iteration",
     "network_share": "network busy, share of the iteration",
     "overlap_ratio": "communication overlapped with compute",
-    "exposed_ms_per_iteration": "exposed communication per iteration",
+    "exposed_ms_per_iteration": "communication not hidden by compute (exposed) per iteration",
     "missing_ranks": "ranks without a trace",
     "incomplete_instances": "collectives lacking some ranks",
     "incomplete_share": "share of collectives incomplete",
@@ -75,8 +75,8 @@ LABELS = {
     "reader_warnings": "reader warnings",
     "clock_uncertainty_ns": "clock uncertainty (largest)",
     "median_skew_ns": "median arrival skew",
-    "cv_by_world_size": "iteration-time CV by world size",
-    "cv_grows_with_scale": "CV grows with scale",
+    "cv_by_world_size": "iteration-time variation (CV) by world size",
+    "cv_grows_with_scale": "iteration-time variation (CV) grows with scale",
     "busbw_assumes": "busbw assumes",
     "threshold": "threshold",
 }
@@ -129,6 +129,11 @@ def percent(fraction: float) -> str:
     if abs(p) >= 1:
         return f"{p:.1f}%"
     return f"{p:.2g}%"
+
+
+def variation(cv: float) -> str:
+    """How much iteration times vary around their mean: 0.216 -> '±22% (CV)'."""
+    return f"±{percent(cv)} (CV)"
 
 
 def signed_percent(change: float) -> str:
