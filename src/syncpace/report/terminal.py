@@ -120,7 +120,7 @@ def print_runs(analysis: Analysis, console: Console) -> None:
     console.print(table)
     for r in analysis.runs:
         if r.pacing is not None:
-            console.print(f"  {safe(names[r.run])}: {safe(pacing_line(r.pacing))}")
+            console.print(_hanging(" ", f"{names[r.run]}: {pacing_line(r.pacing)}"))
     for r in analysis.runs:
         console.print(f"[bold]{safe(names[r.run])}[/]:")
         print_whole_run(r, console)
@@ -155,6 +155,7 @@ def print_loss(quality: dict, console: Console) -> None:
     lines = quality.get("completeness_lines") or []
     warnings = quality.get("warnings") or []
     lossy = len(lines) > 1 or bool(warnings)
+    # never wrapped by rich: the files they name stay whole for whoever searches them
     for line in lines:
         console.print(f"  [{'yellow' if lossy else 'dim'}]{safe(line)}[/]", soft_wrap=True)
     for warning in warnings[:MAX_WARNINGS]:
@@ -242,12 +243,12 @@ def _finding_list(
     console.print(grid)
 
 
-def _hanging(marker: str, text: str) -> Table:
+def _hanging(marker: str, text: str, style: str = "") -> Table:
     """``marker`` then ``text``, its wrapped lines indented under the text."""
     grid = Table.grid(padding=(0, 1))
     grid.add_column(no_wrap=True)
     grid.add_column()
-    grid.add_row(marker, Text(visible(text)))
+    grid.add_row(marker, Text(visible(text), style=style))
     return grid
 
 
