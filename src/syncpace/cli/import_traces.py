@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
         result = convert(args.format, args.sources, args.out, config=config, progress=update)
     seconds = time.perf_counter() - start
     if args.json:
-        print(jsonout.dumps({**result.to_json(), "seconds": round(seconds, 3)}))
+        print(jsonout.dumps({**result.to_json(), "elapsed_s": round(seconds, 3)}))  # as elapsed_ms
     else:
         print_result(result, seconds)
     return 0
