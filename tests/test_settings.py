@@ -28,6 +28,7 @@ from syncpace.config import (
     declared_intervals,
     env_name,
     env_prefix,
+    flag_name,
     from_env,
     from_flags,
     number_kind,
@@ -191,7 +192,7 @@ FLAGGED = [(c, f, k) for c, f, k, many in NUMERIC if not many]
 def test_a_bad_flag_is_named_as_the_flag(cls, field, kind):
     parser = argparse.ArgumentParser()
     add_flags(parser, cls)
-    flag = "--" + field.name.replace("_", "-")
+    flag = flag_name(field.name)  # a renamed field's error names its current flag
     for bad in _bad_values(kind):
         text = repr(bad) if isinstance(bad, float) else str(bad)
         args = parser.parse_args([f"{flag}={text}"])

@@ -73,8 +73,23 @@ def env_name(cls: type, field_name: str) -> str:
     return prefix + field_name.upper()
 
 
+#: Fields whose flag is spelt otherwise, so that every verb names one thing one way
+#: (``--force`` replaces what a verb would otherwise overwrite); the field's own name
+#: stays accepted as a hidden alias, so earlier command lines still work.
+RENAMED_FLAGS = {
+    "overwrite": "force",
+    "oversub": "oversubscription",
+    "redop": "reduce_op",
+}
+
+
 def flag_name(field_name: str) -> str:
-    return "--" + field_name.replace("_", "-")
+    return "--" + RENAMED_FLAGS.get(field_name, field_name).replace("_", "-")
+
+
+def old_flag_names(field_name: str) -> tuple[str, ...]:
+    """The earlier spellings of a renamed field's flag (hidden from ``--help``)."""
+    return ("--" + field_name.replace("_", "-"),) if field_name in RENAMED_FLAGS else ()
 
 
 def _field_type(cls: type, field: dataclasses.Field) -> type:
@@ -276,11 +291,15 @@ def to_env(config: Any) -> dict[str, str]:
     return env
 
 
-def add_flags(parser: argparse.ArgumentParser, cls: type, skip: tuple[str, ...] = ()) -> None:
-    """Add one ``--flag`` per field of ``cls`` (help from the field)."""
+def add_flags(
+    parser: argparse.ArgumentParser, cls: type, skip: tuple[str, ...] = (), title: str = ""
+) -> None:
+    """Add one ``--flag`` per field of ``cls`` (help from the field), grouped in
+    ``--help`` under ``title`` (what the user does with them) or else the class's
+    ``HELP_TITLE``; a renamed field also answers to its old flag, unlisted."""
     prefix = env_prefix(cls)
-    title = cls.__name__ + (f" (also {prefix}* variables)" if prefix else "")
-    group = parser.add_argument_group(title)
+    title = title or getattr(cls, "HELP_TITLE", "") or "options"
+    group = parser.add_argument_group(title + (f" (also {prefix}* variables)" if prefix else ""))
     intervals = declared_intervals(cls)
     for field in dataclasses.fields(cls):
         if field.name in skip:
@@ -300,10 +319,16 @@ def add_flags(parser: argparse.ArgumentParser, cls: type, skip: tuple[str, ...] 
                 default=None,
                 help=help_text,
             )
+            for old in old_flag_names(field.name):
+                group.add_argument(
+                    old, dest=field.name, action="store_const", const=True, help=argparse.SUPPRESS
+                )
         else:
             group.add_argument(
                 flag_name(field.name), dest=field.name, type=str, default=None, help=help_text
             )
+            for old in old_flag_names(field.name):
+                group.add_argument(old, dest=field.name, type=str, help=argparse.SUPPRESS)
 
 
 def from_flags(cls: type[T], namespace: argparse.Namespace, **overrides: Any) -> T:

@@ -33,13 +33,14 @@ def mixed_run(tmp_path: Path) -> Path:
 def test_trace_info_json_carries_the_clock_and_the_run_ahead(device_run: Path, capsys) -> None:
     assert main(["trace-info", str(device_run), "--json"]) == 0
     base = json.loads(capsys.readouterr().out)["time_base"]
-    assert (base["clock"], base["label"], base["uncertainty_ns"]) == ("device", LABEL, 12 * US)
+    # every duration of the JSON in ms (docs/report.md)
+    assert (base["clock"], base["label"], base["uncertainty_ms"]) == ("device", LABEL, 0.012)
     assert (base["calls"], base["calls_without_device_time"]) == (88, 0)
-    assert base["run_ahead_ns"] == {
-        "0": {"p50": 15 * MS, "p90": 15 * MS},
-        "1": {"p50": 65 * MS, "p90": 65 * MS},
-        "2": {"p50": 50 * US, "p90": 50 * US},
-        "3": {"p50": 15 * MS, "p90": 15 * MS},
+    assert base["run_ahead_ms"] == {
+        "0": {"p50": 15.0, "p90": 15.0},
+        "1": {"p50": 65.0, "p90": 65.0},
+        "2": {"p50": 0.05, "p90": 0.05},
+        "3": {"p50": 15.0, "p90": 15.0},
     }
 
 
@@ -60,8 +61,8 @@ def test_diagnose_json_carries_the_clock(device_run: Path, mixed_run: Path, caps
     assert device["clock"] == "device" and device["label"] == LABEL
     assert device["figures"]["transfers, service time, busbw"] == LABEL
     assert device["figures"]["hang view"] == "host"
-    assert device["run_ahead_ns"]["1"] == {"p50": 65 * MS, "p90": 65 * MS}
-    assert device["host_lateness_p50_ns"]["1"] == 0.0  # it enqueues first
+    assert device["run_ahead_ms"]["1"] == {"p50": 65.0, "p90": 65.0}
+    assert device["host_lateness_p50_ms"]["1"] == 0.0  # it enqueues first
     assert mixed["clock"] == "host" and mixed["calls_without_device_time"] == 2
     assert mixed["note"].startswith("2 of 88 calls lacked device time")
     sides = {

@@ -96,7 +96,7 @@ def test_trace_info_json(ddp_run):
     assert info["missing_ranks"] == [] and info["unfinished_ranks"] == []
     assert info["events"] == sum(info["events_per_rank"].values())
     assert info["events_per_op"]["all_reduce"]["count"] >= WORLD * (STEPS - 1) * 3
-    assert 0 < info["clock"]["max_uncertainty_ns"] < 1_000_000
+    assert 0 < info["clock"]["max_uncertainty_ms"] < 1  # the JSON's durations are in ms
 
 
 def test_refuses_to_overwrite_a_trace(ddp_run):

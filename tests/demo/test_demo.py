@@ -162,7 +162,7 @@ def test_pacing_ab_study_and_report(demo):
     info = _syncpace("trace-info", str(out / "trace-paced"), "--json", timeout=60)
     pacing = json.loads(info.stdout)["pacing"]
     assert pacing["policy"] == "early"
-    assert pacing["delay_max_s"] <= pacing["bound_s"] + 1e-9
+    assert pacing["delay_max_ms"] <= pacing["bound_ms"] + 1e-6  # the JSON's durations: ms
     # 24 steps, windows of 3, at most 3 pairs: the guard reaches its verdict by step 17.
     # Its state must agree with what the paced run shows: no delay at all is "not
     # needed"; "helps" needs the required confidence and a gain; else "no_help".

@@ -24,6 +24,7 @@ import pytest
 
 from syncpace.cli.main import main
 from syncpace.demo.pipeline import report_runs
+from syncpace.report import jsonout
 
 pytest.importorskip("plotly")
 
@@ -68,7 +69,7 @@ def test_the_structured_result_is_the_same(demo, cli_json):
     """Findings, metrics, comparison and what-if tables, as ``diagnose --json`` prints
     them (compared as text: a NaN is never equal to itself once parsed)."""
     analysis, _ = demo
-    assert json.dumps(analysis.to_json(), indent=2, default=str) == cli_json.strip()
+    assert jsonout.dumps(analysis.to_json()) == cli_json.strip()
     findings = json.loads(cli_json)["findings"]
     assert [f["mode"] for f in findings] == [f.mode for f in analysis.findings]
     assert "straggler" in {f["mode"] for f in findings}  # the planted one, named

@@ -652,10 +652,10 @@ def _classify(
         ["trace-info", str(root), "--json"],
         ["diagnose", str(root)],
         ["diagnose", str(root), "--json"],
-        ["export", "--perfetto", str(root), "-o", str(work / "case.json")],
+        ["export", "--perfetto", str(root), "-o", str(work / "case.json"), "--force"],
     ]
     if html:
-        verbs.append(["report", str(root), "-o", str(work / "case.html")])
+        verbs.append(["report", str(root), "-o", str(work / "case.html"), "--force"])
     outputs = []
     for argv in verbs:
         code, out, err = _run_cli(argv, seconds)

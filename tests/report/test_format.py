@@ -104,7 +104,7 @@ def test_straggler_evidence_reads_as_units_not_json():
     assert rows["iterations it arrived last"] == "100%"
     assert rows["excess transfer time per iteration"] == "318 ms"
     assert rows["cross-node busbw (median)"] == "24 Mbit/s"
-    assert rows["iteration-time CV by world size"] == "4 ranks: 0.1; 8 ranks: 0.234"
+    assert rows["iteration-time variation (CV) by world size"] == "4 ranks: 0.1; 8 ranks: 0.234"
     assert rows["late rank's own lateness vs transfer (correlation)"] == "+0.41"
     # a value that was not measured is left out, never shown as null/None
     assert "intra-node busbw (median)" not in rows and "latency knee (estimated α·B)" not in rows

@@ -40,8 +40,8 @@ def test_runs_of_one_job_side_by_side_without_a_scaling_line():
     assert "scaling efficiency" not in out
     assert not re.search(r"[{}\[\]]|\bNone\b|\bnull\b|\d\.\d{4,}", out)
     # each cause once, with each run's cost
-    rows = [line for line in out.splitlines() if "│ straggler " in line]
-    assert len(rows) == 1 and re.search(r"\d+% / \d+%", rows[0])
+    rows = [line for line in out.splitlines() if re.match(r"\d+\. Straggler ·", line)]
+    assert len(rows) == 1 and re.search(r"costs \d+% / \d+%", rows[0])
 
 
 def test_one_run_prints_one_line_and_its_findings():

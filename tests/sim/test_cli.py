@@ -80,10 +80,10 @@ def test_study_table_and_plot(tmp_path: Path, capsys) -> None:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--topology", "torus"], "--topology: must be one of switch, leafspine, fattree"),
+        (["--topology", "torus"], "--topology: must be one of switch, leaf-spine, fat-tree"),
         (["--nodes", "4,x"], "--nodes expects integers"),
         (["--strategy", "sometimes"], "--strategy: must be one of off, early, target"),
-        (["--oversub", "nan"], "--oversub: must be a finite number in [1, 1000], got nan"),
+        (["--oversub", "nan"], "--oversubscription: must be a finite number in [1, 1000], got nan"),
         (["--set", "run.seed=-1"], "--set run.seed: must be in [0, 1e18], got -1"),
         (["--set", "noise.jitterr=0.1"], "unknown keys ['jitterr']"),
         (["--set", "nosuch.key=1"], "expected SECTION.KEY=VALUE"),
@@ -129,7 +129,7 @@ def test_example_scenarios_load(path: Path) -> None:
 def test_reference_study_scenario_is_the_reference_setting() -> None:
     scen = scenario.load(EXAMPLES / "reference_study.toml")
     assert scen.study_nodes == (4, 8, 16, 32, 64) and scen.config.pacing.strategy == "early"
-    assert scen.config.topology.kind == "leafspine" and scen.config.topology.oversub == 3
+    assert scen.config.topology.kind == "leaf-spine" and scen.config.topology.oversub == 3
 
 
 @pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.toml")), ids=lambda p: p.stem)

@@ -115,6 +115,7 @@ def _node_dirs(tmp_path: Path) -> tuple[Path, Path]:
     from types import SimpleNamespace
 
     from syncpace.capture.sampler import HostSampler
+
     from sysfs_trees import switch_host, write_netdev, write_netstat, write_snmp
 
     source = Path(__file__).resolve().parents[1] / "data" / "fabric_contention"

@@ -117,7 +117,7 @@ def run_traced(job: Job, root: Path) -> Run:
         if proc.returncode != 0 and _INIT_FAILURE in proc.stderr:  # see _INIT_FAILURE
             record_restart(job.name, 1, _INIT_FAILURE)
             command[command.index("--master-port") + 1] = str(free_port())
-            command.insert(command.index("--quiet"), "--overwrite")
+            command.insert(command.index("--quiet"), "--force")
             proc = subprocess.run(
                 command, env=env, capture_output=True, text=True, timeout=TIMEOUT_S
             )

@@ -3,6 +3,7 @@ what-if table from the same replays."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -44,6 +45,7 @@ def diagnose(
     findings = _symptoms(_one_per_cause(findings))
     if not any(f.severity >= Severity.WARNING for f in findings):
         findings.append(_healthy(ctx))
+    findings = [_weighed_by_data(f, metrics, thresholds) for f in findings]
     findings = order(attach_host_evidence(findings, metrics, thresholds))
     return Diagnosis(findings, what_if_table(ctx, findings))
 
@@ -55,6 +57,28 @@ def diagnose_run(
     pacer: PacerFactory | None = None,
 ) -> list[Finding]:
     return diagnose(metrics, thresholds, detectors, pacer).findings
+
+
+#: The roles whose confidence rests on the iterations measured (a data-quality note or
+#: a stopped job does not: one stall record is as sure as many).
+_MEASURED = (Role.CAUSE, Role.SYMPTOM, Role.HEALTHY)
+
+
+def data_weight(iterations: int, confident_steps: int) -> float:
+    """How far ``iterations`` analysed support a finding: 1 from ``confident_steps`` on,
+    else sqrt(iterations / confident_steps), as a mean's standard error grows when
+    fewer values make it (one iteration of 20 needed: 0.22)."""
+    if iterations >= confident_steps:
+        return 1.0
+    return math.sqrt(max(iterations, 0) / confident_steps)
+
+
+def _weighed_by_data(f: Finding, metrics: RunMetrics, thresholds: Thresholds) -> Finding:
+    mode = modes.get(f.mode)
+    if mode is None or mode.role not in _MEASURED:
+        return f
+    weight = data_weight(int(metrics.quality.get("steps_analyzed", 0)), thresholds.confident_steps)
+    return f if weight >= 1 else replace(f, confidence=round(f.confidence * weight, 3))
 
 
 def _one_per_cause(findings: list[Finding]) -> list[Finding]:

@@ -230,6 +230,9 @@ def from_parts(
     warnings = trace.warnings
     if whole is not None:
         warnings += tuple(w for w in whole.warnings if w not in warnings)
+    pacing = pacing_summary(trace)
+    if pacing is not None:  # a damaged pacing setting: said with the reader's warnings
+        warnings += tuple(w for w in pacing["warnings"] if w not in warnings)
     return RunMetrics(
         run=str(trace.path),
         world_size=trace.world_size,
@@ -252,7 +255,7 @@ def from_parts(
         comm=overlap.summary(ovl),
         quality=_quality(trace, inst, uncertainty, dropped, global_steps.height, events, warnings),
         group_nodes=group_nodes,
-        pacing=pacing_summary(trace),
+        pacing=pacing,
         trailing=trailing,
         parallelism=parallel,
         boundaries=boundaries,

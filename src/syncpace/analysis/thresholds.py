@@ -113,6 +113,11 @@ class Thresholds:
     min_steps: int = setting(
         3, "Fewer iterations than this (after warm-up) are too few to judge a run healthy."
     )
+    confident_steps: int = setting(
+        20,
+        "Iterations (after warm-up) a finding needs for its full confidence; with n fewer, "
+        "its confidence is scaled by sqrt(n / this).",
+    )
     host_loss_ratio: float = setting(
         1e-4, "Share of packets dropped or TCP segments retransmitted on a host that is named."
     )
@@ -164,6 +169,7 @@ class Thresholds:
             clock_trust_factor="[0, 1000]",
             hang_wait_s="(0, 86400]",
             min_steps="[0, 1000000000]",
+            confident_steps="[1, 1000000000]",
             host_loss_ratio="[0, 1]",
             link_peak_utilisation="[0, 1]",
             gpu_throttle_share="[0, 1]",

@@ -89,7 +89,7 @@ class BenchConfig:
         "its collectives (links and shapers then start each call rested, as in the job).",
     )
     dtype: str = setting("float", "Element type (-d): float, half, bfloat16, double, int8, ...")
-    redop: str = setting("sum", "Reduction of the reducing ops (-o): sum, min, max.")
+    redop: str = setting("sum", "Reduction of the reducing ops (nccl-tests' -o): sum, min, max.")
     root: int = setting(0, "Root rank of broadcast and reduce (-r).")
     inplace: bool = setting(False, "Run in place (output buffer holds the input).")
     check: bool = setting(True, "Check every size's result on data and count #wrong (-c).")

@@ -171,7 +171,7 @@ def prepare_run_dir(out: str | None, overwrite: bool, join: bool = False) -> Pat
     if run_dir.exists() and not run_dir.is_dir():
         raise ConfigError(f"{run_dir}: exists and is not a directory")
     if join and overwrite:
-        raise ConfigError("--join and --overwrite exclude each other")
+        raise ConfigError("--join and --force exclude each other")
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -184,7 +184,7 @@ def prepare_run_dir(out: str | None, overwrite: bool, join: bool = False) -> Pat
         if existing and not overwrite:
             raise ConfigError(
                 f"{run_dir}: already holds a trace ({len(existing)} rank files); "
-                "choose another --out, pass --overwrite, or --join when the nodes of one "
+                "choose another --out, add --force, or --join when the nodes of one "
                 "job share this directory"
             )
         for path in existing:

@@ -8,18 +8,19 @@ import os
 from syncpace.bench.config import BenchConfig
 from syncpace.bench.launch import launch_local
 from syncpace.bench.runner import run_rank
-from syncpace.config import add_flags, flag_name, from_flags
+from syncpace.config import add_flags, flag_name, from_flags, old_flag_names
 from syncpace.errors import BenchError
 
-#: nccl-tests' short flags for the settings they share.
-SHORT = {
+#: nccl-tests' short flags for the settings they share. The reduction has no short
+#: flag: ``-o`` names an output file in every verb of syncpace.
+SHORT: dict[str, str | None] = {
     "min_bytes": "-b",
     "max_bytes": "-e",
     "step_factor": "-f",
     "iters": "-n",
     "warmup": "-w",
     "dtype": "-d",
-    "redop": "-o",
+    "redop": None,
     "root": "-r",
 }
 
@@ -46,13 +47,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     fields = BenchConfig.__dataclass_fields__
     for name, short in SHORT.items():
         sweep.add_argument(
-            short,
+            *([short] if short else []),
             flag_name(name),
             dest=name,
             default=None,
             help=f"{fields[name].metadata['help']} [default {fields[name].default}]",
         )
-    add_flags(parser, BenchConfig, skip=("ops", *SHORT))
+    for old in old_flag_names("redop"):
+        sweep.add_argument(old, dest="redop", default=None, help=argparse.SUPPRESS)
+    add_flags(parser, BenchConfig, skip=("ops", *SHORT), title="ranks, output and checks")
     parser.set_defaults(func=run)
 
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
+from syncpace.cli.output import add_force_flag, refuse_existing, refuse_existing_trace
 from syncpace.config import add_flags, from_flags
 from syncpace.demo.pipeline import DemoConfig, run_demo
 
@@ -17,10 +19,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "and a contended uplink; trace it with no code change, diagnose it, run the pacing A/B, "
         "simulate the same job at 8-256 nodes and write report.html.",
     )
-    add_flags(parser, DemoConfig)
+    add_flags(parser, DemoConfig, title="the demo job")
+    add_force_flag(parser, "an earlier demo's traces and reports in --out")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    run_demo(from_flags(DemoConfig, args))
+    config = from_flags(DemoConfig, args)
+    out = Path(config.out)
+    for page in ("report.html", "scaling.html"):
+        refuse_existing(out / page, args.force, "--out")
+    refuse_existing_trace(out, args.force)
+    run_demo(config)
     return 0

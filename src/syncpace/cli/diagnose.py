@@ -4,12 +4,12 @@ what each cause costs, and what to do."""
 from __future__ import annotations
 
 import argparse
-import json
 
 from syncpace.analysis import Analysis, Thresholds
 from syncpace.config import add_flags, from_flags
 from syncpace.diagnose import DiagnoseSettings, diagnose_runs
 from syncpace.diagnose.settings import NESTED
+from syncpace.report import jsonout
 from syncpace.report.terminal import print_analysis, print_what_if
 
 
@@ -24,8 +24,8 @@ def add_analysis_arguments(parser: argparse.ArgumentParser) -> None:
         "job; several runs of one world size are compared side by side (the first is the "
         "baseline), runs of different world sizes form a scaling curve",
     )
-    add_flags(parser, DiagnoseSettings, skip=NESTED)
-    add_flags(parser, Thresholds)
+    add_flags(parser, DiagnoseSettings, skip=NESTED, title="what is analysed")
+    add_flags(parser, Thresholds, title="when a finding is reported (thresholds)")
 
 
 def settings_from_args(args: argparse.Namespace) -> DiagnoseSettings:
@@ -48,7 +48,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     add_analysis_arguments(parser)
     parser.add_argument(
-        "--json", action="store_true", help='print {"findings": [...], "metrics": {...}} as JSON'
+        "--json",
+        action="store_true",
+        help="print the schema version, findings, metrics and what-if tables as JSON: "
+        "durations in ms, bandwidths in GB/s (docs/report.md)",
     )
     parser.add_argument(
         "--what-if",
@@ -63,7 +66,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     analysis = analysis_from_args(args)
     if args.json:
-        print(json.dumps(analysis.to_json(), indent=2, default=str))
+        print(jsonout.dumps(analysis.to_json()))
         return 0
     print_analysis(analysis)
     if args.what_if:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from syncpace.cli.output import add_force_flag, refuse_existing
 from syncpace.cli.trace_info import print_completeness
 from syncpace.console import make_console, visible
 from syncpace.report.perfetto import export_perfetto
@@ -29,10 +30,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--perfetto", action="store_true", required=True, help="Chrome/Perfetto trace JSON"
     )
     parser.add_argument("-o", "--output", default="trace.json", help="file to write")
+    add_force_flag(parser, "the file")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    refuse_existing(args.output, args.force)
     if len(args.dirs) == 1:
         index = read_metadata(args.dirs[0])  # bad metadata fails before the output is made
         source, world_size, missing = index.path, index.world_size, index.missing_ranks

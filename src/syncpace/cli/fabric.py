@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 from pathlib import Path
 
 from rich.table import Table
 
 from syncpace.capture.launch import armed_env, prepare_run_dir
+from syncpace.cli.output import add_force_flag
 from syncpace.cli.run import add_tracing_flags, command_of, tracing_from_flags
 from syncpace.cli.trace_info import print_summary
 from syncpace.config import flag_name, parse_value, renamed
@@ -26,6 +26,7 @@ from syncpace.fabric.runner import RunOptions, run_job
 from syncpace.fabric.spec import FabricSpec, build_spec, format_rate, load_spec_file
 from syncpace.fabric.state import list_fabrics, load_state, resolve_name
 from syncpace.fabric.topology import build_fabric
+from syncpace.report import jsonout
 from syncpace.trace.reader import load_trace
 from syncpace.trace.summary import summarize
 
@@ -68,7 +69,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument("--fabric", help="run on this existing fabric instead of a temporary one")
     _add_spec_flags(run)
     run.add_argument("--out", help="run directory (default: ./syncpace-run-YYYYmmdd-HHMMSS)")
-    run.add_argument("--overwrite", action="store_true", help="reuse a run directory")
+    add_force_flag(run, "the trace files of an existing run directory")
     run.add_argument("--trace", action="store_true", help="trace every rank with syncpace")
     run.add_argument(
         "--fault",
@@ -137,7 +138,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     require_root("syncpace fabric up")
     state = lifecycle.up(spec, SystemBackend())
     if args.json:
-        print(json.dumps(state.to_json(), indent=2))
+        print(jsonout.dumps(state.to_json()))
     else:
         _print_fabric(state.fabric)
         print(f"fabric {state.name} is up; remove it with: syncpace fabric down {state.name}")
@@ -169,7 +170,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         data = state.to_json()
         data["missing_namespaces"] = missing
         data["links_now"] = [dataclasses.asdict(r) for r in rows]
-        print(json.dumps(data, indent=2))
+        print(jsonout.dumps(data))
         return 0
     _print_fabric(state.fabric)
     console = make_console()
@@ -207,7 +208,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not args.trace:
         tracing = None
     require_root("syncpace fabric run")
-    run_dir = prepare_run_dir(args.out, args.overwrite)
+    run_dir = prepare_run_dir(args.out, args.force)
     env = armed_env(run_dir, tracing) if tracing is not None else None
     backend = SystemBackend()
     options = RunOptions(

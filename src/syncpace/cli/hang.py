@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 
 from syncpace.analysis import Thresholds, find_hang
 from syncpace.config import add_flags, from_flags
 from syncpace.console import make_console
 from syncpace.errors import ConfigError
 from syncpace.importers.flight_recorder import load_run
+from syncpace.report import jsonout
 from syncpace.report.hang import hang_json, print_hang
 
 _NOT_HANG = tuple(f.name for f in dataclasses.fields(Thresholds) if f.name != "hang_wait_s")
@@ -42,7 +42,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="world size of a job known only from Flight Recorder dumps (default: from them)",
     )
     # Of the diagnosis thresholds only the hang's own applies here.
-    add_flags(parser, Thresholds, skip=_NOT_HANG)
+    add_flags(parser, Thresholds, skip=_NOT_HANG, title="when a job counts as hung")
     parser.set_defaults(func=run)
 
 
@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     trace = load_run(args.dirs, args.world_size)
     analysis, finding = find_hang(trace, thresholds)
     if args.json:
-        print(json.dumps(hang_json(finding, analysis), indent=2, default=str))
+        print(jsonout.dumps(hang_json(finding, analysis)))
         return 1 if finding is not None else 0
     console = make_console()
     if finding is None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from collections.abc import Callable
@@ -17,9 +16,11 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
+from syncpace.cli.output import refuse_existing_trace
 from syncpace.config import add_flags, from_flags
 from syncpace.console import make_console
 from syncpace.importers import FORMATS, ImportConfig, ImportResult, convert
+from syncpace.report import jsonout
 
 #: Inputs at least this large get a progress bar (on a terminal).
 PROGRESS_BYTES = 32 << 20
@@ -40,19 +41,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--out", required=True, metavar="DIR", help="run directory to write")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
-    add_flags(parser, ImportConfig)
+    add_flags(parser, ImportConfig, title="how the traces are read")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     config = from_flags(ImportConfig, args)
+    refuse_existing_trace(args.out, config.overwrite, clear=False)  # before a long read
     console = make_console(stderr=True)
     start = time.perf_counter()
     with _progress(console) as update:
         result = convert(args.format, args.sources, args.out, config=config, progress=update)
     seconds = time.perf_counter() - start
     if args.json:
-        print(json.dumps({**result.to_json(), "seconds": round(seconds, 3)}, indent=2))
+        print(jsonout.dumps({**result.to_json(), "elapsed_s": round(seconds, 3)}))  # as elapsed_ms
     else:
         print_result(result, seconds)
     return 0

@@ -11,7 +11,9 @@ lines are printed with control characters escaped.
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
+import re
 import sys
 from collections.abc import Sequence
 
@@ -37,8 +39,50 @@ VERBS = (
 )
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse with a suggestion for a misspelt verb (every verb's parser is one too)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        wrong = re.match(r"argument \S+: invalid choice: '([^']*)' \(choose from (.*)\)$", message)
+        if wrong:
+            choices = re.findall(r"'([^']*)'", wrong.group(2))
+            message = f"no such command {wrong.group(1)!r}" + _did_you_mean(wrong.group(1), choices)
+        super().error(message)
+
+
+def _did_you_mean(word: str, known: Sequence[str]) -> str:
+    close = difflib.get_close_matches(word, known, n=1, cutoff=0.6)
+    return f"; did you mean {close[0]}?" if close else ""
+
+
+def _verb_parser(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.ArgumentParser:
+    """The parser of the (sub)verb ``argv`` names: ``fabric run`` is its own verb."""
+    for word in argv:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if subs and word in subs[0].choices:
+            parser = subs[0].choices[word]
+    return parser
+
+
+def unknown_arguments(parser: argparse.ArgumentParser, extras: Sequence[str]) -> str:
+    """One line for what the verb does not take, with the nearest option it does."""
+    word = extras[0]
+    if not word.startswith("-"):
+        return f"{parser.prog}: unexpected argument {visible(word)!r} (see {parser.prog} --help)"
+    name = word.split("=", 1)[0]
+    options = [
+        option
+        for action in parser._actions
+        if action.help != argparse.SUPPRESS
+        for option in action.option_strings
+        if option.startswith("--")
+    ]
+    hint = _did_you_mean(name, options) or f" (see {parser.prog} --help)"
+    return f"{parser.prog}: no such option {visible(name)}{hint}"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="syncpace",
         description="Find, explain and fix scaling failures of distributed PyTorch training.",
     )
@@ -52,7 +96,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     allocators.keep_freed_pages()  # before a verb's module loads polars or pyarrow
     parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args, extras = parser.parse_known_args(argv)
+    if extras:  # argparse would name none of the verb, its options or the nearest one
+        print(unknown_arguments(_verb_parser(parser, argv), extras), file=sys.stderr)
+        return 2
     allocators.reuse_freed_memory()  # an analysis frees and takes memory all along
     try:
         return int(args.func(args) or 0)

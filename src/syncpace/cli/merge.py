@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from syncpace.cli.output import add_force_flag
 from syncpace.console import make_console
 from syncpace.trace.merge import merge_dirs
 
@@ -20,12 +21,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("dirs", nargs="+", metavar="RUN_DIR", help="the job's directories")
     parser.add_argument("--out", required=True, help="run directory to create")
-    parser.add_argument("--overwrite", action="store_true", help="replace a trace already in --out")
+    add_force_flag(parser, "a trace already in --out")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    merged = merge_dirs(args.dirs, args.out, overwrite=args.overwrite)
+    merged = merge_dirs(args.dirs, args.out, overwrite=args.force)
     console = make_console()
     files = merged["files"]
     parts = ", ".join(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from syncpace.cli.diagnose import add_analysis_arguments, analysis_from_args
+from syncpace.cli.output import add_force_flag, refuse_existing
 from syncpace.report.html import write_html
 
 
@@ -20,6 +21,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     add_analysis_arguments(parser)
     parser.add_argument("-o", "--output", default="report.html", help="HTML file to write")
+    add_force_flag(parser, "the HTML file")
     parser.add_argument(
         "--shared-plotly",
         action="store_true",
@@ -31,6 +33,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    refuse_existing(args.output, args.force)  # before the analysis, which takes a while
     path = write_html(analysis_from_args(args), args.output, shared_plotly=args.shared_plotly)
     print(f"wrote {path}")
     return 0

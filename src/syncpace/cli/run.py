@@ -10,6 +10,7 @@ import sys
 
 from syncpace.capture.config import TraceConfig
 from syncpace.capture.launch import Tracing, armed_env, prepare_run_dir, run_command
+from syncpace.cli.output import add_force_flag
 from syncpace.cli.trace_info import print_trace_info
 from syncpace.config import add_flags, from_flags
 from syncpace.control.config import ControllerConfig, PacingConfig
@@ -30,11 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--out", help="run directory for the trace (default: ./syncpace-run-YYYYmmdd-HHMMSS)"
     )
-    parser.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="replace the trace files of an existing run directory instead of refusing",
-    )
+    add_force_flag(parser, "the trace files of an existing run directory")
     parser.add_argument(
         "--join",
         action="store_true",
@@ -48,11 +45,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def add_tracing_flags(parser: argparse.ArgumentParser) -> None:
     """The tracer, host sampler, pacer and controller flags, and the trailing ``-- COMMAND``."""
-    add_flags(parser, TraceConfig, skip=("dir", "clock_skew_ns"))
-    add_flags(parser, TelemetryConfig)
-    add_flags(parser, PacingConfig)
-    add_flags(parser, ControllerConfig)
-    add_flags(parser, MonitorConfig)
+    add_flags(parser, TraceConfig, skip=("dir", "clock_skew_ns"), title="what is traced")
+    add_flags(parser, TelemetryConfig, title="host counters sampled beside the job")
+    add_flags(parser, PacingConfig, title="pacing: delays that even out arrivals")
+    add_flags(parser, ControllerConfig, title="pacing: how ranks share their arrivals")
+    add_flags(parser, MonitorConfig, title="live detection while the job runs")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS…]")
 
 
@@ -80,7 +77,7 @@ def tracing_from_flags(args: argparse.Namespace) -> Tracing:
 def run(args: argparse.Namespace) -> int:
     command = command_of(args, "syncpace run [--out DIR] -- COMMAND [ARGS…]")
     tracing = tracing_from_flags(args)  # bad values fail before anything is created
-    run_dir = prepare_run_dir(args.out, args.overwrite, args.join)
+    run_dir = prepare_run_dir(args.out, args.force, args.join)
     code = run_command(command, armed_env(run_dir, tracing))
     print(f"syncpace run: trace in {run_dir}", file=sys.stderr)
     if not args.quiet and any(run_dir.glob(f"rank-*{schema.META_SUFFIX}")):

@@ -14,12 +14,14 @@ Parsing and printing only: the settings and their precedence are
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
+from syncpace.cli.output import add_force_flag, refuse_existing, refuse_existing_trace
 from syncpace.config import add_flags, from_flags
 from syncpace.console import make_console
+from syncpace.report import format as fmt
+from syncpace.report import jsonout
 from syncpace.report.scaling_page import write_scaling_page
 from syncpace.sim.engine import SimConfig, SimResult, simulate
 from syncpace.sim.settings import SimulateSettings, Simulation, finite, prepare
@@ -43,13 +45,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="SECTION.KEY=VALUE",
         help="override any scenario setting, e.g. --set noise.jitter=0.05 (repeatable)",
     )
-    add_flags(parser, SimulateSettings)
+    add_flags(parser, SimulateSettings, title="the cluster, the job and the study")
+    add_force_flag(parser, "the trace in --out and the --plot file")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     settings = from_flags(SimulateSettings, args)
     sim = prepare(settings, args.assignments)
+    if settings.plot:
+        refuse_existing(settings.plot, args.force, "--plot")
+    if settings.out:  # checked before a long study, not after it
+        refuse_existing_trace(settings.out, args.force)
     if sim.check is not None and not _checked(settings, sim):
         return 1
     if sim.is_study:
@@ -66,7 +73,7 @@ def _checked(settings: SimulateSettings, sim: Simulation) -> bool:
         withheld_page(settings.plot, sim.config.name, [check.line(), str(check.withheld())])
     if settings.json and not check.passed:
         payload = {"check": check.to_json(), "withheld": check.withheld()}
-        print(json.dumps(finite(payload), indent=2, allow_nan=False))
+        print(jsonout.dumps(finite(payload), allow_nan=False))
         return False
     out = sys.stderr if settings.json else sys.stdout
     print(check.line(), file=out)
@@ -88,15 +95,16 @@ def _single(settings: SimulateSettings, sim: Simulation) -> int:
             "calibration": sim.calibration.to_json() if sim.calibration else None,
             "check": sim.check.to_json() if sim.check else None,
         }
-        print(json.dumps(finite(payload), indent=2, allow_nan=False))
+        print(jsonout.dumps(finite(payload), allow_nan=False))
         return 0
     print(
         f"simulated {summary['world_size']} ranks on {summary['nodes']} nodes, "
         f"{cfg.run.steps} iterations: {summary['iteration_ms']:.1f} ms/iteration, "
-        f"CV {summary['cv']:.3f}, p99 {summary['p99_ms']:.1f} ms, "
+        f"varying by {summary['cv']:.1%} (CV), p99 {summary['p99_ms']:.1f} ms, "
         f"{summary['throughput']:,.0f} samples/s"
         + (
-            f", pacing on {summary['pacing_on_share']:.0%} of steps (A/B: {result.ab_state})"
+            f", pacing on {summary['pacing_on_share']:.0%} of steps "
+            f"({fmt.ab_words({'ab_state': result.ab_state})})"
             if cfg.pacing.paced
             else ""
         )
@@ -123,7 +131,7 @@ def _study(settings: SimulateSettings, sim: Simulation) -> int:
         payload = study.to_json()
         if sim.check is not None:
             payload["check"] = sim.check.to_json()
-        print(json.dumps(finite(payload), indent=2, allow_nan=False))
+        print(jsonout.dumps(finite(payload), allow_nan=False))
         return 0
 
     console = make_console()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
 import polars as pl
@@ -13,6 +12,8 @@ from rich.table import Table
 from syncpace.analysis import breakdown, locality, timebase
 from syncpace.analysis.timebase import TimeBase
 from syncpace.console import make_console, safe
+from syncpace.report import format as fmt
+from syncpace.report import jsonout
 from syncpace.report.breakdown import print_breakdown
 from syncpace.report.format import Places
 from syncpace.trace.reader import Trace, load_trace
@@ -37,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
         data = summarize(trace).to_json()
         data["time_base"] = time_base_json(*timebase.of_trace(trace))
         data["breakdown"] = breakdown_json(trace)
-        print(json.dumps(data, indent=2, sort_keys=True))
+        print(jsonout.dumps(data, sort_keys=True))
     else:
         print_trace_info(trace)
     return 0
@@ -130,13 +131,10 @@ def print_summary(
         console.print(safe(clock_line), soft_wrap=True)
     if summary.pacing is not None:
         p = summary.pacing
-        ab = safe(p["ab_state"] or "off")
-        if p["ab_confidence"] is not None and p["ab_throughput_gain"] is not None:
-            ab += f" (confidence {p['ab_confidence']:.2f}, gain {p['ab_throughput_gain']:+.1%})"
         console.print(
             f"pacing: {safe(p['policy'])}, {p['fraction_paced']:.0%} of steps paced, delay "
             f"total {p['delay_sum_s'] * 1e3:.1f} ms, max {p['delay_max_s'] * 1e3:.1f} ms "
-            f"(bound {p['bound_s'] * 1e3:.0f} ms); A/B: {ab}"
+            f"(bound {p['bound_s'] * 1e3:.0f} ms); {safe(fmt.ab_words(p))}"
         )
         for error in p["errors"]:
             console.print(f"[yellow]pacing stopped:[/] {safe(error)}")
@@ -152,7 +150,24 @@ def print_summary(
             + (f"; kept in full around: {pins}" if pins else ""),
             soft_wrap=True,
         )
+    if summary.counters is not None:
+        console.print(safe(counters_line(summary.counters)), soft_wrap=True)
     print_completeness(summary.completeness_lines, summary.warnings, console)
+
+
+def counters_line(c: dict[str, Any]) -> str:
+    """The counters beside the trace, in one line."""
+    parts = []
+    if c["hosts"] or c["rows"]:
+        hosts = ", ".join(c["hosts"][:6]) + (" …" if len(c["hosts"]) > 6 else "")
+        sources = ", ".join(c["sources"]) or "none readable"
+        parts.append(
+            f"host counters of {len(c['hosts'])} host{'s' if len(c['hosts']) != 1 else ''} "
+            f"({hosts}): {sources}; {c['series']:,} series over {c['span_s']:.1f} s"
+        )
+    if c["link_counters"]:
+        parts.append(f"link counters of the emulated fabric ({c['link_counters']})")
+    return "counters: " + "; ".join(parts)
 
 
 def print_completeness(lines: list[str], warnings: list[str], console: Console) -> None:

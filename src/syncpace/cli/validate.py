@@ -32,8 +32,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="run the reference study instead of the fabric grid",
     )
-    add_flags(parser, GridSettings)
-    add_flags(parser, ReferenceSettings)
+    add_flags(parser, GridSettings, title="the grid of fabric runs (root)")
+    add_flags(parser, ReferenceSettings, title="the reference study (--reference)")
     parser.set_defaults(func=run)
 
 

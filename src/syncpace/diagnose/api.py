@@ -49,12 +49,30 @@ def diagnose_runs(
     if not items:
         raise ConfigError("no runs to diagnose: give at least one run directory")
     thresholds = with_bench_link(settings.thresholds, settings.bench)
-    return analyze(
+    analysis = analyze(
         [_as_run(item) for item in items],
         thresholds,
         warmup_steps=settings.warmup_steps,
         pacer=pacer_factory(settings.pacing),
     )
+    check_warmup(analysis, settings.warmup_steps)
+    return analysis
+
+
+def check_warmup(analysis: Analysis, warmup_steps: int) -> None:
+    """A warm-up that leaves no iteration of a run is refused, in one line: the analysis
+    would otherwise read the warm-up itself, silently. The default single warm-up
+    iteration of a one-iteration run is the exception: that iteration is analysed (and
+    its findings are as unsure as one iteration makes them)."""
+    if warmup_steps <= 1:
+        return
+    for run in analysis.runs:
+        steps = run.steps
+        if steps.height and int(steps["step"].min()) < warmup_steps:  # type: ignore[arg-type]
+            raise ConfigError(
+                f"--warmup-steps {warmup_steps} leaves nothing of {run.run} to analyse: it "
+                f"has {steps.height} iterations; give fewer warm-up iterations"
+            )
 
 
 def with_bench_link(thresholds: Thresholds, bench: str | os.PathLike[str] | None) -> Thresholds:

@@ -41,19 +41,19 @@ LABELS = {
     "host_late_p50_ms": "host enqueue late by (median, against the typical rank)",
     "run_ahead_p50_ms": "CPU run-ahead of its device (median)",
     "typical_run_ahead_p50_ms": "typical rank's CPU run-ahead (median)",
-    "iteration_cv": "iteration-time CV",
+    "iteration_cv": "iteration-time variation (CV: standard deviation ÷ mean)",
     "ranks_ever_last": "ranks ever last",
     "max_last_share": "most iterations one rank was last",
     "skew_p50_ms": "median arrival skew",
-    "median_inflation": "median transfer inflation",
-    "p90_inflation": "p90 transfer inflation",
-    "inflated_share": "collectives inflated",
+    "median_inflation": "median transfer slowdown (× the best seen)",
+    "p90_inflation": "p90 transfer slowdown (× the best seen)",
+    "inflated_share": "collectives slowed down",
     "skew_transfer_correlation": "arrival skew vs transfer time (correlation)",
     "own_lateness_transfer_correlation": "late rank's own lateness vs transfer (correlation)",
     "excess_transfer_ms_per_iteration": "excess transfer time per iteration",
     "cross_node_busbw_gbps_p50": "cross-node busbw (median)",
     "intra_node_busbw_gbps_p50": "intra-node busbw (median)",
-    "intra_node_median_inflation": "intra-node median inflation",
+    "intra_node_median_inflation": "intra-node median transfer slowdown (× the best seen)",
     "groups": "process groups",
     "small_per_iteration": "small collectives per iteration and rank",
     "small_bytes_p50": "median small message",
@@ -64,10 +64,10 @@ LABELS = {
     "busbw_gbps_p50": "busbw (median)",
     "reference_busbw_gbps": "reference busbw",
     "bytes_p50": "median message",
-    "exposed_share": "exposed communication, share of the iteration",
+    "exposed_share": "communication not hidden by compute (exposed), share of the iteration",
     "network_share": "network busy, share of the iteration",
     "overlap_ratio": "communication overlapped with compute",
-    "exposed_ms_per_iteration": "exposed communication per iteration",
+    "exposed_ms_per_iteration": "communication not hidden by compute (exposed) per iteration",
     "missing_ranks": "ranks without a trace",
     "incomplete_instances": "collectives lacking some ranks",
     "incomplete_share": "share of collectives incomplete",
@@ -75,8 +75,8 @@ LABELS = {
     "reader_warnings": "reader warnings",
     "clock_uncertainty_ns": "clock uncertainty (largest)",
     "median_skew_ns": "median arrival skew",
-    "cv_by_world_size": "iteration-time CV by world size",
-    "cv_grows_with_scale": "CV grows with scale",
+    "cv_by_world_size": "iteration-time variation (CV) by world size",
+    "cv_grows_with_scale": "iteration-time variation (CV) grows with scale",
     "busbw_assumes": "busbw assumes",
     "threshold": "threshold",
 }
@@ -129,6 +129,11 @@ def percent(fraction: float) -> str:
     if abs(p) >= 1:
         return f"{p:.1f}%"
     return f"{p:.2g}%"
+
+
+def variation(cv: float) -> str:
+    """How much iteration times vary around their mean: 0.216 -> '±22% (CV)'."""
+    return f"±{percent(cv)} (CV)"
 
 
 def signed_percent(change: float) -> str:
@@ -481,26 +486,44 @@ def time_base_line(base: TimeBase, per_rank: pl.DataFrame, places: Places | None
 
 def pacing_line(p: dict) -> str:
     """One line on what the pacer did and whether the A/B guard found it helps."""
-    verdict = {
-        "helps": "kept on: paced steps were faster",
-        "no_help": "turned off: no benefit shown",
-        "not_needed": "never needed (skew stayed low)",
-        "probing": "still probing",
-        None: "no A/B guard",
-    }.get(p.get("ab_state"), str(p.get("ab_state")))
-    confidence = p.get("ab_confidence")
-    gain = p.get("ab_throughput_gain")
-    detail = ""
-    if confidence is not None and gain is not None:
-        needed = p.get("ab_required")
-        of = f" of {needed:.2f} needed" if needed is not None else ""
-        detail = f" (throughput {gain:+.1%} paced vs unpaced, confidence {confidence:.2f}{of})"
     stopped = f"; stopped: {p['errors'][0]}" if p.get("errors") else ""
     return (
         f"pacing ({p.get('policy')}): {percent(p.get('fraction_paced', 0) or 0)} of steps "
         f"paced, max delay {duration(p.get('delay_max_s', 0) or 0)} (bound "
-        f"{duration(p.get('bound_s', 0) or 0)}); A/B {verdict}{detail}{stopped}"
+        f"{duration(p.get('bound_s', 0) or 0)}); {ab_words(p)}{stopped}"
     )
+
+
+def ab_words(p: dict) -> str:
+    """The A/B guard's verdict with the figures it rests on, in words that cannot read
+    as a contradiction: a positive gain it did not trust is said to be untrusted."""
+    state = p.get("ab_state")
+    confidence, gain, needed = (
+        p.get("ab_confidence"),
+        p.get("ab_throughput_gain"),
+        p.get("ab_required"),
+    )
+    fixed = {
+        "not_needed": "A/B never needed: arrival skew stayed below the pacing threshold",
+        "probing": "A/B still probing: too few paced and unpaced windows to decide",
+        None: "no A/B guard",
+    }
+    if state in fixed:
+        return fixed[state]
+    if confidence is None or gain is None:
+        return {
+            "helps": "A/B kept on: paced steps were faster",
+            "no_help": "A/B turned off: no benefit shown",
+        }.get(state, f"A/B {state}")
+    sure = f"{confidence:.0%} sure it is not chance" + (f", {needed:.0%} needed" if needed else "")
+    change = f"throughput {signed_percent(gain)} paced against unpaced"
+    if state == "helps":
+        return f"A/B kept on: {change} ({sure})"
+    if state == "no_help" and gain > 0:
+        return f"A/B turned off: {change}, but too uncertain to keep ({sure})"
+    if state == "no_help":
+        return f"A/B turned off: pacing did not help ({change})"
+    return f"A/B {state}: {change} ({sure})"
 
 
 # Whole run (always-on mode) ------------------------------------------------------------

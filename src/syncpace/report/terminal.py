@@ -41,7 +41,7 @@ def print_analysis(analysis: Analysis, console: Console | None = None, actions: 
     print_findings(analysis, merged, console)
     print_actions(merged, console, actions)
     print_breakdowns(analysis, console)
-    console.print("[dim]busbw uses the nccl-tests factors, which assume a flat topology.[/]")
+    console.print(f"[dim]{GLOSSARY}[/]")
 
 
 def verdict_panel(v: Verdict) -> Panel:
@@ -79,9 +79,9 @@ def print_runs(analysis: Analysis, console: Console) -> None:
         console.print(
             f"[bold]{safe(run.run)}[/]: {run.world_size} ranks ({safe(run.source)}), "
             f"iteration {fmt.duration_ns(run.iteration_ns)} (p99 "
-            f"{fmt.duration_ns(it.get('p99', 0))}, CV {fmt.number(it.get('cv', 0))}), network busy "
-            f"{fmt.percent(run.comm.get('network_share', 0))}, exposed "
-            f"{fmt.percent(run.comm.get('exposed_share', 0))}"
+            f"{fmt.duration_ns(it.get('p99', 0))}, varies {fmt.variation(it.get('cv', 0))}), "
+            f"network busy {fmt.percent(run.comm.get('network_share', 0))}, exposed "
+            f"(not hidden by compute) {fmt.percent(run.comm.get('exposed_share', 0))}"
         )
         console.print("  parallelism: " + safe(run.parallelism.describe()))
         console.print("  clock of the figures: " + safe(_time_base(run)), soft_wrap=True)
@@ -98,13 +98,16 @@ def print_runs(analysis: Analysis, console: Console) -> None:
         ("ranks", [f"{r.world_size} ({r.source})" for r in analysis.runs]),
         ("iteration, mean", [fmt.duration_ns(r.iteration_ns) for r in analysis.runs]),
         ("iteration, p99", [fmt.duration_ns(r.iteration.get("p99", 0)) for r in analysis.runs]),
-        ("iteration CV", [fmt.number(r.iteration.get("cv", 0)) for r in analysis.runs]),
+        ("iteration varies", [fmt.variation(r.iteration.get("cv", 0)) for r in analysis.runs]),
         (
             "against baseline",
             [_change(changes.get(r.run), names, analysis.study) for r in analysis.runs],
         ),
         ("network busy", [fmt.percent(r.comm.get("network_share", 0)) for r in analysis.runs]),
-        ("exposed", [fmt.percent(r.comm.get("exposed_share", 0)) for r in analysis.runs]),
+        (
+            "exposed (not hidden)",
+            [fmt.percent(r.comm.get("exposed_share", 0)) for r in analysis.runs],
+        ),
         ("parallelism", [r.parallelism.describe() for r in analysis.runs]),
         ("clock", [_time_base(r) for r in analysis.runs]),
         (
@@ -126,7 +129,7 @@ def print_runs(analysis: Analysis, console: Console) -> None:
         console.print(f"[yellow]{safe(analysis.relation)}[/]", soft_wrap=True)
     for r in analysis.runs:
         if r.pacing is not None:
-            console.print(f"  {safe(names[r.run])}: {safe(pacing_line(r.pacing))}")
+            console.print(_hanging(" ", f"{names[r.run]}: {pacing_line(r.pacing)}"))
     for r in analysis.runs:
         console.print(f"[bold]{safe(names[r.run])}[/]:")
         print_whole_run(r, console)
@@ -161,6 +164,7 @@ def print_loss(quality: dict, console: Console) -> None:
     lines = quality.get("completeness_lines") or []
     warnings = quality.get("warnings") or []
     lossy = len(lines) > 1 or bool(warnings)
+    # never wrapped by rich: the files they name stay whole for whoever searches them
     for line in lines:
         console.print(f"  [{'yellow' if lossy else 'dim'}]{safe(line)}[/]", soft_wrap=True)
     for warning in warnings[:MAX_WARNINGS]:
@@ -175,23 +179,43 @@ def _change(c: RunComparison | None, names: dict[str, str], study: str = "") -> 
     return f"{fmt.signed_percent(c.iteration_change)} vs {names[c.baseline]}"
 
 
+#: The terms the summary uses, said once at its end.
+GLOSSARY = (
+    "CV: the iterations' standard deviation over their mean. Exposed: communication "
+    "time not hidden behind compute. busbw uses the nccl-tests factors, which assume a "
+    "flat topology."
+)
+
+#: Below this many columns the findings are a list, not a table: a table's seven
+#: columns there wrap a finding's text a few words a line (32 lines for one finding at
+#: 80 columns, 6 at 140).
+TABLE_MIN_WIDTH = 150
+
+
 def print_findings(analysis: Analysis, merged: list[MergedFinding], console: Console) -> None:
     names = fmt.run_names([r.run for r in analysis.runs])
     places = {r.run: fmt.Places.of(r.placement) for r in analysis.runs}
-    table = Table(expand=True, caption=_cost_caption(analysis, names, merged))
-    for head in ("#", "severity", "mode", "cost", "conf."):
-        table.add_column(head, no_wrap=True)
+    caption = _cost_caption(analysis, names, merged)
+    if console.width < TABLE_MIN_WIDTH:
+        _finding_list(merged, places, console)
+        console.print(f"[dim]{caption}[/]")
+        return
+    table = Table(expand=True, caption=caption)
+    table.add_column("#", no_wrap=True)
+    table.add_column("severity", no_wrap=True)
+    table.add_column("finding", ratio=1)
+    table.add_column("cost", no_wrap=True)
+    table.add_column("how sure", no_wrap=True)
     table.add_column("where", ratio=1)
-    table.add_column("finding", ratio=2)
+    table.add_column("what was measured", ratio=3)
     for i, m in enumerate(merged, 1):
-        costs = " / ".join(_cost_cell(f) for _, f in m.per_run)
         first = m.first
         where_ = where(m, places.get(first.run, fmt.Places({}, {})))
         table.add_row(
             str(i),
             f"[{_STYLE[m.severity]}]{m.severity}[/]",
-            m.mode,
-            costs,
+            safe(fmt.mode_title(m.mode)),
+            _costs(m),
             f"{m.confidence:.2f}",
             safe(where_),
             safe(first.summary),
@@ -225,12 +249,48 @@ def _cost_caption(analysis: Analysis, names: dict[str, str], merged: list[Merged
     return safe(text)
 
 
+def _costs(m: MergedFinding) -> str:
+    return " / ".join(_cost_cell(f) for _, f in m.per_run)
+
+
+def _finding_list(
+    merged: list[MergedFinding],
+    places: dict[str, fmt.Places],
+    console: Console,
+) -> None:
+    """Each finding in a few lines, wrapped under its number: title, severity and cost;
+    how sure and where; what was measured."""
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(no_wrap=True)
+    grid.add_column()
+    for i, m in enumerate(merged, 1):
+        first = m.first
+        where_ = where(m, places.get(first.run, fmt.Places({}, {})))
+        body = Text()
+        body.append(visible(fmt.mode_title(m.mode)), style="bold")
+        body.append(f" · {m.severity}", style=_STYLE[m.severity])
+        body.append(visible(f" · costs {_costs(m)}") + "\n")
+        body.append(visible(f"how sure: {fmt.confidence(m.confidence)} · where: {where_}") + "\n")
+        body.append(visible(first.summary))
+        grid.add_row(f"{i}.", body)
+    console.print(grid)
+
+
+def _hanging(marker: str, text: str, style: str = "") -> Table:
+    """``marker`` then ``text``, its wrapped lines indented under the text."""
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(no_wrap=True)
+    grid.add_column()
+    grid.add_row(marker, Text(visible(text), style=style))
+    return grid
+
+
 def print_actions(merged: list[MergedFinding], console: Console, actions: int) -> None:
     causes = sorted((m for m in merged if m.is_cause), key=lambda m: -m.cost)
     for m in causes[:actions]:
         console.print(f"[bold]{safe(fmt.mode_title(m.mode))}[/] - what to do:")
         for action in m.first.actions:
-            console.print(f"  - {safe(action)}")
+            console.print(_hanging("  -", action))
 
 
 def print_what_if(analysis: Analysis, console: Console | None = None) -> None:

@@ -120,7 +120,7 @@ def timing(analysis: Analysis, names: dict[str, str]) -> list[str]:
         it = r.iteration
         text = (
             f"{fmt.duration_ns(r.iteration_ns)} per iteration (p99 "
-            f"{fmt.duration_ns(it.get('p99', 0))}, CV {fmt.number(it.get('cv', 0))})"
+            f"{fmt.duration_ns(it.get('p99', 0))}, varies {fmt.variation(it.get('cv', 0))})"
         )
         c = changes.get(r.run)
         if c is not None and c.iteration_change is not None and c.baseline is not None:

@@ -87,7 +87,7 @@ class AnalyticalNetwork:
         src, dst, nb, cf = phase.src, phase.dst, phase.nbytes, phase.coflow
         share = np.ones(src.size)
         if topo.spec.ecmp == "ideal":  # spread every flow evenly over all paths
-            m = topo.spec.spines * (topo.spec.cores if topo.spec.kind == "fattree" else 1)
+            m = topo.spec.spines * (topo.spec.cores if topo.spec.kind == "fat-tree" else 1)
             src, dst, nb, cf = (np.tile(a, m) for a in (src, dst, nb, cf))
             hashes = np.repeat(np.arange(m), phase.src.size)
             share = np.full(src.size, 1.0 / m)

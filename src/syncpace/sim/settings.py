@@ -32,7 +32,7 @@ from syncpace.sim.workload import PLACEMENTS
 class SimulateSettings:
     scenario: str | None = setting(None, "Scenario file (TOML, or YAML with PyYAML).")
     nodes: str | None = setting(None, "Node count, or a comma list for a scaling study.")
-    topology: str | None = setting(None, "switch, leafspine or fattree.")
+    topology: str | None = setting(None, "switch, leaf-spine or fat-tree.")
     oversub: float | None = setting(None, "Leaf uplink oversubscription (1 = non-blocking).")
     gpus_per_node: int | None = setting(None, "GPUs (ranks) per node.")
     steps: int | None = setting(None, "Iterations per simulation.")
@@ -101,7 +101,7 @@ class SimulateSettings:
 #: The simulation setting each flag lands in, to name the flag in an error.
 FLAGS = {
     "kind": "--topology",
-    "oversub": "--oversub",
+    "oversub": "--oversubscription",
     "gpus_per_node": "--gpus-per-node",
     "nodes": "--nodes",
     "steps": "--steps",

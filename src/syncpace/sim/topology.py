@@ -8,9 +8,11 @@ it, so they see the same links.
 Kinds:
 
 * ``switch`` — every NIC on one non-blocking switch;
-* ``leafspine`` — ``nodes_per_leaf`` nodes under a leaf; each leaf has one uplink to
+* ``leaf-spine`` (also ``leafspine``) — ``nodes_per_leaf`` nodes under a leaf; each leaf has
+  one uplink to
   each of ``spines`` spines, together ``oversub`` times thinner than the leaf's NICs;
-* ``fattree`` — three tiers: leaves (edge) under aggregation switches in pods of
+* ``fat-tree`` (also ``fattree``) — three tiers: leaves (edge) under aggregation switches in
+  pods of
   ``leaves_per_pod`` leaves, pods joined by core links, oversubscribed ``oversub`` at
   the edge and ``core_oversub`` at the core.
 
@@ -30,7 +32,10 @@ import numpy as np
 from syncpace.config import check_choice, check_numbers, setting
 from syncpace.errors import ConfigError
 
-KINDS = ("switch", "leafspine", "fattree")
+KINDS = ("switch", "leaf-spine", "fat-tree")
+#: Earlier spellings, still read (flags and scenario files), so every verb spells a
+#: topology as the emulated fabric does.
+KIND_ALIASES = {"leafspine": "leaf-spine", "fattree": "fat-tree"}
 INTRA = ("nvlink", "pcie")
 ECMP = ("static", "per_collective", "ideal")
 PLACEMENTS = ("contiguous", "scattered")
@@ -42,7 +47,7 @@ class TopologySpec:
     #: The largest job the simulator takes, in nodes.
     MAX_NODES: ClassVar[int] = 100_000
 
-    kind: str = setting("leafspine", "Topology: switch, leafspine or fattree.")
+    kind: str = setting("leaf-spine", "Topology: switch, leaf-spine or fat-tree.")
     nodes: int = setting(8, "Nodes of the job.")
     gpus_per_node: int = setting(8, "GPUs (ranks) per node.")
     nics_per_node: int = setting(8, "NICs per node; GPU g uses NIC g*nics//G.")
@@ -50,11 +55,11 @@ class TopologySpec:
     intra: str = setting("nvlink", "Intra-node fabric: nvlink (per-GPU ports) or pcie (shared).")
     intra_gbps: float = setting(150.0, "nvlink: per-GPU port rate; pcie: the node's shared rate.")
     nodes_per_leaf: int = setting(8, "Nodes under one leaf (edge) switch.")
-    spines: int = setting(4, "leafspine: spines; fattree: aggregation switches per pod.")
+    spines: int = setting(4, "leaf-spine: spines; fat-tree: aggregation switches per pod.")
     oversub: float = setting(1.0, "Leaf downlink : uplink capacity ratio (1 = non-blocking).")
-    leaves_per_pod: int = setting(4, "fattree: leaves per pod.")
-    cores: int = setting(4, "fattree: core switches.")
-    core_oversub: float = setting(1.0, "fattree: pod-to-core oversubscription.")
+    leaves_per_pod: int = setting(4, "fat-tree: leaves per pod.")
+    cores: int = setting(4, "fat-tree: core switches.")
+    core_oversub: float = setting(1.0, "fat-tree: pod-to-core oversubscription.")
     cluster_nodes: int = setting(0, "Nodes of the whole cluster (0 = the job's nodes).")
     placement: str = setting(
         "contiguous", "Job nodes in the cluster: contiguous, or scattered (random, unordered)."
@@ -87,6 +92,7 @@ class TopologySpec:
             far_latency_us="[0, 1e6]",
             far_compute_penalty="[0, 100]",
         )
+        self.kind = KIND_ALIASES.get(self.kind, self.kind)
         check_choice(self, "kind", KINDS)
         check_choice(self, "intra", INTRA)
         check_choice(self, "ecmp", ECMP)
@@ -144,7 +150,7 @@ class Topology:
         up = leaf_nics / (s.oversub * s.spines)
         self._add("leaf_up", self.leaves * s.spines, up)
         self._add("leaf_dn", self.leaves * s.spines, up)
-        if s.kind == "fattree":
+        if s.kind == "fat-tree":
             pod = s.leaves_per_pod * leaf_nics / (s.oversub * s.core_oversub * s.cores)
             self._add("pod_up", self.pods * s.cores, pod)
             self._add("pod_dn", self.pods * s.cores, pod)
@@ -166,7 +172,7 @@ class Topology:
         if self.spec.kind == "switch":
             return np.zeros(0, dtype=np.int64)
         kinds = ["leaf_up", "leaf_dn"] + (
-            ["pod_up", "pod_dn"] if self.spec.kind == "fattree" else []
+            ["pod_up", "pod_dn"] if self.spec.kind == "fat-tree" else []
         )
         out = []
         for k in kinds:
@@ -219,7 +225,7 @@ class Topology:
         spine = hsh % s.spines
         out[:, 4] = np.where(other_leaf, self._base["leaf_up"] + leaf_s * s.spines + spine, -1)
         out[:, 5] = np.where(other_leaf, self._base["leaf_dn"] + leaf_d * s.spines + spine, -1)
-        if s.kind == "fattree":
+        if s.kind == "fat-tree":
             pod_s, pod_d = leaf_s // s.leaves_per_pod, leaf_d // s.leaves_per_pod
             other_pod = other_leaf & (pod_s != pod_d)
             core = (hsh // s.spines) % s.cores
@@ -238,7 +244,7 @@ class Topology:
         spine = np.asarray(hsh) % s.spines
         out[:, 0] = np.where(other, self._base["leaf_up"] + leaf_s * s.spines + spine, -1)
         out[:, 1] = np.where(other, self._base["leaf_dn"] + leaf_d * s.spines + spine, -1)
-        if s.kind == "fattree":
+        if s.kind == "fat-tree":
             pod_s, pod_d = leaf_s // s.leaves_per_pod, leaf_d // s.leaves_per_pod
             core = (np.asarray(hsh) // s.spines) % s.cores
             op = other & (pod_s != pod_d)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import polars as pl
 
+from syncpace.trace import schema
 from syncpace.trace.reader import Trace
 from syncpace.trace.validate import completeness_lines
 
@@ -33,6 +35,9 @@ class TraceSummary:
     completeness: dict[int, dict[str, Any]] = field(default_factory=dict)
     #: The same as lines every verb prints (the whole trace, then each lossy rank).
     completeness_lines: list[str] = field(default_factory=list)
+    #: The counters held beside the trace: the hosts' samplers and the emulated
+    #: fabric's links; None when it holds neither.
+    counters: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -62,6 +67,7 @@ def summarize(trace: Trace) -> TraceSummary:
     for rank, meta in sorted(trace.meta.items()):
         hosts.setdefault(str(meta["host"]), []).append(rank)
     steps = int(trace.steps.group_by("rank").len()["len"].max() or 0) if trace.steps.height else 0
+    pacing = pacing_summary(trace)
     return TraceSummary(
         path=str(trace.path),
         world_size=trace.world_size,
@@ -75,10 +81,11 @@ def summarize(trace: Trace) -> TraceSummary:
         clock=_clock_summary(trace),
         unfinished_ranks=[r for r, m in trace.meta.items() if not m.get("finished", False)],
         dropped_events=sum(int(m.get("dropped_events", 0) or 0) for m in trace.meta.values()),
-        pacing=pacing_summary(trace),
-        warnings=list(trace.warnings),
+        pacing=pacing,
+        warnings=[*trace.warnings, *(pacing["warnings"] if pacing else [])],
         rotation=rotation_summary(trace),
         completeness={r: c.to_json() for r, c in sorted(trace.completeness.items())},
+        counters=counters_summary(trace),
         completeness_lines=completeness_lines(
             trace.completeness, trace.missing_ranks, trace.world_size
         ),
@@ -111,24 +118,66 @@ def pacing_summary(trace: Trace) -> dict[str, Any] | None:
     steps = trace.steps
     paced = int((steps["pacing_delay_ns"] > 0).sum()) if steps.height else 0
     first = per_rank[0]
-    ab = first.get("ab") or {}
+    damaged: list[str] = []
+
+    def number(section: Any, key: str, rank: int) -> float | None:
+        # a damaged setting is left out with a warning; the account goes on without it
+        value = section.get(key) if isinstance(section, dict) else None
+        if value is None:
+            return None
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            return float(value)
+        damaged.append(
+            f"rank {rank}: the pacing metadata's {key} is not a number "
+            f"({str(value)[:40]!r}); left out of the pacing account"
+        )
+        return None
+
+    ranks = [r for r, m in trace.meta.items() if isinstance(m.get("pacing"), dict)]
+    delays = [number(p, "delay_max_s", r) for r, p in zip(ranks, per_rank, strict=True)]
+    bounds = [
+        number(p.get("policy_config"), "max_delay_s", r)
+        for r, p in zip(ranks, per_rank, strict=True)
+    ]
+    policy = first.get("policy_config") if isinstance(first.get("policy_config"), dict) else {}
+    controller = first.get("controller_config")
+    controller = controller if isinstance(controller, dict) else {}
+    ab = first.get("ab") if isinstance(first.get("ab"), dict) else {}
     return {
         "policy": first.get("policy"),
         "fraction_paced": paced / steps.height if steps.height else 0.0,
         "delay_sum_s": float(steps["pacing_delay_ns"].sum() or 0) / 1e9 if steps.height else 0.0,
-        "delay_max_s": max(float(p.get("delay_max_s") or 0) for p in per_rank),
-        "bound_s": max(
-            float((p.get("policy_config") or {}).get("max_delay_s") or 0) for p in per_rank
-        ),
-        "bound_fraction": (first.get("policy_config") or {}).get("max_delay_fraction"),
+        "delay_max_s": max((d for d in delays if d is not None), default=0.0),
+        "bound_s": max((b for b in bounds if b is not None), default=0.0),
+        "bound_fraction": number(policy, "max_delay_fraction", ranks[0]),
         "ab_state": first.get("ab_state"),
-        "ab_confidence": ab.get("confidence"),
+        "ab_confidence": number(ab, "confidence", ranks[0]),
         # the pacer's settings hold the A/B confidence; older traces had it with the controller
-        "ab_required": (first.get("policy_config") or {}).get("ab_confidence")
-        or (first.get("controller_config") or {}).get("ab_confidence"),
-        "ab_throughput_gain": ab.get("throughput_gain"),
+        "ab_required": number(policy, "ab_confidence", ranks[0])
+        or number(controller, "ab_confidence", ranks[0]),
+        "ab_throughput_gain": number(ab, "throughput_gain", ranks[0]),
         "enabled_ranks": sum(1 for p in per_rank if p.get("enabled")),
-        "errors": sorted({p["error"] for p in per_rank if p.get("error")}),
+        "errors": sorted({str(p["error"]) for p in per_rank if p.get("error")}),
+        "warnings": damaged,
+    }
+
+
+def counters_summary(trace: Trace) -> dict[str, Any] | None:
+    """What counters the run directory holds beside the ranks' files: each sampling
+    host's series (by source) over how long, and the fabric's link counters."""
+    c = trace.counters
+    links = (trace.path / schema.LINKS_FILE).is_file()
+    if not c.height and not trace.hosts and not links:
+        return None
+    span = int(c["time_ns"].max() - c["time_ns"].min()) if c.height else 0  # type: ignore[operator]
+    series = c.select("host", "source", "device", "port", "counter").n_unique() if c.height else 0
+    return {
+        "hosts": sorted(trace.hosts),
+        "sources": sorted(set(c["source"].to_list())) if c.height else [],
+        "series": series,
+        "rows": c.height,
+        "span_s": span / 1e9,
+        "link_counters": schema.LINKS_FILE if links else None,
     }
 
 

@@ -451,6 +451,21 @@ def _jitter_beyond_stragglers(ctx: Context, change: Change) -> float:
     return (alone.iteration_ns - both.iteration_ns) / base.measured_ns
 
 
+def who_is_last(per_rank: pl.DataFrame) -> str:
+    """Who arrives last, in words true to the shares: one rank last in most iterations
+    is named with its share ("rank 1 arrives last in 100% of iterations"); turns are
+    said only when no rank is last in most of them."""
+    n = max(per_rank.height, 1)
+    shares = per_rank["last_share"]
+    top = int(shares.arg_max() or 0)
+    most = float(shares.max() or 0.0)
+    turns = int((shares >= 1 / (4 * n)).sum())
+    if most >= 0.5 or turns <= 1:
+        rank = int(per_rank["rank"][top])
+        return f"rank {rank} arrives last in {most:.0%} of iterations"
+    return f"{turns} of {n} ranks take turns arriving last (none in most iterations)"
+
+
 def sync_amplification(ctx: Context) -> list[Finding]:
     m, th = ctx.metrics, ctx.thresholds
     if m.per_rank.height < 2 or ctx.iteration_ns <= 0:
@@ -491,8 +506,8 @@ def sync_amplification(ctx: Context) -> list[Finding]:
             "sync_amplification",
             wait,
             confidence,
-            f"recurring jitter: {last_ranks} of {len(m.ranks)} ranks take turns arriving last "
-            f"(iteration CV {cv:.3f}); without the jitter each iteration would be "
+            f"recurring jitter: {who_is_last(m.per_rank)} (iteration times vary by "
+            f"{cv:.1%} around their mean); without the jitter each iteration would be "
             f"{cost:.1%} shorter",
             replay=replay,
             evidence={
