@@ -310,7 +310,8 @@ def add_flags(
             origin += f", in {intervals[field.name].text}"
         if prefix:
             origin = f"env {env_name(cls, field.name)}; {origin}"
-        help_text = f"{field.metadata.get('help', '')} [{origin}]"
+        # argparse formats help with %: a literal one ("5% in mean") must be doubled
+        help_text = f"{field.metadata.get('help', '')} [{origin}]".replace("%", "%%")
         if kind is bool:
             group.add_argument(
                 flag_name(field.name),

@@ -71,6 +71,20 @@ def test_a_misspelt_verb_gets_a_suggestion(capsys) -> None:
     assert "no such command 'diagnos'; did you mean diagnose?" in capsys.readouterr().err
 
 
+def test_a_wrong_choice_of_another_argument_is_not_called_a_command(capsys) -> None:
+    with pytest.raises(SystemExit):
+        main(["import", "kinet", "x", "--out", "y"])
+    err = capsys.readouterr().err
+    assert "format: invalid choice: 'kinet'; did you mean kineto?" in err
+    assert "no such command" not in err
+
+
+def test_every_verb_prints_its_help() -> None:
+    """Help strings are argparse format strings: a literal % in one breaks its verb's help."""
+    for prog, parser in _parsers().items():
+        assert parser.format_help().startswith("usage: "), prog
+
+
 # One overwrite policy --------------------------------------------------------------------
 def _existing_trace(tmp_path: Path) -> Path:
     out = tmp_path / "out"

@@ -12,8 +12,9 @@ from syncpace.cli.main import main
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 DEMO = [str(DATA / "demo" / "trace"), str(DATA / "demo" / "trace-paced")]
-#: At most this many lines per finding at 80 columns (32 before the list layout).
-HANDFUL = 6
+#: At most this many lines per finding at 80 columns (32 before the list layout; the
+#: longest, fabric contention, names its source host, its links and who suffers).
+HANDFUL = 8
 
 
 def _diagnose(monkeypatch, capsys, *runs: str) -> str:

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 from syncpace.analysis import analyze
@@ -114,8 +115,7 @@ def _node_dirs(tmp_path: Path) -> tuple[Path, Path]:
     emulated fabric's link counters, a Flight Recorder dump in a folder of its own)."""
     from types import SimpleNamespace
 
-    from syncpace.capture.sampler import HostSampler
-
+    from syncpace.telemetry.sampler import HostSampler
     from sysfs_trees import switch_host, write_netdev, write_netstat, write_snmp
 
     source = Path(__file__).resolve().parents[1] / "data" / "fabric_contention"
@@ -156,7 +156,12 @@ def _node_dirs(tmp_path: Path) -> tuple[Path, Path]:
             clock.t += 100_000_000
         sampler.close()
     demo = source.parent / "demo" / "trace"
-    shutil.copy2(demo / "fabric-links.arrow", dirs[0] / "fabric-links.arrow")
+    # the fabric's link counters, scaled to a fabric faster than this job's NICs (the
+    # demo's links run at 100 Mbit/s: as they are, they would hold this synthetic job's
+    # collectives to a rate it never ran at)
+    links = pl.read_ipc_stream(demo / "fabric-links.arrow")
+    links = links.with_columns(pl.col("rate_bps") * 10_000, pl.col("bytes") * 10_000)
+    links.write_ipc_stream(dirs[0] / "fabric-links.arrow")
     (dirs[1] / "rank-00005.monitor.jsonl").write_text("")
     (dirs[1] / "flight-recorder").mkdir()
     (dirs[1] / "flight-recorder" / "nccl_trace_rank_5").write_bytes(b"\x80\x04N.")

@@ -43,10 +43,20 @@ class Parser(argparse.ArgumentParser):
     """argparse with a suggestion for a misspelt verb (every verb's parser is one too)."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        wrong = re.match(r"argument \S+: invalid choice: '([^']*)' \(choose from (.*)\)$", message)
+        wrong = re.match(
+            r"argument (\S+): invalid choice: '([^']*)' \(choose from (.*)\)$", message
+        )
         if wrong:
-            choices = re.findall(r"'([^']*)'", wrong.group(2))
-            message = f"no such command {wrong.group(1)!r}" + _did_you_mean(wrong.group(1), choices)
+            argument, word, listed = wrong.groups()
+            choices = re.findall(r"'([^']*)'", listed)
+            # a verb is a command; any other argument's choices keep argparse's words
+            is_verb = any(
+                isinstance(a, argparse._SubParsersAction)
+                and argument in (a.metavar, a.dest, "{" + ",".join(a.choices) + "}")
+                for a in self._actions
+            )
+            what = "no such command" if is_verb else f"{argument}: invalid choice:"
+            message = f"{what} {word!r}" + _did_you_mean(word, choices)
         super().error(message)
 
 

@@ -265,7 +265,7 @@ def _finding_list(
     grid.add_column()
     for i, m in enumerate(merged, 1):
         first = m.first
-        where_ = where(m, places.get(first.run, fmt.Places({}, {})))
+        where_ = where(m, places.get(first.run, fmt.Places({}, {})), brief=True)
         body = Text()
         body.append(visible(fmt.mode_title(m.mode)), style="bold")
         body.append(f" · {m.severity}", style=_STYLE[m.severity])

@@ -176,13 +176,17 @@ def _costs(m: MergedFinding, names: dict[str, str]) -> str:
     return text
 
 
-def where(m: MergedFinding, places: fmt.Places, links: tuple[LinkLoad, ...] = ()) -> str:
+def where(
+    m: MergedFinding, places: fmt.Places, links: tuple[LinkLoad, ...] = (), brief: bool = False
+) -> str:
     """Who the cause is: its source first when the finding names one (the host whose
     traffic causes it, the links it crosses), then who suffers: ranks with host and
-    local rank, hosts; the run's busiest links when the finding names no source."""
+    local rank, hosts; the run's busiest links when the finding names no source.
+    ``brief``: the source by its hosts alone (where the finding's text gives the links)."""
     text = fmt.where(m.ranks, m.nodes, places)
     if m.source:
-        return f"source: {source_text(m)}; suffers: {text}"
+        hosts = [s for s in m.source if "→" not in s] if brief else []
+        return f"source: {', '.join(hosts) or source_text(m)}; suffers: {text}"
     return f"{text}; busiest links: {link_text(links)}" if links else text
 
 
