@@ -27,9 +27,10 @@ from syncpace.capture.clock import ClockSync, OffsetEstimate, local_clock
 from syncpace.capture.config import TraceConfig
 from syncpace.capture.device import select
 from syncpace.capture.devicetime import DeviceTimeline
-from syncpace.capture.host import device_facts, env_int, rank_facts
+from syncpace.capture.host import device_facts, rank_facts
 from syncpace.capture.inflight import InFlight
 from syncpace.capture.job import agree_job_id, launcher_facts
+from syncpace.capture.launchers import launch_place
 from syncpace.capture.log import log, warn_once
 from syncpace.capture.metrics import PrometheusMetrics
 from syncpace.capture.monitor import LiveMonitor
@@ -141,7 +142,7 @@ class Tracer:
 
     def on_default_group(self, rank: int, world_size: int, store: Any, backend: str) -> None:
         self.rank = rank
-        device, device_extra = device_facts(env_int("LOCAL_RANK"))
+        device, device_extra = device_facts(launch_place(os.environ, rank).local_rank)
         meta = rank_facts(rank, world_size, device)
         meta["topology"].update({k: v for k, v in device_extra.items() if k == "numa_node"})
         meta.update({k: v for k, v in device_extra.items() if k != "numa_node"})
