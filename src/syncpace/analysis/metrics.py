@@ -13,6 +13,7 @@ from syncpace.analysis import (
     collectives,
     hostcounters,
     iterations,
+    kinds,
     locality,
     overlap,
     parallelism,
@@ -63,6 +64,9 @@ class RunMetrics:
     pacing: dict[str, Any] | None = None  # the pacer's account, when the run was paced
     #: calls after the last iteration boundary, kept out of every figure above
     trailing: dict[str, Any] = field(default_factory=dict)
+    #: iterations of another kind than training (evaluation, checkpoint: a different
+    #: mix of collectives), kept out of every figure above (analysis.kinds.describe)
+    other_kinds: list[dict[str, Any]] = field(default_factory=list)
     #: what the groups' shape and the ops seen say of the job's parallelism
     parallelism: Parallelism = field(default_factory=Parallelism)
     #: iteration boundaries seen (step rows), before the warm-up was left out
@@ -107,6 +111,7 @@ class RunMetrics:
             "quality": self.quality,
             "pacing": self.pacing,
             "after_last_iteration": self.trailing,
+            "other_iteration_kinds": self.other_kinds,
             "parallelism": self.parallelism.to_json(),
             "iteration_boundaries": self.boundaries,
             "hosts": self.hosts.to_json() if self.hosts is not None else None,
@@ -142,6 +147,7 @@ def compute_metrics(trace: Trace, *, warmup_steps: int = 1) -> RunMetrics:
     if base.device:
         events = timebase.on_device(events)
     events, trailing = iterations.split_trailing(events, steps)
+    events, steps, other_kinds = _training_only(events, steps)
     rank_steps = iterations.rank_steps(steps)
     matched = collectives.match(events)
     rank_step = collectives.rank_step_arrivals(matched)
@@ -173,6 +179,7 @@ def compute_metrics(trace: Trace, *, warmup_steps: int = 1) -> RunMetrics:
         comm=comm,
         events=trace.events.height,
         trailing=iterations.trailing_summary(trailing),
+        other_kinds=other_kinds,
         parallel=parallel,
         boundaries=boundaries,
         hang=hang,
@@ -196,6 +203,7 @@ def from_parts(
     hang: HangAnalysis | None = None,
     program: Program | None = None,
     time_base: TimeBase | None = None,
+    other_kinds: list[dict[str, Any]] | None = None,
 ) -> RunMetrics:
     """The run's metrics from its per-event results (instances, per (rank, step)
     arrivals and communication) — computed on the whole trace at once, or window by
@@ -240,6 +248,7 @@ def from_parts(
         group_nodes=_group_nodes(trace.meta, place),
         pacing=pacing_summary(trace),
         trailing=trailing,
+        other_kinds=other_kinds or [],
         parallelism=parallel,
         boundaries=boundaries,
         program=program,
@@ -248,6 +257,20 @@ def from_parts(
         whole_run=whole,
         time_base=base,
     )
+
+
+def _training_only(
+    events: pl.DataFrame, steps: pl.DataFrame
+) -> tuple[pl.DataFrame, pl.DataFrame, list[dict[str, Any]]]:
+    """The events and steps of the training iterations, and what the iterations of
+    other kinds were (their time measured here, before they are left out)."""
+    signatures = kinds.step_signatures(events)
+    found = kinds.split(signatures, steps)
+    if found is None:
+        return events, steps, []
+    described = kinds.describe(found, signatures, kinds.step_times(steps))
+    events, steps = kinds.drop(events, steps, found)
+    return events, steps, described
 
 
 def _group_nodes(meta: dict[int, dict[str, Any]], place: pl.DataFrame) -> dict[str, int]:
