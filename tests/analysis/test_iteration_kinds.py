@@ -11,6 +11,7 @@ import io
 import json
 from pathlib import Path
 
+import polars as pl
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -19,7 +20,10 @@ from rich.console import Console
 from planted import SCENARIOS, generate
 from syncpace.analysis import kinds
 from syncpace.analysis.api import analyze
+from syncpace.analysis.metrics import compute_metrics
+from syncpace.analysis.streaming import same_metrics, stream_metrics
 from syncpace.report.terminal import print_analysis
+from syncpace.trace.reader import load_trace
 
 EVAL = SCENARIOS["healthy"].replace(name="eval", buckets=3, eval_every=4, steps=40)
 
@@ -103,3 +107,16 @@ def test_the_dominant_kind_is_the_training_one(
     groups = kinds.classify(signatures)
     assert groups[0] == [s for s in range(steps) if s not in planted]
     assert groups[1:] == [planted]
+
+
+def test_streamed_and_in_memory_tell_the_kinds_apart_alike(eval_run: Path) -> None:
+    whole = compute_metrics(load_trace(eval_run))
+    streamed, _ = stream_metrics(eval_run, window_events=200)
+    assert whole.other_kinds and whole.other_kinds == streamed.other_kinds
+    assert same_metrics(whole, streamed) == []
+
+
+def test_a_one_off_step_stays_with_the_training_iterations() -> None:
+    signatures = {s: {"all_reduce": (4, 400)} for s in range(10)}
+    signatures[1] = {"all_reduce": (4, 400), "broadcast": (2, 92)}  # first-step buffers
+    assert kinds.split(signatures, pl.DataFrame({"step": list(range(10))})) is None

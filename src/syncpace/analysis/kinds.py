@@ -12,14 +12,16 @@ the others are measured apart (:func:`describe`) and kept out of every figure.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 from syncpace.analysis import iterations
-from syncpace.analysis.collectives import call_steps
+from syncpace.analysis.collectives import Matched, call_steps
 
 #: Per operation: (calls, bytes).
 Signature = dict[str, tuple[int, int]]
@@ -85,7 +87,8 @@ class Kinds:
 def split(signatures: dict[int, Signature], steps: pl.DataFrame) -> Kinds | None:
     """The run's kinds of iteration from its steps' ``signatures``; None when every
     step is of one kind, or there are too few steps to tell a kind from an accident
-    (fewer than four)."""
+    (fewer than four). A kind of one step stays with the training iterations: a
+    one-off (the first iteration's buffer broadcasts) is the stall detector's."""
     signatures = dict(signatures)
     # a step without any call has the empty signature: an iteration of its own kind
     for s in steps["step"].unique().to_list() if steps.height else []:
@@ -93,22 +96,26 @@ def split(signatures: dict[int, Signature], steps: pl.DataFrame) -> Kinds | None
     if len(signatures) < 4:
         return None
     groups = classify(signatures)
-    if len(groups) < 2:
+    others = [g for g in groups[1:] if len(g) > 1]
+    if not others:
         return None
-    return Kinds(tuple(groups[0]), tuple(tuple(g) for g in groups[1:]))
+    training = sorted(s for g in groups if g is groups[0] or len(g) == 1 for s in g)
+    return Kinds(tuple(training), tuple(tuple(g) for g in others))
 
 
-def drop(
-    events: pl.DataFrame, steps: pl.DataFrame, kinds: Kinds | None
-) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """``events`` and ``steps`` of the training iterations only (by call, as the
-    warm-up is cut: a call some rank made in a training step stays whole)."""
-    if kinds is None:
-        return events, steps
-    keep = list(kinds.training)
-    return (
-        events.filter(call_steps(events).is_in(keep)) if events.height else events,
-        steps.filter(pl.col("step").is_in(keep)),
+def keep_instances(matched: Matched, kinds: Kinds) -> Matched:
+    """``matched`` with the instances of the training steps only, its events' instance
+    ids renumbered (those of other steps' calls: -1). Matching ran over every step, as
+    the streamed windows match them, so both paths measure alike."""
+    inst = matched.instances
+    keep = inst["step"].is_in(list(kinds.training)).to_numpy()
+    ids = np.where(keep, np.cumsum(keep) - 1, -1)
+    old = matched.events.instance
+    renumbered = np.where(old >= 0, ids[np.clip(old, 0, None)], -1) if len(ids) else old
+    return dataclasses.replace(
+        matched,
+        instances=inst.filter(pl.Series(keep)),
+        events=dataclasses.replace(matched.events, instance=renumbered),
     )
 
 

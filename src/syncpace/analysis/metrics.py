@@ -147,11 +147,15 @@ def compute_metrics(trace: Trace, *, warmup_steps: int = 1) -> RunMetrics:
     if base.device:
         events = timebase.on_device(events)
     events, trailing = iterations.split_trailing(events, steps)
-    events, steps, other_kinds = _training_only(events, steps)
+    found, other_kinds = _kinds(events, steps)
     rank_steps = iterations.rank_steps(steps)
     matched = collectives.match(events)
     rank_step = collectives.rank_step_arrivals(matched)
     comm = overlap.rank_step_comm(matched)
+    if found is not None:  # every figure is of the training iterations
+        keep = pl.col("step").is_in(list(found.training))
+        rank_steps, rank_step, comm = (f.filter(keep) for f in (rank_steps, rank_step, comm))
+        matched = kinds.keep_instances(matched, found)
     if base.device:
         rank_steps = timebase.device_steps(rank_steps, rank_step)
     global_steps = iterations.global_steps(rank_steps)
@@ -259,18 +263,16 @@ def from_parts(
     )
 
 
-def _training_only(
+def _kinds(
     events: pl.DataFrame, steps: pl.DataFrame
-) -> tuple[pl.DataFrame, pl.DataFrame, list[dict[str, Any]]]:
-    """The events and steps of the training iterations, and what the iterations of
-    other kinds were (their time measured here, before they are left out)."""
+) -> tuple[kinds.Kinds | None, list[dict[str, Any]]]:
+    """The run's kinds of iteration and what the other kinds were (their time measured
+    here, over every step)."""
     signatures = kinds.step_signatures(events)
     found = kinds.split(signatures, steps)
     if found is None:
-        return events, steps, []
-    described = kinds.describe(found, signatures, kinds.step_times(steps))
-    events, steps = kinds.drop(events, steps, found)
-    return events, steps, described
+        return None, []
+    return found, kinds.describe(found, signatures, kinds.step_times(steps))
 
 
 def _group_nodes(meta: dict[int, dict[str, Any]], place: pl.DataFrame) -> dict[str, int]:

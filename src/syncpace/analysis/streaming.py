@@ -357,10 +357,6 @@ def _program(
     lo = max((a for a, _ in p.windows if a <= steps[0]), default=p.windows[0][0])
     table = read_window(list(p.scans), lo, int(steps[-1]) + 1, columns=p.context.columns)
     events, _, _ = _analysed(table, p.context)
-    # the replay's steps are training steps: calls of other kinds between them stay out
-    events = events.filter(
-        collectives.call_steps(events).is_in(rank_steps["step"].unique().to_list())
-    )
     m = collectives.match(events)
     if m.instances.height == 0:
         return None
@@ -376,7 +372,9 @@ def _program(
         .to_numpy()
         .astype(np.int64)
     )
-    if (ids < 0).any():
+    # calls of iterations of another kind (analysis.kinds) are not the run's instances;
+    # the replay leaves their steps out
+    if (ids[np.isin(m.instances["step"].to_numpy(), steps)] < 0).any():
         raise NeedsWholeRun("a call of the replayed steps is not among the run's instances")
     times = dataclasses.replace(m.events, instance=ids[m.events.instance])
     usable = collectives.usable_events(events)
