@@ -58,8 +58,11 @@ def test_the_note_names_the_steps_and_their_calls(eval_run: Path) -> None:
     text = out.getvalue()
     assert "10 iterations of another kind, every 4 steps (3, 7, 11, 15, 19, 23, …)" in text
     assert "13 calls (all_reduce ×13) instead of 3" in text
-    summary = json.loads(json.dumps(analysis.runs[0].summary(), default=str))
-    assert summary["other_iteration_kinds"][0]["every"] == 4
+    # diagnose --json prints Analysis.to_json()
+    data = json.loads(json.dumps(analysis.to_json(), default=str))
+    [other] = data["metrics"]["runs"][0]["other_iteration_kinds"]
+    assert (other["every"], other["count"], other["calls_per_step"]) == (4, 10, 13)
+    assert "sync_amplification" not in {f["mode"] for f in data["findings"]}
 
 
 def test_a_healthy_run_of_one_kind_is_unchanged(tmp_path: Path) -> None:

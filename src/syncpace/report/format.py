@@ -472,6 +472,11 @@ def other_kind_line(k: dict) -> str:
     )
 
 
+def other_kinds_text(kinds: list[dict]) -> str:
+    """Every other kind of iteration of a run, one line each; "none" without any."""
+    return "; ".join(other_kind_line(k) for k in kinds) if kinds else "none"
+
+
 # --------------------------------------------------------------------------- clock
 
 
