@@ -6,7 +6,8 @@ as jitter. Each step's *signature* is, per operation, how many calls of it the s
 made and how many bytes they moved (on the lowest rank that has the step). Two
 signatures are of one kind when, for every operation, their call counts differ by at
 most one call or a quarter (a missing call, two calls coalesced into one) and their
-bytes by at most a quarter. The kind with the most steps is the training iterations;
+bytes by at most a quarter (not compared for the operations whose sizes the data sets:
+all-to-all, send, receive). The kind with the most steps is the training iterations;
 the others are measured apart (:func:`describe`) and kept out of every figure.
 """
 
@@ -29,6 +30,10 @@ Signature = dict[str, tuple[int, int]]
 #: The share of calls or bytes by which steps of one kind may differ per operation.
 TOLERANCE = 0.25
 
+#: Operations whose sizes the data sets (an MoE layer's routing, activations of
+#: sequences of varying length): only their call counts tell kinds apart.
+DATA_SIZED = frozenset({"all_to_all", "send", "recv"})
+
 
 def similar(a: Signature, b: Signature, tolerance: float = TOLERANCE) -> bool:
     """Whether steps of signatures ``a`` and ``b`` are of one kind."""
@@ -36,7 +41,7 @@ def similar(a: Signature, b: Signature, tolerance: float = TOLERANCE) -> bool:
         (na, ba), (nb, bb) = a.get(op, (0, 0)), b.get(op, (0, 0))
         if abs(na - nb) > max(1.0, tolerance * max(na, nb)):
             return False
-        if abs(ba - bb) > tolerance * max(ba, bb):
+        if op not in DATA_SIZED and abs(ba - bb) > tolerance * max(ba, bb):
             return False
     return True
 
