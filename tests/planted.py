@@ -62,6 +62,15 @@ class Planted:
     cross_inflation: tuple[float, float] = (1.0, 1.0)
     clock_uncertainty_ns: int = 2_000
     hosts: tuple[str, ...] = ()
+    #: an evaluation pass after the optimizer every ``eval_every`` steps (from step
+    #: ``eval_every - 1``): ``eval_ms`` of compute with ``eval_calls`` all-reduces of
+    #: ``eval_bytes`` (the metrics) spread over it
+    eval_every: int = 0
+    eval_ms: float = 19.0
+    eval_calls: int = 10
+    eval_bytes: int = 4096
+    #: per rank and evaluation call, the spread of its compute (batches of other lengths)
+    eval_jitter: float = 0.3
     #: what the diagnosis must find first, and where
     expected_mode: str = "healthy"
     expected_ranks: tuple[int, ...] = ()
@@ -219,10 +228,59 @@ def _simulate(sc: Planted) -> _Timeline:
             comm_end[ranks] = np.maximum(comm_end[ranks], exits)
             seq[name] += 1
         end = np.maximum(done, comm_end) + sc.opt_ms * 1e6 * f
+        if sc.eval_every and step % sc.eval_every == sc.eval_every - 1:
+            end = _evaluate(sc, tl, step, end, f, seq, free, rng)
         for r in range(world):
             tl.steps[r].append((r, step, int(start[r]), int(end[r]), 0))
         start = end
     return tl
+
+
+def _evaluate(
+    sc: Planted,
+    tl: _Timeline,
+    step: int,
+    start: np.ndarray,
+    f: np.ndarray,
+    seq: dict[str, int],
+    free: dict[str, float],
+    rng: np.random.Generator,
+) -> np.ndarray:
+    """An evaluation pass of ``step`` from ``start``: its calls into ``tl``; its end."""
+    world = sc.world_size
+    at = start.copy()
+    for _ in range(sc.eval_calls):
+        enter = (
+            at + sc.eval_ms * 1e6 * f * rng.lognormal(0.0, sc.eval_jitter, world) / sc.eval_calls
+        )
+        at = np.maximum(at, enter)
+        begin = max(float(at.max()), free["0"])
+        dur = _transfer_ns(sc, "0", world, sc.eval_bytes, rng)
+        free["0"] = begin + dur
+        exits = begin + dur + rng.uniform(0, 2_000, world)
+        for r in range(world):
+            tl.events[r].append(
+                (
+                    r,
+                    step,
+                    "0",
+                    world,
+                    seq["0"],
+                    "all_reduce",
+                    sc.eval_bytes,
+                    "float32",
+                    -1,
+                    int(at[r]),
+                    int(exits[r]),
+                    "simulated",
+                    "completed",
+                    None,
+                    -1,
+                )
+            )
+        seq["0"] += 1
+        at = exits
+    return at
 
 
 def _transfer_ns(sc: Planted, group: str, n: int, nbytes: int, rng: np.random.Generator) -> float:

@@ -43,7 +43,9 @@ def global_steps(rank_steps: pl.DataFrame) -> pl.DataFrame:
     """Per step: the job's iteration time, from one iteration boundary to the next.
 
     The boundary of step s is the latest ``end_ns`` over ranks (the job moves on when the
-    slowest rank does); the first step runs from the earliest start.
+    slowest rank does); the first step, and a step whose predecessor was left out (an
+    iteration of another kind, :mod:`syncpace.analysis.kinds`), run from the earliest
+    start.
     """
     per = (
         rank_steps.group_by("step")
@@ -57,8 +59,9 @@ def global_steps(rank_steps: pl.DataFrame) -> pl.DataFrame:
         .sort("step")
     )
     prev = pl.col("end").shift(1)
+    after_gap = pl.col("step").shift(1) != pl.col("step") - 1
     return per.with_columns(
-        time_ns=pl.when(prev.is_null())
+        time_ns=pl.when(prev.is_null() | after_gap)
         .then(pl.col("end") - pl.col("start"))
         .otherwise(pl.col("end") - prev)
     )

@@ -14,6 +14,7 @@ from syncpace.analysis import (
     collectives,
     hostcounters,
     iterations,
+    kinds,
     limits,
     locality,
     overlap,
@@ -65,6 +66,9 @@ class RunMetrics:
     pacing: dict[str, Any] | None = None  # the pacer's account, when the run was paced
     #: calls after the last iteration boundary, kept out of every figure above
     trailing: dict[str, Any] = field(default_factory=dict)
+    #: iterations of another kind than training (evaluation, checkpoint: a different
+    #: mix of collectives), kept out of every figure above (analysis.kinds.describe)
+    other_kinds: list[dict[str, Any]] = field(default_factory=list)
     #: what the groups' shape and the ops seen say of the job's parallelism
     parallelism: Parallelism = field(default_factory=Parallelism)
     #: iteration boundaries seen (step rows), before the warm-up was left out
@@ -113,6 +117,7 @@ class RunMetrics:
             "quality": self.quality,
             "pacing": self.pacing,
             "after_last_iteration": self.trailing,
+            "other_iteration_kinds": self.other_kinds,
             "parallelism": self.parallelism.to_json(),
             "iteration_boundaries": self.boundaries,
             "hosts": self.hosts.to_json() if self.hosts is not None else None,
@@ -150,10 +155,15 @@ def compute_metrics(trace: Trace, *, warmup_steps: int = 1) -> RunMetrics:
     if base.device:
         events = timebase.on_device(events)
     events, trailing = iterations.split_trailing(events, steps)
+    found, other_kinds = _kinds(events, steps)
     rank_steps = iterations.rank_steps(steps)
     matched = collectives.match(events)
     rank_step = collectives.rank_step_arrivals(matched)
     comm = overlap.rank_step_comm(matched)
+    if found is not None:  # every figure is of the training iterations
+        keep = pl.col("step").is_in(list(found.training))
+        rank_steps, rank_step, comm = (f.filter(keep) for f in (rank_steps, rank_step, comm))
+        matched = kinds.keep_instances(matched, found)
     if base.device:
         rank_steps = timebase.device_steps(rank_steps, rank_step)
     global_steps = iterations.global_steps(rank_steps)
@@ -181,6 +191,7 @@ def compute_metrics(trace: Trace, *, warmup_steps: int = 1) -> RunMetrics:
         comm=comm,
         events=trace.events.height,
         trailing=iterations.trailing_summary(trailing),
+        other_kinds=other_kinds,
         parallel=parallel,
         boundaries=boundaries,
         hang=hang,
@@ -204,6 +215,7 @@ def from_parts(
     hang: HangAnalysis | None = None,
     program: Program | None = None,
     time_base: TimeBase | None = None,
+    other_kinds: list[dict[str, Any]] | None = None,
 ) -> RunMetrics:
     """The run's metrics from its per-event results (instances, per (rank, step)
     arrivals and communication) — computed on the whole trace at once, or window by
@@ -257,6 +269,7 @@ def from_parts(
         group_nodes=group_nodes,
         pacing=pacing,
         trailing=trailing,
+        other_kinds=other_kinds or [],
         parallelism=parallel,
         boundaries=boundaries,
         program=program,
@@ -267,6 +280,18 @@ def from_parts(
         link=link,
         unmeasurable=tuple(unmeasurable),
     )
+
+
+def _kinds(
+    events: pl.DataFrame, steps: pl.DataFrame
+) -> tuple[kinds.Kinds | None, list[dict[str, Any]]]:
+    """The run's kinds of iteration and what the other kinds were (their time measured
+    here, over every step)."""
+    signatures = kinds.step_signatures(events)
+    found = kinds.split(signatures, steps)
+    if found is None:
+        return None, []
+    return found, kinds.describe(found, signatures, kinds.step_times(steps))
 
 
 def _group_nodes(meta: dict[int, dict[str, Any]], place: pl.DataFrame) -> dict[str, int]:

@@ -42,7 +42,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from syncpace import allocators
-from syncpace.analysis import collectives, iterations, kernels, overlap, parallelism, timebase
+from syncpace.analysis import (
+    collectives,
+    iterations,
+    kernels,
+    kinds,
+    overlap,
+    parallelism,
+    timebase,
+)
 from syncpace.analysis.frames import ANALYSIS_COLUMNS, analysis_frame, carry
 from syncpace.analysis.hang import analyze_hang, hang_input
 from syncpace.analysis.metrics import RunMetrics, compute_metrics, from_parts
@@ -154,6 +162,8 @@ class Partial:
     #: completed calls and those lacking device time (counted where the context reads them)
     calls: int = 0
     lacking: int = 0
+    #: per step, its calls' signature (analysis.kinds: iterations of other kinds)
+    signatures: dict[int, kinds.Signature] = dataclasses.field(default_factory=dict)
 
 
 def scan(
@@ -232,6 +242,7 @@ def partial(table: pa.Table, previous: np.ndarray, context: Context) -> Partial:
     events, trailing, (calls, lacking) = _analysed(table, context, categorical=True)
     del table
     counts = _counts(events)
+    signatures = kinds.step_signatures(events)
     m = collectives.match(events, previous_exit=previous, derived=False)
     n = events.height
     tail = _last_calls(m)
@@ -247,6 +258,7 @@ def partial(table: pa.Table, previous: np.ndarray, context: Context) -> Partial:
         tail,
         calls,
         lacking,
+        signatures,
     )
 
 
@@ -342,7 +354,9 @@ def _program(
         .to_numpy()
         .astype(np.int64)
     )
-    if (ids < 0).any():
+    # calls of iterations of another kind (analysis.kinds) are not the run's instances;
+    # the replay leaves their steps out
+    if (ids[np.isin(m.instances["step"].to_numpy(), steps)] < 0).any():
         raise NeedsWholeRun("a call of the replayed steps is not among the run's instances")
     times = dataclasses.replace(m.events, instance=ids[m.events.instance])
     usable = collectives.usable_events(events)
@@ -457,6 +471,8 @@ def finish(
         empty = collectives.match(pl.from_arrow(schema.EVENTS.empty_table()))  # type: ignore[arg-type]
         inst, rank_step = empty.instances, collectives.rank_step_arrivals(empty)
         comm = overlap.rank_step_comm(empty)
+    steps, inst, rank_step, comm, other_kinds = _training_only(parts, steps, inst, rank_step, comm)
+    rank_steps = iterations.rank_steps(steps)
     if base.device:
         rank_steps = timebase.device_steps(rank_steps, rank_step)
     last = p.windows[-1] if p.windows else None  # where every group's last calls are
@@ -489,6 +505,31 @@ def finish(
         boundaries=trace.steps.height,
         program=program,
         time_base=base,
+        other_kinds=other_kinds,
+    )
+
+
+def _training_only(
+    parts: list[Partial],
+    steps: pl.DataFrame,
+    inst: pl.DataFrame,
+    rank_step: pl.DataFrame,
+    comm: pl.DataFrame,
+) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame, list[dict[str, Any]]]:
+    """The windows' results of the training iterations only, and the other kinds
+    (:mod:`syncpace.analysis.kinds`), as compute_metrics leaves them out."""
+    signatures = {s: sig for q in parts for s, sig in q.signatures.items()}
+    found = kinds.split(signatures, steps)
+    if found is None:
+        return steps, inst, rank_step, comm, []
+    described = kinds.describe(found, signatures, kinds.step_times(steps))
+    keep = pl.col("step").is_in(list(found.training))
+    return (
+        steps.filter(keep),
+        inst.filter(keep),
+        rank_step.filter(keep),
+        comm.filter(keep),
+        described,
     )
 
 

@@ -44,7 +44,8 @@ from syncpace.errors import ConfigError
 from syncpace.monitor import MonitorConfig
 from syncpace.monitor.detector import Detection
 from syncpace.telemetry import TelemetryConfig
-from syncpace.telemetry.host import device_facts, env_int, rank_facts
+from syncpace.telemetry.host import device_facts, rank_facts
+from syncpace.telemetry.launchers import launch_place
 from syncpace.telemetry.sampler import SamplerHandle, start_host_sampler
 from syncpace.trace import schema
 from syncpace.trace.columns import EV
@@ -144,7 +145,7 @@ class Tracer:
 
     def on_default_group(self, rank: int, world_size: int, store: Any, backend: str) -> None:
         self.rank = rank
-        device, device_extra = device_facts(env_int("LOCAL_RANK"))
+        device, device_extra = device_facts(launch_place(os.environ, rank).local_rank)
         meta = rank_facts(rank, world_size, device)
         meta["topology"].update({k: v for k, v in device_extra.items() if k == "numa_node"})
         meta.update({k: v for k, v in device_extra.items() if k != "numa_node"})

@@ -460,6 +460,28 @@ def trailing_line(t: dict) -> str:
     )
 
 
+def other_kind_line(k: dict) -> str:
+    """One line on iterations of another kind (evaluation, checkpoint): which steps,
+    their calls against a training iteration's, their time and share of the run."""
+    steps = k.get("steps", [])
+    every = k.get("every")
+    shown = ", ".join(map(str, steps[:6])) + (", …" if len(steps) > 6 else "")
+    where = f"every {every} steps ({shown})" if every else f"steps {shown}"
+    calls = ", ".join(f"{op} ×{c['calls']}" for op, c in list(k.get("calls", {}).items())[:4])
+    return (
+        f"{k.get('count', 0)} iterations of another kind, {where}: "
+        f"{k.get('calls_per_step', 0)} calls ({calls}) instead of "
+        f"{k.get('training_calls_per_step', 0)}, {duration_ns(k.get('time_mean_ns', 0))} "
+        f"instead of {duration_ns(k.get('training_time_mean_ns', 0))}, "
+        f"{percent(k.get('share_of_run', 0))} of the run; measured apart, not as jitter"
+    )
+
+
+def other_kinds_text(kinds: list[dict]) -> str:
+    """Every other kind of iteration of a run, one line each; "none" without any."""
+    return "; ".join(other_kind_line(k) for k in kinds) if kinds else "none"
+
+
 # --------------------------------------------------------------------------- clock
 
 

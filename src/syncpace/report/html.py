@@ -302,6 +302,7 @@ def runs_html(
     row("parallelism", [r.parallelism.describe() for r in runs])
     row("clock of the figures", [_time_base(r) for r in runs])
     row("after the last iteration", [fmt.trailing_line(r.trailing) for r in runs])
+    row("other kinds of iteration", [fmt.other_kinds_text(r.other_kinds) for r in runs])
     row("pacing", [fmt.pacing_line(r.pacing) if r.pacing else "off" for r in runs])
     head = "".join(f"<th>{e(names[r.run])}</th>" for r in runs)
     body = "".join(

@@ -87,6 +87,8 @@ def print_runs(analysis: Analysis, console: Console) -> None:
         console.print("  clock of the figures: " + safe(_time_base(run)), soft_wrap=True)
         if run.trailing:
             console.print("  after the last iteration: " + safe(fmt.trailing_line(run.trailing)))
+        for kind in run.other_kinds:
+            console.print("  note: " + safe(fmt.other_kind_line(kind)), soft_wrap=True)
         if run.pacing is not None:
             console.print("  " + safe(pacing_line(run.pacing)))
         print_whole_run(run, console)

@@ -7,6 +7,8 @@ import socket
 from pathlib import Path
 from typing import Any
 
+from syncpace.telemetry.launchers import launch_place
+
 #: Variables that name the NICs NCCL and gloo use.
 NIC_VARIABLES = ("NCCL_SOCKET_IFNAME", "NCCL_IB_HCA", "GLOO_SOCKET_IFNAME")
 
@@ -48,13 +50,14 @@ def _int_or_none(text: str | None) -> int | None:
 
 def rank_facts(rank: int, world_size: int, device: str) -> dict[str, Any]:
     """Metadata of this rank (keys documented in docs/trace-format.md)."""
+    place = launch_place(os.environ, rank)
     facts: dict[str, Any] = {
         "rank": rank,
         "world_size": world_size,
         "host": socket.gethostname(),
-        "node_rank": env_int("GROUP_RANK"),
-        "local_rank": env_int("LOCAL_RANK"),
-        "local_world_size": env_int("LOCAL_WORLD_SIZE"),
+        "node_rank": place.node_rank,
+        "local_rank": place.local_rank,
+        "local_world_size": place.local_world_size,
         "pid": os.getpid(),
         "device": device,
     }

@@ -316,6 +316,7 @@ def _actions(
         first=(pl.col("start_ns").sort_by("step").first() - base).cast(pl.Float64)
     )
     acts = acts.join(starts.with_columns(pl.col("rank").cast(pl.Int64)), on="rank", how="left")
+    acts = acts.join(_resumes(rank_steps, base), on=["rank", "step"], how="left")
     # sorted by rank: each rank's actions are one run of rows, each JOIN with the actions
     # before it back to the last other one (kernels: no hash of every row into a group)
     rank, kind = acts["rank"].to_numpy(), acts["kind"].to_numpy()
@@ -323,6 +324,12 @@ def _actions(
     ret = kernels.run_cummax(acts["own"].to_numpy(), rank_start | (kind != JOIN))
     prev = np.r_[np.nan, ret[:-1]]
     prev = np.where(rank_start, acts["first"].to_numpy(), prev)
+    # a step after one left out (another kind of iteration) starts at its own start:
+    # the time between is not this step's compute
+    step = acts["step"].to_numpy()
+    new_step = np.r_[True, step[1:] != step[:-1]] & ~rank_start
+    resume = acts["resume"].to_numpy().astype(np.float64)
+    prev = np.where(new_step & ~np.isnan(resume), np.fmax(prev, resume), prev)
     raw = np.where(kind == JOIN, 0.0, acts["t"].to_numpy() - prev)
     violations = int((raw < -1_000).sum())
     position, order = kernels.grouped_position(rank, acts["step"].to_numpy())
@@ -334,7 +341,22 @@ def _actions(
         gap=pl.Series(np.clip(raw, 0.0, None), nan_to_null=True),
         position=pl.Series(position, dtype=pl.Int64),
         first_post=pl.Series((kind == POST) & (in_group == 1)),
-    ).drop("own", "first"), violations
+    ).drop("own", "first", "resume"), violations
+
+
+def _resumes(rank_steps: pl.DataFrame, base: int) -> pl.DataFrame:
+    """Per (rank, step) whose previous step is not in ``rank_steps``, but an earlier one
+    is: the step's start (from ``base``); the replay's gaps restart there."""
+    return (
+        rank_steps.sort("rank", "step")
+        .with_columns(_prev=pl.col("step").shift(1).over("rank"))
+        .filter(pl.col("_prev").is_not_null() & (pl.col("_prev") != pl.col("step") - 1))
+        .select(
+            pl.col("rank").cast(pl.Int64),
+            "step",
+            resume=(pl.col("start_ns") - base).cast(pl.Float64),
+        )
+    )
 
 
 def ends_rows(ends: pl.DataFrame) -> pl.DataFrame:
