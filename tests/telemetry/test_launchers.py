@@ -9,7 +9,7 @@ elastic agent; PyTorch Lightning's ``_SubprocessScriptLauncher`` (``NODE_RANK``,
 from __future__ import annotations
 
 import pytest
-from syncpace.capture.host import rank_facts
+from syncpace.telemetry.host import rank_facts
 
 from syncpace.telemetry.launchers import LaunchPlace, launch_place
 
