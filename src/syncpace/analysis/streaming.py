@@ -26,6 +26,11 @@ The result equals :func:`~syncpace.analysis.metrics.compute_metrics` on the load
 trace (tests compare them exactly); see docs/streaming.md for the two assumptions
 that makes on the input (a call's instance lies within one step; a rank's calls of
 later steps do not enter before its calls of earlier ones).
+
+One module of ~700 lines: the three stages share the picklable records that pass
+between them (and between Dask workers), and the equality with ``compute_metrics`` is
+easiest to keep when the stages are read together; the read path itself is in
+:mod:`syncpace.trace.read`, the frames in :mod:`syncpace.analysis.frames`.
 """
 
 from __future__ import annotations

@@ -17,6 +17,9 @@
 Other backends (MPI, UCC, XCCL, third-party) and groups on TorchComms pass through
 untraced, with a warning. A group that cannot be traced runs untraced, with one
 warning naming why.
+
+One module of ~650 lines: every wrapper of a torch function lives here, so the list of
+places the tracer changes torch's behaviour is this file and docs/tracer.md's table.
 """
 
 from __future__ import annotations

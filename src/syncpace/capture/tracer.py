@@ -5,6 +5,11 @@ One :class:`Tracer` exists per process (``TRACER``). torch integration
 default process group appears; from then on every traced process group reports
 its calls to :meth:`Tracer.completed`. Nothing here may raise into the training
 job: failures are logged once and tracing stops.
+
+One module of ~800 lines, on purpose: the hot path (``start``/``completed``, the device
+path, the iteration boundary) and the state it reads are one object, so that a call
+costs attribute reads of one instance and no cross-module lookups; what can live apart
+already does (clock, writer, journal, device timeline, watchdog, host telemetry).
 """
 
 from __future__ import annotations

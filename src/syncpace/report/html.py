@@ -19,6 +19,10 @@ and ``&`` are written as ``\\u003c`` ... so no value can close a ``<script>`` el
 The page records script errors on ``<body data-js-error>``, sets ``data-plots-ready``
 once every figure is drawn, and ``data-verdict-bottom`` to where the verdict ends (px
 from the top of the page): the browser test reads all three.
+
+It stays one module of ~700 lines because it is the page's layout, read top to bottom
+as the page is: its sections' contents are built elsewhere (verdict, findings' figures,
+timeline, breakdown, hang, time axis), and what is left here is their order and markup.
 """
 
 from __future__ import annotations
