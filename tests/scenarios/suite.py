@@ -620,7 +620,9 @@ def predict(analysis: Analysis, name: str) -> float | None:
     kind, _, rest = name.partition(":")
     chosen = [int(r) for r in rest.split(",") if r.isdigit()]
     if kind in ("straggler", "locality_variance"):
-        change = cf.compute_like_others(prog, chosen)
+        change = cf.without_excess(prog, chosen)
+    elif kind == "cpu_starvation":
+        change = cf.combine([cf.without_excess(prog, chosen), cf.without_jitter(prog)])
     elif kind == "slow_link":
         change = cf.exits_aligned(prog, chosen)
         if th.link_gbps > 0:

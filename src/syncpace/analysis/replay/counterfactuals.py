@@ -53,6 +53,43 @@ def compute_like_others(prog: Program, ranks: Iterable[int]) -> Change:
     return Change(gap=gap)
 
 
+def without_excess(
+    prog: Program, ranks: Iterable[int], steps: Iterable[int] | None = None
+) -> Change:
+    """These ranks without their persistent extra time, their variation kept: each of
+    their gaps shorter by how much their median at that point of the step exceeds the
+    other ranks' median there. Their jitter is the jitter finding's to remove; taking
+    it too (as :func:`compute_like_others` does) would count it twice. With ``steps``,
+    only those steps, their medians taken over them alone (a rank late in part of the
+    run is late by what it was then)."""
+    chosen = np.isin(prog.rank, list(ranks))
+    within = np.ones(len(chosen), dtype=bool) if steps is None else np.isin(prog.step, list(steps))
+    key, point = _position_keys(prog)
+    own = _median_by(key, prog.gap, within)
+    others = _median_by(point, prog.gap, ~chosen & within)
+    with np.errstate(invalid="ignore"):
+        excess = np.nan_to_num(np.clip(own - others, 0, None))
+    gap = np.where(chosen & within, np.clip(prog.gap - excess, 0, None), prog.gap)
+    return Change(gap=gap.astype(prog.gap.dtype))
+
+
+def with_cpu(prog: Program, ranks: Iterable[int]) -> Change:
+    """These ranks with the CPU they need: each of their gaps no longer than their
+    fast half's median at that point of the step (their 25th percentile: waiting for a
+    CPU only adds time, so their steps with the CPU are their faster ones) and than the
+    other ranks' median there (none on a one-host job whose every rank starves)."""
+    chosen = np.isin(prog.rank, list(ranks))
+    key, point = _position_keys(prog)
+    frame = pl.DataFrame({"key": key[chosen], "value": prog.gap[chosen]})
+    fast = frame.group_by("key").agg(pl.col("value").quantile(0.25, "linear"))
+    lookup = pl.DataFrame({"key": key}).join(fast, on="key", how="left", maintain_order="left")
+    own = lookup["value"].fill_null(np.nan).to_numpy()
+    others = _median_by(point, prog.gap, ~chosen)
+    target = np.fmin(own, others)  # nan where neither is known: the gap stays
+    gap = np.where(chosen & ~np.isnan(target), np.minimum(prog.gap, target), prog.gap)
+    return Change(gap=gap.astype(prog.gap.dtype))
+
+
 def _position_keys(prog: Program) -> tuple[np.ndarray, np.ndarray]:
     """Per action: its point of the step (kind and position, the same on every rank),
     and that point on its rank. Kinds are int8: widened before they multiply."""

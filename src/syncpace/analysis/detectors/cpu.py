@@ -1,0 +1,161 @@
+"""CPU starvation: a host whose job threads wait for a CPU, judged on its own counters.
+
+The host sampler measures, per host, how long the sampled rank's threads waited in the
+run queue against how long they ran (``/proc/<pid>/task/*/schedstat``) and how long
+the cgroup's CPU limit held them throttled. Either share past its threshold starves
+the host, whatever the other hosts show: a one-host job on a shared machine has no
+other host to compare with, and its ranks take turns arriving late as the CPU goes to
+one or the other, a straggler that changes from rerun to rerun.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from syncpace.analysis.detectors import advice
+from syncpace.analysis.detectors.context import Context, confidence_of, ms
+from syncpace.analysis.findings import Finding
+from syncpace.analysis.replay import Change
+from syncpace.analysis.replay import counterfactuals as cf
+
+
+def starved_hosts(ctx: Context, nodes: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """Of ``nodes``, the hosts starved of CPU on their own evidence: their CPU limit
+    held the job's ranks throttled for at least ``cpu_throttle_share`` of the sampled
+    span, or their sampled rank's threads waited for a CPU at least ``cpu_wait_share``
+    of the time they could run."""
+    hosts = ctx.metrics.hosts
+    if hosts is None:
+        return {}
+    th = ctx.thresholds
+    out = {}
+    for node in nodes:
+        cpu = (hosts.hosts.get(node) or {}).get("cpu") or {}
+        wait = cpu.get("job_wait_share") or 0.0
+        share = cpu.get("throttled_share") or 0.0
+        if share >= th.cpu_throttle_share or wait >= th.cpu_wait_share:
+            out[node] = cpu
+    return out
+
+
+def note(node: str, cpu: dict[str, Any], th: Any) -> str:
+    """The host's starvation in words: its limit when it throttled, else its waiting."""
+    if (cpu.get("throttled_share") or 0.0) >= th.cpu_throttle_share:
+        quota = f" ({cpu['quota_cpus']:g} CPU)" if cpu.get("quota_cpus") else ""
+        return (
+            f"host {node}'s CPU limit{quota} held its ranks throttled "
+            f"{cpu['throttled_share']:.0%} of the time"
+        )
+    return (
+        f"host {node}'s ranks waited for a CPU {cpu.get('job_wait_share', 0.0):.0%} of the "
+        "time they could run"
+    )
+
+
+def ranks_on(ctx: Context, nodes: Sequence[str]) -> list[int]:
+    place = ctx.metrics.placement
+    return sorted(place.filter(pl.col("node").is_in(list(nodes)))["rank"].to_list())
+
+
+def fed(ctx: Context, ranks: list[int], stalls: np.ndarray | None) -> Any:
+    """The starved ranks with the CPU they need (:func:`cf.with_cpu`: their compute at
+    their faster steps' and no slower than the other ranks'); a one-off stall stays
+    the stall finding's. The transfers they drive then take what the links
+    allow (the benchmarked rate, else the run's best): a starved rank also starves the
+    threads that drive its communication."""
+    label = ",".join(map(str, ranks))
+
+    def change(p: Any) -> Change:
+        gap = cf.with_cpu(p, ranks).gap
+        assert gap is not None
+        if stalls is not None:
+            gap = np.where(stalls, p.gap, gap)
+        theirs = cf.instances_with(p, ranks)
+        th = ctx.thresholds
+        links = (
+            cf.transfers_at_rate(p, th.link_gbps, th.link_alpha_us * 1e3, which=theirs)
+            if th.link_gbps > 0
+            else cf.transfers_at_best(p, which=theirs)
+        )
+        return cf.combine([Change(gap=gap.astype(p.gap.dtype)), links])
+
+    return ctx.counterfactual(
+        f"cpu_starvation:{label}",
+        f"rank{'s' if len(ranks) > 1 else ''} {label} with the CPU they need",
+        change,
+        cause="cpu_starvation",
+    )
+
+
+def finding(
+    ctx: Context,
+    starved: dict[str, dict[str, Any]],
+    late: Sequence[int],
+    by_half: tuple[list[int], list[int]],
+    stalls: np.ndarray | None,
+) -> Finding | None:
+    """CPU starvation named where it explains the late arrivals: some of the starved
+    hosts' ranks are late (all run long or in one half), or giving them the CPU saves
+    at least ``sync_wait_share`` of an iteration (they take turns being late)."""
+    th = ctx.thresholds
+    ranks = ranks_on(ctx, list(starved))
+    if not ranks:
+        return None
+    replay = fed(ctx, ranks, stalls)
+    cost = replay.saving if replay is not None else 0.0
+    mine_late = sorted(set(late) & set(ranks))
+    if not mine_late and cost < th.sync_wait_share:
+        return None
+    pr = ctx.metrics.per_rank
+    share = float(pr.filter(pl.col("rank").is_in(ranks))["last_share"].sum())
+    label = ", ".join(map(str, ranks))
+    first, second = ([r for r in h if r in ranks] for h in by_half)
+    turns = (
+        f"; the late rank changes: {_names(first)} in the first half of the run, "
+        f"{_names(second)} in the second"
+        if first != second
+        else ""
+    )
+    notes = "; ".join(note(n, c, th) for n, c in starved.items())
+    return ctx.finding(
+        "cpu_starvation",
+        cost,
+        confidence_of(max(_shares(starved)), th.cpu_wait_share) if starved else 0.0,
+        f"CPU starvation: {notes} (rank{'s' if len(ranks) > 1 else ''} {label}, last in "
+        f"{share:.0%} of iterations{turns}); with the CPU they need each iteration would be "
+        f"{cost:.1%} shorter",
+        replay=replay,
+        ranks=tuple(ranks),
+        nodes=tuple(starved),
+        evidence={
+            "starved_ranks": ranks,
+            "late_ranks": mine_late,
+            "late_ranks_first_half": first,
+            "late_ranks_second_half": second,
+            "last_share": round(share, 4),
+            "iteration_ms": ms(ctx.iteration_ns),
+            "cpu_wait_share_by_host": {n: c.get("job_wait_share") for n, c in starved.items()},
+            "cpu_throttled_share_by_host": {
+                n: c.get("throttled_share") for n, c in starved.items()
+            },
+            "cpu_quota_by_host": {n: c.get("quota_cpus") for n, c in starved.items()},
+        },
+        actions=advice.cpu_starvation(list(starved)),
+    )
+
+
+def _names(ranks: list[int]) -> str:
+    if not ranks:
+        return "none"
+    return f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"
+
+
+def _shares(starved: dict[str, dict[str, Any]]) -> list[float]:
+    return [
+        max(c.get("job_wait_share") or 0.0, c.get("throttled_share") or 0.0)
+        for c in starved.values()
+    ]
