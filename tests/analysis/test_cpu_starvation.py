@@ -195,3 +195,19 @@ def test_a_straggler_is_costed_without_the_jitter_the_jitter_row_removes(tmp_pat
     assert found.evidence["counterfactual"]["name"] == "straggler:1"
     assert found.evidence["counterfactual"]["description"] == "rank 1 computing like the others"
     assert jitter.saving > 0.03
+
+
+def test_a_straggler_of_its_own_on_a_starved_host_stays_a_straggler(tmp_path):
+    """Rank 1 computes 15 % more in every step on a host whose threads wait 60 % of
+    the time while rank 0 is on time: something of rank 1's own, not the host's CPU.
+    The straggler is named, with the host's waiting in its summary and evidence."""
+    scenario = Planted(name="slow", jitter=0.01, slow_ranks=((1, 1.15),), **ONE_HOST)
+    analysis = analyze(_run(tmp_path, scenario, wait=0.6))
+    for f in analysis.findings:
+        print(f.mode, f.cost, f.ranks, f.summary)
+    assert analysis.findings[0].mode == "straggler"
+    (found,) = [f for f in analysis.findings if f.mode == "straggler"]
+    assert found.ranks == (1,)
+    assert found.evidence["cpu_wait_share_by_host"] == {"node0": pytest.approx(0.6)}
+    assert "host node0's ranks waited for a CPU 60% of the time they could run" in found.summary
+    assert all(1 not in f.ranks for f in analysis.findings if f.mode == "cpu_starvation")

@@ -256,10 +256,21 @@ def _stopped(point: HangPoint, mode: str) -> tuple[str, ...]:
 # Arrivals ----------------------------------------------------------------------------
 
 
-def straggler(device_side: Sequence[str]) -> tuple[str, ...]:
-    """Persistent stragglers (late in both halves of the run): what the device clock
-    says of the late side (``device_side``, from ``detectors.device.actions``) first."""
+def straggler(starved: Sequence[str], device_side: Sequence[str]) -> tuple[str, ...]:
+    """Persistent stragglers (late in both halves of the run): the starved hosts' CPUs
+    first, then what the device clock says of the late side (``device_side``, from
+    ``detectors.device.actions``)."""
     return (
+        *(
+            (
+                f"Give the job's ranks on {', '.join(starved)} the CPUs they need: raise "
+                "its CPU limit (the container's or the scheduler's CPU request), or move "
+                "what else runs there; a starved rank also starves the threads that "
+                "drive its communication.",
+            )
+            if starved
+            else ()
+        ),
         *device_side,
         "Inspect the named ranks/nodes: thermal throttling, a busy neighbour process, "
         "slower data loading, a degraded GPU or link (nvidia-smi -q, dmesg).",

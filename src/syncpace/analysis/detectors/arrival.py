@@ -172,10 +172,12 @@ def _last_share(ctx: Context, ranks: list[int]) -> float:
     return float(pr.filter(pl.col("rank").is_in(ranks))["last_share"].sum())
 
 
-def _not_slow(ctx: Context, ranks: list[int], cause: str) -> Any:
+def _not_slow(ctx: Context, ranks: list[int], cause: str, starved: bool = False) -> Any:
     """These ranks without their persistent extra compute, their variation kept (the
     jitter finding's, see :func:`cf.without_excess`); a one-off stall on them stays (it
-    is the stall finding's cost, not theirs)."""
+    is the stall finding's cost, not theirs). ``starved``: their host is starved of
+    CPU, which slows their part in every transfer too: those transfers then take what
+    the links allow (:func:`cpu.links_allow`)."""
     label = ",".join(map(str, ranks))
 
     def change(p: Any) -> Change:
@@ -183,6 +185,8 @@ def _not_slow(ctx: Context, ranks: list[int], cause: str) -> Any:
         big = stall_actions(ctx)
         if big is not None and made.gap is not None:
             made = Change(gap=np.where(big, p.gap, made.gap))
+        if starved:
+            made = cf.combine([made, cpu.links_allow(ctx, p, ranks)])
         return made
 
     return ctx.counterfactual(
@@ -229,16 +233,38 @@ def starvation(ctx: Context) -> Finding | None:
         hosts = starved(ctx)
         if not hosts:
             return None
-        late = sorted(set(late_ranks(ctx)) | set(changing_late(ctx)))
-        return cpu.finding(ctx, hosts, late, late_by_half(ctx), stall_actions(ctx))
+        late = _explained(ctx, hosts)
+        apart = sorted(set(late_ranks(ctx)) - set(late))
+        return cpu.finding(ctx, hosts, late, late_by_half(ctx), stall_actions(ctx), apart)
 
     return ctx.memo("starvation", compute)
+
+
+def _explained(ctx: Context, hosts: dict[str, Any]) -> list[int]:
+    """The late ranks a starved host's CPU explains: its ranks late in one half only
+    (the late rank changes as the CPU goes to one or another), and its stragglers when
+    every rank of the host is one. A straggler whose peers on the same starved host
+    are on time is slow by something of its own: a straggler, the host's CPU noted."""
+    stable, changing = set(late_ranks(ctx)), set(changing_late(ctx))
+    out: set[int] = set()
+    for node in hosts:
+        ranks = set(cpu.ranks_on(ctx, [node]))
+        out |= ranks & changing
+        if ranks <= stable:
+            out |= ranks
+    return sorted(out)
+
+
+def _taken(ctx: Context) -> set[int]:
+    """The ranks the starvation finding speaks for."""
+    hungry = starvation(ctx)
+    return set(hungry.ranks) if hungry is not None else set()
 
 
 def stragglers_and_locality(ctx: Context) -> list[Finding]:
     findings = []
     hungry = starvation(ctx)
-    taken = set(hungry.ranks) if hungry is not None else set()
+    taken = _taken(ctx)
     if hungry is not None:
         findings.append(hungry)
     groups = [[r for r in g if r not in taken] for g in levels(ctx, late_ranks(ctx))]
@@ -262,8 +288,7 @@ def _changing(ctx: Context) -> Finding | None:
     judging half a run (once a run)."""
 
     def compute() -> Finding | None:
-        hungry = starvation(ctx)
-        taken = set(hungry.ranks) if hungry is not None else set()
+        taken = _taken(ctx)
         ranks = [r for r in changing_late(ctx) if r not in taken]
         if not ranks or ctx.program is None:
             return None
@@ -368,7 +393,8 @@ def _straggler_finding(ctx: Context, late: list[int]) -> Finding:
     label = f"rank{'s' if len(late) > 1 else ''} {ranks}"
     # a whole node late is named as such, with its ranks: the finding's ranks are in it
     where = f"node {', '.join(whole)} ({label})" if whole else label
-    replay = _not_slow(ctx, late, "straggler")
+    starved = cpu.starved_hosts(ctx, whole or nodes)
+    replay = _not_slow(ctx, late, "straggler", starved=bool(starved))
     wait = _wait_cost(ctx, late)
     excess = _excess(ctx, late)
     cost = replay.saving if replay is not None else wait
@@ -378,6 +404,9 @@ def _straggler_finding(ctx: Context, late: list[int]) -> Finding:
         if excess
         else f"arrives late by {ms(float(lateness.median() or 0.0)):.2f} ms"
     )
+    limits = [cpu.note(node, c, ctx.thresholds) for node, c in starved.items()]
+    if limits:
+        more += " and communicates slowly: " + "; ".join(limits)
     side = device.sides(ctx, late)  # on device time: its CPU late, or its GPU slow
     if device.sentence(side):
         more += " — " + device.sentence(side)
@@ -403,8 +432,9 @@ def _straggler_finding(ctx: Context, late: list[int]) -> Finding:
             "late_ranks_second_half": late_by_half(ctx)[1],
             "stable": True,
             **device.evidence(side),
+            **(cpu.evidence(starved) if starved else {}),
         },
-        actions=advice.straggler(device.actions(side)),
+        actions=advice.straggler(list(starved), device.actions(side)),
     )
 
 

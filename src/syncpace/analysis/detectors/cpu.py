@@ -61,6 +61,25 @@ def ranks_on(ctx: Context, nodes: Sequence[str]) -> list[int]:
     return sorted(place.filter(pl.col("node").is_in(list(nodes)))["rank"].to_list())
 
 
+def links_allow(ctx: Context, prog: Any, ranks: Sequence[int]) -> Change:
+    """The transfers ``ranks`` take part in at what the links allow: the benchmarked
+    rate, else the run's best."""
+    theirs = cf.instances_with(prog, ranks)
+    th = ctx.thresholds
+    if th.link_gbps > 0:
+        return cf.transfers_at_rate(prog, th.link_gbps, th.link_alpha_us * 1e3, which=theirs)
+    return cf.transfers_at_best(prog, which=theirs)
+
+
+def evidence(starved: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The starved hosts' CPU counters, by host."""
+    return {
+        "cpu_wait_share_by_host": {n: c.get("job_wait_share") for n, c in starved.items()},
+        "cpu_throttled_share_by_host": {n: c.get("throttled_share") for n, c in starved.items()},
+        "cpu_quota_by_host": {n: c.get("quota_cpus") for n, c in starved.items()},
+    }
+
+
 def fed(ctx: Context, ranks: list[int], stalls: np.ndarray | None) -> Any:
     """The starved ranks with the CPU they need (:func:`cf.with_cpu`: their compute at
     their faster steps' and no slower than the other ranks'); a one-off stall stays
@@ -74,14 +93,7 @@ def fed(ctx: Context, ranks: list[int], stalls: np.ndarray | None) -> Any:
         assert gap is not None
         if stalls is not None:
             gap = np.where(stalls, p.gap, gap)
-        theirs = cf.instances_with(p, ranks)
-        th = ctx.thresholds
-        links = (
-            cf.transfers_at_rate(p, th.link_gbps, th.link_alpha_us * 1e3, which=theirs)
-            if th.link_gbps > 0
-            else cf.transfers_at_best(p, which=theirs)
-        )
-        return cf.combine([Change(gap=gap.astype(p.gap.dtype)), links])
+        return cf.combine([Change(gap=gap.astype(p.gap.dtype)), links_allow(ctx, p, ranks)])
 
     return ctx.counterfactual(
         f"cpu_starvation:{label}",
@@ -97,12 +109,15 @@ def finding(
     late: Sequence[int],
     by_half: tuple[list[int], list[int]],
     stalls: np.ndarray | None,
+    apart: Sequence[int] = (),
 ) -> Finding | None:
     """CPU starvation named where it explains the late arrivals: some of the starved
     hosts' ranks are late (all run long or in one half), or giving them the CPU saves
-    at least ``sync_wait_share`` of an iteration (they take turns being late)."""
+    at least ``sync_wait_share`` of an iteration (they take turns being late). The
+    ranks ``apart`` (stragglers of their own on those hosts) are left to their
+    finding."""
     th = ctx.thresholds
-    ranks = ranks_on(ctx, list(starved))
+    ranks = [r for r in ranks_on(ctx, list(starved)) if r not in apart]
     if not ranks:
         return None
     replay = fed(ctx, ranks, stalls)
@@ -138,11 +153,7 @@ def finding(
             "late_ranks_second_half": second,
             "last_share": round(share, 4),
             "iteration_ms": ms(ctx.iteration_ns),
-            "cpu_wait_share_by_host": {n: c.get("job_wait_share") for n, c in starved.items()},
-            "cpu_throttled_share_by_host": {
-                n: c.get("throttled_share") for n, c in starved.items()
-            },
-            "cpu_quota_by_host": {n: c.get("quota_cpus") for n, c in starved.items()},
+            **evidence(starved),
         },
         actions=advice.cpu_starvation(list(starved)),
     )
