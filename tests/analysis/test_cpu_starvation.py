@@ -109,7 +109,7 @@ def test_the_cpu_starvation_cost_is_near_the_rerun_with_the_cpu(tmp_path):
     (found,) = [f for f in starved.findings if f.mode == "cpu_starvation"]
     print(f"cost {found.cost:.4f}, rerun {truth:.4f}")
     assert truth > 0.1
-    assert found.cost == pytest.approx(truth, abs=0.06)
+    assert found.cost == pytest.approx(truth, abs=0.02)
 
 
 @pytest.mark.parametrize(

@@ -235,7 +235,8 @@ def starvation(ctx: Context) -> Finding | None:
             return None
         late = _explained(ctx, hosts)
         apart = sorted(set(late_ranks(ctx)) - set(late))
-        return cpu.finding(ctx, hosts, late, late_by_half(ctx), stall_actions(ctx), apart)
+        removal = late_removal(ctx, late)
+        return cpu.finding(ctx, hosts, late, late_by_half(ctx), removal, apart)
 
     return ctx.memo("starvation", compute)
 
@@ -303,21 +304,31 @@ def _half_steps(ctx: Context) -> tuple[list[int], list[int]]:
     return ordered[: len(ordered) // 2], ordered[len(ordered) // 2 :]
 
 
-def _changing_finding(ctx: Context, ranks: list[int]) -> Finding:
-    """Ranks late in part of the run only: no straggler is named (none is persistent);
-    the cost is what each half's late ranks cost in that half, their variation kept."""
+def late_removal(ctx: Context, ranks: list[int]) -> Any:
+    """A counterfactual maker: ``ranks`` without the extra time of the halves they were
+    late in (each half's medians over that half, their variation kept), over the whole
+    run for those late in neither half alone; one-off stalls kept."""
     first, second = (sorted(set(h) & set(ranks)) for h in late_by_half(ctx))
     steps = _half_steps(ctx)
 
     def change(p: Any) -> Change:
         halves = zip((first, second), steps, strict=True)
         parts = [cf.without_excess(p, late, s) for late, s in halves if late]
-        if not parts:  # late over the run, in neither half by the margin
-            parts = [cf.without_excess(p, ranks)]
+        rest = [r for r in ranks if r not in first and r not in second]
+        if rest:  # late over the run, in neither half by the margin
+            parts.append(cf.without_excess(p, rest))
         gap = np.minimum.reduce([c.gap for c in parts if c.gap is not None])
         big = stall_actions(ctx)
         return Change(gap=np.where(big, p.gap, gap) if big is not None else gap)
 
+    return change
+
+
+def _changing_finding(ctx: Context, ranks: list[int]) -> Finding:
+    """Ranks late in part of the run only: no straggler is named (none is persistent);
+    the cost is what each half's late ranks cost in that half, their variation kept."""
+    first, second = (sorted(set(h) & set(ranks)) for h in late_by_half(ctx))
+    change = late_removal(ctx, ranks)
     label = ",".join(map(str, ranks))
     replay = ctx.counterfactual(
         f"straggler:changing:{label}",
@@ -394,7 +405,8 @@ def _straggler_finding(ctx: Context, late: list[int]) -> Finding:
     # a whole node late is named as such, with its ranks: the finding's ranks are in it
     where = f"node {', '.join(whole)} ({label})" if whole else label
     starved = cpu.starved_hosts(ctx, whole or nodes)
-    replay = _not_slow(ctx, late, "straggler", starved=bool(starved))
+    links = bool(starved) and cpu.peers_fed(ctx, list(starved))
+    replay = _not_slow(ctx, late, "straggler", starved=links)
     wait = _wait_cost(ctx, late)
     excess = _excess(ctx, late)
     cost = replay.saving if replay is not None else wait
@@ -405,8 +417,9 @@ def _straggler_finding(ctx: Context, late: list[int]) -> Finding:
         else f"arrives late by {ms(float(lateness.median() or 0.0)):.2f} ms"
     )
     limits = [cpu.note(node, c, ctx.thresholds) for node, c in starved.items()]
-    if limits:
-        more += " and communicates slowly: " + "; ".join(limits)
+    if limits:  # its transfers are costed too only where the links have a measure
+        more += " and communicates slowly: " if links else ", on a host starved of CPU: "
+        more += "; ".join(limits)
     side = device.sides(ctx, late)  # on device time: its CPU late, or its GPU slow
     if device.sentence(side):
         more += " — " + device.sentence(side)

@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
 import polars as pl
 
 from syncpace.analysis.detectors import advice
@@ -61,6 +60,15 @@ def ranks_on(ctx: Context, nodes: Sequence[str]) -> list[int]:
     return sorted(place.filter(pl.col("node").is_in(list(nodes)))["rank"].to_list())
 
 
+def peers_fed(ctx: Context, starved: Sequence[str]) -> bool:
+    """Whether some host of the job is not starved: only then do the starved ranks'
+    transfers have a measure of what the links allow beside them. Where every host
+    starves, the run's best transfer was made by starved threads too, and a one-host
+    job's every transfer involves every rank: the cost stays the compute's."""
+    nodes = set(ctx.metrics.placement["node"].to_list())
+    return bool(nodes - set(starved))
+
+
 def links_allow(ctx: Context, prog: Any, ranks: Sequence[int]) -> Change:
     """The transfers ``ranks`` take part in at what the links allow: the benchmarked
     rate, else the run's best."""
@@ -80,20 +88,17 @@ def evidence(starved: dict[str, dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def fed(ctx: Context, ranks: list[int], stalls: np.ndarray | None) -> Any:
-    """The starved ranks with the CPU they need (:func:`cf.with_cpu`: their compute at
-    their faster steps' and no slower than the other ranks'); a one-off stall stays
-    the stall finding's. The transfers they drive then take what the links
-    allow (the benchmarked rate, else the run's best): a starved rank also starves the
-    threads that drive its communication."""
+def fed(ctx: Context, ranks: list[int], removal: Any, links: bool) -> Any:
+    """The late starved ranks with the CPU they need: their late arrivals' extra time
+    removed (``removal``, a counterfactual maker: each half's extra time, their
+    variation kept for the jitter finding). With ``links``, the transfers they drive
+    then take what the links allow (the benchmarked rate, else the run's best): a
+    starved rank also starves the threads that drive its communication."""
     label = ",".join(map(str, ranks))
 
     def change(p: Any) -> Change:
-        gap = cf.with_cpu(p, ranks).gap
-        assert gap is not None
-        if stalls is not None:
-            gap = np.where(stalls, p.gap, gap)
-        return cf.combine([Change(gap=gap.astype(p.gap.dtype)), links_allow(ctx, p, ranks)])
+        made = removal(p)
+        return cf.combine([made, links_allow(ctx, p, ranks)]) if links else made
 
     return ctx.counterfactual(
         f"cpu_starvation:{label}",
@@ -108,23 +113,19 @@ def finding(
     starved: dict[str, dict[str, Any]],
     late: Sequence[int],
     by_half: tuple[list[int], list[int]],
-    stalls: np.ndarray | None,
+    removal: Any,
     apart: Sequence[int] = (),
 ) -> Finding | None:
-    """CPU starvation named where it explains the late arrivals: some of the starved
-    hosts' ranks are late (all run long or in one half), or giving them the CPU saves
-    at least ``sync_wait_share`` of an iteration (they take turns being late). The
-    ranks ``apart`` (stragglers of their own on those hosts) are left to their
-    finding."""
+    """CPU starvation named where it explains the late arrivals (``late``: the starved
+    hosts' ranks late in one half only, or all of a host's ranks late). The ranks
+    ``apart`` (stragglers of their own on those hosts) are left to their finding."""
     th = ctx.thresholds
     ranks = [r for r in ranks_on(ctx, list(starved)) if r not in apart]
-    if not ranks:
-        return None
-    replay = fed(ctx, ranks, stalls)
-    cost = replay.saving if replay is not None else 0.0
     mine_late = sorted(set(late) & set(ranks))
-    if not mine_late and cost < th.sync_wait_share:
+    if not mine_late:
         return None
+    replay = fed(ctx, mine_late, removal, peers_fed(ctx, list(starved)))
+    cost = replay.saving if replay is not None else 0.0
     pr = ctx.metrics.per_rank
     share = float(pr.filter(pl.col("rank").is_in(ranks))["last_share"].sum())
     label = ", ".join(map(str, ranks))

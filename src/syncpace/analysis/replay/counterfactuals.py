@@ -73,23 +73,6 @@ def without_excess(
     return Change(gap=gap.astype(prog.gap.dtype))
 
 
-def with_cpu(prog: Program, ranks: Iterable[int]) -> Change:
-    """These ranks with the CPU they need: each of their gaps no longer than their
-    fast half's median at that point of the step (their 25th percentile: waiting for a
-    CPU only adds time, so their steps with the CPU are their faster ones) and than the
-    other ranks' median there (none on a one-host job whose every rank starves)."""
-    chosen = np.isin(prog.rank, list(ranks))
-    key, point = _position_keys(prog)
-    frame = pl.DataFrame({"key": key[chosen], "value": prog.gap[chosen]})
-    fast = frame.group_by("key").agg(pl.col("value").quantile(0.25, "linear"))
-    lookup = pl.DataFrame({"key": key}).join(fast, on="key", how="left", maintain_order="left")
-    own = lookup["value"].fill_null(np.nan).to_numpy()
-    others = _median_by(point, prog.gap, ~chosen)
-    target = np.fmin(own, others)  # nan where neither is known: the gap stays
-    gap = np.where(chosen & ~np.isnan(target), np.minimum(prog.gap, target), prog.gap)
-    return Change(gap=gap.astype(prog.gap.dtype))
-
-
 def _position_keys(prog: Program) -> tuple[np.ndarray, np.ndarray]:
     """Per action: its point of the step (kind and position, the same on every rank),
     and that point on its rank. Kinds are int8: widened before they multiply."""
