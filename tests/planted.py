@@ -49,6 +49,8 @@ class Planted:
     opt_ms: float = 1.0
     jitter: float = 0.01
     slow_ranks: tuple[tuple[int, float], ...] = ()
+    #: (rank, factor, first step, end step): a rank slow in part of the run only
+    slow_spans: tuple[tuple[int, float, int, int], ...] = ()
     slow_local_rank: tuple[int, float] | None = None
     buckets: int = 4
     bucket_bytes: int = 25 * MIB
@@ -186,6 +188,9 @@ def _simulate(sc: Planted) -> _Timeline:
     start = np.full(world, float(_T0))
     for step in range(sc.steps):
         f = speed * rng.lognormal(0.0, sc.jitter, world)
+        for rank, factor, first, end in sc.slow_spans:
+            if first <= step < end:
+                f[rank] *= factor
         fwd, bwd = sc.fwd_ms * 1e6 * f, sc.bwd_ms * 1e6 * f
         done = start + fwd + bwd
         calls: list[tuple[float, str, int]] = []  # (issue fraction of backward, group, bytes)

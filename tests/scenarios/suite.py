@@ -420,8 +420,9 @@ def score(
 
 
 #: What a loaded machine does to a clean job by itself: compute jitter, its cost the
-#: no-jitter counterfactual's saving.
-MACHINE_NOISE = ("sync_amplification",)
+#: no-jitter counterfactual's saving, or, where the host sampler sees the job's threads
+#: wait for a CPU, CPU starvation (the same time, named by its cause).
+MACHINE_NOISE = ("sync_amplification", "cpu_starvation")
 #: A cause stands above the noise when its saving exceeds the clean phases' saving of
 #: the same counterfactual by this much, and by that saving again (twice the noise).
 NOISE_MARGIN = 0.03
@@ -620,7 +621,9 @@ def predict(analysis: Analysis, name: str) -> float | None:
     kind, _, rest = name.partition(":")
     chosen = [int(r) for r in rest.split(",") if r.isdigit()]
     if kind in ("straggler", "locality_variance"):
-        change = cf.compute_like_others(prog, chosen)
+        change = cf.without_excess(prog, chosen)
+    elif kind == "cpu_starvation":
+        change = cf.combine([cf.without_excess(prog, chosen), cf.without_jitter(prog)])
     elif kind == "slow_link":
         change = cf.exits_aligned(prog, chosen)
         if th.link_gbps > 0:

@@ -147,7 +147,7 @@ def what_if_table(ctx: Context, findings: list[Finding]) -> WhatIf | None:
         ctx.counterfactual(
             f"slowest:{slowest}",
             f"slowest rank ({slowest}) computing like the others",
-            lambda p: cf.compute_like_others(p, [slowest]),
+            lambda p: cf.without_excess(p, [slowest]),
         )
     if ctx.pacer is not None:
         ctx.counterfactual("pacing", "pacing on (the live pacer)", cf.paced(ctx.pacer))

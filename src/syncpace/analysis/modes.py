@@ -100,6 +100,13 @@ BUILT_IN: tuple[Mode, ...] = (
         skew_based=True,
     ),
     Mode(
+        "cpu_starvation",
+        "CPU starvation",
+        Role.CAUSE,
+        "arrival.stragglers_and_locality",
+        "straggler",
+    ),
+    Mode(
         "sync_amplification",
         "Synchronisation amplification (jitter)",
         Role.CAUSE,

@@ -130,12 +130,13 @@ class Thresholds:
     cpu_throttle_share: float = setting(
         0.1,
         "Share of the run a host's CPU limit (its cgroup quota) held the job's ranks "
-        "throttled that is named: its ranks then compute and communicate slowly.",
+        "throttled at which the host is starved of CPU, whatever the other hosts show.",
     )
     cpu_wait_share: float = setting(
-        0.5,
-        "Share of the time a host's sampled rank could run that it waited for a CPU (more "
-        "than on any other host) at which the host is named starved of CPU.",
+        0.25,
+        "Share of the time a host's sampled rank could run that it waited in the run "
+        "queue for a CPU at which the host is starved of CPU, whatever the other hosts "
+        "show (a one-host job has no other to compare with).",
     )
 
     def __post_init__(self) -> None:

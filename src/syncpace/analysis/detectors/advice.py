@@ -257,8 +257,9 @@ def _stopped(point: HangPoint, mode: str) -> tuple[str, ...]:
 
 
 def straggler(starved: Sequence[str], device_side: Sequence[str]) -> tuple[str, ...]:
-    """Persistent stragglers: the starved hosts' CPUs first, then what the device clock
-    says of the late side (``device_side``, from ``detectors.device.actions``)."""
+    """Persistent stragglers (late in both halves of the run): the starved hosts' CPUs
+    first, then what the device clock says of the late side (``device_side``, from
+    ``detectors.device.actions``)."""
     return (
         *(
             (
@@ -275,6 +276,33 @@ def straggler(starved: Sequence[str], device_side: Sequence[str]) -> tuple[str, 
         "slower data loading, a degraded GPU or link (nvidia-smi -q, dmesg).",
         "Exclude or replace the node if it stays late; rebalance data loading.",
         "Pacing does not fix a persistent straggler; it only hides the wait.",
+    )
+
+
+def changing_late() -> tuple[str, ...]:
+    """Ranks late in part of the run only: the late rank changes, no node is bad."""
+    return (
+        "Look for what comes and goes on the hosts: other jobs or processes taking the "
+        "CPU, data-loader stalls, frequency scaling; the host counters (syncpace run "
+        "samples them) show CPU waiting and throttling.",
+        "Pin each rank's threads to cores of its own and size OMP_NUM_THREADS to them.",
+        "Do not exclude a node for it: the late rank changes from rerun to rerun.",
+    )
+
+
+def cpu_starvation(hosts: Sequence[str]) -> tuple[str, ...]:
+    """Hosts whose job threads wait for a CPU or are throttled by their limit."""
+    where = ", ".join(hosts)
+    return (
+        f"Give the job's ranks on {where} the CPUs they need: free CPUs (move what else "
+        "runs there), or raise the job's CPU limit (the container's or the scheduler's "
+        "CPU request); a starved rank also starves the threads that drive its "
+        "communication.",
+        "Reduce the threads each rank runs (OMP_NUM_THREADS, torch.set_num_threads, "
+        "data-loader workers) to the cores it has: ranks x threads no more than the CPUs.",
+        "Pin each rank's threads to cores of its own (taskset, numactl, the launcher's "
+        "CPU binding) so that ranks do not take turns on the same cores.",
+        "The late rank changes with whoever gets the CPU: excluding a node does not help.",
     )
 
 

@@ -12,13 +12,12 @@ every node) still stands out. Costs are what the replay saves with the cause rem
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import polars as pl
 
-from syncpace.analysis.detectors import advice, device
+from syncpace.analysis.detectors import advice, cpu, device
 from syncpace.analysis.detectors.context import (
     Context,
     confidence_of,
@@ -32,16 +31,18 @@ from syncpace.analysis.replay import counterfactuals as cf
 from syncpace.analysis.replay.whatif import evaluate
 
 
-def rank_compute(ctx: Context) -> pl.DataFrame:
+def rank_compute(ctx: Context, half: int | None = None) -> pl.DataFrame:
     """Per rank: ``excess_ns`` (median over steps of its compute minus the fast half's),
     ``compute_ns`` (its median compute per step) and the run's ``noise_ns`` (how far
-    the fast half's compute strays from its own median, see :func:`fast_noise`)."""
+    the fast half's compute strays from its own median, see :func:`fast_noise`); over
+    the whole run, or over its first (``half=0``) or second (``half=1``) half of steps."""
 
     def compute() -> pl.DataFrame:
         prog = ctx.program
         assert prog is not None
         per = (
             pl.DataFrame({"rank": prog.rank, "step": prog.step, "gap": prog.gap})
+            .filter(_in_half(ctx, prog.steps, half))
             .group_by("rank", "step")
             .agg(compute=pl.col("gap").sum())
         )
@@ -60,20 +61,67 @@ def rank_compute(ctx: Context) -> pl.DataFrame:
             .sort("rank")
         )
 
-    return ctx.memo("rank_compute", compute)
+    return ctx.memo(f"rank_compute:{half}", compute)
+
+
+def _in_half(ctx: Context, steps: Any, half: int | None) -> pl.Expr:
+    """The rows of ``half`` of the run's steps (all rows for None)."""
+    if half is None:
+        return pl.lit(True)
+    ordered = np.unique(np.asarray(steps))
+    middle = len(ordered) // 2
+    chosen = ordered[:middle] if half == 0 else ordered[middle:]
+    return pl.col("step").is_in(chosen.tolist())
 
 
 def late_ranks(ctx: Context) -> list[int]:
-    """Ranks that are slow by their own doing, persistently: with a replay, their
-    compute excess exceeds the fast half of the ranks' by ``straggler_min_share`` of the
-    iteration and by ``straggler_factor`` times the run's noise; without one, their
-    median lateness exceeds the fast half's by that share and factor."""
+    """Stragglers: ranks late by their own doing (:func:`late_in`) over the whole run
+    and in each of its halves. A rank late in one half only is not persistent: the
+    late rank changes (CPU contention, other work on the host), and excluding its node
+    would not help. Runs too short to halve (fewer than 4 steps) are judged whole."""
+
+    def compute() -> list[int]:
+        whole = late_in(ctx)
+        if len(_steps(ctx)) < 4:
+            return whole
+        first, second = late_by_half(ctx)
+        return sorted(set(whole) & set(first) & set(second))
+
+    return ctx.memo("late_ranks", compute)
+
+
+def late_by_half(ctx: Context) -> tuple[list[int], list[int]]:
+    """The ranks late by their own doing in the first and in the second half of the
+    run's steps, each half judged alone."""
+    return ctx.memo("late_by_half", lambda: (late_in(ctx, 0), late_in(ctx, 1)))
+
+
+def changing_late(ctx: Context) -> list[int]:
+    """Ranks late over the run or in one of its halves but not stragglers: the late
+    rank changes."""
+    first, second = late_by_half(ctx)
+    anywhere = set(late_in(ctx)) | set(first) | set(second)
+    return sorted(anywhere - set(late_ranks(ctx)))
+
+
+def _steps(ctx: Context) -> np.ndarray:
+    if ctx.program is not None:
+        return np.unique(ctx.program.steps)
+    return np.unique(ctx.metrics.rank_step["step"].to_numpy())
+
+
+def late_in(ctx: Context, half: int | None = None) -> list[int]:
+    """Ranks that are slow by their own doing, over the run or ``half`` of it: with a
+    replay, their compute excess exceeds the fast half of the ranks' by
+    ``straggler_min_share`` of the iteration and by ``straggler_factor`` times the
+    noise; without one, their median lateness exceeds the fast half's by that share
+    and factor."""
     th = ctx.thresholds
     if ctx.iteration_ns <= 0:
         return []
     margin = th.straggler_min_share * ctx.iteration_ns
     if ctx.program is not None:
-        rc = rank_compute(ctx)
+        rc = rank_compute(ctx, half)
         if rc.height < 2:
             return []
         noise = float(rc["noise_ns"][0])
@@ -83,13 +131,15 @@ def late_ranks(ctx: Context) -> list[int]:
         need = max(margin, th.straggler_factor * noise)
         late = rc.filter(pl.col("excess_ns") - typical >= need)
         return sorted(late["rank"].to_list())
-    per_rank = ctx.metrics.per_rank.drop_nulls("lateness_p50_ns")
+    rs = ctx.metrics.rank_step.drop_nulls("lateness_ns")
+    rs = rs.filter(_in_half(ctx, _steps(ctx), half))
+    per_rank = rs.group_by("rank").agg(lateness_p50_ns=pl.col("lateness_ns").median())
     if per_rank.height < 2:
         return []
     typical = float(per_rank.select(fast_half(pl.col("lateness_p50_ns"))).item() or 0.0)
     # as with a replay: beyond the run's noise too (how far the fast half's lateness
     # strays from its own, step by step)
-    need = max(margin, th.straggler_factor * lateness_noise(ctx))
+    need = max(margin, th.straggler_factor * lateness_noise(rs))
     late = per_rank.filter(
         (pl.col("lateness_p50_ns") - typical >= need)
         & (pl.col("lateness_p50_ns") >= th.straggler_factor * typical)
@@ -97,10 +147,9 @@ def late_ranks(ctx: Context) -> list[int]:
     return sorted(late["rank"].to_list())
 
 
-def lateness_noise(ctx: Context) -> float:
-    """The run's noise in arrivals without a replay: :func:`fast_noise` of the per
-    (rank, step) lateness against each step's fast half."""
-    rs = ctx.metrics.rank_step.drop_nulls("lateness_ns")
+def lateness_noise(rs: pl.DataFrame) -> float:
+    """The noise in arrivals without a replay: :func:`fast_noise` of the per (rank,
+    step) lateness of ``rs`` against each step's fast half."""
     if rs.height == 0:
         return 0.0
     rs = rs.with_columns(
@@ -123,70 +172,21 @@ def _last_share(ctx: Context, ranks: list[int]) -> float:
     return float(pr.filter(pl.col("rank").is_in(ranks))["last_share"].sum())
 
 
-def starved_hosts(ctx: Context, nodes: Sequence[str]) -> dict[str, dict[str, Any]]:
-    """Of ``nodes``, the hosts starved of CPU, more than every other host with CPU data
-    (there must be one): their CPU limit held the job's ranks throttled for at least
-    ``cpu_throttle_share`` of the sampled span (the cgroup's counters), or their
-    sampled rank's threads waited for a CPU at least ``cpu_wait_share`` of the time
-    they could run."""
-    hosts = ctx.metrics.hosts
-    if hosts is None:
-        return {}
-    th = ctx.thresholds
-    cpus = {h: v.get("cpu") or {} for h, v in hosts.hosts.items()}
-    others = [c for h, c in cpus.items() if h not in nodes and c]
-    if not others:  # starved against what: one host's job has no other to compare with
-        return {}
-    out = {}
-    for node in nodes:
-        cpu = cpus.get(node, {})
-        wait = cpu.get("job_wait_share") or 0.0
-        share = cpu.get("throttled_share") or 0.0
-        throttled = share >= th.cpu_throttle_share and all(
-            share > (c.get("throttled_share") or 0.0) for c in others
-        )
-        waited = wait >= th.cpu_wait_share and all(
-            wait > (c.get("job_wait_share") or 0.0) for c in others
-        )
-        if throttled or waited:
-            out[node] = cpu
-    return out
-
-
-def _starved_note(node: str, cpu: dict[str, Any], th: Any) -> str:
-    if (cpu.get("throttled_share") or 0.0) >= th.cpu_throttle_share:
-        quota = f" ({cpu['quota_cpus']:g} CPU)" if cpu.get("quota_cpus") else ""
-        return (
-            f"host {node}'s CPU limit{quota} held its ranks throttled "
-            f"{cpu['throttled_share']:.0%} of the time"
-        )
-    return (
-        f"host {node}'s ranks waited for a CPU {cpu.get('job_wait_share', 0.0):.0%} of the "
-        "time they could run"
-    )
-
-
 def _not_slow(ctx: Context, ranks: list[int], cause: str, starved: bool = False) -> Any:
-    """These ranks computing like the others; a one-off stall on them stays (it is the
-    stall finding's cost, not theirs). ``starved``: their host's CPU limit throttled
-    them, which slows their part in every transfer too: those transfers then take what
-    the links allow (the benchmarked rate, else the run's best)."""
+    """These ranks without their persistent extra compute, their variation kept (the
+    jitter finding's, see :func:`cf.without_excess`); a one-off stall on them stays (it
+    is the stall finding's cost, not theirs). ``starved``: their host is starved of
+    CPU, which slows their part in every transfer too: those transfers then take what
+    the links allow (:func:`cpu.links_allow`)."""
     label = ",".join(map(str, ranks))
 
     def change(p: Any) -> Change:
-        made = cf.compute_like_others(p, ranks)
+        made = cf.without_excess(p, ranks)
         big = stall_actions(ctx)
         if big is not None and made.gap is not None:
             made = Change(gap=np.where(big, p.gap, made.gap))
         if starved:
-            theirs = cf.instances_with(p, ranks)
-            th = ctx.thresholds
-            links = (
-                cf.transfers_at_rate(p, th.link_gbps, th.link_alpha_us * 1e3, which=theirs)
-                if th.link_gbps > 0
-                else cf.transfers_at_best(p, which=theirs)
-            )
-            made = cf.combine([made, links])
+            made = cf.combine([made, cpu.links_allow(ctx, p, ranks)])
         return made
 
     return ctx.counterfactual(
@@ -220,24 +220,56 @@ def levels(ctx: Context, late: list[int]) -> list[list[int]]:
     return [sorted(g) for g in groups]
 
 
-def _starved_together(ctx: Context, groups: list[list[int]]) -> list[list[int]]:
-    """The late ranks of a host starved of CPU as one group, whatever their levels: one
-    cause (the host) slows them all, by as much as the CPU each happens to get."""
-    late = sorted(r for g in groups for r in g)
-    place = ctx.metrics.placement
-    merged: list[list[int]] = []
-    for node in starved_hosts(ctx, ctx.nodes_of(late)):
-        ranks = sorted(place.filter(pl.col("node") == node)["rank"].to_list())
-        if ranks and set(ranks) <= set(late):
-            merged.append(ranks)
-    taken = {r for g in merged for r in g}
-    rest = [[r for r in g if r not in taken] for g in groups]
-    return merged + [g for g in rest if g]
+def starved(ctx: Context) -> dict[str, dict[str, Any]]:
+    """The job's hosts starved of CPU (:func:`cpu.starved_hosts`), once a run."""
+    nodes = ctx.metrics.placement["node"].unique().sort().to_list()
+    return ctx.memo("starved", lambda: cpu.starved_hosts(ctx, nodes))
+
+
+def starvation(ctx: Context) -> Finding | None:
+    """The CPU starvation finding, where the job's late arrivals are its (once a run)."""
+
+    def compute() -> Finding | None:
+        hosts = starved(ctx)
+        if not hosts:
+            return None
+        late = _explained(ctx, hosts)
+        apart = sorted(set(late_ranks(ctx)) - set(late))
+        removal = late_removal(ctx, late)
+        return cpu.finding(ctx, hosts, late, late_by_half(ctx), removal, apart)
+
+    return ctx.memo("starvation", compute)
+
+
+def _explained(ctx: Context, hosts: dict[str, Any]) -> list[int]:
+    """The late ranks a starved host's CPU explains: its ranks late in one half only
+    (the late rank changes as the CPU goes to one or another), and its stragglers when
+    every rank of the host is one. A straggler whose peers on the same starved host
+    are on time is slow by something of its own: a straggler, the host's CPU noted."""
+    stable, changing = set(late_ranks(ctx)), set(changing_late(ctx))
+    out: set[int] = set()
+    for node in hosts:
+        ranks = set(cpu.ranks_on(ctx, [node]))
+        out |= ranks & changing
+        if ranks <= stable:
+            out |= ranks
+    return sorted(out)
+
+
+def _taken(ctx: Context) -> set[int]:
+    """The ranks the starvation finding speaks for."""
+    hungry = starvation(ctx)
+    return set(hungry.ranks) if hungry is not None else set()
 
 
 def stragglers_and_locality(ctx: Context) -> list[Finding]:
     findings = []
-    for late in _starved_together(ctx, levels(ctx, late_ranks(ctx))):
+    hungry = starvation(ctx)
+    taken = _taken(ctx)
+    if hungry is not None:
+        findings.append(hungry)
+    groups = [[r for r in g if r not in taken] for g in levels(ctx, late_ranks(ctx))]
+    for late in (g for g in groups if g):
         pattern = _locality_pattern(ctx, late)
         if pattern:
             local_rank, ranks = pattern
@@ -245,7 +277,86 @@ def stragglers_and_locality(ctx: Context) -> list[Finding]:
             late = [r for r in late if r not in ranks]
         if late:
             findings.append(_straggler_finding(ctx, late))
+    changing = _changing(ctx)
+    if changing is not None:
+        findings.append(changing)
     return findings
+
+
+def _changing(ctx: Context) -> Finding | None:
+    """The finding of ranks late in part of the run only (not on a starved host), where
+    it costs at least ``warning_cost``: below that, one half's late rank is the noise of
+    judging half a run (once a run)."""
+
+    def compute() -> Finding | None:
+        taken = _taken(ctx)
+        ranks = [r for r in changing_late(ctx) if r not in taken]
+        if not ranks or ctx.program is None:
+            return None
+        found = _changing_finding(ctx, ranks)
+        return found if found.cost >= ctx.thresholds.warning_cost else None
+
+    return ctx.memo("changing", compute)
+
+
+def _half_steps(ctx: Context) -> tuple[list[int], list[int]]:
+    ordered = _steps(ctx).tolist()
+    return ordered[: len(ordered) // 2], ordered[len(ordered) // 2 :]
+
+
+def late_removal(ctx: Context, ranks: list[int]) -> Any:
+    """A counterfactual maker: ``ranks`` without the extra time of the halves they were
+    late in (each half's medians over that half, their variation kept), over the whole
+    run for those late in neither half alone; one-off stalls kept."""
+    first, second = (sorted(set(h) & set(ranks)) for h in late_by_half(ctx))
+    steps = _half_steps(ctx)
+
+    def change(p: Any) -> Change:
+        halves = zip((first, second), steps, strict=True)
+        parts = [cf.without_excess(p, late, s) for late, s in halves if late]
+        rest = [r for r in ranks if r not in first and r not in second]
+        if rest:  # late over the run, in neither half by the margin
+            parts.append(cf.without_excess(p, rest))
+        gap = np.minimum.reduce([c.gap for c in parts if c.gap is not None])
+        big = stall_actions(ctx)
+        return Change(gap=np.where(big, p.gap, gap) if big is not None else gap)
+
+    return change
+
+
+def _changing_finding(ctx: Context, ranks: list[int]) -> Finding:
+    """Ranks late in part of the run only: no straggler is named (none is persistent);
+    the cost is what each half's late ranks cost in that half, their variation kept."""
+    first, second = (sorted(set(h) & set(ranks)) for h in late_by_half(ctx))
+    change = late_removal(ctx, ranks)
+    label = ",".join(map(str, ranks))
+    replay = ctx.counterfactual(
+        f"straggler:changing:{label}",
+        "each half's late ranks computing like the others",
+        change,
+        cause="straggler",
+    )
+    cost = replay.saving if replay is not None else 0.0
+
+    def named(late: list[int]) -> str:
+        return f"rank{'s' if len(late) > 1 else ''} {', '.join(map(str, late))}" if late else "none"
+
+    return ctx.finding(
+        "straggler",
+        _wait_cost(ctx, ranks),
+        0.5,
+        f"the late rank changes: {named(first)} in the first half of the run, "
+        f"{named(second)} in the second — no persistent straggler; without their extra time "
+        f"each iteration would be {cost:.1%} shorter",
+        replay=replay,
+        evidence={
+            "late_ranks_first_half": first,
+            "late_ranks_second_half": second,
+            "stable": False,
+            "iteration_ms": ms(ctx.iteration_ns),
+        },
+        actions=advice.changing_late(),
+    )
 
 
 def _locality_pattern(ctx: Context, late: list[int]) -> tuple[int, list[int]] | None:
@@ -293,8 +404,9 @@ def _straggler_finding(ctx: Context, late: list[int]) -> Finding:
     label = f"rank{'s' if len(late) > 1 else ''} {ranks}"
     # a whole node late is named as such, with its ranks: the finding's ranks are in it
     where = f"node {', '.join(whole)} ({label})" if whole else label
-    starved = starved_hosts(ctx, whole or nodes)
-    replay = _not_slow(ctx, late, "straggler", starved=bool(starved))
+    starved = cpu.starved_hosts(ctx, whole or nodes)
+    links = bool(starved) and cpu.peers_fed(ctx, list(starved))
+    replay = _not_slow(ctx, late, "straggler", starved=links)
     wait = _wait_cost(ctx, late)
     excess = _excess(ctx, late)
     cost = replay.saving if replay is not None else wait
@@ -304,9 +416,10 @@ def _straggler_finding(ctx: Context, late: list[int]) -> Finding:
         if excess
         else f"arrives late by {ms(float(lateness.median() or 0.0)):.2f} ms"
     )
-    limits = [_starved_note(node, cpu, ctx.thresholds) for node, cpu in starved.items()]
-    if limits:
-        more += " and communicates slowly: " + "; ".join(limits)
+    limits = [cpu.note(node, c, ctx.thresholds) for node, c in starved.items()]
+    if limits:  # its transfers are costed too only where the links have a measure
+        more += " and communicates slowly: " if links else ", on a host starved of CPU: "
+        more += "; ".join(limits)
     side = device.sides(ctx, late)  # on device time: its CPU late, or its GPU slow
     if device.sentence(side):
         more += " — " + device.sentence(side)
@@ -314,8 +427,8 @@ def _straggler_finding(ctx: Context, late: list[int]) -> Finding:
         "straggler",
         wait,
         max(share, 0.5 if excess else 0.0),
-        f"{where} {more} (last in {share:.0%} of iterations); without it each iteration "
-        f"would be {cost:.1%} shorter",
+        f"{where} {more} (last in {share:.0%} of iterations, late in both halves of the "
+        f"run); without its extra time each iteration would be {cost:.1%} shorter",
         replay=replay,
         ranks=tuple(late),
         nodes=tuple(whole) if whole else nodes,
@@ -328,20 +441,11 @@ def _straggler_finding(ctx: Context, late: list[int]) -> Finding:
             "last_share": round(share, 4),
             "wait_share_of_iteration": round(wait, 4),
             "iteration_ms": ms(ctx.iteration_ns),
+            "late_ranks_first_half": late_by_half(ctx)[0],
+            "late_ranks_second_half": late_by_half(ctx)[1],
+            "stable": True,
             **device.evidence(side),
-            **(
-                {
-                    "cpu_throttled_share_by_host": {
-                        n: c.get("throttled_share") for n, c in starved.items()
-                    },
-                    "cpu_wait_share_by_host": {
-                        n: c.get("job_wait_share") for n, c in starved.items()
-                    },
-                    "cpu_quota_by_host": {n: c.get("quota_cpus") for n, c in starved.items()},
-                }
-                if starved
-                else {}
-            ),
+            **(cpu.evidence(starved) if starved else {}),
         },
         actions=advice.straggler(list(starved), device.actions(side)),
     )
@@ -437,17 +541,25 @@ def stalls(ctx: Context) -> list[Finding]:
     ]
 
 
-def _jitter_beyond_stragglers(ctx: Context, change: Change) -> float:
-    """What removing the jitter saves once the persistent stragglers compute like the
-    others (a share of the measured iteration): a starved rank's compute varies as much
-    as it is slow, and that variation goes with it."""
+def _jitter_beyond_turns(ctx: Context, change: Change) -> float:
+    """What removing the jitter saves once the ranks of hosts starved of CPU have the
+    CPU they need and the ranks late in one half only are not late (a share of the
+    measured iteration): that variation is their findings' cost. A straggler's cost is
+    its persistent extra time only (:func:`_not_slow`), so its jitter stays here and
+    nothing is counted twice."""
     prog, base = ctx.program, ctx.base
-    late = late_ranks(ctx)
-    if prog is None or base is None or base.measured_ns <= 0 or not late:
+    if prog is None or base is None or base.measured_ns <= 0:
         return float("inf")
-    fixed = cf.compute_like_others(prog, late)
-    alone = evaluate(prog, base, "stragglers", "stragglers fixed", fixed)
-    both = evaluate(prog, base, "both", "stragglers and jitter", cf.combine([fixed, change]))
+    fixes = [
+        ctx.replays[f.evidence["counterfactual"]["name"]][1]
+        for f in (starvation(ctx), _changing(ctx))
+        if f is not None and f.evidence.get("counterfactual", {}).get("name") in ctx.replays
+    ]
+    if not fixes:
+        return float("inf")
+    fixed = cf.combine(fixes)
+    alone = evaluate(prog, base, "turns", "their findings' causes removed", fixed)
+    both = evaluate(prog, base, "both", "and no jitter", cf.combine([fixed, change]))
     return (alone.iteration_ns - both.iteration_ns) / base.measured_ns
 
 
@@ -487,17 +599,18 @@ def sync_amplification(ctx: Context) -> list[Finding]:
         )
         if replay is None or replay.saving < th.sync_wait_share:
             return []
-        beyond = _jitter_beyond_stragglers(ctx, change)
+        beyond = _jitter_beyond_turns(ctx, change)
         if beyond < th.sync_wait_share and beyond < replay.saving / 2:
-            # the variation is the stragglers' own (fixing them takes most of what
-            # removing it saves): their finding's cost. A rank late by a little more
-            # than the jitter's noise takes a little of it, and leaves it the cause.
+            # the variation is the starved ranks' or the late ranks' of one half
+            # (removing it takes most of what removing the jitter saves): their cost.
             return []
         confidence = confidence_of(replay.saving, th.sync_wait_share)
     else:
         # "takes turns": a rank counts when it was last in at least a quarter of its fair
         # share of iterations, and no rank is last in most of them (that is a straggler)
         if wait < th.sync_wait_share or spread < th.sync_spread or max_share >= 0.5:
+            return []
+        if starvation(ctx) is not None:  # the starved host's ranks take the turns
             return []
         confidence = confidence_of(spread * wait, th.sync_wait_share)
     cost = replay.saving if replay is not None else wait
@@ -516,6 +629,8 @@ def sync_amplification(ctx: Context) -> list[Finding]:
                 "ranks_ever_last": last_ranks,
                 "max_last_share": round(max_share, 4),
                 "skew_p50_ms": ms(float(m.instances["skew_ns"].median() or 0.0)),
+                "late_ranks_first_half": late_by_half(ctx)[0],
+                "late_ranks_second_half": late_by_half(ctx)[1],
             },
             actions=advice.sync_amplification(),
         )

@@ -53,6 +53,26 @@ def compute_like_others(prog: Program, ranks: Iterable[int]) -> Change:
     return Change(gap=gap)
 
 
+def without_excess(
+    prog: Program, ranks: Iterable[int], steps: Iterable[int] | None = None
+) -> Change:
+    """These ranks without their persistent extra time, their variation kept: each of
+    their gaps shorter by how much their median at that point of the step exceeds the
+    other ranks' median there. Their jitter is the jitter finding's to remove; taking
+    it too (as :func:`compute_like_others` does) would count it twice. With ``steps``,
+    only those steps, their medians taken over them alone (a rank late in part of the
+    run is late by what it was then)."""
+    chosen = np.isin(prog.rank, list(ranks))
+    within = np.ones(len(chosen), dtype=bool) if steps is None else np.isin(prog.step, list(steps))
+    key, point = _position_keys(prog)
+    own = _median_by(key, prog.gap, within)
+    others = _median_by(point, prog.gap, ~chosen & within)
+    with np.errstate(invalid="ignore"):
+        excess = np.nan_to_num(np.clip(own - others, 0, None))
+    gap = np.where(chosen & within, np.clip(prog.gap - excess, 0, None), prog.gap)
+    return Change(gap=gap.astype(prog.gap.dtype))
+
+
 def _position_keys(prog: Program) -> tuple[np.ndarray, np.ndarray]:
     """Per action: its point of the step (kind and position, the same on every rank),
     and that point on its rank. Kinds are int8: widened before they multiply."""

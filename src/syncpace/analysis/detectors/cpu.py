@@ -1,0 +1,173 @@
+"""CPU starvation: a host whose job threads wait for a CPU, judged on its own counters.
+
+The host sampler measures, per host, how long the sampled rank's threads waited in the
+run queue against how long they ran (``/proc/<pid>/task/*/schedstat``) and how long
+the cgroup's CPU limit held them throttled. Either share past its threshold starves
+the host, whatever the other hosts show: a one-host job on a shared machine has no
+other host to compare with, and its ranks take turns arriving late as the CPU goes to
+one or the other, a straggler that changes from rerun to rerun.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import polars as pl
+
+from syncpace.analysis.detectors import advice
+from syncpace.analysis.detectors.context import Context, confidence_of, ms
+from syncpace.analysis.findings import Finding
+from syncpace.analysis.replay import Change
+from syncpace.analysis.replay import counterfactuals as cf
+
+
+def starved_hosts(ctx: Context, nodes: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """Of ``nodes``, the hosts starved of CPU on their own evidence: their CPU limit
+    held the job's ranks throttled for at least ``cpu_throttle_share`` of the sampled
+    span, or their sampled rank's threads waited for a CPU at least ``cpu_wait_share``
+    of the time they could run."""
+    hosts = ctx.metrics.hosts
+    if hosts is None:
+        return {}
+    th = ctx.thresholds
+    out = {}
+    for node in nodes:
+        cpu = (hosts.hosts.get(node) or {}).get("cpu") or {}
+        wait = cpu.get("job_wait_share") or 0.0
+        share = cpu.get("throttled_share") or 0.0
+        if share >= th.cpu_throttle_share or wait >= th.cpu_wait_share:
+            out[node] = cpu
+    return out
+
+
+def note(node: str, cpu: dict[str, Any], th: Any) -> str:
+    """The host's starvation in words: its limit when it throttled, else its waiting."""
+    if (cpu.get("throttled_share") or 0.0) >= th.cpu_throttle_share:
+        quota = f" ({cpu['quota_cpus']:g} CPU)" if cpu.get("quota_cpus") else ""
+        return (
+            f"host {node}'s CPU limit{quota} held its ranks throttled "
+            f"{cpu['throttled_share']:.0%} of the time"
+        )
+    return (
+        f"host {node}'s ranks waited for a CPU {cpu.get('job_wait_share', 0.0):.0%} of the "
+        "time they could run"
+    )
+
+
+def ranks_on(ctx: Context, nodes: Sequence[str]) -> list[int]:
+    place = ctx.metrics.placement
+    return sorted(place.filter(pl.col("node").is_in(list(nodes)))["rank"].to_list())
+
+
+def peers_fed(ctx: Context, starved: Sequence[str]) -> bool:
+    """Whether some host of the job is not starved: only then do the starved ranks'
+    transfers have a measure of what the links allow beside them. Where every host
+    starves, the run's best transfer was made by starved threads too, and a one-host
+    job's every transfer involves every rank: the cost stays the compute's."""
+    nodes = set(ctx.metrics.placement["node"].to_list())
+    return bool(nodes - set(starved))
+
+
+def links_allow(ctx: Context, prog: Any, ranks: Sequence[int]) -> Change:
+    """The transfers ``ranks`` take part in at what the links allow: the benchmarked
+    rate, else the run's best."""
+    theirs = cf.instances_with(prog, ranks)
+    th = ctx.thresholds
+    if th.link_gbps > 0:
+        return cf.transfers_at_rate(prog, th.link_gbps, th.link_alpha_us * 1e3, which=theirs)
+    return cf.transfers_at_best(prog, which=theirs)
+
+
+def evidence(starved: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The starved hosts' CPU counters, by host."""
+    return {
+        "cpu_wait_share_by_host": {n: c.get("job_wait_share") for n, c in starved.items()},
+        "cpu_throttled_share_by_host": {n: c.get("throttled_share") for n, c in starved.items()},
+        "cpu_quota_by_host": {n: c.get("quota_cpus") for n, c in starved.items()},
+    }
+
+
+def fed(ctx: Context, ranks: list[int], removal: Any, links: bool) -> Any:
+    """The late starved ranks with the CPU they need: their late arrivals' extra time
+    removed (``removal``, a counterfactual maker: each half's extra time, their
+    variation kept for the jitter finding). With ``links``, the transfers they drive
+    then take what the links allow (the benchmarked rate, else the run's best): a
+    starved rank also starves the threads that drive its communication."""
+    label = ",".join(map(str, ranks))
+
+    def change(p: Any) -> Change:
+        made = removal(p)
+        return cf.combine([made, links_allow(ctx, p, ranks)]) if links else made
+
+    return ctx.counterfactual(
+        f"cpu_starvation:{label}",
+        f"rank{'s' if len(ranks) > 1 else ''} {label} with the CPU they need",
+        change,
+        cause="cpu_starvation",
+    )
+
+
+def finding(
+    ctx: Context,
+    starved: dict[str, dict[str, Any]],
+    late: Sequence[int],
+    by_half: tuple[list[int], list[int]],
+    removal: Any,
+    apart: Sequence[int] = (),
+) -> Finding | None:
+    """CPU starvation named where it explains the late arrivals (``late``: the starved
+    hosts' ranks late in one half only, or all of a host's ranks late). The ranks
+    ``apart`` (stragglers of their own on those hosts) are left to their finding."""
+    th = ctx.thresholds
+    ranks = [r for r in ranks_on(ctx, list(starved)) if r not in apart]
+    mine_late = sorted(set(late) & set(ranks))
+    if not mine_late:
+        return None
+    replay = fed(ctx, mine_late, removal, peers_fed(ctx, list(starved)))
+    cost = replay.saving if replay is not None else 0.0
+    pr = ctx.metrics.per_rank
+    share = float(pr.filter(pl.col("rank").is_in(ranks))["last_share"].sum())
+    label = ", ".join(map(str, ranks))
+    first, second = ([r for r in h if r in ranks] for h in by_half)
+    turns = (
+        f"; the late rank changes: {_names(first)} in the first half of the run, "
+        f"{_names(second)} in the second"
+        if first != second
+        else ""
+    )
+    notes = "; ".join(note(n, c, th) for n, c in starved.items())
+    return ctx.finding(
+        "cpu_starvation",
+        cost,
+        confidence_of(max(_shares(starved)), th.cpu_wait_share) if starved else 0.0,
+        f"CPU starvation: {notes} (rank{'s' if len(ranks) > 1 else ''} {label}, last in "
+        f"{share:.0%} of iterations{turns}); with the CPU they need each iteration would be "
+        f"{cost:.1%} shorter",
+        replay=replay,
+        ranks=tuple(ranks),
+        nodes=tuple(starved),
+        evidence={
+            "starved_ranks": ranks,
+            "late_ranks": mine_late,
+            "late_ranks_first_half": first,
+            "late_ranks_second_half": second,
+            "last_share": round(share, 4),
+            "iteration_ms": ms(ctx.iteration_ns),
+            **evidence(starved),
+        },
+        actions=advice.cpu_starvation(list(starved)),
+    )
+
+
+def _names(ranks: list[int]) -> str:
+    if not ranks:
+        return "none"
+    return f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"
+
+
+def _shares(starved: dict[str, dict[str, Any]]) -> list[float]:
+    return [
+        max(c.get("job_wait_share") or 0.0, c.get("throttled_share") or 0.0)
+        for c in starved.values()
+    ]

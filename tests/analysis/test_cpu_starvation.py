@@ -1,0 +1,213 @@
+"""CPU starvation judged on its own evidence, stragglers only when stable across the
+run's halves, and a straggler's cost without the jitter the jitter finding charges.
+
+Traces are written with the real writer (``tests/planted.py``), host counters by the
+real sampler over fake host trees (``tests/sysfs_trees.py``): the sampled rank's
+threads' run and run-queue wait times (``schedstat``) and its cgroup's throttling."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from planted import Planted, generate
+from syncpace.analysis.api import analyze
+from syncpace.analysis.thresholds import Thresholds
+from syncpace.capture.sampler import HostSampler
+from sysfs_trees import JOB_PID, switch_host, write_cpu, write_netdev, write_netstat, write_snmp
+
+NO_QDISCS = SimpleNamespace(dump=dict, close=lambda: None)
+ONE_HOST = {"nodes": 1, "gpus_per_node": 2, "steps": 30}
+#: rank 0 computes 25 % more in the first half of the run, rank 1 in the second: who
+#: gets the CPU changes, as on a host shared with other work
+TAKING_TURNS = Planted(
+    name="turns", jitter=0.08, slow_spans=((0, 1.25, 0, 15), (1, 1.25, 15, 30)), **ONE_HOST
+)
+
+
+def _counters(run: Path, root: Path, wait: float, throttled: float = 0.0) -> None:
+    """node0's sampler over a host whose job threads wait ``wait`` of the time they
+    could run and whose cgroup throttles them ``throttled`` of the time."""
+    tree = switch_host(root)
+    write_netdev(tree, {"eth0": {}})
+    write_snmp(tree, {})
+    write_netstat(tree, {})
+
+    def script(tick: int) -> None:
+        ns = 100_000_000 * tick  # 100 ms a tick
+        write_cpu(
+            tree,
+            periods=tick,
+            throttled=tick if throttled else 0,
+            throttled_ns=int(throttled * ns),
+            quota_us=50_000 if throttled else -1,
+            job_run_ns=int((1 - wait) * ns),
+            job_wait_ns=int(wait * ns),
+        )
+
+    clock = SimpleNamespace(t=1_000_000_000)
+    script(0)
+    sampler = HostSampler(
+        run,
+        "node0",
+        root=tree.root,
+        now=lambda: clock.t,
+        qdisc_dumper=NO_QDISCS,
+        job_pid=JOB_PID,
+        use_nvml=False,
+    )
+    for tick in range(5):
+        script(tick)
+        sampler.step(slow=True)
+        clock.t += 100_000_000
+    sampler.close()
+
+
+def _run(tmp_path: Path, scenario: Planted, wait: float | None = None, throttled: float = 0.0):
+    run = generate(scenario, tmp_path / "run")
+    if wait is not None:
+        _counters(run, tmp_path / "host", wait, throttled)
+    return run
+
+
+def _modes(analysis) -> list[str]:
+    return [f.mode for f in analysis.findings]
+
+
+def test_a_one_host_job_waiting_for_cpu_is_named_cpu_starvation_not_a_straggler(tmp_path):
+    """Two ranks on one host whose threads wait for a CPU 60 % of the time, the late
+    rank changing between the run's halves: CPU starvation of node0 with both ranks,
+    first; no straggler, no jitter charged beside it; the advice frees CPUs, pins
+    threads and reduces them, and never excludes the node."""
+    analysis = analyze(_run(tmp_path, TAKING_TURNS, wait=0.6))
+    for f in analysis.findings:
+        print(f.mode, f.cost, f.summary)
+    assert _modes(analysis)[0] == "cpu_starvation"
+    assert "straggler" not in _modes(analysis)
+    assert "sync_amplification" not in _modes(analysis)
+    (found,) = [f for f in analysis.findings if f.mode == "cpu_starvation"]
+    assert found.nodes == ("node0",) and found.ranks == (0, 1)
+    assert found.evidence["cpu_wait_share_by_host"] == {"node0": pytest.approx(0.6)}
+    assert found.evidence["late_ranks_first_half"] == [0]
+    assert found.evidence["late_ranks_second_half"] == [1]
+    assert "host node0's ranks waited for a CPU 60% of the time they could run" in found.summary
+    assert "rank 0 in the first half of the run, rank 1 in the second" in found.summary
+    actions = " ".join(found.actions)
+    assert "the CPUs they need" in actions and "OMP_NUM_THREADS" in actions
+    assert "Pin each rank's threads" in actions
+    assert "Exclude or replace" not in actions
+
+
+def test_the_cpu_starvation_cost_is_near_the_rerun_with_the_cpu(tmp_path):
+    """Its cost against the truth from outside the analysis: the same job (same seed)
+    rerun with neither rank slowed, its jitter kept."""
+    starved = analyze(_run(tmp_path / "a", TAKING_TURNS, wait=0.6))
+    fed = analyze(_run(tmp_path / "b", TAKING_TURNS.replace(slow_spans=())))
+    truth = 1 - fed.runs[0].iteration_ns / starved.runs[0].iteration_ns
+    (found,) = [f for f in starved.findings if f.mode == "cpu_starvation"]
+    print(f"cost {found.cost:.4f}, rerun {truth:.4f}")
+    assert truth > 0.1
+    assert found.cost == pytest.approx(truth, abs=0.02)
+
+
+@pytest.mark.parametrize(
+    ("wait", "throttled", "starved"),
+    [
+        # the development cases cpu_wait_share (0.25) and cpu_throttle_share (0.1)
+        # were chosen on: a quiet host waits a few percent, a shared one a third or more
+        (0.02, 0.0, False),
+        (0.10, 0.0, False),
+        (0.20, 0.0, False),
+        (0.33, 0.0, True),
+        (0.50, 0.0, True),
+        (0.80, 0.0, True),
+        (0.05, 0.05, False),
+        (0.05, 0.30, True),
+    ],
+)
+def test_starvation_on_one_host_by_its_own_counters(tmp_path, wait, throttled, starved):
+    analysis = analyze(_run(tmp_path, TAKING_TURNS, wait=wait, throttled=throttled))
+    print(wait, throttled, _modes(analysis))
+    assert ("cpu_starvation" in _modes(analysis)) is starved
+    th = Thresholds()
+    assert starved is (wait >= th.cpu_wait_share or throttled >= th.cpu_throttle_share)
+    # never a straggler named: the late rank changes between the halves
+    assert all(not f.ranks for f in analysis.findings if f.mode == "straggler")
+
+
+def test_a_persistent_straggler_without_cpu_waiting_is_named(tmp_path):
+    """Rank 1 computes 15 % more in every step, the host's threads wait 2 % of the
+    time: a straggler, last in both halves, and no CPU starvation."""
+    scenario = Planted(name="slow", jitter=0.01, slow_ranks=((1, 1.15),), **ONE_HOST)
+    analysis = analyze(_run(tmp_path, scenario, wait=0.02))
+    assert "cpu_starvation" not in _modes(analysis)
+    (found,) = [f for f in analysis.findings if f.mode == "straggler"]
+    print(found.summary)
+    assert found.ranks == (1,) and found.nodes == ("node0",)
+    assert found.evidence["stable"] is True
+    assert found.evidence["late_ranks_first_half"] == [1]
+    assert found.evidence["late_ranks_second_half"] == [1]
+    assert "late in both halves of the run" in found.summary
+    assert any("Exclude or replace the node" in a for a in found.actions)
+
+
+def test_a_late_rank_that_flips_between_halves_is_no_straggler(tmp_path):
+    """Rank 1 is 30 % slower for the first 17 of 30 steps, rank 2 for the rest (two
+    hosts, no host counters): no rank is named a straggler, the finding says the late
+    rank changes and does not advise excluding a node; the jitter finding does not
+    charge the same time again."""
+    scenario = Planted(name="flip", jitter=0.01, slow_spans=((1, 1.3, 0, 17), (2, 1.3, 17, 30)))
+    analysis = analyze(_run(tmp_path, scenario))
+    for f in analysis.findings:
+        print(f.mode, f.cost, f.ranks, f.summary)
+    stragglers = [f for f in analysis.findings if f.mode == "straggler"]
+    assert stragglers, "the late ranks' cost is reported"
+    assert all(f.ranks == () and f.evidence.get("stable") is False for f in stragglers)
+    (found,) = stragglers
+    assert found.evidence["late_ranks_first_half"] == [1]
+    assert found.evidence["late_ranks_second_half"] == [2]
+    assert "the late rank changes: rank 1 in the first half of the run, rank 2 in the second" in (
+        found.summary
+    )
+    assert "no persistent straggler" in found.summary
+    assert not any("Exclude or replace" in a for a in found.actions)
+    assert "sync_amplification" not in _modes(analysis)
+
+
+def test_a_straggler_is_costed_without_the_jitter_the_jitter_row_removes(tmp_path):
+    """Two ranks with 10 % compute jitter, rank 1 10 % slower all run. Truth from a
+    rerun: the same job (same seed, same jitter) without the slow rank. The
+    straggler's cost is its persistent extra time: near the rerun's saving, not that
+    plus rank 1's jitter, which the jitter row removes (counted once, there)."""
+    jittery = {"nodes": 1, "gpus_per_node": 2, "steps": 40, "jitter": 0.1}
+    slow = analyze(_run(tmp_path / "a", Planted(name="s", slow_ranks=((1, 1.1),), **jittery)))
+    rerun = analyze(_run(tmp_path / "b", Planted(name="s", **jittery)))
+    truth = 1 - rerun.runs[0].iteration_ns / slow.runs[0].iteration_ns
+    (found,) = [f for f in slow.findings if f.mode == "straggler"]
+    table = slow.what_if[0]
+    jitter = table.row("jitter")
+    print(f"straggler {found.cost:.4f}, rerun {truth:.4f}, jitter row {jitter.saving:.4f}")
+    assert found.ranks == (1,)
+    assert found.cost == pytest.approx(truth, abs=0.015)
+    # its counterfactual keeps rank 1's variation: the jitter row is where that is
+    assert found.evidence["counterfactual"]["name"] == "straggler:1"
+    assert found.evidence["counterfactual"]["description"] == "rank 1 computing like the others"
+    assert jitter.saving > 0.03
+
+
+def test_a_straggler_of_its_own_on_a_starved_host_stays_a_straggler(tmp_path):
+    """Rank 1 computes 15 % more in every step on a host whose threads wait 60 % of
+    the time while rank 0 is on time: something of rank 1's own, not the host's CPU.
+    The straggler is named, with the host's waiting in its summary and evidence."""
+    scenario = Planted(name="slow", jitter=0.01, slow_ranks=((1, 1.15),), **ONE_HOST)
+    analysis = analyze(_run(tmp_path, scenario, wait=0.6))
+    for f in analysis.findings:
+        print(f.mode, f.cost, f.ranks, f.summary)
+    assert analysis.findings[0].mode == "straggler"
+    (found,) = [f for f in analysis.findings if f.mode == "straggler"]
+    assert found.ranks == (1,)
+    assert found.evidence["cpu_wait_share_by_host"] == {"node0": pytest.approx(0.6)}
+    assert "host node0's ranks waited for a CPU 60% of the time they could run" in found.summary
+    assert all(1 not in f.ranks for f in analysis.findings if f.mode == "cpu_starvation")
