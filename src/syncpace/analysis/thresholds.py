@@ -15,10 +15,15 @@ from syncpace.errors import ConfigError
 @dataclass(kw_only=True, slots=True, frozen=True)
 class Thresholds:
     critical_cost: float = setting(
-        0.10, "A finding that costs at least this fraction of iteration time is critical."
+        0.10,
+        "A cause whose cost (its replayed saving, less the replay's error) is at least "
+        "this fraction of iteration time is critical.",
     )
     warning_cost: float = setting(
-        0.02, "A finding that costs at least this fraction of iteration time is a warning."
+        0.05,
+        "A cause whose cost (its replayed saving, less the replay's error) is at least "
+        "this fraction of iteration time is a warning: the reporting threshold, at or "
+        "above which the verdict names it; below it, info.",
     )
     straggler_min_share: float = setting(
         0.02, "A late rank must arrive late by at least this fraction of the iteration time."

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from syncpace.analysis import costs
 from syncpace.analysis.detectors import advice, device
 from syncpace.analysis.detectors.context import (
     Context,
@@ -470,13 +471,16 @@ def sync_amplification(ctx: Context) -> list[Finding]:
         replay = ctx.counterfactual(
             "jitter", "no compute jitter (recurring)", change, cause="sync_amplification"
         )
-        if replay is None or replay.saving < th.sync_wait_share:
+        # the one rule: what the replay saves without the jitter, not a gate of its own
+        if replay is None or not costs.reported(replay.saving, replay.error, th):
             return []
         beyond = _jitter_beyond_stragglers(ctx, change)
         if beyond < th.sync_wait_share and beyond < replay.saving / 2:
             # the variation is the stragglers' own (fixing them takes most of what
-            # removing it saves): their finding's cost. A rank late by a little more
-            # than the jitter's noise takes a little of it, and leaves it the cause.
+            # removing it saves): their finding's cost, and its replay theirs. A rank
+            # late by a little more than the jitter's noise takes a little of it, and
+            # leaves it the cause.
+            ctx.claim("jitter", "straggler")
             return []
         confidence = confidence_of(replay.saving, th.sync_wait_share)
     else:
