@@ -136,7 +136,8 @@ def run_window(rank_steps: pl.DataFrame) -> tuple[int, int] | None:
 def link_bytes(run_dir: str | Path, window: tuple[int, int]) -> pl.DataFrame | None:
     """Per link direction: the bytes it carried within ``window`` (ns) — each sampling
     interval's bytes, pro rata of its overlap with the window — with its ``kind``,
-    ``src``, ``dst`` and ``rate_bps``. ``None`` without a readable counters file."""
+    ``src``, ``dst``, ``rate_bps`` and ``covered_ns`` (how much of the window its
+    samples span). ``None`` without a readable counters file."""
     paths = [d / LINKS_FILE for d in run_dirs(str(run_dir))]
     path = next((p for p in paths if p.exists()), None)
     if path is None:
@@ -162,6 +163,7 @@ def link_bytes(run_dir: str | Path, window: tuple[int, int]) -> pl.DataFrame | N
         .agg(
             bytes=(pl.col("db") * pl.col("inside") / (pl.col("time_ns") - pl.col("prev"))).sum(),
             rate_bps=pl.col("rate_bps").max(),
+            covered_ns=pl.col("inside").sum(),
         )
         .sort("link", "src")
     )

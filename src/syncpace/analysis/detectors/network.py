@@ -194,24 +194,35 @@ def job_bytes(ctx: Context) -> tuple[dict[str, float], tuple[int, int]] | None:
     return ctx.memo("job_bytes", compute)
 
 
+#: Counters cover a host when their samples span this share of the replayed steps.
+COVERED = 0.5
+
+
 def foreign_traffic(ctx: Context) -> dict[str, float]:
     """Per host with NIC counters: the share of its NIC's bytes during the replayed
     steps (the busier direction) that the job's collectives do not account for
     (:func:`job_bytes`) — other flows on the host's link; a lower bound. Only hosts
     whose other traffic also reaches ``FOREIGN_RATE`` of the link rate are kept. Empty
     without host counters or a replay."""
+    return nic_traffic(ctx)[0]
 
-    def compute() -> dict[str, float]:
+
+def nic_traffic(ctx: Context) -> tuple[dict[str, float], frozenset[str]]:
+    """:func:`foreign_traffic`, and the hosts whose NIC counters span ``COVERED`` of
+    the replayed steps."""
+
+    def compute() -> tuple[dict[str, float], frozenset[str]]:
         hosts, mine = ctx.metrics.hosts, job_bytes(ctx)
+        none: tuple[dict[str, float], frozenset[str]] = ({}, frozenset())
         if mine is None or hosts is None or hosts.windows.height == 0 or hosts.nic.height == 0:
-            return {}
+            return none
         job, (t0, t1) = mine
         rates = hosts.nic.select("host", "device", "direction", "link_rate_bps")
         w = hosts.windows.filter(
             pl.col("device") != "lo", pl.col("end_ns") > t0, pl.col("start_ns") < t1
         ).join(rates, on=["host", "device", "direction"], how="inner")
         if w.height == 0:
-            return {}
+            return none
         overlap_s = (
             pl.min_horizontal("end_ns", pl.lit(t1)) - pl.max_horizontal("start_ns", pl.lit(t0))
         ) / 1e9
@@ -221,18 +232,26 @@ def foreign_traffic(ctx: Context) -> dict[str, float]:
             .agg(
                 bytes=(pl.col("util") * pl.col("link_rate_bps") / 8 * overlap_s).sum(),
                 rate=pl.col("link_rate_bps").max() / 8,
+                covered=overlap_s.max(),
             )
         )
         span = (t1 - t0) / 1e9
+        # windows of one NIC do not overlap; several NICs per host: the best covered
+        covered = frozenset(
+            nic.group_by("host", "direction")
+            .agg(pl.col("covered").sum())
+            .filter(pl.col("covered") >= COVERED * span)["host"]
+            .to_list()
+        )
         out: dict[str, float] = {}
-        for host, _, nbytes, rate in nic.iter_rows():
+        for host, _, nbytes, rate, _ in nic.iter_rows():
             other = nbytes - job.get(host, 0.0)
             if nbytes <= 0 or other < FOREIGN_RATE * rate * span:
                 continue
             out[host] = max(out.get(host, 0.0), other / nbytes)
-        return {h: round(v, 4) for h, v in sorted(out.items())}
+        return {h: round(v, 4) for h, v in sorted(out.items())}, covered
 
-    return ctx.memo("foreign_traffic", compute)
+    return ctx.memo("nic_traffic", compute)
 
 
 @dataclass(frozen=True)
@@ -261,6 +280,7 @@ def link_traffic(ctx: Context) -> LinkTraffic | None:
         loads = link_bytes(ctx.metrics.run, (t0, t1))
         if loads is None or loads.height == 0:
             return None
+        span_ns = t1 - t0
         hosts = loads.filter(pl.col("kind") == "host", pl.col("rate_bps") > 0)
         # a host is the end of exactly one host link; a switch ends several
         pairs = {link: (a, b) for link, a, b in hosts.select("link", "src", "dst").iter_rows()}
@@ -279,34 +299,32 @@ def link_traffic(ctx: Context) -> LinkTraffic | None:
             foreign[name] = round(other / row["bytes"], 4)
             if host == row["src"]:
                 senders.append(host)
-        covered = frozenset(h for h, n in ends.items() if n == 1)
+        spanned = hosts.filter(pl.col("covered_ns") >= COVERED * span_ns)
+        seen = {*spanned["src"].to_list(), *spanned["dst"].to_list()}
+        covered = frozenset(h for h, n in ends.items() if n == 1 and h in seen)
         return LinkTraffic(foreign, tuple(dict.fromkeys(senders)), covered)
 
     return ctx.memo("link_traffic", compute)
 
 
 def own_traffic_only(ctx: Context, hosts: Sequence[str]) -> bool:
-    """Whether counters cover every one of ``hosts`` and show nothing on their links
-    but the job's own bytes (the link counters: on any host link of the fabric; the
-    NIC counters: on these hosts'). Transfers slower than the run's best are then the
+    """Whether counters cover every one of ``hosts`` (their samples span ``COVERED`` of
+    the replayed steps) and show nothing on their links but the job's own bytes (the
+    link counters: on any host link of the fabric; the NIC counters: on these hosts').
+    Transfers slower than the run's best are then the
     job's own calls sharing the links — several collectives in flight together, each
     at its share of the rate — which is bandwidth, not contention."""
     if not hosts:
         return False
     links = link_traffic(ctx)
-    nic = ctx.metrics.hosts
+    foreign, nic_covered = nic_traffic(ctx)
     by_links = links is not None and set(hosts) <= links.covered
-    by_nic = (
-        nic is not None
-        and nic.nic.height > 0
-        and set(hosts) <= set(nic.nic["host"].to_list())
-        and job_bytes(ctx) is not None
-    )
+    by_nic = set(hosts) <= nic_covered
     if not (by_links or by_nic):
         return False
     if links is not None and links.foreign:
         return False
-    return not (by_nic and contended_hosts(ctx, list(hosts)))
+    return not any(share >= FOREIGN_SHARE for share in foreign.values())
 
 
 def contended_hosts(ctx: Context, hosts: list[str] | None = None) -> list[str]:
