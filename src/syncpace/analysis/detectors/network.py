@@ -258,11 +258,13 @@ def nic_traffic(ctx: Context) -> tuple[dict[str, float], frozenset[str]]:
 class LinkTraffic:
     """What the fabric's host links carried beside the job's own bytes: per host link
     direction (its one name) the share that is not the job's, where that reaches
-    ``FOREIGN_SHARE`` of its bytes and ``FOREIGN_RATE`` of its rate; the hosts at their
-    sending ends (where the bytes come from); the hosts the counters cover."""
+    ``FOREIGN_SHARE`` of its bytes and ``FOREIGN_RATE`` of its rate; of those, the
+    directions leaving a host (``sending``: where the bytes come from) and their hosts
+    (``senders``); the hosts the counters cover."""
 
     foreign: dict[str, float]
     senders: tuple[str, ...]
+    sending: tuple[str, ...]
     covered: frozenset[str]
 
 
@@ -287,7 +289,7 @@ def link_traffic(ctx: Context) -> LinkTraffic | None:
         ends = Counter(end for pair in pairs.values() for end in pair)
         span = (t1 - t0) / 1e9
         foreign: dict[str, float] = {}
-        senders: list[str] = []
+        senders: list[tuple[str, str]] = []
         for row in hosts.iter_rows(named=True):
             host = row["src"] if ends[row["src"]] == 1 else row["dst"]
             other = row["bytes"] - job.get(host, 0.0)
@@ -298,11 +300,12 @@ def link_traffic(ctx: Context) -> LinkTraffic | None:
             name = link_name(row["kind"], row["src"], row["dst"])
             foreign[name] = round(other / row["bytes"], 4)
             if host == row["src"]:
-                senders.append(host)
+                senders.append((host, name))
         spanned = hosts.filter(pl.col("covered_ns") >= COVERED * span_ns)
         seen = {*spanned["src"].to_list(), *spanned["dst"].to_list()}
         covered = frozenset(h for h, n in ends.items() if n == 1 and h in seen)
-        return LinkTraffic(foreign, tuple(dict.fromkeys(senders)), covered)
+        hosts_sending = tuple(dict.fromkeys(h for h, _ in senders))
+        return LinkTraffic(foreign, hosts_sending, tuple(n for _, n in senders), covered)
 
     return ctx.memo("link_traffic", compute)
 
@@ -470,9 +473,12 @@ def fabric_contention(ctx: Context) -> list[Finding]:
     # the ranks ending late, else every rank of a cross-node group
     links = link_source(ctx)
     traffic = link_traffic(ctx)
-    foreign = (traffic.senders, tuple(traffic.foreign)) if traffic is not None else ((), ())
     names = links.names if links is not None else ()
-    source = tuple(dict.fromkeys((*others, *foreign[0], *names, *foreign[1])))
+    # the host links whose other bytes leave their host, where the link counters'
+    # busiest directions do not already name them
+    sending = [n for n in (traffic.sending if traffic is not None else ()) if n not in names]
+    senders = traffic.senders if traffic is not None else ()
+    source = tuple(dict.fromkeys((*others, *senders, *names, *sending)))
     nodes = ctx.nodes_of(lagging) if lagging else ctx.nodes_of(cross_ranks)
     evidence = {
         "median_inflation": round(inflation, 3),
@@ -501,13 +507,13 @@ def fabric_contention(ctx: Context) -> list[Finding]:
         causes.append(
             f"the links of {', '.join(others)} carry other traffic beside the job's (NIC counters)"
         )
-    if foreign[1]:
-        causes.append(
-            f"{', '.join(foreign[1])} carr{'ies' if len(foreign[1]) == 1 else 'y'} traffic "
-            "beside the job's (link counters)"
-        )
     if links is not None and links.text():
         causes.append(links.text())
+    if sending:
+        causes.append(
+            f"{', '.join(sending)} carr{'ies' if len(sending) == 1 else 'y'} traffic "
+            "beside the job's (link counters)"
+        )
     lead = f"{'; '.join(causes)}: " if causes else ""
     worst = ""
     if lagging:
