@@ -48,8 +48,9 @@ class Thresholds:
     )
     sync_wait_share: float = setting(
         0.10,
-        "Share of the iteration recurring compute jitter costs (what the replay saves without "
-        "it; without a replay: the mean wait for the last arriver) that is sync amplification.",
+        "Without a replay, the mean wait for the last arriver (share of the iteration) that "
+        "is sync amplification; with one, the jitter's saving is judged by warning_cost, and "
+        "stays its own once the stragglers are fixed when it still saves this much.",
     )
     sync_spread: float = setting(
         0.5, "Fraction of ranks that must each arrive last in some iterations (transient jitter)."
