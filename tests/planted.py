@@ -169,16 +169,38 @@ class _Timeline:
     steps: list[list[tuple]]
 
 
-def _simulate(sc: Planted) -> _Timeline:
-    rng = np.random.default_rng(sc.seed)
+def _speeds(sc: Planted) -> np.ndarray:
+    """Each rank's compute time factor from the planted slow ranks and local rank."""
     world = sc.world_size
-    node_of = np.arange(world) // sc.gpus_per_node
     speed = np.ones(world)
     for rank, factor in sc.slow_ranks:
         speed[rank] *= factor
     if sc.slow_local_rank is not None:
         local, factor = sc.slow_local_rank
         speed[np.arange(world) % sc.gpus_per_node == local] *= factor
+    return speed
+
+
+def _step_calls(sc: Planted, groups: dict[str, np.ndarray]) -> list[tuple[float, str, int]]:
+    """A step's calls as (issue fraction of backward, group, bytes), in issue order;
+    an intra-node group's call is issued mid-forward (a negative fraction)."""
+    calls: list[tuple[float, str, int]] = []
+    for k in range(sc.tiny_per_step):
+        calls.append(((k + 0.5) / sc.tiny_per_step, "0", sc.tiny_bytes))
+    for k in range(sc.buckets):
+        calls.append(((k + 1) / sc.buckets if sc.overlap else 1.0, "0", sc.bucket_bytes))
+    calls.sort(key=lambda c: c[0])
+    for name in groups:
+        if name != "0":
+            calls.insert(0, (-0.5, name, sc.intra_bytes))
+    return calls
+
+
+def _simulate(sc: Planted) -> _Timeline:
+    rng = np.random.default_rng(sc.seed)
+    world = sc.world_size
+    node_of = np.arange(world) // sc.gpus_per_node
+    speed = _speeds(sc)
     groups = {"0": np.arange(world)}
     if sc.intra_bytes:
         groups.update({f"{sc.host(n)}-tp": np.flatnonzero(node_of == n) for n in range(sc.nodes)})
@@ -193,15 +215,7 @@ def _simulate(sc: Planted) -> _Timeline:
                 f[rank] *= factor
         fwd, bwd = sc.fwd_ms * 1e6 * f, sc.bwd_ms * 1e6 * f
         done = start + fwd + bwd
-        calls: list[tuple[float, str, int]] = []  # (issue fraction of backward, group, bytes)
-        for k in range(sc.tiny_per_step):
-            calls.append(((k + 0.5) / sc.tiny_per_step, "0", sc.tiny_bytes))
-        for k in range(sc.buckets):
-            calls.append(((k + 1) / sc.buckets if sc.overlap else 1.0, "0", sc.bucket_bytes))
-        calls.sort(key=lambda c: c[0])
-        for name in groups:
-            if name != "0":  # intra-node group: issued mid-forward
-                calls.insert(0, (-0.5, name, sc.intra_bytes))
+        calls = _step_calls(sc, groups)
         comm_end = start.copy()
         for frac, name, nbytes in calls:
             ranks = groups[name]

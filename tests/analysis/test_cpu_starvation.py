@@ -15,7 +15,7 @@ import pytest
 from planted import Planted, generate
 from syncpace.analysis.api import analyze
 from syncpace.analysis.thresholds import Thresholds
-from syncpace.capture.sampler import HostSampler
+from syncpace.telemetry.sampler import HostSampler
 from sysfs_trees import JOB_PID, switch_host, write_cpu, write_netdev, write_netstat, write_snmp
 
 NO_QDISCS = SimpleNamespace(dump=dict, close=lambda: None)

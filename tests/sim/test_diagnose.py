@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from syncpace.analysis import analyze
+from syncpace.analysis import Severity, Thresholds, analyze
 from syncpace.sim.engine import simulate
 from syncpace.sim.tracewrite import write_trace
 
@@ -38,20 +38,37 @@ PLANTED = {
 }
 
 
+#: Every simulated cluster's compute noise, amplified by synchronisation over its 16
+#: ranks: the replay costs it at about 8 % of each iteration (no compute jitter), a
+#: cause the verdict names; the planted cause is judged beside it.
+NOISE = "sync_amplification"
+
+
+def _jitter_row(analysis) -> tuple[float, float]:
+    row = analysis.what_if[0].row("jitter")
+    return row.saving, row.error
+
+
 @pytest.mark.parametrize("name", sorted(PLANTED))
 def test_diagnose_finds_the_planted_cause(name: str, tmp_path: Path) -> None:
     sections, mode, ranks, nodes = PLANTED[name]
     trace = write_trace(simulate(config(**sections)), tmp_path / name)
-    top = analyze(trace).top
+    analysis = analyze(trace)
+    top = next(f for f in analysis.findings if f.mode != NOISE)
     assert top.mode == mode, [top.mode, top.summary]
-    assert top.severity.name in ("WARNING", "CRITICAL")
+    # a warning or worse unless its replayed saving is below the reporting threshold
+    floor = top.cost - (top.cost_error or 0.0)
+    assert top.severity.name in ("WARNING", "CRITICAL") or floor < Thresholds().warning_cost
     assert top.ranks == ranks
     assert top.nodes == nodes
 
 
-def test_a_clean_simulated_cluster_is_healthy(tmp_path: Path) -> None:
-    trace = write_trace(simulate(config()), tmp_path / "clean")
-    assert analyze(trace).top.mode == "healthy"
+def test_a_clean_simulated_cluster_is_healthy_but_for_its_jitter(tmp_path: Path) -> None:
+    analysis = analyze(write_trace(simulate(config()), tmp_path / "clean"))
+    warned = [f for f in analysis.findings if f.severity >= Severity.WARNING]
+    assert [f.mode for f in warned] == [NOISE], [f.summary for f in warned]
+    saving, _ = _jitter_row(analysis)
+    assert warned[0].cost == pytest.approx(saving)
 
 
 def test_a_uniformly_saturated_uplink_is_not_contention_to_the_detector(tmp_path: Path) -> None:

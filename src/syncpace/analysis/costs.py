@@ -14,6 +14,14 @@ include the causes, never added to them.
 The same cause's cost in two runs is each run's own saving against its own iteration:
 a run whose iterations are longer (paced, contended) or whose cause weighs more
 differs, and :func:`across_runs` says so with the milliseconds behind each share.
+
+One rule maps a cost to a severity, for every finding and for the verdict alike
+(:func:`severity`): the saving less the replay's own error (what the saving is at
+least) against ``critical_cost`` and ``warning_cost`` (the reporting threshold: the
+verdict names every cause at or above it; below it a cause is info).
+:func:`syncpace.analysis.diagnosis.replay_floor` holds the findings to it: a cause whose
+replayed saving reaches the reporting threshold is reported at the severity it maps to
+or above, whatever its detector's own test said.
 """
 
 from __future__ import annotations
@@ -24,11 +32,42 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from syncpace.analysis import modes
-from syncpace.analysis.findings import Finding
+from syncpace.analysis.findings import Finding, Severity
 from syncpace.analysis.modes import Role
 from syncpace.analysis.replay.whatif import Outcome, WhatIf
+from syncpace.analysis.thresholds import Thresholds
 
 Relation = Literal["one", "add", "overlap", "compound"]
+
+
+def severity(cost: float, error: float | None, th: Thresholds) -> Severity:
+    """The one rule from a cost (a share of the iteration) to a severity: the cost less
+    ``error`` (the replay's, by its own account; none for a measured cost), so a saving
+    of 2.4 % +- 1.5 % is no warning."""
+    floor = max(0.0, cost - (error or 0.0))
+    if floor >= th.critical_cost:
+        return Severity.CRITICAL
+    if floor >= th.warning_cost:
+        return Severity.WARNING
+    return Severity.INFO
+
+
+def reported(cost: float, error: float | None, th: Thresholds) -> bool:
+    """Whether a cause costing this must be reported (a finding the verdict names): it
+    maps to a warning or more. Below the reporting threshold a replayed saving is
+    within what jitter-free ideals and the replay's own noise give any run."""
+    return severity(cost, error, th) >= Severity.WARNING
+
+
+def cause_rows(rows: Sequence[Outcome]) -> list[Outcome]:
+    """The what-if rows that remove a cause: those naming a mode whose role is a cause
+    (generic rows, bounds such as "ideal overlap" or "every link at the run's best
+    rate", name none)."""
+    return [
+        r
+        for r in rows
+        if r.cause and modes.is_registered(r.cause) and modes.has_role(r.cause, Role.CAUSE)
+    ]
 
 
 @dataclass(frozen=True)

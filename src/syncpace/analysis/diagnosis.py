@@ -7,7 +7,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from syncpace.analysis import modes
+from syncpace.analysis import costs, modes
 from syncpace.analysis.detectors import DETECTORS, Context, Detector, advice
 from syncpace.analysis.detectors.arrival import rank_compute
 from syncpace.analysis.detectors.hosts import attach_host_evidence
@@ -16,7 +16,7 @@ from syncpace.analysis.metrics import RunMetrics
 from syncpace.analysis.modes import Role
 from syncpace.analysis.replay import PacerFactory
 from syncpace.analysis.replay import counterfactuals as cf
-from syncpace.analysis.replay.whatif import WhatIf
+from syncpace.analysis.replay.whatif import Outcome, WhatIf
 from syncpace.analysis.scaling import ScalingPoint
 from syncpace.analysis.thresholds import Thresholds
 
@@ -42,7 +42,9 @@ def diagnose(
             replace(f, confidence=f.confidence / 2) if modes.get(f.mode).skew_based else f
             for f in findings
         ]
-    findings = _symptoms(_one_per_cause(findings))
+    findings = _symptoms(_one_per_cause(ctx, findings))
+    generic_counterfactuals(ctx)
+    findings = replay_floor(ctx, findings)
     if not any(f.severity >= Severity.WARNING for f in findings):
         findings.append(_healthy(ctx))
     findings = [_weighed_by_data(f, metrics, thresholds) for f in findings]
@@ -81,14 +83,63 @@ def _weighed_by_data(f: Finding, metrics: RunMetrics, thresholds: Thresholds) ->
     return f if weight >= 1 else replace(f, confidence=round(f.confidence * weight, 3))
 
 
-def _one_per_cause(findings: list[Finding]) -> list[Finding]:
+def _one_per_cause(ctx: Context, findings: list[Finding]) -> list[Finding]:
     """Contention that lasts makes the ranks next to the contended links end late: the
     slow_link finding on ranks a fabric_contention finding names is the same cause seen
-    twice, and is left out."""
+    twice, and is left out; its replay is then contention's (``Context.claim``)."""
     contended = {r for f in findings if f.mode == "fabric_contention" for r in f.ranks}
-    return [
-        f for f in findings if not (f.mode == "slow_link" and f.ranks and set(f.ranks) <= contended)
-    ]
+    out = []
+    for f in findings:
+        if f.mode == "slow_link" and f.ranks and set(f.ranks) <= contended:
+            ctx.claim((f.evidence.get("counterfactual") or {}).get("name", ""), "fabric_contention")
+        else:
+            out.append(f)
+    return out
+
+
+def replay_floor(ctx: Context, findings: list[Finding]) -> list[Finding]:
+    """The verdict never contradicts the replay: every what-if row that removes a cause
+    (:func:`syncpace.analysis.costs.cause_rows`) and saves, less its error, at least the
+    reporting threshold (``warning_cost``) has a finding of that cause at the severity
+    its saving maps to (:func:`syncpace.analysis.costs.severity`) or above. A cause's
+    finding below it is raised; a cause its detector did not name (its own test not
+    met) gets a finding from the row. A cause seen only as a symptom of another
+    (overlap behind a network cause) stays the symptom it is."""
+    th = ctx.thresholds
+    out = list(findings)
+    for row in costs.cause_rows([o for o, _ in ctx.replays.values()]):
+        if not costs.reported(row.saving, row.error, th):
+            continue
+        need = costs.severity(row.saving, row.error, th)
+        same = [i for i, f in enumerate(out) if f.mode == row.cause]
+        if any(out[i].severity >= need or out[i].symptom for i in same):
+            continue
+        if same:
+            i = max(same, key=lambda i: out[i].cost)
+            out[i] = replace(out[i], severity=need)
+        else:
+            out.append(_from_row(ctx, row, need))
+    return out
+
+
+def _from_row(ctx: Context, row: Outcome, severity: Severity) -> Finding:
+    """A cause's finding from its replay alone: its cost is the row's saving."""
+    title = modes.get(row.cause).title
+    return Finding(
+        mode=row.cause,
+        severity=severity,
+        confidence=min(1.0, max(0.0, 1.0 - row.error / max(row.saving, 1e-9))),
+        summary=(
+            f"{title.lower()}: the replay saves {row.saving:.1%} (± {row.error:.1%}) of each "
+            f"iteration with {row.description}, though the detector's own test was not met"
+        ),
+        cost=max(0.0, min(1.0, row.saving)),
+        evidence={"counterfactual": row.to_json(), "from_replay_only": True},
+        actions=advice.for_mode(row.cause, ctx.metrics.parallelism),
+        run=ctx.metrics.run,
+        cost_error=row.error,
+        cost_basis="replay",
+    )
 
 
 def _symptoms(findings: list[Finding]) -> list[Finding]:
@@ -122,15 +173,13 @@ def order(findings: list[Finding]) -> list[Finding]:
     )
 
 
-def what_if_table(ctx: Context, findings: list[Finding]) -> WhatIf | None:
-    """Every finding's counterfactual, the generic ones (no jitter, ideal overlap, links
-    at the run's best or the benchmarked rate, the slowest rank like the others, pacing
-    with the live pacer when one is given), and all found causes removed at once."""
+def generic_counterfactuals(ctx: Context) -> None:
+    """The generic counterfactuals (no jitter, ideal overlap, links at the run's best or
+    the benchmarked rate, the slowest rank like the others, pacing with the live pacer
+    when one is given), replayed before the floor reads them."""
     prog, base = ctx.program, ctx.base
     if prog is None or base is None or base.measured_ns <= 0:
-        return None
-    replayed = [f for f in findings if "counterfactual" in f.evidence]
-    names = [f.evidence["counterfactual"]["name"] for f in replayed]
+        return
     ctx.counterfactual("jitter", "no compute jitter", cf.without_jitter)
     ctx.counterfactual("overlap", "ideal overlap", cf.ideal_overlap)
     ctx.counterfactual("links:best", "every link at the run's best rate", cf.transfers_at_best)
@@ -151,6 +200,17 @@ def what_if_table(ctx: Context, findings: list[Finding]) -> WhatIf | None:
         )
     if ctx.pacer is not None:
         ctx.counterfactual("pacing", "pacing on (the live pacer)", cf.paced(ctx.pacer))
+
+
+def what_if_table(ctx: Context, findings: list[Finding]) -> WhatIf | None:
+    """Every finding's counterfactual, the generic ones (:func:`generic_counterfactuals`)
+    and all found causes removed at once."""
+    prog, base = ctx.program, ctx.base
+    if prog is None or base is None or base.measured_ns <= 0:
+        return None
+    replayed = [f for f in findings if "counterfactual" in f.evidence]
+    names = [f.evidence["counterfactual"]["name"] for f in replayed]
+    generic_counterfactuals(ctx)
     causes = [
         ctx.replays[n][1]
         for f, n in zip(replayed, names, strict=True)
@@ -204,4 +264,11 @@ def _healthy(ctx: Context) -> Finding:
     )
 
 
-__all__ = ["Diagnosis", "diagnose", "diagnose_run", "order", "scaling_evidence"]
+__all__ = [
+    "Diagnosis",
+    "diagnose",
+    "diagnose_run",
+    "order",
+    "replay_floor",
+    "scaling_evidence",
+]

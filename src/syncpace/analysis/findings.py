@@ -97,15 +97,6 @@ class Finding:
         }
 
 
-def severity_for(cost: float, critical: float, warning: float) -> Severity:
-    """Severity scaled to cost: the fraction of iteration time a cause takes."""
-    if cost >= critical:
-        return Severity.CRITICAL
-    if cost >= warning:
-        return Severity.WARNING
-    return Severity.INFO
-
-
 def rank_findings(findings: list[Finding]) -> list[Finding]:
     """Severity first (it follows cost), then causes before symptoms, then cost."""
     return sorted(

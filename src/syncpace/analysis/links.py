@@ -133,3 +133,39 @@ def run_window(rank_steps: pl.DataFrame) -> tuple[int, int] | None:
     if rank_steps.height == 0:
         return None
     return int(rank_steps["start_ns"].min()), int(rank_steps["end_ns"].max())  # type: ignore[arg-type]
+
+
+def link_bytes(run_dir: str | Path, window: tuple[int, int]) -> pl.DataFrame | None:
+    """Per link direction: the bytes it carried within ``window`` (ns) — each sampling
+    interval's bytes, pro rata of its overlap with the window — with its ``kind``,
+    ``src``, ``dst``, ``rate_bps`` and ``covered_ns`` (how much of the window its
+    samples span). ``None`` without a readable counters file."""
+    paths = [d / LINKS_FILE for d in run_dirs(str(run_dir))]
+    path = next((p for p in paths if p.exists()), None)
+    if path is None:
+        return None
+    try:
+        raw = pl.read_ipc_stream(path)
+    except Exception:  # a damaged counters file is a missing picture, not a failure
+        return None
+    t0, t1 = window
+    return (
+        raw.sort("time_ns")
+        .with_columns(
+            prev=pl.col("time_ns").shift(1).over("link", "src", "dst"),
+            db=pl.col("bytes").diff().over("link", "src", "dst"),
+        )
+        .filter(pl.col("time_ns") > pl.col("prev"), pl.col("db") >= 0)
+        .with_columns(
+            inside=(
+                pl.min_horizontal("time_ns", pl.lit(t1)) - pl.max_horizontal("prev", pl.lit(t0))
+            ).clip(lower_bound=0)
+        )
+        .group_by("link", "kind", "src", "dst")
+        .agg(
+            bytes=(pl.col("db") * pl.col("inside") / (pl.col("time_ns") - pl.col("prev"))).sum(),
+            rate_bps=pl.col("rate_bps").max(),
+            covered_ns=pl.col("inside").sum(),
+        )
+        .sort("link", "src")
+    )

@@ -15,10 +15,15 @@ from syncpace.errors import ConfigError
 @dataclass(kw_only=True, slots=True, frozen=True)
 class Thresholds:
     critical_cost: float = setting(
-        0.10, "A finding that costs at least this fraction of iteration time is critical."
+        0.10,
+        "A cause whose cost (its replayed saving, less the replay's error) is at least "
+        "this fraction of iteration time is critical.",
     )
     warning_cost: float = setting(
-        0.02, "A finding that costs at least this fraction of iteration time is a warning."
+        0.05,
+        "A cause whose cost (its replayed saving, less the replay's error) is at least "
+        "this fraction of iteration time is a warning: the reporting threshold, at or "
+        "above which the verdict names it; below it, info.",
     )
     straggler_min_share: float = setting(
         0.02, "A late rank must arrive late by at least this fraction of the iteration time."
@@ -43,8 +48,9 @@ class Thresholds:
     )
     sync_wait_share: float = setting(
         0.10,
-        "Share of the iteration recurring compute jitter costs (what the replay saves without "
-        "it; without a replay: the mean wait for the last arriver) that is sync amplification.",
+        "Without a replay, the mean wait for the last arriver (share of the iteration) that "
+        "is sync amplification; with one, the jitter's saving is judged by warning_cost, and "
+        "stays its own once the stragglers are fixed when it still saves this much.",
     )
     sync_spread: float = setting(
         0.5, "Fraction of ranks that must each arrive last in some iterations (transient jitter)."

@@ -13,6 +13,7 @@ still apply.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 
 from syncpace.analysis.hang import HangPoint
@@ -396,3 +397,16 @@ def clock_uncertainty(*, estimated: bool) -> tuple[str, ...]:
 
 def healthy() -> tuple[str, ...]:
     return ("Nothing to fix; re-check at larger scale.",)
+
+
+def for_mode(mode: str, p: Parallelism) -> tuple[str, ...]:
+    """A cause's actions when only its replay names it (no detector's detail: ranks,
+    nodes, steps): its mode's function, where that needs nothing but the parallelism;
+    none otherwise."""
+    words = globals().get(mode)
+    if not callable(words):
+        return ()
+    params = list(inspect.signature(words).parameters)
+    if not params:
+        return tuple(words())
+    return tuple(words(p)) if params == ["p"] else ()

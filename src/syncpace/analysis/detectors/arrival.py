@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from syncpace.analysis import costs
 from syncpace.analysis.detectors import advice, cpu, device
 from syncpace.analysis.detectors.context import (
     Context,
@@ -597,12 +598,15 @@ def sync_amplification(ctx: Context) -> list[Finding]:
         replay = ctx.counterfactual(
             "jitter", "no compute jitter (recurring)", change, cause="sync_amplification"
         )
-        if replay is None or replay.saving < th.sync_wait_share:
+        # the one rule: what the replay saves without the jitter, not a gate of its own
+        if replay is None or not costs.reported(replay.saving, replay.error, th):
             return []
         beyond = _jitter_beyond_turns(ctx, change)
         if beyond < th.sync_wait_share and beyond < replay.saving / 2:
             # the variation is the starved ranks' or the late ranks' of one half
-            # (removing it takes most of what removing the jitter saves): their cost.
+            # (removing it takes most of what removing the jitter saves): their cost,
+            # and the jitter's replay theirs
+            ctx.claim("jitter", "cpu_starvation" if starvation(ctx) else "straggler")
             return []
         confidence = confidence_of(replay.saving, th.sync_wait_share)
     else:

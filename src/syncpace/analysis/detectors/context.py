@@ -3,12 +3,13 @@ shared helpers."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import polars as pl
 
-from syncpace.analysis.findings import Finding, Severity, severity_for
+from syncpace.analysis import costs
+from syncpace.analysis.findings import Finding, Severity
 from syncpace.analysis.metrics import RunMetrics
 from syncpace.analysis.replay import Change, PacerFactory, Program
 from syncpace.analysis.replay.whatif import Baseline, Outcome, baseline, evaluate
@@ -60,9 +61,17 @@ class Context:
             self.replays[name] = (evaluate(prog, base, name, description, made, cause), made)
         return self.replays[name][0]
 
-    def severity(self, cost: float) -> Severity:
-        th = self.thresholds
-        return severity_for(cost, th.critical_cost, th.warning_cost)
+    def claim(self, name: str, by: str) -> None:
+        """The counterfactual ``name`` removes what ``by`` costs (a finding left out as
+        the same cause as ``by``'s, a variation that is ``by``'s own): its what-if row
+        names ``by`` as its cause, so the replay's floor holds ``by`` to it."""
+        if name in self.replays:
+            row, change = self.replays[name]
+            self.replays[name] = (replace(row, cause=by), change)
+
+    def severity(self, cost: float, error: float | None = None) -> Severity:
+        """The one rule (:func:`syncpace.analysis.costs.severity`)."""
+        return costs.severity(cost, error, self.thresholds)
 
     def nodes_of(self, ranks: list[int] | tuple[int, ...]) -> tuple[str, ...]:
         place = self.metrics.placement
@@ -91,7 +100,7 @@ class Context:
         cost = max(0.0, min(1.0, cost))
         return Finding(
             mode=mode,
-            severity=self.severity(max(0.0, cost - (error or 0.0))),
+            severity=self.severity(cost, error),
             confidence=max(0.0, min(1.0, confidence)),
             summary=summary,
             cost=cost,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,7 +15,7 @@ from syncpace.analysis.detectors import advice
 from syncpace.analysis.detectors.arrival import fast_half, fast_noise
 from syncpace.analysis.detectors.context import Context, confidence_of, ms
 from syncpace.analysis.findings import Finding
-from syncpace.analysis.links import LinkLoad, busiest_links, run_window
+from syncpace.analysis.links import LinkLoad, busiest_links, link_bytes, link_name, run_window
 from syncpace.analysis.replay import counterfactuals as cf
 from syncpace.analysis.replay.program import JOIN, WAIT
 from syncpace.analysis.replay.whatif import Outcome
@@ -157,22 +158,19 @@ FOREIGN_SHARE = 0.2
 FOREIGN_RATE = 0.1
 
 
-def foreign_traffic(ctx: Context) -> dict[str, float]:
-    """Per host with NIC counters: the share of its NIC's bytes during the replayed
-    steps (the busier direction) that the job's collectives do not account for — other
-    flows on the host's link. The job's part is what its ranks on the host posted, each
+def job_bytes(ctx: Context) -> tuple[dict[str, float], tuple[int, int]] | None:
+    """Per host, what the job's ranks there posted during the replayed steps, each
     collective's bytes times its bus factor: an upper bound of what the job put on the
-    NIC (traffic between ranks of one host never leaves it), so the share is a lower
-    bound. Only hosts whose other traffic also reaches ``FOREIGN_RATE`` of the link rate
-    are kept. Empty without host counters or a replay."""
+    host's link (traffic between ranks of one host never leaves it); and that window
+    (ns). ``None`` without a replay."""
 
-    def compute() -> dict[str, float]:
-        prog, hosts = ctx.program, ctx.metrics.hosts
-        if prog is None or hosts is None or hosts.windows.height == 0 or hosts.nic.height == 0:
-            return {}
+    def compute() -> tuple[dict[str, float], tuple[int, int]] | None:
+        prog = ctx.program
+        if prog is None:
+            return None
         replayed = ctx.metrics.rank_steps.filter(pl.col("step").is_in(prog.steps.tolist()))
         if replayed.height == 0:
-            return {}
+            return None
         t0 = int(replayed["start_ns"].min())  # type: ignore[arg-type]
         t1 = int(replayed["end_ns"].max())  # type: ignore[arg-type]
         inst = ctx.metrics.instances
@@ -191,12 +189,40 @@ def foreign_traffic(ctx: Context) -> dict[str, float]:
         for rank, b in enumerate(per_rank):
             if rank in node:
                 job[node[rank]] = job.get(node[rank], 0.0) + float(b)
+        return job, (t0, t1)
+
+    return ctx.memo("job_bytes", compute)
+
+
+#: Counters cover a host when their samples span this share of the replayed steps.
+COVERED = 0.5
+
+
+def foreign_traffic(ctx: Context) -> dict[str, float]:
+    """Per host with NIC counters: the share of its NIC's bytes during the replayed
+    steps (the busier direction) that the job's collectives do not account for
+    (:func:`job_bytes`) — other flows on the host's link; a lower bound. Only hosts
+    whose other traffic also reaches ``FOREIGN_RATE`` of the link rate are kept. Empty
+    without host counters or a replay."""
+    return nic_traffic(ctx)[0]
+
+
+def nic_traffic(ctx: Context) -> tuple[dict[str, float], frozenset[str]]:
+    """:func:`foreign_traffic`, and the hosts whose NIC counters span ``COVERED`` of
+    the replayed steps."""
+
+    def compute() -> tuple[dict[str, float], frozenset[str]]:
+        hosts, mine = ctx.metrics.hosts, job_bytes(ctx)
+        none: tuple[dict[str, float], frozenset[str]] = ({}, frozenset())
+        if mine is None or hosts is None or hosts.windows.height == 0 or hosts.nic.height == 0:
+            return none
+        job, (t0, t1) = mine
         rates = hosts.nic.select("host", "device", "direction", "link_rate_bps")
         w = hosts.windows.filter(
             pl.col("device") != "lo", pl.col("end_ns") > t0, pl.col("start_ns") < t1
         ).join(rates, on=["host", "device", "direction"], how="inner")
         if w.height == 0:
-            return {}
+            return none
         overlap_s = (
             pl.min_horizontal("end_ns", pl.lit(t1)) - pl.max_horizontal("start_ns", pl.lit(t0))
         ) / 1e9
@@ -206,18 +232,102 @@ def foreign_traffic(ctx: Context) -> dict[str, float]:
             .agg(
                 bytes=(pl.col("util") * pl.col("link_rate_bps") / 8 * overlap_s).sum(),
                 rate=pl.col("link_rate_bps").max() / 8,
+                covered=overlap_s.max(),
             )
         )
         span = (t1 - t0) / 1e9
+        # windows of one NIC do not overlap; several NICs per host: the best covered
+        covered = frozenset(
+            nic.group_by("host", "direction")
+            .agg(pl.col("covered").sum())
+            .filter(pl.col("covered") >= COVERED * span)["host"]
+            .to_list()
+        )
         out: dict[str, float] = {}
-        for host, _, nbytes, rate in nic.iter_rows():
+        for host, _, nbytes, rate, _ in nic.iter_rows():
             other = nbytes - job.get(host, 0.0)
             if nbytes <= 0 or other < FOREIGN_RATE * rate * span:
                 continue
             out[host] = max(out.get(host, 0.0), other / nbytes)
-        return {h: round(v, 4) for h, v in sorted(out.items())}
+        return {h: round(v, 4) for h, v in sorted(out.items())}, covered
 
-    return ctx.memo("foreign_traffic", compute)
+    return ctx.memo("nic_traffic", compute)
+
+
+@dataclass(frozen=True)
+class LinkTraffic:
+    """What the fabric's host links carried beside the job's own bytes: per host link
+    direction (its one name) the share that is not the job's, where that reaches
+    ``FOREIGN_SHARE`` of its bytes and ``FOREIGN_RATE`` of its rate; of those, the
+    directions leaving a host (``sending``: where the bytes come from) and their hosts
+    (``senders``); the hosts the counters cover."""
+
+    foreign: dict[str, float]
+    senders: tuple[str, ...]
+    sending: tuple[str, ...]
+    covered: frozenset[str]
+
+
+def link_traffic(ctx: Context) -> LinkTraffic | None:
+    """From the run directory's link counters (the emulated fabric's), over the
+    replayed steps: each host link direction's bytes against the job's bytes of its
+    host (:func:`job_bytes`; a host sends and receives what its ranks post). ``None``
+    without link counters or a replay."""
+
+    def compute() -> LinkTraffic | None:
+        mine = job_bytes(ctx)
+        if mine is None:
+            return None
+        job, (t0, t1) = mine
+        loads = link_bytes(ctx.metrics.run, (t0, t1))
+        if loads is None or loads.height == 0:
+            return None
+        span_ns = t1 - t0
+        hosts = loads.filter(pl.col("kind") == "host", pl.col("rate_bps") > 0)
+        # a host is the end of exactly one host link; a switch ends several
+        pairs = {link: (a, b) for link, a, b in hosts.select("link", "src", "dst").iter_rows()}
+        ends = Counter(end for pair in pairs.values() for end in pair)
+        span = (t1 - t0) / 1e9
+        foreign: dict[str, float] = {}
+        senders: list[tuple[str, str]] = []
+        for row in hosts.iter_rows(named=True):
+            host = row["src"] if ends[row["src"]] == 1 else row["dst"]
+            other = row["bytes"] - job.get(host, 0.0)
+            if row["bytes"] <= 0 or other < FOREIGN_RATE * row["rate_bps"] / 8 * span:
+                continue
+            if other / row["bytes"] < FOREIGN_SHARE:
+                continue
+            name = link_name(row["kind"], row["src"], row["dst"])
+            foreign[name] = round(other / row["bytes"], 4)
+            if host == row["src"]:
+                senders.append((host, name))
+        spanned = hosts.filter(pl.col("covered_ns") >= COVERED * span_ns)
+        seen = {*spanned["src"].to_list(), *spanned["dst"].to_list()}
+        covered = frozenset(h for h, n in ends.items() if n == 1 and h in seen)
+        hosts_sending = tuple(dict.fromkeys(h for h, _ in senders))
+        return LinkTraffic(foreign, hosts_sending, tuple(n for _, n in senders), covered)
+
+    return ctx.memo("link_traffic", compute)
+
+
+def own_traffic_only(ctx: Context, hosts: Sequence[str]) -> bool:
+    """Whether counters cover every one of ``hosts`` (their samples span ``COVERED`` of
+    the replayed steps) and show nothing on their links but the job's own bytes (the
+    link counters: on any host link of the fabric; the NIC counters: on these hosts').
+    Transfers slower than the run's best are then the
+    job's own calls sharing the links — several collectives in flight together, each
+    at its share of the rate — which is bandwidth, not contention."""
+    if not hosts:
+        return False
+    links = link_traffic(ctx)
+    foreign, nic_covered = nic_traffic(ctx)
+    by_links = links is not None and set(hosts) <= links.covered
+    by_nic = set(hosts) <= nic_covered
+    if not (by_links or by_nic):
+        return False
+    if links is not None and links.foreign:
+        return False
+    return not any(share >= FOREIGN_SHARE for share in foreign.values())
 
 
 def contended_hosts(ctx: Context, hosts: list[str] | None = None) -> list[str]:
@@ -323,6 +433,10 @@ def fabric_contention(ctx: Context) -> list[Finding]:
     inflation = max(own_inflation, link_inflation if whole_run else 0.0)
     if inflation < th.fabric_inflation:
         return []
+    if own_traffic_only(ctx, ctx.nodes_of(_cross_ranks(ctx))):
+        # the counters carry the job's bytes and nothing else: its own calls in flight
+        # together share the links, each at its part of the rate (bandwidth)
+        return []
     corr = suspect.select(pl.corr("skew_ns", "service_ns")).item()
     corr = 0.0 if corr is None or math.isnan(corr) else float(corr)
     own = suspect.filter(pl.col("late_own_ns").is_not_null())
@@ -358,7 +472,13 @@ def fabric_contention(ctx: Context) -> list[Finding]:
     # beyond the job's traffic and the busy shared links (link counters); who suffers:
     # the ranks ending late, else every rank of a cross-node group
     links = link_source(ctx)
-    source = tuple(dict.fromkeys((*others, *(links.names if links is not None else ()))))
+    traffic = link_traffic(ctx)
+    names = links.names if links is not None else ()
+    # the host links whose other bytes leave their host, where the link counters'
+    # busiest directions do not already name them
+    sending = [n for n in (traffic.sending if traffic is not None else ()) if n not in names]
+    senders = traffic.senders if traffic is not None else ()
+    source = tuple(dict.fromkeys((*others, *senders, *names, *sending)))
     nodes = ctx.nodes_of(lagging) if lagging else ctx.nodes_of(cross_ranks)
     evidence = {
         "median_inflation": round(inflation, 3),
@@ -377,6 +497,7 @@ def fabric_contention(ctx: Context) -> list[Finding]:
         "concurrency": int(suspect["concurrency"].max() or 1),
         "ranks_ending_late": lagging,
         "other_traffic_share_by_host": foreign_traffic(ctx) or None,
+        "other_traffic_share_by_link": (traffic.foreign or None) if traffic is not None else None,
         "groups": sorted(suspect["group"].unique().to_list())[:20],
     }
     if links is not None:
@@ -388,6 +509,11 @@ def fabric_contention(ctx: Context) -> list[Finding]:
         )
     if links is not None and links.text():
         causes.append(links.text())
+    if sending:
+        causes.append(
+            f"{', '.join(sending)} carr{'ies' if len(sending) == 1 else 'y'} traffic "
+            "beside the job's (link counters)"
+        )
     lead = f"{'; '.join(causes)}: " if causes else ""
     worst = ""
     if lagging:
