@@ -282,7 +282,7 @@ def test_cli_converts_and_refuses_to_overwrite(profiled, tmp_path):
     assert again.returncode == 2
     assert again.stderr.strip().splitlines() == [
         f"syncpace import: error: {out}: already holds a trace ({3 * WORLD} rank files); "
-        "choose another --out or add --force"
+        "choose another --out or add --force to replace it"
     ]
 
 

@@ -36,7 +36,7 @@ def prepare_rank(run_dir: Path, rank: int, overwrite: bool) -> None:
     if mine and not overwrite:
         raise BenchError(
             f"{run_dir}: already holds an earlier run ({mine[0].name}); "
-            "choose another --out or add --force"
+            "choose another --out or add --force to replace it"
         )
     for path in mine:
         path.unlink(missing_ok=True)

@@ -99,7 +99,7 @@ def check_out_dir(out: str | os.PathLike[str], overwrite: bool) -> Path:
     if existing and not overwrite:
         raise ConfigError(
             f"{out_dir}: already holds a trace ({len(existing)} rank files); "
-            "choose another --out or add --force"
+            "choose another --out or add --force to replace it"
         )
     return out_dir
 

@@ -168,7 +168,9 @@ def merge_dirs(
     _check(parts)
     target = Path(out)
     if target.exists() and any(target.glob("rank-*")) and not overwrite:
-        raise TraceError(target, "already holds a trace; choose another --out or add --force")
+        raise TraceError(
+            target, "already holds a trace; choose another --out or add --force to replace it"
+        )
     files = _job_files(dirs)
     target.mkdir(parents=True, exist_ok=True)
     for name, source in files.items():
