@@ -9,8 +9,8 @@ elastic agent; PyTorch Lightning's ``_SubprocessScriptLauncher`` (``NODE_RANK``,
 from __future__ import annotations
 
 import pytest
-from syncpace.telemetry.host import rank_facts
 
+from syncpace.telemetry.host import rank_facts
 from syncpace.telemetry.launchers import LaunchPlace, launch_place
 
 TORCHRUN = {

@@ -28,7 +28,7 @@ from syncpace.analysis.timebase import TimeBase
 from syncpace.analysis.wholerun import WholeRun, whole_run
 from syncpace.trace.reader import Trace
 from syncpace.trace.summary import pacing_summary
-from syncpace.trace.validate import completeness_lines
+from syncpace.trace.validate.completeness import completeness_lines
 
 
 @dataclass(frozen=True)
