@@ -11,7 +11,7 @@ from builders import LOADER, T0, USER, WORLD, S, ev, healthy_prefix, inflight, s
 
 from syncpace.analysis import Thresholds, analyze, find_hang
 from syncpace.analysis.detectors.hang import rank_list, short_error
-from syncpace.analysis.hang import where_of
+from syncpace.analysis.hang.stacks import where_of
 from syncpace.trace.merge import join_parts, merge_traces
 from syncpace.trace.stall import Call, Frame, parse_fatal
 

@@ -10,14 +10,22 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from syncpace.analysis.frames import ANALYSIS_COLUMNS
-from syncpace.trace import schema, validate
+from syncpace.trace import schema
 from syncpace.trace.read.encoding import compact, string_columns
+from syncpace.trace.validate.rows import (
+    MAX_SPAN_NS,
+    MAX_TIME_NS,
+    all_events_valid,
+    check_events,
+    event_rules,
+    events_valid,
+)
 
 pytestmark = pytest.mark.slow
 
 WORLD = 4
 NAMES = string_columns(ANALYSIS_COLUMNS)
-BIG = validate.MAX_TIME_NS
+BIG = MAX_TIME_NS
 
 
 def _row(draw: st.DrawFn) -> dict:
@@ -38,12 +46,12 @@ def _row(draw: st.DrawFn) -> dict:
         "error": None,
         "enter_ns": enter,
         "exit_ns": draw(
-            st.sampled_from([-1, -2, 0, enter, enter + 10, enter + validate.MAX_SPAN_NS + 1, BIG])
+            st.sampled_from([-1, -2, 0, enter, enter + 10, enter + MAX_SPAN_NS + 1, BIG])
         ),
         "wait_ns": draw(st.sampled_from([-1, -1, enter, enter - 1, BIG + 1])),
         "device_enter_ns": (device := draw(st.sampled_from([-1, -1, 0, enter, BIG + 1, -3]))),
         "device_exit_ns": draw(
-            st.sampled_from([-1, -1, device, device + 7, device - 1, validate.MAX_SPAN_NS + 9])
+            st.sampled_from([-1, -1, device, device + 7, device - 1, MAX_SPAN_NS + 9])
         ),
     }
 
@@ -57,7 +65,7 @@ def tables(draw: st.DrawFn) -> pa.Table:
 
 def _flagged(table: pa.Table, rank) -> np.ndarray:
     bad = np.zeros(table.num_rows, dtype=bool)
-    for _, flags in validate.event_rules(table, rank, WORLD):
+    for _, flags in event_rules(table, rank, WORLD):
         bad |= flags
     return bad
 
@@ -66,12 +74,12 @@ def _flagged(table: pa.Table, rank) -> np.ndarray:
 @given(tables())
 def test_the_shortcut_never_passes_a_row_a_rule_leaves_out(table: pa.Table) -> None:
     for t in (table, compact(table, NAMES)):  # as loaded, and with the names as codes
-        if validate.all_events_valid(t, 1, WORLD):
+        if all_events_valid(t, 1, WORLD):
             assert not _flagged(t, 1).any()
-        kept, bad = validate.check_events(t, 1, WORLD)
+        kept, bad = check_events(t, 1, WORLD)
         assert kept.num_rows == t.num_rows - int(_flagged(t, 1).sum())
         ranks = np.full(t.num_rows, 1)
-        assert np.array_equal(validate.events_valid(t, ranks, WORLD), ~_flagged(t, 1))
+        assert np.array_equal(events_valid(t, ranks, WORLD), ~_flagged(t, 1))
 
 
 def test_a_clean_table_is_taken_by_its_ranges() -> None:
@@ -86,12 +94,12 @@ def test_a_clean_table_is_taken_by_its_ranges() -> None:
         "exit_ns": enter + 500, "wait_ns": [-1] * n,
     }  # fmt: skip
     table = schema.events_table(columns)
-    assert validate.all_events_valid(table, 1, WORLD)
-    assert validate.all_events_valid(compact(table, NAMES), np.ones(n), WORLD)
+    assert all_events_valid(table, 1, WORLD)
+    assert all_events_valid(compact(table, NAMES), np.ones(n), WORLD)
     waited = table.set_column(14, "wait_ns", pa.array(enter + 100))
-    assert validate.all_events_valid(waited, 1, WORLD)
+    assert all_events_valid(waited, 1, WORLD)
     late = table.set_column(14, "wait_ns", pa.array(enter - 1))
-    assert not validate.all_events_valid(late, 1, WORLD)
+    assert not all_events_valid(late, 1, WORLD)
 
 
 def _clean(n: int) -> dict:
@@ -111,7 +119,7 @@ EDGES = {
     "rank": [2], "step": [-1], "group_size": [0, WORLD + 1], "seq": [-1], "op": ["nonsense"],
     "bytes": [-1], "peer": [-2, WORLD], "timing": ["made_up"],
     "status": ["failed", "pending"], "enter_ns": [-1, BIG + 1],
-    "exit_ns": [-1, -2, 0, BIG + 1, 10**6 + validate.MAX_SPAN_NS], "wait_ns": [0, BIG + 1, 10**6],
+    "exit_ns": [-1, -2, 0, BIG + 1, 10**6 + MAX_SPAN_NS], "wait_ns": [0, BIG + 1, 10**6],
     "group": [None], "dtype": [None],
 }  # fmt: skip
 
@@ -130,6 +138,6 @@ def test_one_bad_value_in_a_clean_table_is_never_passed(n: int, edge: tuple, dat
     table = schema.events_table(columns)
     for t in (table, compact(table, NAMES)):
         flagged = _flagged(t, 1)
-        if validate.all_events_valid(t, 1, WORLD):
+        if all_events_valid(t, 1, WORLD):
             assert not flagged.any()
-        assert np.array_equal(validate.events_valid(t, np.ones(n), WORLD), ~flagged)
+        assert np.array_equal(events_valid(t, np.ones(n), WORLD), ~flagged)

@@ -194,14 +194,15 @@ def test_a_flipped_value_fails_its_batch_checksum(run):
 @pytest.mark.parametrize("name", ["rank-00001.steps.arrow", "rank-00001.events.arrow"])
 def test_a_schema_whose_metadata_is_not_utf8_is_read_with_the_formats_own(run, name, tmp_path):
     from syncpace.cli.main import main
-    from syncpace.trace import schema, validate
+    from syncpace.trace import schema
+    from syncpace.trace.validate.stream import Stream
 
     path = run / name
     data = bytearray(path.read_bytes())
     data[data.index(b"syncpace.trace") + 1] = 0xFF  # the schema's metadata: not UTF-8
     path.write_bytes(bytes(data))
     expected = schema.STEPS if "steps" in name else schema.EVENTS
-    batches = list(validate.Stream(path, expected, mapped=False).batches())
+    batches = list(Stream(path, expected, mapped=False).batches())
     assert batches and all(b.schema.metadata == expected.metadata for b in batches)
     # the streaming export hands such batches to polars, which panicked on them
     assert main(["export", "--perfetto", str(run), "-o", str(tmp_path / "t.json")]) == 0
@@ -245,11 +246,12 @@ def _messages(data: bytes) -> list[tuple[int, int, str, int]]:
 def test_a_damaged_length_ends_the_stream_without_allocating_it(run, length, huge):
     """A length that claims more than the file holds: the batches before it are read,
     the stream is cut there, and nothing of that size is allocated (a MemoryError)."""
-    from syncpace.trace import schema, validate
+    from syncpace.trace import schema
+    from syncpace.trace.validate.stream import Stream
 
     path = run / "rank-00001.events.arrow"
     data = bytearray(path.read_bytes())
-    read = list(validate.Stream(path, schema.EVENTS, mapped=False).batches())
+    read = list(Stream(path, schema.EVENTS, mapped=False).batches())
     batches = [m for m in _messages(bytes(data)) if m[2] == "record batch"]
     assert len(read) >= 2 and len(batches) >= len(read)
     at, meta, _, body = batches[-1]
@@ -259,7 +261,7 @@ def test_a_damaged_length_ends_the_stream_without_allocating_it(run, length, hug
         where = data.index(body.to_bytes(8, "little"), at + 8, at + 8 + meta)
         data[where : where + 8] = huge.to_bytes(8, "little")
     path.write_bytes(bytes(data))
-    stream = validate.Stream(path, schema.EVENTS, mapped=False)
+    stream = Stream(path, schema.EVENTS, mapped=False)
     kept = list(stream.batches())
     assert [b.num_rows for b in kept] == [b.num_rows for b in read[:-1]]
     rows = sum(b.num_rows for b in kept)
@@ -295,10 +297,11 @@ def test_a_prefetching_stream_keeps_the_kernel_ahead_and_reads_the_same(good, mo
     """Read with a bounded read-ahead of its own: the kernel's is switched off for the
     file, each batch lies within what was asked for before it is read, no more than
     the allowance is asked for past it, and the batches are those read without."""
-    from syncpace.trace import schema, validate
+    from syncpace.trace import schema
+    from syncpace.trace.validate.stream import Stream
 
     path = good / f"{schema.rank_stem(0)}{schema.EVENTS_SUFFIX}"
-    plain = list(validate.Stream(path, schema.EVENTS, mapped=False).batches())
+    plain = list(Stream(path, schema.EVENTS, mapped=False).batches())
     calls: list[tuple[int, int, int]] = []
     real = os.posix_fadvise
 
@@ -308,7 +311,7 @@ def test_a_prefetching_stream_keeps_the_kernel_ahead_and_reads_the_same(good, mo
 
     monkeypatch.setattr(os, "posix_fadvise", advise)
     prefetch = 64
-    stream = validate.Stream(path, schema.EVENTS, mapped=False, prefetch=prefetch)
+    stream = Stream(path, schema.EVENTS, mapped=False, prefetch=prefetch)
     read, asked = [], 0
     for batch in stream.batches():
         asked = max(o + n for o, n, a in calls if a == os.POSIX_FADV_WILLNEED)

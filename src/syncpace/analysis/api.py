@@ -29,7 +29,9 @@ from syncpace.analysis.detectors import DETECTORS, Detector
 from syncpace.analysis.detectors.hang import finding_of
 from syncpace.analysis.diagnosis import diagnose, order, scaling_evidence
 from syncpace.analysis.findings import Finding
-from syncpace.analysis.hang import HangAnalysis, analyze_hang, hang_input
+from syncpace.analysis.hang.inputs import hang_input
+from syncpace.analysis.hang.measure import analyze_hang
+from syncpace.analysis.hang.points import HangAnalysis
 from syncpace.analysis.jobs import job_shape, one_job, refuse_repeats, relation
 from syncpace.analysis.metrics import RunMetrics, compute_metrics
 from syncpace.analysis.replay import PacerFactory

@@ -21,14 +21,16 @@ from syncpace.analysis import (
     parallelism,
     timebase,
 )
-from syncpace.analysis.hang import HangAnalysis, analyze_hang, hang_input
+from syncpace.analysis.hang.inputs import hang_input
+from syncpace.analysis.hang.measure import analyze_hang
+from syncpace.analysis.hang.points import HangAnalysis
 from syncpace.analysis.parallelism import Parallelism
 from syncpace.analysis.replay import Program, build_program, replayable
 from syncpace.analysis.timebase import TimeBase
 from syncpace.analysis.wholerun import WholeRun, whole_run
 from syncpace.trace.reader import Trace
 from syncpace.trace.summary import pacing_summary
-from syncpace.trace.validate import completeness_lines
+from syncpace.trace.validate.completeness import completeness_lines
 
 
 @dataclass(frozen=True)

@@ -57,7 +57,8 @@ from syncpace.analysis import (
     timebase,
 )
 from syncpace.analysis.frames import ANALYSIS_COLUMNS, analysis_frame, carry
-from syncpace.analysis.hang import analyze_hang, hang_input
+from syncpace.analysis.hang.inputs import hang_input
+from syncpace.analysis.hang.measure import analyze_hang
 from syncpace.analysis.metrics import RunMetrics, compute_metrics, from_parts
 from syncpace.analysis.replay import (
     Program,

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from syncpace.errors import TraceError
-from syncpace.trace.validate import read_regular
+from syncpace.trace.validate.files import read_regular
 
 BENCH_FILE = "bench.json"
 SCHEMA = "syncpace.bench"

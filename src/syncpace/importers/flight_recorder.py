@@ -51,7 +51,7 @@ from syncpace.trace.columns import EVENT_COLUMNS
 from syncpace.trace.merge import join_parts, merge_traces
 from syncpace.trace.reader import Trace, load_trace
 from syncpace.trace.stall import Call, Frame, StallRecord
-from syncpace.trace.validate import read_regular
+from syncpace.trace.validate.files import read_regular
 
 #: The format version this importer was written against (torch 2.13).
 KNOWN_VERSION = "2.10"

@@ -24,7 +24,7 @@ import polars as pl
 from syncpace.analysis import modes
 from syncpace.analysis.timebase import TimeBase
 from syncpace.analysis.wholerun import DetectionSpan, WholeRun
-from syncpace.trace.validate import ranges
+from syncpace.trace.validate.completeness import ranges
 
 #: Better names for some evidence keys; the unit still comes from the key's tokens.
 LABELS = {

@@ -32,11 +32,15 @@ import pyarrow.compute as pc
 from syncpace.analysis.collectives import match, usable_events
 from syncpace.errors import ReportError
 from syncpace.report import perfetto_tracks
-from syncpace.trace import schema, validate
+from syncpace.trace import schema
 from syncpace.trace.journal import journal_path
 from syncpace.trace.read.meta import TraceMeta, read_metadata
 from syncpace.trace.read.rank import RankEvents
 from syncpace.trace.reader import Trace, load_trace
+from syncpace.trace.validate.checksums import expects_checksums
+from syncpace.trace.validate.completeness import RankCompleteness, completeness_lines
+from syncpace.trace.validate.rows import Quarantine, check_steps
+from syncpace.trace.validate.stream import Stream
 
 #: Events matched and encoded together (a window of steps of every rank).
 CHUNK_EVENTS = 100_000
@@ -190,9 +194,9 @@ def _json(obj: dict) -> str:
 class _Account:
     """One rank's rows as the export read them (the reader's completeness account)."""
 
-    events: validate.Quarantine = field(default_factory=validate.Quarantine)
-    steps: validate.Quarantine = field(default_factory=validate.Quarantine)
-    streams: dict[str, validate.Stream] = field(default_factory=dict)
+    events: Quarantine = field(default_factory=Quarantine)
+    steps: Quarantine = field(default_factory=Quarantine)
+    streams: dict[str, Stream] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -202,12 +206,12 @@ class ExportResult:
     path: Path
     events: int
     steps: int
-    completeness: dict[int, validate.RankCompleteness]
+    completeness: dict[int, RankCompleteness]
     warnings: tuple[str, ...]
     peak_window_events: int = 0  # the most events held at once (the memory bound)
 
     def lines(self, world_size: int, missing: list[int]) -> list[str]:
-        return validate.completeness_lines(self.completeness, missing, world_size)
+        return completeness_lines(self.completeness, missing, world_size)
 
 
 def _event_slices(index: TraceMeta, rank: int, account: _Account) -> Iterator[pa.Table]:
@@ -220,9 +224,7 @@ def _event_slices(index: TraceMeta, rank: int, account: _Account) -> Iterator[pa
 
 def _step_slices(index: TraceMeta, rank: int, account: _Account | None) -> Iterator[pa.Table]:
     version = index.meta[rank]["schema_version"]
-    stream = validate.Stream(
-        index.stream_paths(rank)[1], schema.steps_schema(version), mapped=False
-    )
+    stream = Stream(index.stream_paths(rank)[1], schema.steps_schema(version), mapped=False)
     if account is not None:
         account.streams["steps"] = stream
     last = np.iinfo(np.int64).min
@@ -230,7 +232,7 @@ def _step_slices(index: TraceMeta, rank: int, account: _Account | None) -> Itera
         table = pa.Table.from_batches([batch])
         if version != schema.SCHEMA_VERSION:
             table = schema.upgrade_steps(table, version)
-        table, bad = validate.check_steps(table, rank)
+        table, bad = check_steps(table, rank)
         steps = table.column("step").to_numpy()
         if steps.size:  # in order, once each: a step at or below the last is damage
             prior = np.maximum.accumulate(np.concatenate(([last], steps)))[:-1]
@@ -370,7 +372,7 @@ def _stream_export(index: TraceMeta, f: IO[str], chunk_events: int) -> ExportRes
                     f"{stream.path}: {stream.corrupt_rows:,} {what} in batches failing their "
                     "checksum left out"
                 )
-            unvouched = stream.unvouched(what) if validate.expects_checksums(meta) else None
+            unvouched = stream.unvouched(what) if expects_checksums(meta) else None
             if unvouched:
                 warnings.append(unvouched)
             if stream.cut:
@@ -390,7 +392,7 @@ def _stream_export(index: TraceMeta, f: IO[str], chunk_events: int) -> ExportRes
                     f"({bad.describe()})"
                 )
         ev, st = account.streams.get("events"), account.streams.get("steps")
-        completeness[rank] = validate.RankCompleteness(
+        completeness[rank] = RankCompleteness(
             rank=rank,
             finished=finished,
             events_declared=meta.get("events_written") if finished else None,

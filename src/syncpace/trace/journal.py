@@ -557,7 +557,7 @@ def recover_rank(
 ) -> Recovered | None:
     """Recovery for the rank whose files start with ``stem`` (``run/rank-00003``), when
     it left a journal behind; ``*_hi`` are its streams' ``journal_hi`` (the reader's
-    :class:`~syncpace.trace.validate.Stream` finds them among the intact batches).
+    :class:`~syncpace.trace.validate.stream.Stream` finds them among the intact batches).
     Timestamps are aligned with the rank's last clock offset."""
     path = Path(f"{stem}{JOURNAL_SUFFIX}")
     if not path.exists():

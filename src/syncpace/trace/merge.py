@@ -34,7 +34,7 @@ import polars as pl
 from syncpace.errors import TraceError
 from syncpace.trace import schema
 from syncpace.trace.reader import Trace, load_trace
-from syncpace.trace.validate import ranges
+from syncpace.trace.validate.completeness import ranges
 
 #: The lock a live ``syncpace run`` holds on its directory: no data, and a merged
 #: directory is no live run's.

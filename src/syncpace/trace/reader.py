@@ -19,7 +19,7 @@ import polars as pl
 import pyarrow as pa
 
 from syncpace.errors import TraceError
-from syncpace.trace import journal, schema, validate, wholerun
+from syncpace.trace import journal, schema, wholerun
 from syncpace.trace.read.account import account_rank, rank_warnings
 from syncpace.trace.read.meta import RankSet, TraceMeta, read_metadata, segment_files
 from syncpace.trace.read.rank import (
@@ -31,6 +31,11 @@ from syncpace.trace.read.rank import (
 )
 from syncpace.trace.segments import add_interval
 from syncpace.trace.stall import StallRecord, load_stalls
+from syncpace.trace.validate.checksums import expects_checksums
+from syncpace.trace.validate.completeness import RankCompleteness
+from syncpace.trace.validate.metadata import read_host_meta
+from syncpace.trace.validate.rows import check_counters, check_events, check_steps
+from syncpace.trace.validate.stream import Stream
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,7 +50,7 @@ class Trace(RankSet):
     steps: pl.DataFrame
     warnings: tuple[str, ...] = field(default=())
     #: Per rank: events and steps declared, found, left out as invalid, dropped, cut.
-    completeness: dict[int, validate.RankCompleteness] = field(default_factory=dict)
+    completeness: dict[int, RankCompleteness] = field(default_factory=dict)
     #: Counter series of every host that ran a sampler (``host-*.counters.arrow``).
     counters: pl.DataFrame = field(default_factory=lambda: _empty_counters())
     #: Host name -> that host's facts (``host-*.meta.json``).
@@ -80,8 +85,8 @@ def _recover(
     rank: int,
     meta: dict[str, Any],
     stem: Path,
-    events: validate.Stream | Segments,
-    steps: validate.Stream,
+    events: Stream | Segments,
+    steps: Stream,
     world_size: int,
     warnings: list[str],
 ) -> tuple[pa.Table, pa.Table, pa.Table] | None:
@@ -91,10 +96,10 @@ def _recover(
     if recovered is None:
         return None
     warnings.append(f"{stem}{journal.JOURNAL_SUFFIX}: {recovered.note}")
-    events_rec, bad = validate.check_events(recovered.events, rank, world_size)
-    pending, bad_pending = validate.check_events(recovered.pending, rank, world_size)
+    events_rec, bad = check_events(recovered.events, rank, world_size)
+    pending, bad_pending = check_events(recovered.pending, rank, world_size)
     bad.add(bad_pending)
-    steps_rec, bad_steps = validate.check_steps(recovered.steps, rank)
+    steps_rec, bad_steps = check_steps(recovered.steps, rank)
     for quarantine, what in ((bad, "events"), (bad_steps, "steps")):
         if quarantine.rows:
             warnings.append(
@@ -115,7 +120,7 @@ def load_trace(path: str | Path, *, allow_missing_ranks: bool = True) -> Trace:
     warnings = list(index.warnings)
     event_tables: list[pa.Table] = []
     step_tables: list[pa.Table] = []
-    completeness: dict[int, validate.RankCompleteness] = {}
+    completeness: dict[int, RankCompleteness] = {}
     rotated = segment_files(index.path)
     for rank, meta in sorted(index.meta.items()):
         stem = index.path / schema.rank_stem(rank)
@@ -162,7 +167,7 @@ def assemble_trace(
     events: pl.DataFrame,
     steps: pl.DataFrame,
     warnings: list[str],
-    completeness: dict[int, validate.RankCompleteness],
+    completeness: dict[int, RankCompleteness],
 ) -> Trace:
     """The :class:`Trace` of the run directory ``index`` from its ranks' events and
     steps (all of them, or those a streaming reader keeps), ``warnings`` so far and
@@ -230,7 +235,7 @@ def load_summaries(
         declared = meta.get("summaries_written") if meta.get("finished") is True else None
         path = wholerun.summary_file(root, rank)
         table = wholerun.read_summary(
-            path, rank, warnings, declared, checksummed=validate.expects_checksums(meta)
+            path, rank, warnings, declared, checksummed=expects_checksums(meta)
         )
         if table is not None:
             tables.append(table)
@@ -269,7 +274,7 @@ def load_host_files(
     tables = []
     for meta_path in sorted(root.glob(f"{schema.HOST_PREFIX}*{schema.HOST_META_SUFFIX}")):
         try:
-            meta = validate.read_host_meta(meta_path)
+            meta = read_host_meta(meta_path)
         except TraceError as exc:
             warnings.append(f"{exc}; its facts and counters are left out")
             continue
@@ -280,7 +285,7 @@ def load_host_files(
             root / f"{stem}{schema.COUNTERS_SUFFIX}", schema.COUNTERS, "counters", warnings
         )
         if table is not None:
-            kept, bad = validate.check_counters(table)
+            kept, bad = check_counters(table)
             if bad.rows:
                 warnings.append(
                     f"{root / f'{stem}{schema.COUNTERS_SUFFIX}'}: {bad.rows:,} of "

@@ -10,7 +10,7 @@ import polars as pl
 
 from syncpace.trace import schema
 from syncpace.trace.reader import Trace
-from syncpace.trace.validate import completeness_lines
+from syncpace.trace.validate.completeness import completeness_lines
 
 
 @dataclass(frozen=True)

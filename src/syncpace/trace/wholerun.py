@@ -32,7 +32,11 @@ import numpy as np
 import pyarrow as pa
 
 from syncpace.errors import TraceError
-from syncpace.trace import schema, validate
+from syncpace.trace import schema
+from syncpace.trace.validate.files import read_regular
+from syncpace.trace.validate.metadata import MAX_WORLD_SIZE, visible_reason
+from syncpace.trace.validate.rows import MAX_STEP, check_step_order, check_steps, check_summaries
+from syncpace.trace.validate.stream import DAMAGE, Stream, first_line
 
 #: Bound on one rank's detections file: a detection is ~200 bytes, a start and a stop
 #: per episode; a real file is kilobytes even after days.
@@ -40,8 +44,8 @@ MAX_MONITOR_BYTES = 16 << 20
 #: Bound on one line of it.
 MAX_LINE_BYTES = 4096
 
-_Step = Annotated[int, msgspec.Meta(ge=0, le=validate.MAX_STEP)]
-_Rank = Annotated[int, msgspec.Meta(ge=0, lt=validate.MAX_WORLD_SIZE)]
+_Step = Annotated[int, msgspec.Meta(ge=0, le=MAX_STEP)]
+_Rank = Annotated[int, msgspec.Meta(ge=0, lt=MAX_WORLD_SIZE)]
 _Share = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
 _Cost = Annotated[float, msgspec.Meta(ge=-1.0, le=1e6)]
 _Seconds = Annotated[float, msgspec.Meta(ge=0.0, le=1e7)]
@@ -119,7 +123,7 @@ def read_detections(
             )
         return []
     try:
-        data = validate.read_regular(path, MAX_MONITOR_BYTES, "detections file")
+        data = read_regular(path, MAX_MONITOR_BYTES, "detections file")
     except TraceError as exc:
         warnings.append(f"{exc}; its detections are left out")
         return []
@@ -139,7 +143,7 @@ def read_detections(
         try:
             record = _DECODER.decode(line)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            bad.append((number, validate.visible_reason(exc)))
+            bad.append((number, visible_reason(exc)))
             continue
         problem = _problem(record, world_size)
         if problem:
@@ -224,13 +228,13 @@ def read_summary(
             )
         return None
     try:
-        stream = validate.Stream(path, schema.SUMMARY)
+        stream = Stream(path, schema.SUMMARY)
         table = stream.read_all()
     except TraceError as exc:
         warnings.append(f"{exc}; its summaries are left out")
         return None
-    except validate.DAMAGE as exc:
-        warnings.append(f"{path}: unreadable columns ({validate.first_line(exc)}); "
+    except DAMAGE as exc:
+        warnings.append(f"{path}: unreadable columns ({first_line(exc)}); "
                         "its summaries are left out")  # fmt: skip
         return None
     if stream.cut:
@@ -249,7 +253,7 @@ def read_summary(
             f"{path}: {stream.rows:,} summaries found, {relation} than the {declared:,} "
             f"the metadata declares"
         )
-    kept, bad = validate.check_summaries(table, rank)
+    kept, bad = check_summaries(table, rank)
     if bad.rows:
         warnings.append(
             f"{path}: {bad.rows:,} of {table.num_rows:,} summaries left out as invalid "
@@ -283,15 +287,15 @@ def rank_series(root: Path, rank: int, warnings: list[str]) -> RankSeries | None
     steps_path = root / f"{schema.rank_stem(rank)}{schema.STEPS_SUFFIX}"
     for version in sorted(schema.READABLE_VERSIONS, reverse=True):  # the file's own
         try:
-            written = validate.Stream(steps_path, schema.steps_schema(version)).read_all()
-        except (TraceError, *validate.DAMAGE):
+            written = Stream(steps_path, schema.steps_schema(version)).read_all()
+        except (TraceError, *DAMAGE):
             continue
         steps = (
             schema.upgrade_steps(written, version) if version != schema.SCHEMA_VERSION else written
         )
         break
-    steps, _ = validate.check_steps(steps, rank)
-    steps, _ = validate.check_step_order(steps)
+    steps, _ = check_steps(steps, rank)
+    steps, _ = check_step_order(steps)
     start = steps.column("start_ns").to_numpy()
     end = steps.column("end_ns").to_numpy()
 

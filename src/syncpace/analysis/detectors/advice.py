@@ -16,7 +16,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Sequence
 
-from syncpace.analysis.hang import HangPoint
+from syncpace.analysis.hang.points import HangPoint
 from syncpace.analysis.parallelism import Parallelism
 
 _FSDP_OVERLAP = (

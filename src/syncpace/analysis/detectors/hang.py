@@ -1,6 +1,6 @@
 """Hang and desync findings: one critical finding that says who the job waits for.
 
-Judges the measurement of :mod:`syncpace.analysis.hang`: a group's hang point is a hang
+Judges the measurement of :mod:`syncpace.analysis.hang.measure`: a group's hang point is a hang
 when a watchdog, a Flight Recorder dump or a failed call says ranks were stuck or
 failed there, or when ranks waited in it longer than ``hang_wait_s``. Calls that
 disagree at the same (group, seq) make it a desync. The finding names the ranks the
@@ -18,7 +18,7 @@ from syncpace.analysis.detectors import advice
 from syncpace.analysis.detectors.advice import rank_list
 from syncpace.analysis.detectors.context import Context
 from syncpace.analysis.findings import Finding, Severity
-from syncpace.analysis.hang import HangAnalysis, HangPoint, Mismatch, RankAt
+from syncpace.analysis.hang.points import HangAnalysis, HangPoint, Mismatch, RankAt
 from syncpace.trace.stall import Call
 
 #: Stack frames a finding's evidence keeps per rank (innermost ones).

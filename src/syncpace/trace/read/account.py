@@ -6,11 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Protocol
 
-from syncpace.trace import schema, validate
+from syncpace.trace import schema
+from syncpace.trace.validate.checksums import expects_checksums
+from syncpace.trace.validate.completeness import RankCompleteness
+from syncpace.trace.validate.rows import Quarantine
 
 
 class StreamRead(Protocol):
-    """What a stream read to its end tells the account (:class:`validate.Stream`, or
+    """What a stream read to its end tells the account (:class:`Stream`, or
     the segments of a rank's rotated events read as one)."""
 
     path: Path
@@ -27,10 +30,10 @@ def account_rank(
     rank: int,
     meta: dict[str, Any],
     stem: Path,
-    events: tuple[StreamRead, validate.Quarantine],
-    steps: tuple[StreamRead, validate.Quarantine],
+    events: tuple[StreamRead, Quarantine],
+    steps: tuple[StreamRead, Quarantine],
     warnings: list[str],
-) -> validate.RankCompleteness:
+) -> RankCompleteness:
     """Check what the metadata declares against what the streams held (read to their
     end) and what was quarantined; warn of every gap, and account for the rank."""
     (ev_stream, ev_bad), (st_stream, st_bad) = events, steps
@@ -40,7 +43,7 @@ def account_rank(
                 f"{stream.path}: batch(es) {', '.join(map(str, stream.corrupt_batches[:5]))} "
                 f"fail their checksum: {stream.corrupt_rows:,} {what} left out"
             )
-        unvouched = stream.unvouched(what) if validate.expects_checksums(meta) else None
+        unvouched = stream.unvouched(what) if expects_checksums(meta) else None
         if unvouched:
             warnings.append(unvouched)
         if bad.rows:
@@ -78,7 +81,7 @@ def account_rank(
             f"{stem}{schema.META_SUFFIX}: rank {rank} stopped writing its trace "
             f"({write_error}); what came after is not in the trace"
         )
-    return validate.RankCompleteness(
+    return RankCompleteness(
         rank=rank,
         finished=finished,
         events_declared=declared["events"] if finished else None,

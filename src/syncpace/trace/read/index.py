@@ -21,10 +21,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from syncpace.trace import schema, validate
+from syncpace.trace import schema
 from syncpace.trace.read.account import account_rank, rank_warnings
 from syncpace.trace.read.meta import TraceMeta
 from syncpace.trace.read.rank import CHECK_ROWS, RankEvents, checked_steps
+from syncpace.trace.validate.completeness import RankCompleteness
+from syncpace.trace.validate.rows import Quarantine, column_numpy
+from syncpace.trace.validate.stream import Stream
 
 #: A batch's smallest step when it holds no valid row.
 NO_STEP = np.iinfo(np.int64).max
@@ -52,7 +55,7 @@ class RankScan:
     rank: int
     files: tuple[EventFile, ...]
     steps: pa.Table
-    completeness: validate.RankCompleteness
+    completeness: RankCompleteness
     warnings: tuple[str, ...]
     events: int  # valid events
     #: Per step with events: the rank's last call by enter time (ties: the later row),
@@ -127,7 +130,7 @@ class BatchIndex:
 
 
 def _event_file(
-    stream: validate.Stream, version: int, e: dict[str, list[Any]], keep: dict[int, np.ndarray]
+    stream: Stream, version: int, e: dict[str, list[Any]], keep: dict[int, np.ndarray]
 ) -> EventFile:
     rows = np.array(e["rows"], dtype=np.int64)
     used = np.flatnonzero(rows > 0)
@@ -168,7 +171,7 @@ def per_batch(step: np.ndarray, ok: np.ndarray, starts: np.ndarray) -> list[tupl
 def rank_scan(
     events: RankEvents,
     built: BatchIndex,
-    steps: tuple[pa.Table, validate.Stream, validate.Quarantine],
+    steps: tuple[pa.Table, Stream, Quarantine],
     warnings: list[str],
     index: TraceMeta,
     tails: list[np.ndarray] | None = None,
@@ -198,7 +201,7 @@ def scan_rank(
     built = BatchIndex(len(events.paths))
     tails: list[np.ndarray] = []
     for group in events.checked(CHECK_ROWS):
-        step = validate.column_numpy(group.table.column("step"), -1)
+        step = column_numpy(group.table.column("step"), -1)
         sizes = np.array([p.rows.num_rows for p in group.pieces], dtype=np.int64)
         starts = np.r_[0, np.cumsum(sizes)[:-1]]
         counted = per_batch(step, group.mask, starts)

@@ -14,7 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from syncpace.errors import TraceError
-from syncpace.trace import schema, validate
+from syncpace.trace import schema
+from syncpace.trace.validate.checksums import checksum_warning
+from syncpace.trace.validate.completeness import ranges
+from syncpace.trace.validate.metadata import read_meta
 
 _META_RE = re.compile(r"^rank-(\d{5,})" + re.escape(schema.META_SUFFIX) + "$")
 _SUFFIXES = "|".join(re.escape(s) for s in (schema.EVENTS_SUFFIX, schema.STEPS_SUFFIX))
@@ -105,8 +108,8 @@ def read_metadata(path: str | Path, *, allow_missing_ranks: bool = True) -> Trac
                 f"{meta_paths[file_rank].name}): two traces were merged into one directory",
             )
         meta_paths[file_rank] = meta_path
-        meta = validate.read_meta(meta_path)
-        edited = validate.checksum_warning(meta_path, meta)
+        meta = read_meta(meta_path)
+        edited = checksum_warning(meta_path, meta)
         if edited:
             warnings.append(edited)
         if meta["rank"] != file_rank:
@@ -121,8 +124,7 @@ def read_metadata(path: str | Path, *, allow_missing_ranks: bool = True) -> Trac
     missing = sorted(set(range(world_size)) - set(metas))
     if missing:
         message = (
-            f"{root}: {len(missing)} of {world_size} ranks have no trace files: "
-            f"{validate.ranges(missing)}"
+            f"{root}: {len(missing)} of {world_size} ranks have no trace files: {ranges(missing)}"
         )
         if not allow_missing_ranks:
             raise TraceError(root, message.split(": ", 1)[1])

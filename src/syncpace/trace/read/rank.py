@@ -5,9 +5,9 @@ export).
 :class:`RankEvents` opens a rank's events files in order (its rotated segments after
 the first), and for each batch checks what the file vouches for — the schema its
 version wrote, Arrow's structural validation, the CRC-32 the writer put beside every
-batch (:class:`~syncpace.trace.validate.Stream`) — and hands it on in the current
+batch (:class:`~syncpace.trace.validate.stream.Stream`) — and hands it on in the current
 schema (:func:`upgraded`, the version upgrade of every reader). :meth:`RankEvents.checked`
-applies the row rules (:func:`~syncpace.trace.validate.check_events`) and the
+applies the row rules (:func:`~syncpace.trace.validate.rows.check_events`) and the
 duplicate rule (:class:`~syncpace.trace.read.seen.Seen`) to groups of those batches;
 the sweep, which validates many ranks' rows together, takes the batches unchecked and
 counts what it leaves out in the same :attr:`RankEvents.bad`. Either way what the
@@ -26,9 +26,12 @@ import numpy as np
 import pyarrow as pa
 
 from syncpace.errors import TraceError
-from syncpace.trace import schema, validate
+from syncpace.trace import schema
 from syncpace.trace.read.meta import TraceMeta, rank_files
 from syncpace.trace.read.seen import Seen
+from syncpace.trace.validate.checksums import unvouched_warning
+from syncpace.trace.validate.rows import Quarantine, check_events, check_step_order, check_steps
+from syncpace.trace.validate.stream import DAMAGE, Stream, first_line
 
 #: Rows validated together (the rules cost per call, not per row: batch them up).
 CHECK_ROWS = 1 << 16
@@ -69,7 +72,7 @@ class Checked:
 @dataclass
 class Segments:
     """The segments of one rank's rotated events, read as one stream: what the account
-    needs of a :class:`~syncpace.trace.validate.Stream`, batches named by file."""
+    needs of a :class:`~syncpace.trace.validate.stream.Stream`, batches named by file."""
 
     path: Path
     rows: int = 0
@@ -81,7 +84,7 @@ class Segments:
     unvouched_batches: list[Any] = field(default_factory=list)
     journal_hi: int = 1
 
-    def add(self, stream: validate.Stream, last: bool) -> None:
+    def add(self, stream: Stream, last: bool) -> None:
         self.rows += stream.rows
         self.corrupt_rows += stream.corrupt_rows
         self.corrupt_batches += [f"{stream.path.name}:{b}" for b in stream.corrupt_batches]
@@ -94,9 +97,7 @@ class Segments:
     def unvouched(self, what: str) -> str | None:
         if not self.unvouched_batches:
             return None
-        return validate.unvouched_warning(
-            self.path, self.unvouched_batches, self.unvouched_rows, what
-        )
+        return unvouched_warning(self.path, self.unvouched_batches, self.unvouched_rows, what)
 
 
 class RankEvents:
@@ -128,7 +129,7 @@ class RankEvents:
         self.expected = schema.events_schema(self.version)
         self._mapped, self._prefetch = mapped, prefetch
         #: The rows left out so far, by the first rule each broke.
-        self.bad = validate.Quarantine()
+        self.bad = Quarantine()
         #: The calls seen so far (the duplicate rule).
         self.seen = Seen()
         #: Cut streams and closed segments without their end marker, as they are met.
@@ -140,8 +141,8 @@ class RankEvents:
             first = index.stream_paths(rank)[0]
             self._joined = Segments(first.with_name(f"{schema.rank_stem(rank)}.events.*.arrow"))
 
-    def _open(self, path: Path) -> validate.Stream:
-        return validate.Stream(path, self.expected, mapped=self._mapped, prefetch=self._prefetch)
+    def _open(self, path: Path) -> Stream:
+        return Stream(path, self.expected, mapped=self._mapped, prefetch=self._prefetch)
 
     @property
     def path(self) -> Path:
@@ -149,14 +150,14 @@ class RankEvents:
         return self.streams[-1].path
 
     @property
-    def account(self) -> validate.Stream | Segments:
+    def account(self) -> Stream | Segments:
         """What the files held, read to their end: the stream of a rank's one file, or
         its segments read as one."""
         return self._joined or self.streams[0]
 
     def pieces(self) -> Iterator[Piece]:
         """Every complete, intact batch of every file, in order, in slices of at most
-        :data:`~syncpace.trace.validate.SLICE_ROWS` rows, in the current schema."""
+        :data:`~syncpace.trace.validate.stream.SLICE_ROWS` rows, in the current schema."""
         for f, path in enumerate(self.paths):
             if f == len(self.streams):
                 self.streams.append(self._open(path))
@@ -169,20 +170,20 @@ class RankEvents:
                     held = [Piece(f, stream.batch, extent, upgraded(rows, self.version))]
                     del rows
                     yield held.pop()
-            except validate.DAMAGE as exc:
-                raise TraceError(path, f"unreadable columns ({validate.first_line(exc)})") from exc
+            except DAMAGE as exc:
+                raise TraceError(path, f"unreadable columns ({first_line(exc)})") from exc
             self._ended(f, stream)
 
-    def left_out(self) -> validate.Quarantine:
+    def left_out(self) -> Quarantine:
         """What was left out of the files read to their end: :attr:`bad`, and the rows
         of batches failing their checksum."""
-        out = validate.Quarantine(dict(self.bad.reasons))
+        out = Quarantine(dict(self.bad.reasons))
         corrupt = self.account.corrupt_rows
         if corrupt:
             out.reasons[_CHECKSUM] = out.reasons.get(_CHECKSUM, 0) + corrupt
         return out
 
-    def _ended(self, f: int, stream: validate.Stream) -> None:
+    def _ended(self, f: int, stream: Stream) -> None:
         if stream.cut:
             self.warnings.append(f"{stream.path}: {stream.cut}")
         last = f == len(self.paths) - 1
@@ -213,10 +214,10 @@ class RankEvents:
         n = table.num_rows
         numbered = table.append_column("__row", pa.array(np.arange(n, dtype=np.int64)))
         try:
-            kept, bad = validate.check_events(numbered, self.rank, self.world_size)
-        except validate.DAMAGE as exc:
+            kept, bad = check_events(numbered, self.rank, self.world_size)
+        except DAMAGE as exc:
             path = self.paths[pieces[-1].file]
-            raise TraceError(path, f"unreadable columns ({validate.first_line(exc)})") from exc
+            raise TraceError(path, f"unreadable columns ({first_line(exc)})") from exc
         self.bad.add(bad)
         if kept.num_rows == n:
             mask = np.ones(n, dtype=bool)
@@ -235,18 +236,16 @@ class RankEvents:
         return Checked(pieces, table, mask, kept.drop_columns(["__row"]))
 
 
-def read_stream(
-    path: Path, expected: pa.Schema, warnings: list[str]
-) -> tuple[pa.Table, validate.Stream]:
+def read_stream(path: Path, expected: pa.Schema, warnings: list[str]) -> tuple[pa.Table, Stream]:
     """A whole Arrow IPC stream (steps, counters), memory-mapped, every complete batch
     of a cut-short file kept and the cut said in ``warnings``."""
     if not path.exists() and not path.is_symlink():
         raise TraceError(path, _MISSING)
-    stream = validate.Stream(path, expected)
+    stream = Stream(path, expected)
     try:
         table = stream.read_all()
-    except validate.DAMAGE as exc:
-        raise TraceError(path, f"unreadable columns ({validate.first_line(exc)})") from exc
+    except DAMAGE as exc:
+        raise TraceError(path, f"unreadable columns ({first_line(exc)})") from exc
     if stream.cut:
         warnings.append(f"{path}: {stream.cut}")
     return table, stream
@@ -254,7 +253,7 @@ def read_stream(
 
 def read_steps_file(
     path: Path, meta: dict[str, Any], warnings: list[str]
-) -> tuple[pa.Table, validate.Stream]:
+) -> tuple[pa.Table, Stream]:
     """A rank's steps file, in the current schema whatever version wrote it."""
     version = meta["schema_version"]
     table, stream = read_stream(path, schema.steps_schema(version), warnings)
@@ -265,13 +264,13 @@ def read_steps_file(
 
 def checked_steps(
     path: Path, meta: dict[str, Any], rank: int, warnings: list[str]
-) -> tuple[pa.Table, validate.Stream, validate.Quarantine]:
+) -> tuple[pa.Table, Stream, Quarantine]:
     """A rank's steps file read whole, the rows that break a rule (or the order of
     steps) left out: the steps kept, the stream read, and what was left out."""
     table, stream = read_steps_file(path, meta, warnings)
-    kept, bad = validate.check_steps(table, rank)
+    kept, bad = check_steps(table, rank)
     if stream.corrupt_rows:
         bad.reasons[_CHECKSUM] = stream.corrupt_rows
-    kept, order = validate.check_step_order(kept)
+    kept, order = check_step_order(kept)
     bad.add(order)
     return kept, stream, bad

@@ -23,17 +23,19 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from syncpace.errors import TraceError
-from syncpace.trace import schema, validate
+from syncpace.trace import schema
 from syncpace.trace.read.encoding import compact, contiguous, one_call, string_columns
 from syncpace.trace.read.held import Held, window_table
 from syncpace.trace.read.index import BatchIndex, RankScan, per_batch, rank_scan
 from syncpace.trace.read.meta import TraceMeta, segment_files
 from syncpace.trace.read.rank import RankEvents, checked_steps
+from syncpace.trace.validate.rows import Quarantine, check_events, column_numpy, events_valid
+from syncpace.trace.validate.stream import DAMAGE, Stream, first_line
 
 #: Rows of many ranks validated together by a :class:`Sweep`.
 GROUP_ROWS = 1 << 18
 #: Bytes a :class:`Sweep` has the kernel read ahead of it in all ranks' files at most,
-#: shared among them (``validate.Stream``'s ``prefetch``), each file's share within
+#: shared among them (``Stream``'s ``prefetch``), each file's share within
 #: :data:`PREFETCH_RANGE`: at 4,096 ranks a window reads a few kilobytes of each file.
 PREFETCH_BYTES = 1 << 30
 PREFETCH_RANGE = (1 << 17, 1 << 23)
@@ -116,7 +118,7 @@ class Sweep:
 
     Each window reads, for every rank, the record batches up to the first that reaches
     past the window (the rest of it is held for the next window: one batch per rank),
-    validates the new rows of all ranks together (:func:`validate.events_valid`; a rank
+    validates the new rows of all ranks together (:func:`events_valid`; a rank
     whose rows break a rule is then checked alone for the reasons), drops the calls
     seen before (per rank, :class:`~syncpace.trace.read.seen.Seen`), and yields the
     window's valid events in rank order, file order within a rank — what
@@ -147,7 +149,7 @@ class Sweep:
         low, high = PREFETCH_RANGE
         prefetch = min(max(PREFETCH_BYTES // (2 * max(len(index.ranks), 1)), low), high)
         self.cursors: list[_Cursor] = []
-        self._steps: list[tuple[pa.Table, validate.Stream, validate.Quarantine, list[str]]] = []
+        self._steps: list[tuple[pa.Table, Stream, Quarantine, list[str]]] = []
         for rank in index.ranks:  # the files of every rank opened (and checked) first
             cursor = _Cursor(index, rank, rotated, prefetch)
             warnings: list[str] = []
@@ -269,19 +271,17 @@ class Sweep:
             at_column = raw.schema.get_field_index(name)
             checked = checked.set_column(at_column, name, analysis.column(name))
         try:
-            ok = validate.events_valid(checked, rank, self.index.world_size)
-        except validate.DAMAGE:
+            ok = events_valid(checked, rank, self.index.world_size)
+        except DAMAGE:
             ok = None
         for c, a, b in zip(cursors, bounds[:-1], bounds[1:], strict=True):
             if ok is None or not ok[a:b].all():  # this rank alone: the loader's reasons
                 sub = raw.slice(a, b - a)
                 sub = sub.append_column("__row", pa.array(np.arange(b - a, dtype=np.int64)))
                 try:
-                    kept, bad = validate.check_events(sub, c.rank, self.index.world_size)
-                except validate.DAMAGE as exc:
-                    raise TraceError(
-                        c.path, f"unreadable columns ({validate.first_line(exc)})"
-                    ) from exc
+                    kept, bad = check_events(sub, c.rank, self.index.world_size)
+                except DAMAGE as exc:
+                    raise TraceError(c.path, f"unreadable columns ({first_line(exc)})") from exc
                 c.events.bad.add(bad)
                 if ok is None:
                     ok = np.ones(len(rank), dtype=bool)
@@ -291,7 +291,7 @@ class Sweep:
         assert ok is not None
         self._first_calls(raw, analysis, ok, cursors, bounds)
         starts_of = np.r_[0, np.cumsum(sizes)[:-1]]
-        counted = per_batch(validate.column_numpy(raw.column("step"), -1), ok, starts_of)
+        counted = per_batch(column_numpy(raw.column("step"), -1), ok, starts_of)
         for (c, file, batch, extent, _), at, size, count in zip(
             new, starts_of.tolist(), sizes.tolist(), counted, strict=True
         ):
@@ -316,7 +316,7 @@ class Sweep:
         if not ok.any():
             return
         key = one_call(analysis, ok)
-        seq = validate.column_numpy(raw.column("seq"), -1)
+        seq = column_numpy(raw.column("seq"), -1)
         # the usual group: every row valid, one kind of call: the runs' numbers checked
         # together, each rank then only told where its run starts and ends
         runs = counting_runs(seq, bounds) if key is not None and ok.all() else None

@@ -19,9 +19,12 @@ from pathlib import Path
 import pyarrow as pa
 
 from syncpace.errors import TraceError
-from syncpace.trace import schema, validate
+from syncpace.trace import schema
 from syncpace.trace.read.index import EventFile, RankScan
 from syncpace.trace.read.rank import upgraded
+from syncpace.trace.validate.files import MAX_STREAM_BYTES, open_regular
+from syncpace.trace.validate.rows import column_numpy
+from syncpace.trace.validate.stream import DAMAGE, first_line
 
 _ONE_THREAD = pa.ipc.IpcReadOptions(use_threads=False)
 _SCHEMA_MESSAGES: dict[pa.Schema, bytes] = {}
@@ -108,18 +111,16 @@ class _Opened:
     def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
         for fd in self._fds.values():
             os.close(fd)
-        if isinstance(exc, validate.DAMAGE):
+        if isinstance(exc, DAMAGE):
             path = self._scan.files[0].path
-            raise TraceError(
-                path, f"changed since it was read ({validate.first_line(exc)})"
-            ) from exc
+            raise TraceError(path, f"changed since it was read ({first_line(exc)})") from exc
 
 
 def _select(batch: pa.RecordBatch, ef: EventFile, entry: int, lo: int, hi: int, out: list) -> None:
     """Append to ``out`` the rows of ``batch`` (entry ``entry`` of ``ef``) the scan kept
     whose step is in ``[lo, hi)``."""
     # a null step (a row the scan left out) is in no window
-    step = validate.column_numpy(batch.column("step"), lo - 1)
+    step = column_numpy(batch.column("step"), lo - 1)
     sel = (step >= lo) & (step < hi)
     if entry in ef.keep:
         sel &= ef.keep[entry]
@@ -143,7 +144,7 @@ def _random_access(path: Path) -> int:
     thousands of files, and the read-ahead of each (8 MiB on the disks measured here)
     made a 38 GB run's analysis read 66 GB from disk (39 GB read this way). Opened as
     the sweep opened it: a file replaced since by something that blocks is refused."""
-    fd, _ = validate.open_regular(path, validate.MAX_STREAM_BYTES, "data file")
+    fd, _ = open_regular(path, MAX_STREAM_BYTES, "data file")
     with contextlib.suppress(OSError, AttributeError):  # only a hint
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
     return fd
