@@ -176,6 +176,40 @@ def test_contention_finding_names_the_lossy_host(fixture_copy, tmp_path):
     assert analysis.to_json()["metrics"]["runs"][0]["hosts"]["hosts"]["node1"]["tcp"]
 
 
+def test_the_source_host_carries_its_counters_beside_the_victims(fixture_copy, tmp_path):
+    """A finding placed at its victims (node0's ranks) whose source is another host
+    (node1, whose traffic crosses the link) carries the source's counters too: the host
+    that retransmits is named even where no rank of it suffers."""
+    from dataclasses import replace
+
+    from syncpace.analysis.detectors.hosts import attach_host_evidence
+
+    run = fixture_copy("fabric_contention")
+    for node in ("node0", "node1"):
+        tree = switch_host(tmp_path / node)
+        write_netstat(tree, {})
+        lossy = node == "node1"
+
+        def script(tick: int, tree=tree, lossy=lossy) -> None:
+            sent = tick * (99_000_000_000 // 8 // 10 if lossy else 1_000_000)
+            eth0 = {"tx_bytes": sent, "tx_packets": sent // 9000}
+            write_netdev(tree, {"eth0": eth0, "eth1": {}, "eth2": {}})
+            retrans = tick * 50 if lossy else 0
+            write_snmp(tree, {"OutSegs": tick * 10_000, "RetransSegs": retrans})
+
+        _sample(run, node, tree, 12, script, use_nvml=False)
+    analysis = analyze(run)
+    (found,) = [f for f in analysis.findings if f.mode == "fabric_contention"]
+    bare = replace(found, evidence={}, summary="contention", ranks=(0,), nodes=("node0",))
+    placed = replace(bare, source=("node1",))
+    run_metrics = analysis.runs[0]
+    (without,) = attach_host_evidence([bare], run_metrics, analysis.thresholds)
+    (with_source,) = attach_host_evidence([placed], run_metrics, analysis.thresholds)
+    assert "node1" not in without.evidence.get("tcp_retransmitted_segments_by_host", {})
+    assert with_source.evidence["tcp_retransmitted_segments_by_host"] == {"node1": 550}
+    assert "host node1: TCP retransmitted 0.50% of segments" in with_source.summary
+
+
 def test_without_host_files_findings_are_unchanged(fixture_copy):
     run = fixture_copy("fabric_contention")
     (finding,) = [f for f in analyze(run).findings if f.mode == "fabric_contention"]

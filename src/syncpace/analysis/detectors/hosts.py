@@ -167,7 +167,9 @@ def _network(
 ) -> Finding:
     """``only_if_named``: attach nothing unless some host passes a threshold (a run
     whose timing looks healthy still says when a host lost packets)."""
-    names = list(f.nodes) or sorted(hosts.hosts)
+    # the source's hosts first (whose traffic or loss causes it), then who suffers
+    source = [s for s in f.source if s in hosts.hosts]
+    names = list(dict.fromkeys([*source, *f.nodes])) or sorted(hosts.hosts)
     evidence = host_counter_evidence(hosts, names)
     if not evidence:
         return f
