@@ -27,8 +27,10 @@ TAKING_TURNS = Planted(
 )
 
 
-def _counters(run: Path, root: Path, wait: float, throttled: float = 0.0) -> None:
-    """node0's sampler over a host whose job threads wait ``wait`` of the time they
+def _counters(
+    run: Path, root: Path, wait: float, throttled: float = 0.0, host: str = "node0"
+) -> None:
+    """``host``'s sampler over a host whose job threads wait ``wait`` of the time they
     could run and whose cgroup throttles them ``throttled`` of the time."""
     tree = switch_host(root)
     write_netdev(tree, {"eth0": {}})
@@ -51,7 +53,7 @@ def _counters(run: Path, root: Path, wait: float, throttled: float = 0.0) -> Non
     script(0)
     sampler = HostSampler(
         run,
-        "node0",
+        host,
         root=tree.root,
         now=lambda: clock.t,
         qdisc_dumper=NO_QDISCS,
@@ -211,3 +213,41 @@ def test_a_straggler_of_its_own_on_a_starved_host_stays_a_straggler(tmp_path):
     assert found.evidence["cpu_wait_share_by_host"] == {"node0": pytest.approx(0.6)}
     assert "host node0's ranks waited for a CPU 60% of the time they could run" in found.summary
     assert all(1 not in f.ranks for f in analysis.findings if f.mode == "cpu_starvation")
+
+
+#: Two hosts, one rank each; rank 1 computes 30 % more all run (a straggler of its own)
+TWO_HOSTS = Planted(
+    name="two-hosts", jitter=0.03, slow_ranks=((1, 1.3),), nodes=2, gpus_per_node=1, steps=30
+)
+
+
+def _two_hosts(tmp_path: Path, waits: tuple[float, float], throttled: tuple[float, float]):
+    run = generate(TWO_HOSTS, tmp_path / "run")
+    for n in (0, 1):
+        _counters(run, tmp_path / f"host{n}", waits[n], throttled[n], host=f"node{n}")
+    return analyze(run)
+
+
+def test_hosts_starved_alike_leave_a_straggler_of_its_own_a_straggler(tmp_path):
+    """Every host's threads wait for a CPU 80 % of the time (a machine shared with other
+    work) and rank 1 is late all run: the CPU starves both hosts alike and cannot
+    explain why rank 1 alone is late. A straggler, its host's CPU noted, its cost its
+    extra compute only (not its transfers at the run's best)."""
+    analysis = _two_hosts(tmp_path, (0.8, 0.8), (0.0, 0.0))
+    assert "cpu_starvation" not in _modes(analysis)
+    (straggler,) = [f for f in analysis.findings if f.mode == "straggler"]
+    assert straggler.ranks == (1,)
+    assert "communicates slowly" not in straggler.summary
+    quiet = _two_hosts(tmp_path / "quiet", (0.02, 0.02), (0.0, 0.0))
+    (alone,) = [f for f in quiet.findings if f.mode == "straggler"]
+    assert straggler.cost == pytest.approx(alone.cost, abs=0.01)
+
+
+def test_a_host_throttled_beyond_the_others_explains_its_late_rank(tmp_path):
+    """Rank 1's host alone held throttled half the time by its CPU limit while both
+    wait alike: its CPU explains the late rank, named CPU starvation of node1."""
+    analysis = _two_hosts(tmp_path, (0.3, 0.3), (0.0, 0.5))
+    assert _modes(analysis)[0] == "cpu_starvation", _modes(analysis)
+    (found,) = [f for f in analysis.findings if f.mode == "cpu_starvation"]
+    assert found.nodes == ("node1",) and found.ranks == (1,)
+    assert "straggler" not in _modes(analysis)

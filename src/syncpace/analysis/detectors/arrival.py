@@ -245,14 +245,19 @@ def starvation(ctx: Context) -> Finding | None:
 def _explained(ctx: Context, hosts: dict[str, Any]) -> list[int]:
     """The late ranks a starved host's CPU explains: its ranks late in one half only
     (the late rank changes as the CPU goes to one or another), and its stragglers when
-    every rank of the host is one. A straggler whose peers on the same starved host
-    are on time is slow by something of its own: a straggler, the host's CPU noted."""
+    every rank of the host is one and the host is starved beyond the hosts of the ranks
+    on time (:func:`cpu.stands_out`). A straggler whose peers on the same starved host,
+    or on hosts starved alike, are on time is slow by something of its own: a
+    straggler, the host's CPU noted."""
     stable, changing = set(late_ranks(ctx)), set(changing_late(ctx))
+    place = ctx.metrics.placement
+    on_time = place.filter(~pl.col("rank").is_in(sorted(stable | changing)))
+    others = on_time["node"].unique().to_list()
     out: set[int] = set()
     for node in hosts:
         ranks = set(cpu.ranks_on(ctx, [node]))
         out |= ranks & changing
-        if ranks <= stable:
+        if ranks <= stable and cpu.stands_out(ctx, node, others):
             out |= ranks
     return sorted(out)
 
@@ -406,7 +411,11 @@ def _straggler_finding(ctx: Context, late: list[int]) -> Finding:
     # a whole node late is named as such, with its ranks: the finding's ranks are in it
     where = f"node {', '.join(whole)} ({label})" if whole else label
     starved = cpu.starved_hosts(ctx, whole or nodes)
-    links = bool(starved) and cpu.peers_fed(ctx, list(starved))
+    # its transfers are slow by its host's CPU only where that host is starved beyond
+    # the hosts of the ranks on time (a machine starved alike slows every rank's)
+    others = place.filter(~pl.col("rank").is_in(late))["node"].unique().to_list()
+    standing = [n for n in starved if cpu.stands_out(ctx, n, others)]
+    links = bool(standing) and cpu.peers_fed(ctx, standing)
     replay = _not_slow(ctx, late, "straggler", starved=links)
     wait = _wait_cost(ctx, late)
     excess = _excess(ctx, late)

@@ -41,6 +41,29 @@ def starved_hosts(ctx: Context, nodes: Sequence[str]) -> dict[str, dict[str, Any
     return out
 
 
+def stands_out(ctx: Context, node: str, others: Sequence[str]) -> bool:
+    """Whether ``node`` is starved beyond the hosts ``others`` (those of the ranks on
+    time): its throttled share, or its waiting share, past its threshold and above
+    theirs by that threshold again. Hosts starved alike cannot explain why one host's
+    ranks are late and the others' are not; with no other host, its own evidence does."""
+    hosts = ctx.metrics.hosts
+    if hosts is None:
+        return False
+    th = ctx.thresholds
+
+    def shares(name: str) -> tuple[float, float]:
+        cpu = (hosts.hosts.get(name) or {}).get("cpu") or {}
+        return cpu.get("throttled_share") or 0.0, cpu.get("job_wait_share") or 0.0
+
+    throttled, wait = shares(node)
+    rest = [shares(n) for n in others if n != node]
+    most_throttled = max((t for t, _ in rest), default=0.0)
+    most_wait = max((w for _, w in rest), default=0.0)
+    return (
+        throttled >= th.cpu_throttle_share and throttled >= most_throttled + th.cpu_throttle_share
+    ) or (wait >= th.cpu_wait_share and wait >= most_wait + th.cpu_wait_share)
+
+
 def note(node: str, cpu: dict[str, Any], th: Any) -> str:
     """The host's starvation in words: its limit when it throttled, else its waiting."""
     if (cpu.get("throttled_share") or 0.0) >= th.cpu_throttle_share:
@@ -124,6 +147,10 @@ def finding(
     mine_late = sorted(set(late) & set(ranks))
     if not mine_late:
         return None
+    # the hosts it explains late ranks of: a starved host whose ranks are on time is no
+    # part of this finding (its CPU is noted where a finding of its ranks is made)
+    starved = {n: c for n, c in starved.items() if set(ranks_on(ctx, [n])) & set(mine_late)}
+    ranks = [r for r in ranks_on(ctx, list(starved)) if r not in apart]
     replay = fed(ctx, mine_late, removal, peers_fed(ctx, list(starved)))
     cost = replay.saving if replay is not None else 0.0
     pr = ctx.metrics.per_rank
