@@ -69,12 +69,14 @@ def classify(signatures: dict[int, Signature]) -> list[list[int]]:
 
 
 def step_signatures(events: pl.DataFrame) -> dict[int, Signature]:
-    """Each step's signature, on the lowest rank that made calls in it."""
+    """Each step's signature: per op, the most calls (and bytes) any rank made in it. A
+    call a rank did not record (a sampled log, a dump interval longer than the step)
+    is still counted where another rank has it, so missing records do not make a kind."""
     if events.height == 0:
         return {}
     ev = events.with_columns(_step=call_steps(events)).filter(pl.col("_step") >= 0)
-    ev = ev.filter(pl.col("rank") == pl.col("rank").min().over("_step"))
-    per = ev.group_by("_step", "op").agg(n=pl.len(), b=pl.col("bytes").sum())
+    per_rank = ev.group_by("_step", "op", "rank").agg(n=pl.len(), b=pl.col("bytes").sum())
+    per = per_rank.group_by("_step", "op").agg(n=pl.col("n").max(), b=pl.col("b").max())
     out: dict[int, Signature] = {}
     for row in per.iter_rows(named=True):
         out.setdefault(int(row["_step"]), {})[str(row["op"])] = (int(row["n"]), int(row["b"]))
