@@ -144,15 +144,15 @@ def test_a_straggler_on_a_host_starved_of_cpu_says_so_and_costs_its_transfers(
     assert "cpu_throttled_share_by_host" not in plain.evidence
 
 
-def test_contention_finding_names_the_lossy_host(fixture_copy, tmp_path):
-    run = fixture_copy("fabric_contention")
+def _lossy_node1(run: Path, tmp_path: Path) -> None:
+    """Both nodes' samplers: 100 Gbit/s NICs; node1's eth0 sends 99 % of it and
+    retransmits 0.5 %, node0's is nearly idle."""
     for node in ("node0", "node1"):
         tree = switch_host(tmp_path / node)
         write_netstat(tree, {})
         lossy = node == "node1"
 
         def script(tick: int, tree=tree, lossy=lossy) -> None:
-            # 100 Gbit/s NICs; node1's eth0 sends 99 % of it and retransmits 0.5 %
             sent = tick * (99_000_000_000 // 8 // 10 if lossy else 1_000_000)
             eth0 = {"tx_bytes": sent, "tx_packets": sent // 9000}
             write_netdev(tree, {"eth0": eth0, "eth1": {}, "eth2": {}})
@@ -160,6 +160,11 @@ def test_contention_finding_names_the_lossy_host(fixture_copy, tmp_path):
             write_snmp(tree, {"OutSegs": tick * 10_000, "RetransSegs": retrans})
 
         _sample(run, node, tree, 12, script, use_nvml=False)
+
+
+def test_contention_finding_names_the_lossy_host(fixture_copy, tmp_path):
+    run = fixture_copy("fabric_contention")
+    _lossy_node1(run, tmp_path)
     analysis = analyze(run)
     (finding,) = [f for f in analysis.findings if f.mode == "fabric_contention"]
     print(finding.summary)
@@ -185,19 +190,7 @@ def test_the_source_host_carries_its_counters_beside_the_victims(fixture_copy, t
     from syncpace.analysis.detectors.hosts import attach_host_evidence
 
     run = fixture_copy("fabric_contention")
-    for node in ("node0", "node1"):
-        tree = switch_host(tmp_path / node)
-        write_netstat(tree, {})
-        lossy = node == "node1"
-
-        def script(tick: int, tree=tree, lossy=lossy) -> None:
-            sent = tick * (99_000_000_000 // 8 // 10 if lossy else 1_000_000)
-            eth0 = {"tx_bytes": sent, "tx_packets": sent // 9000}
-            write_netdev(tree, {"eth0": eth0, "eth1": {}, "eth2": {}})
-            retrans = tick * 50 if lossy else 0
-            write_snmp(tree, {"OutSegs": tick * 10_000, "RetransSegs": retrans})
-
-        _sample(run, node, tree, 12, script, use_nvml=False)
+    _lossy_node1(run, tmp_path)
     analysis = analyze(run)
     (found,) = [f for f in analysis.findings if f.mode == "fabric_contention"]
     bare = replace(found, evidence={}, summary="contention", ranks=(0,), nodes=("node0",))
