@@ -9,7 +9,10 @@ lays them out, so the code under test resolves paths as it does on a real host.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 BRIDGE = "0x060400"
 GPU_3D = "0x030200"
@@ -254,3 +257,31 @@ def write_cpu(
     (cpu / "cpu.cfs_quota_us").write_text(f"{quota_us}\n")
     (cpu / "cpu.cfs_period_us").write_text(f"{period_us}\n")
     (acct / "cpuacct.usage").write_text(f"{usage_ns}\n")
+
+
+def sample_host(
+    run: Path,
+    host: str,
+    tree: SysfsTree,
+    ticks: int,
+    script: Callable[[int], None] | None = None,
+    **kw: Any,
+) -> None:
+    """The real host sampler over ``tree`` for ``ticks`` slow samples 100 ms apart on a
+    clock of its own, writing ``run``'s host files; ``script(tick)`` rewrites the tree's
+    counters before each sample (and once before the sampler opens them). No qdiscs."""
+    from syncpace.telemetry.sampler import HostSampler
+
+    clock = SimpleNamespace(t=1_000_000_000)
+    if script is not None:
+        script(0)  # the host's files exist before the sampler opens them
+    no_qdiscs = SimpleNamespace(dump=dict, close=lambda: None)
+    sampler = HostSampler(
+        run, host, root=tree.root, now=lambda: clock.t, qdisc_dumper=no_qdiscs, **kw
+    )
+    for tick in range(ticks):
+        if script is not None:
+            script(tick)
+        sampler.step(slow=True)
+        clock.t += 100_000_000
+    sampler.close()

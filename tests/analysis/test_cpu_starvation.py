@@ -8,17 +8,22 @@ threads' run and run-queue wait times (``schedstat``) and its cgroup's throttlin
 from __future__ import annotations
 
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
 from planted import Planted, generate
 from syncpace.analysis.api import analyze
 from syncpace.analysis.thresholds import Thresholds
-from syncpace.telemetry.sampler import HostSampler
-from sysfs_trees import JOB_PID, switch_host, write_cpu, write_netdev, write_netstat, write_snmp
+from sysfs_trees import (
+    JOB_PID,
+    sample_host,
+    switch_host,
+    write_cpu,
+    write_netdev,
+    write_netstat,
+    write_snmp,
+)
 
-NO_QDISCS = SimpleNamespace(dump=dict, close=lambda: None)
 ONE_HOST = {"nodes": 1, "gpus_per_node": 2, "steps": 30}
 #: rank 0 computes 25 % more in the first half of the run, rank 1 in the second: who
 #: gets the CPU changes, as on a host shared with other work
@@ -49,22 +54,7 @@ def _counters(
             job_wait_ns=int(wait * ns),
         )
 
-    clock = SimpleNamespace(t=1_000_000_000)
-    script(0)
-    sampler = HostSampler(
-        run,
-        host,
-        root=tree.root,
-        now=lambda: clock.t,
-        qdisc_dumper=NO_QDISCS,
-        job_pid=JOB_PID,
-        use_nvml=False,
-    )
-    for tick in range(5):
-        script(tick)
-        sampler.step(slow=True)
-        clock.t += 100_000_000
-    sampler.close()
+    sample_host(run, host, tree, 5, script, job_pid=JOB_PID, use_nvml=False)
 
 
 def _run(tmp_path: Path, scenario: Planted, wait: float | None = None, throttled: float = 0.0):

@@ -6,15 +6,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
 from fake_nvml import FakeNvml, gpu_states
 from syncpace.analysis.api import analyze
-from syncpace.telemetry.sampler import HostSampler
 from sysfs_trees import (
     JOB_PID,
+    sample_host,
     switch_host,
     two_socket_host,
     write_cpu,
@@ -22,8 +21,6 @@ from sysfs_trees import (
     write_netstat,
     write_snmp,
 )
-
-NO_QDISCS = SimpleNamespace(dump=dict, close=lambda: None)
 
 
 def _edit_meta(run: Path, rank: int, **fields) -> None:
@@ -37,19 +34,7 @@ def _edit_meta(run: Path, rank: int, **fields) -> None:
 
 
 def _sample(run: Path, host: str, tree, ticks: int, script=None, **kw) -> None:
-    clock = SimpleNamespace(t=1_000_000_000)
-    if script is not None:
-        script(0)  # the host's files exist before the sampler opens them
-    kw.setdefault("job_pid", JOB_PID)
-    sampler = HostSampler(
-        run, host, root=tree.root, now=lambda: clock.t, qdisc_dumper=NO_QDISCS, **kw
-    )
-    for tick in range(ticks):
-        if script is not None:
-            script(tick)
-        sampler.step(slow=True)
-        clock.t += 100_000_000
-    sampler.close()
+    sample_host(run, host, tree, ticks, script, **{"job_pid": JOB_PID, **kw})
 
 
 def test_locality_finding_carries_the_gpu_nic_path_and_numa(fixture_copy, tmp_path):

@@ -113,10 +113,7 @@ def _node_dirs(tmp_path: Path) -> tuple[Path, Path]:
     two nodes without a shared disk write it: each node's ranks, its host sampler's
     counters and facts, and what else a node leaves (a stall record that resolved, the
     emulated fabric's link counters, a Flight Recorder dump in a folder of its own)."""
-    from types import SimpleNamespace
-
-    from syncpace.telemetry.sampler import HostSampler
-    from sysfs_trees import switch_host, write_netdev, write_netstat, write_snmp
+    from sysfs_trees import sample_host, switch_host, write_netdev, write_netstat, write_snmp
 
     source = Path(__file__).resolve().parents[1] / "data" / "fabric_contention"
     dirs = (tmp_path / "node0", tmp_path / "node1")
@@ -140,21 +137,7 @@ def _node_dirs(tmp_path: Path) -> tuple[Path, Path]:
             write_netdev(tree, {"eth0": eth0, "eth1": {}, "eth2": {}})
             write_snmp(tree, {"OutSegs": tick * 10_000, "RetransSegs": tick * 50 * node})
 
-        counters(0)  # the host's files exist before the sampler opens them
-        clock = SimpleNamespace(t=1_000_000_000)
-        sampler = HostSampler(
-            d,
-            f"node{node}",
-            root=tree.root,
-            now=lambda clock=clock: clock.t,
-            qdisc_dumper=SimpleNamespace(dump=dict, close=lambda: None),
-            use_nvml=False,
-        )
-        for tick in range(12):
-            counters(tick)
-            sampler.step(slow=True)
-            clock.t += 100_000_000
-        sampler.close()
+        sample_host(d, f"node{node}", tree, 12, counters, use_nvml=False)
     demo = source.parent / "demo" / "trace"
     # the fabric's link counters, scaled to a fabric faster than this job's NICs (the
     # demo's links run at 100 Mbit/s: as they are, they would hold this synthetic job's
