@@ -27,7 +27,7 @@ from typing import Any
 
 import polars as pl
 
-from syncpace.analysis.links import run_dirs
+from syncpace.analysis.links import links_files
 from syncpace.trace.busbw import FACTORS
 from syncpace.trace.schema import LINKS_FILE
 
@@ -65,10 +65,7 @@ def link_rate(run_dir: Path, nic: pl.DataFrame | None) -> LinkRate | None:
     counters in ``run_dir`` (one per host), else the sum of its NICs' own rates in the
     hosts' counters (``nic``); ``None`` when neither says. The largest over the hosts,
     so that no collective is held to a link it need not cross."""
-    # node directories read together: the fabric's file is in whichever holds it
-    for path in (d / LINKS_FILE for d in run_dirs(str(run_dir))):
-        if not path.is_file():
-            continue
+    for path in links_files(run_dir):
         try:
             links = pl.read_ipc_stream(path, columns=["kind", "rate_bps"])
             rate = links.filter(pl.col("kind") == "host", pl.col("rate_bps") > 0)["rate_bps"].max()

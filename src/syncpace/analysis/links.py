@@ -60,6 +60,12 @@ def run_dirs(run: str) -> list[Path]:
     return [Path(part) for part in str(run).split(" + ")]
 
 
+def links_files(run_dir: str | Path) -> list[Path]:
+    """The fabric's link counters files of a run directory, or of the node directories
+    of one job read together (whichever hold one), in the order the run names them."""
+    return [p for p in (d / LINKS_FILE for d in run_dirs(str(run_dir))) if p.is_file()]
+
+
 def link_series(path: Path) -> pl.DataFrame:
     """Per sample interval and direction: time_ns, link, kind, src, dst, rate_bps, util."""
     links = pl.read_ipc_stream(path)
@@ -115,10 +121,10 @@ def window_series(run_dir: str | Path, window: tuple[int, int] | None) -> pl.Dat
     """:func:`link_series` of a run directory (or of the node directories of one job,
     the first that has one) within ``window``; ``None`` without a readable counters
     file."""
-    paths = [d / LINKS_FILE for d in run_dirs(str(run_dir))]
-    path = next((p for p in paths if p.exists()), None)
-    if path is None:
+    paths = links_files(run_dir)
+    if not paths:
         return None
+    path = paths[0]
     try:
         series = link_series(path)
     except Exception:  # a damaged counters file is a missing picture, not a failure
@@ -140,10 +146,10 @@ def link_bytes(run_dir: str | Path, window: tuple[int, int]) -> pl.DataFrame | N
     interval's bytes, pro rata of its overlap with the window — with its ``kind``,
     ``src``, ``dst``, ``rate_bps`` and ``covered_ns`` (how much of the window its
     samples span). ``None`` without a readable counters file."""
-    paths = [d / LINKS_FILE for d in run_dirs(str(run_dir))]
-    path = next((p for p in paths if p.exists()), None)
-    if path is None:
+    paths = links_files(run_dir)
+    if not paths:
         return None
+    path = paths[0]
     try:
         raw = pl.read_ipc_stream(path)
     except Exception:  # a damaged counters file is a missing picture, not a failure
