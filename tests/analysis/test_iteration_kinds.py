@@ -130,4 +130,25 @@ def test_streamed_and_in_memory_tell_the_kinds_apart_alike(eval_run: Path) -> No
 def test_a_one_off_step_stays_with_the_training_iterations() -> None:
     signatures = {s: {"all_reduce": (4, 400)} for s in range(10)}
     signatures[1] = {"all_reduce": (4, 400), "broadcast": (2, 92)}  # first-step buffers
-    assert kinds.split(signatures, pl.DataFrame({"step": list(range(10))})) is None
+    assert kinds.split(signatures, pl.DataFrame({"step": list(range(10))}), {}) is None
+
+
+def test_steps_without_calls_are_never_the_training_iterations() -> None:
+    """A run with long idle gaps between its phases: more empty steps than iterations of
+    any kind, which stay the training ones."""
+    train = {"all_reduce": (5, 66_592)}
+    signatures = {s: train for s in range(6)} | {6: {"all_reduce": (2, 16_672)}}
+    steps = pl.DataFrame({"step": list(range(20))})  # 7..19 made no call
+    found = kinds.split(signatures, steps, {})
+    assert found is not None
+    assert found.training == tuple(range(7)) and found.others == (tuple(range(7, 20)),)
+
+
+def test_windows_of_time_are_not_told_apart_by_their_calls() -> None:
+    """Steps an importer cut as fixed windows hold whatever calls their edges let in:
+    no kind is told, however their mixes differ."""
+    signatures = {s: {"all_reduce": (5 + 2 * (s % 3), 66_592 * (1 + s % 3))} for s in range(12)}
+    steps = pl.DataFrame({"step": list(range(12))})
+    assert kinds.split(signatures, steps, {}) is not None
+    windows = {r: {"import": {"steps_from": "windows"}} for r in range(2)}
+    assert kinds.split(signatures, steps, windows) is None

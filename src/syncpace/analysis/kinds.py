@@ -48,8 +48,10 @@ def similar(a: Signature, b: Signature, tolerance: float = TOLERANCE) -> bool:
 
 def classify(signatures: dict[int, Signature]) -> list[list[int]]:
     """Steps grouped by kind, the kind with the most steps first (ties: the earliest
-    step). The most frequent exact signatures are the kinds' centres, so one odd step
-    never becomes the centre the others are judged against."""
+    step), a kind that made calls before the one that made none (steps without a call
+    are idle time between iterations, never the training iterations). The most
+    frequent exact signatures are the kinds' centres, so one odd step never becomes
+    the centre the others are judged against."""
     frozen = {s: tuple(sorted(sig.items())) for s, sig in signatures.items()}
     counts = Counter(frozen.values())
     first = {}
@@ -65,7 +67,11 @@ def classify(signatures: dict[int, Signature]) -> list[list[int]]:
         of[sig] = home
     for step in sorted(frozen):
         centres[of[frozen[step]]][1].append(step)
-    return sorted((steps for _, steps in centres), key=lambda s: (-len(s), s[0]))
+    return [
+        steps
+        for sig, steps in sorted(centres, key=lambda c: (not c[0], -len(c[1]), c[1][0]))
+        if steps
+    ]
 
 
 def step_signatures(events: pl.DataFrame) -> dict[int, Signature]:
@@ -91,11 +97,16 @@ class Kinds:
     others: tuple[tuple[int, ...], ...]
 
 
-def split(signatures: dict[int, Signature], steps: pl.DataFrame) -> Kinds | None:
+def split(
+    signatures: dict[int, Signature], steps: pl.DataFrame, meta: dict[int, dict[str, Any]]
+) -> Kinds | None:
     """The run's kinds of iteration from its steps' ``signatures``; None when every
-    step is of one kind, or there are too few steps to tell a kind from an accident
-    (fewer than four). A kind of one step stays with the training iterations: a
-    one-off (the first iteration's buffer broadcasts) is the stall detector's."""
+    step is of one kind, there are too few steps to tell a kind from an accident
+    (fewer than four), or the steps are not iterations (:func:`windowed`). A kind of
+    one step stays with the training iterations: a one-off (the first iteration's
+    buffer broadcasts) is the stall detector's."""
+    if windowed(meta):
+        return None
     signatures = dict(signatures)
     # a step without any call has the empty signature: an iteration of its own kind
     for s in steps["step"].unique().to_list() if steps.height else []:
@@ -108,6 +119,13 @@ def split(signatures: dict[int, Signature], steps: pl.DataFrame) -> Kinds | None
         return None
     training = sorted(s for g in groups if g is groups[0] or len(g) == 1 for s in g)
     return Kinds(tuple(training), tuple(tuple(g) for g in others))
+
+
+def windowed(meta: dict[int, dict[str, Any]]) -> bool:
+    """Whether the trace's steps are fixed windows of time an importer cut (a log that
+    records no iterations): a window's calls depend on where its edges fall in the
+    iterations, so their mix tells no kind of iteration from another."""
+    return any((m.get("import") or {}).get("steps_from") == "windows" for m in meta.values())
 
 
 def keep_instances(matched: Matched, kinds: Kinds) -> Matched:

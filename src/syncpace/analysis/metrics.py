@@ -157,7 +157,7 @@ def compute_metrics(trace: Trace, *, warmup_steps: int = 1) -> RunMetrics:
     if base.device:
         events = timebase.on_device(events)
     events, trailing = iterations.split_trailing(events, steps)
-    found, other_kinds = _kinds(events, steps)
+    found, other_kinds = _kinds(events, steps, trace.meta)
     rank_steps = iterations.rank_steps(steps)
     matched = collectives.match(events)
     rank_step = collectives.rank_step_arrivals(matched)
@@ -285,12 +285,12 @@ def from_parts(
 
 
 def _kinds(
-    events: pl.DataFrame, steps: pl.DataFrame
+    events: pl.DataFrame, steps: pl.DataFrame, meta: dict[int, dict[str, Any]]
 ) -> tuple[kinds.Kinds | None, list[dict[str, Any]]]:
     """The run's kinds of iteration and what the other kinds were (their time measured
     here, over every step)."""
     signatures = kinds.step_signatures(events)
-    found = kinds.split(signatures, steps)
+    found = kinds.split(signatures, steps, meta)
     if found is None:
         return None, []
     return found, kinds.describe(found, signatures, kinds.step_times(steps))

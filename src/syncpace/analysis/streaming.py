@@ -477,7 +477,9 @@ def finish(
         empty = collectives.match(pl.from_arrow(schema.EVENTS.empty_table()))  # type: ignore[arg-type]
         inst, rank_step = empty.instances, collectives.rank_step_arrivals(empty)
         comm = overlap.rank_step_comm(empty)
-    steps, inst, rank_step, comm, other_kinds = _training_only(parts, steps, inst, rank_step, comm)
+    steps, inst, rank_step, comm, other_kinds = _training_only(
+        trace.meta, parts, steps, inst, rank_step, comm
+    )
     rank_steps = iterations.rank_steps(steps)
     if base.device:
         rank_steps = timebase.device_steps(rank_steps, rank_step)
@@ -516,6 +518,7 @@ def finish(
 
 
 def _training_only(
+    meta: dict[int, dict[str, Any]],
     parts: list[Partial],
     steps: pl.DataFrame,
     inst: pl.DataFrame,
@@ -525,7 +528,7 @@ def _training_only(
     """The windows' results of the training iterations only, and the other kinds
     (:mod:`syncpace.analysis.kinds`), as compute_metrics leaves them out."""
     signatures = {s: sig for q in parts for s, sig in q.signatures.items()}
-    found = kinds.split(signatures, steps)
+    found = kinds.split(signatures, steps, meta)
     if found is None:
         return steps, inst, rank_step, comm, []
     described = kinds.describe(found, signatures, kinds.step_times(steps))
