@@ -29,6 +29,9 @@ WORKER = Path(__file__).parent / "workers" / "profiled_ddp.py"
 WORLD = 4
 STEPS = 8  # per profiling phase
 SLOW_RANK = 2
+#: How much longer the slow rank computes each step (ms): the cost its straggler finding
+#: must come to, against the measured iteration.
+SLOW_MS = 40.0
 #: Each step sleeps this long before its forward pass: neighbouring steps' calls are
 #: this far apart, and half of it is the slack a loaded machine's timing error must
 #: stay within (:func:`window`).
@@ -61,7 +64,7 @@ def profiled_run(root: Path, *, slow_rank: int = SLOW_RANK) -> ProfiledRun:
     kineto.mkdir(parents=True)
     env = traced_env(sp, TraceConfig(dir=str(sp), flush_interval_s=0.2), {"PYTHONPATH": SRC})
     args = ["--out", str(kineto), "--steps", str(STEPS), "--slow-rank", str(slow_rank)]
-    args += ["--slow-ms", "40", "--compute-ms", str(COMPUTE_MS)]
+    args += ["--slow-ms", str(SLOW_MS), "--compute-ms", str(COMPUTE_MS)]
 
     def reset() -> None:  # what a launch that failed at start-up left
         shutil.rmtree(sp, ignore_errors=True)

@@ -8,6 +8,7 @@ import json
 import polars as pl
 import pytest
 from inspector_logs import comm_id, write_logs
+from profiled import SLOW_MS
 
 from syncpace.analysis import analyze
 from syncpace.errors import TraceError
@@ -69,6 +70,13 @@ def test_every_collective_and_the_straggler(profiled, tmp_path):
     assert "when collectives started" in missing and "iterations" in missing
     assert stragglers(profiled.syncpace_dir)[0] == (profiled.slow_rank,)
     assert stragglers(out) == [(profiled.slow_rank,)]
+    # the log has no call times: every wait shows at the first kernel of a queue, none
+    # at its tail, so the cost is the others' longest wait: about the slow rank's extra
+    # compute, of the iteration the job measured
+    (found,) = [f for f in analyze(out).findings if f.mode == "straggler"]
+    planted = SLOW_MS / iteration_ms(traced)
+    assert abs(found.cost - planted) <= 0.25 * planted, (found.cost, planted)
+    assert "no call times" in found.evidence["wait_basis"]
 
 
 def test_verbose_records_on_two_hosts_have_their_clocks_aligned(profiled, tmp_path):

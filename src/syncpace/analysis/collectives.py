@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -497,14 +498,17 @@ def concurrent_in_service(
 
 
 def rank_step_arrivals(m: Matched) -> pl.DataFrame:
-    """Per (rank, step): ``lateness_ns``, ``wait_ns``, ``tail_start``, ``collectives``.
+    """Per (rank, step): ``lateness_ns``, ``wait_ns``, ``longest_wait_ns``,
+    ``tail_start``, ``collectives``.
 
     Lateness of a rank in an iteration is the mean, over the collectives it joined, of how
     long after the first arriver it entered; the rank with the largest value "arrived
     last". ``wait_ns`` is the wait (last enter of the instance - own enter) at the rank's
     last collective of the iteration: after it the rank has nothing left to overlap, so
-    that wait is idle time even when collectives are asynchronous. ``tail_start`` is that
-    last collective's enter.
+    that wait is idle time even when collectives are asynchronous. ``longest_wait_ns`` is
+    its longest wait at any of its collectives of the iteration (what a late rank holds
+    it up by where the tail's wait is not measured: :func:`arrivals_estimated`).
+    ``tail_start`` is that last collective's enter.
     """
     t = m.events
     if len(t.rs) == 0:
@@ -514,6 +518,7 @@ def rank_step_arrivals(m: Matched) -> pl.DataFrame:
                 "step": pl.Int64,
                 "lateness_ns": pl.Float64,
                 "wait_ns": pl.Int64,
+                "longest_wait_ns": pl.Int64,
                 "tail_start": pl.Int64,
                 "collectives": pl.Int64,
             }
@@ -525,6 +530,7 @@ def rank_step_arrivals(m: Matched) -> pl.DataFrame:
     wait = np.full(size, -1, dtype=np.int64)
     hit = t.enter == t.tail_start[t.rs]
     wait[t.rs[hit]] = t.last_enter[hit] - t.enter[hit]
+    longest = kernels.maximum(t.rs, t.last_enter - t.enter, size)
     groups = m.by_rank_step or kernels.Groups(t.rs, size)
     rows = groups.first_row()
     frame = pl.DataFrame(
@@ -533,6 +539,7 @@ def rank_step_arrivals(m: Matched) -> pl.DataFrame:
             "step": t.step[rows[keep]],
             "lateness_ns": late_sum[keep] / n[keep],
             "wait_ns": wait[keep],
+            "longest_wait_ns": longest[keep],
             "tail_start": t.tail_start[keep],
             "collectives": n[keep],
         }
@@ -570,3 +577,20 @@ def last_arrivers(rank_step: pl.DataFrame) -> pl.DataFrame:
         .agg(last_rank=pl.col("rank").get(pl.col("lateness_ns").arg_max()))
         .sort("step")
     )
+
+
+def arrivals_estimated(meta: dict[int, dict[str, Any]]) -> str | None:
+    """Why the wait at a rank's last collective of an iteration is not measured in a
+    trace with this metadata, or None when it is. A log that records when each call
+    ended and how long its kernel ran, not when it was called, gives the kernel's start
+    for an enter: kernels queued on a stream start when the one before ends, so every
+    wait shows at the first kernel of a queue and none at its tail. Steps an importer
+    cut as windows of time end wherever a window ends, not after an iteration's last
+    call."""
+    for m in meta.values():
+        imported = m.get("import") or {}
+        if imported.get("enter_from"):
+            return f"the log records no call times (enters are {imported['enter_from']})"
+        if imported.get("steps_from") == "windows":
+            return "the log records no iterations (steps are windows of time)"
+    return None

@@ -76,6 +76,9 @@ class RunMetrics:
     #: iteration boundaries seen (step rows), before the warm-up was left out
     boundaries: int = 0
     program: Program | None = None  # the run as the replay runs it (analysis.replay)
+    #: why the wait at each iteration's last collective is not measured (an import's
+    #: estimated enters or windowed steps: collectives.arrivals_estimated), else None
+    arrivals_estimated: str | None = None
     hang: HangAnalysis | None = None  # where each group stopped (whole run, no warm-up cut)
     hosts: hostcounters.HostMetrics | None = None  # host counters and topology, when sampled
     #: the whole run from its per-step summaries (always-on mode), else None
@@ -275,6 +278,7 @@ def from_parts(
         parallelism=parallel,
         boundaries=boundaries,
         program=program,
+        arrivals_estimated=collectives.arrivals_estimated(trace.meta),
         hang=hang,
         hosts=hosts,
         whole_run=whole,

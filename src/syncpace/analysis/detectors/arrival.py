@@ -161,11 +161,26 @@ def lateness_noise(rs: pl.DataFrame) -> float:
 
 
 def _wait_cost(ctx: Context, exclude: list[int]) -> float:
-    """Mean idle wait of the other ranks at the end of the iteration, over the iteration."""
+    """Mean idle wait of the other ranks at the end of the iteration, over the iteration;
+    where that wait is not measured (``RunMetrics.arrivals_estimated``), their longest
+    wait at any collective of the iteration, the median over iterations (a one-off
+    stall, which a window holding a pause between phases shows, is the stall detector's):
+    the time the late rank holds them up."""
     rs = ctx.metrics.rank_step.filter(~pl.col("rank").is_in(exclude))
     if rs.height == 0 or ctx.iteration_ns <= 0:
         return 0.0
+    if ctx.metrics.arrivals_estimated:
+        longest = rs["longest_wait_ns"].clip(lower_bound=0)
+        return float(longest.median()) / ctx.iteration_ns  # type: ignore[arg-type]
     return float(rs["wait_ns"].mean()) / ctx.iteration_ns  # type: ignore[arg-type]
+
+
+def _wait_basis(ctx: Context) -> dict[str, str]:
+    """The evidence's account of what the wait-based cost measured."""
+    why = ctx.metrics.arrivals_estimated
+    if not why:
+        return {"wait_basis": "the others' wait at the iteration's last collective"}
+    return {"wait_basis": f"the others' longest wait in the iteration: {why}"}
 
 
 def _last_share(ctx: Context, ranks: list[int]) -> float:
@@ -450,6 +465,7 @@ def _straggler_finding(ctx: Context, late: list[int]) -> Finding:
             "typical_lateness_p50_ms": ms(float(pr["lateness_p50_ns"].median() or 0.0)),
             "last_share": round(share, 4),
             "wait_share_of_iteration": round(wait, 4),
+            **_wait_basis(ctx),
             "iteration_ms": ms(ctx.iteration_ns),
             "late_ranks_first_half": late_by_half(ctx)[0],
             "late_ranks_second_half": late_by_half(ctx)[1],
