@@ -49,3 +49,15 @@ def test_one_run_prints_one_line_and_its_findings():
     assert out.startswith("╭─ Verdict: One cause costs most")
     assert "rank 5 (node1, local rank 1)" in out
     assert "runs side by side" not in out
+
+
+def test_values_left_out_as_unmeasurable_are_counted_with_the_reason():
+    """The busbw plot leaves out what the physics forbids: the terminal says how many
+    of how many and why, the same numbers as the run's JSON."""
+    analysis = analyze(DEMO[0])
+    (left,) = [u for u in analysis.runs[0].unmeasurable if u.what == "busbw" and u.count]
+    out = " ".join(_printed(DEMO[0]).split())
+    assert (
+        f"{left.count} of {left.total} bus bandwidth values left out as unmeasurable: "
+        f"{left.reason}" in out
+    )

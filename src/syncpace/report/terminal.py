@@ -93,6 +93,7 @@ def print_runs(analysis: Analysis, console: Console) -> None:
             console.print("  " + safe(pacing_line(run.pacing)))
         print_whole_run(run, console)
         print_loss(run.quality, console)
+        print_unmeasurable(run, console)
         return
     changes = {c.run: c for c in analysis.comparison}
     table = Table("", *(safe(names[r.run]) for r in analysis.runs), title="runs side by side")
@@ -136,6 +137,7 @@ def print_runs(analysis: Analysis, console: Console) -> None:
         console.print(f"[bold]{safe(names[r.run])}[/]:")
         print_whole_run(r, console)
         print_loss(r.quality, console)
+        print_unmeasurable(r, console)
     if analysis.scaling:
         points = ", ".join(
             f"{p.world_size}: strong {fmt.percent(p.strong_efficiency)} / weak "
@@ -173,6 +175,20 @@ def print_loss(quality: dict, console: Console) -> None:
         console.print(f"  [yellow]warning:[/] {safe(warning)}", soft_wrap=True)
     if len(warnings) > MAX_WARNINGS:
         console.print(f"  [yellow]warning:[/] … and {len(warnings) - MAX_WARNINGS} more (--json)")
+
+
+#: How each kind of value left out is named in a sentence.
+_VALUES = {"busbw": "bus bandwidth values", "nic_utilisation": "NIC utilisation windows"}
+
+
+def print_unmeasurable(run: RunMetrics, console: Console) -> None:
+    """The values the physics forbids, left out of every figure (analysis.limits): how
+    many and why, so a figure with fewer points than calls is never a surprise."""
+    for u in run.unmeasurable:
+        if u.count:
+            what = _VALUES.get(u.what, u.what)
+            line = f"{u.count} of {u.total} {what} left out as unmeasurable: {u.reason}"
+            console.print(f"  [yellow]{safe(line)}[/]", soft_wrap=True)
 
 
 def _change(c: RunComparison | None, names: dict[str, str], study: str = "") -> str:
