@@ -13,6 +13,7 @@ import pytest
 
 from syncpace.errors import TraceError
 from syncpace.trace import RankTraceWriter, load_trace
+from syncpace.trace.validate.completeness import completeness_lines
 
 WORLD = 2
 
@@ -146,6 +147,16 @@ def test_a_cut_at_a_batch_boundary_is_found(run):
                for w in trace.warnings)  # fmt: skip
     c = trace.completeness[1]
     assert (c.events_declared, c.events_found, c.events_missing, c.cut) == (12, 6, 6, ("events",))
+    # what every verb prints: each count on its own line, none wider than a terminal
+    lines = completeness_lines(trace.completeness, [], trace.world_size)
+    events, steps = trace.events.height, trace.steps.height
+    assert lines[:3] == [
+        "completeness: 2 of 2 ranks",
+        f"  events: {events} kept of {events} found (24 declared)",
+        f"  steps: {steps} kept of {steps} found",
+    ]
+    assert lines[3].startswith("  rank 1: events 6 found of 12 declared")
+    assert max(map(len, lines)) <= 80, lines
 
 
 def test_rows_breaking_the_format_are_left_out_and_counted(run):
@@ -226,6 +237,10 @@ def test_an_intact_trace_has_no_warnings_and_a_complete_account(good):
     assert trace.warnings == ()
     assert not any(c.lossy for c in trace.completeness.values())
     assert trace.completeness[1].events_declared == trace.completeness[1].events_found == 12
+    events, steps = trace.events.height, trace.steps.height
+    assert completeness_lines(trace.completeness, [], trace.world_size) == [
+        f"completeness: 2 of 2 ranks, all {events} events and {steps} steps kept"
+    ]
 
 
 def _messages(data: bytes) -> list[tuple[int, int, str, int]]:

@@ -88,18 +88,28 @@ def completeness_lines(
     found = sum(c.events_found for c in ranks)
     kept = sum(c.events_kept for c in ranks)
     steps_found = sum(c.steps_found for c in ranks)
-    head = (
-        f"completeness: {len(ranks)} of {world_size} ranks, events {kept:,} kept of {found:,} found"
-    )
-    if all(d is not None for d in declared) and ranks:
-        head += f" ({sum(d or 0 for d in declared):,} declared)"
-    else:
-        head += f" ({sum(1 for d in declared if d is None)} ranks declared no count: unfinished)"
-    head += f", steps {sum(c.steps_kept for c in ranks):,} kept of {steps_found:,} found"
+    steps_kept = sum(c.steps_kept for c in ranks)
     dropped = sum(c.events_dropped for c in ranks)
-    if dropped:
-        head += f", {dropped:,} dropped in the job"
-    lines = [head]
+    whole = all(d is not None for d in declared) and ranks
+    head = f"completeness: {len(ranks)} of {world_size} ranks"
+    if whole and kept == found == sum(d or 0 for d in declared) and steps_kept == steps_found:
+        # nothing lost: one short line
+        lines = [f"{head}, all {kept:,} events and {steps_kept:,} steps kept"]
+        if dropped:
+            lines.append(f"  {dropped:,} events dropped in the job")
+    else:
+        # each count on a line of its own, short enough for an 80-column terminal
+        events = f"  events: {kept:,} kept of {found:,} found"
+        if whole:
+            events += f" ({sum(d or 0 for d in declared):,} declared)"
+        else:
+            events += (
+                f" ({sum(1 for d in declared if d is None)} ranks declared no count: unfinished)"
+            )
+        steps = f"  steps: {steps_kept:,} kept of {steps_found:,} found"
+        if dropped:
+            steps += f"; {dropped:,} events dropped in the job"
+        lines = [head, events, steps]
     if missing_ranks:
         lines.append(f"  ranks without any file: {ranges(missing_ranks)}")
     for c in ranks:
