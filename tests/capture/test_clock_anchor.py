@@ -40,3 +40,18 @@ def test_the_clock_keeps_the_anchor_and_its_error(monkeypatch):
     assert abs(c.base_ns - 7 - WALL_MINUS_MONO) <= 100
     assert c.anchor_error_ns == 100
     assert abs(c.now() - host.mono - WALL_MINUS_MONO - 7) <= 100
+
+
+def test_another_process_reads_the_clock_the_tracer_reads(monkeypatch):
+    """The host sampler runs in a child process and stamps its samples from the clock's
+    spec alone: a drifting clock's spec must give the times its ``now()`` gives."""
+    mono = iter([1_000, 5_000_000_000])  # the origin, then the read
+    monkeypatch.setattr(clock.time, "monotonic_ns", lambda: next(mono))
+    monkeypatch.setattr(clock, "wall_anchor", lambda: (7_000_000, 10))
+    drifting = clock.local_clock(skew_ns=3, drift_ppm=200.0)
+    spec = drifting.spec()
+    m = 5_000_000_000
+    expected = m + spec["base_ns"] + int((m - spec["origin_ns"]) * spec["rate"])
+    assert drifting.now() == expected == m + 7_000_003 + int((m - 1_000) * 200e-6)
+    plain = clock.local_clock(skew_ns=3).spec()
+    assert plain == {"base_ns": 7_000_003, "origin_ns": 0, "rate": 0.0}

@@ -71,6 +71,11 @@ class LocalClock:
     def now(self) -> int:
         return time.monotonic_ns() + self.base_ns
 
+    def spec(self) -> dict[str, Any]:
+        """What another process needs to read this clock: ``now()`` is
+        ``m + base_ns + (m - origin_ns) * rate`` for ``m`` its ``CLOCK_MONOTONIC``."""
+        return {"base_ns": self.base_ns, "origin_ns": 0, "rate": 0.0}
+
 
 class DriftingClock(LocalClock):
     """A clock that runs ``drift_ppm`` fast (slow when negative): what the periodic
@@ -87,6 +92,9 @@ class DriftingClock(LocalClock):
     def now(self) -> int:
         mono = time.monotonic_ns()
         return mono + self.base_ns + int((mono - self._origin_ns) * self._rate)
+
+    def spec(self) -> dict[str, Any]:
+        return {"base_ns": self.base_ns, "origin_ns": self._origin_ns, "rate": self._rate}
 
 
 def local_clock(skew_ns: int = 0, drift_ppm: float = 0.0) -> LocalClock:

@@ -35,7 +35,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from syncpace.telemetry import cpustats, netstats, nvml, pcie
 from syncpace.telemetry.config import TelemetryConfig, parse_link_rates
@@ -444,11 +444,20 @@ def _stop_child(proc: subprocess.Popen) -> None:
             proc.wait(timeout=1.0)
 
 
+class SpecClock(Protocol):
+    """The tracer's clock as the sampler reads it in another process or thread."""
+
+    def spec(self) -> dict[str, Any]:
+        """``base_ns``, ``origin_ns`` and ``rate``: ``now()`` is
+        ``m + base_ns + (m - origin_ns) * rate`` for ``m`` the monotonic clock."""
+        ...
+
+
 def start_host_sampler(
     run_dir: str | os.PathLike[str],
     rank: int,
     config: TelemetryConfig,
-    clock: Any,
+    clock: SpecClock,
     rank_meta_path: str | os.PathLike[str],
     offset_ns: Callable[[], int],
 ) -> SamplerHandle | None:
@@ -469,11 +478,7 @@ def start_host_sampler(
             "slow_interval_s": config.counters_slow_interval_s,
             "nics": config.counters_nics,
             "link_rate": config.counters_link_rate,
-            "clock": {
-                "base_ns": clock.base_ns,
-                "origin_ns": getattr(clock, "_origin_ns", 0),
-                "rate": getattr(clock, "_rate", 0.0),
-            },
+            "clock": clock.spec(),
             "rank_meta": str(rank_meta_path),
             "parent_pid": os.getpid(),
         }
