@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from syncpace.analysis.detectors import advice
+from syncpace.analysis.detectors import advice, nominal
 from syncpace.analysis.detectors.arrival import fast_half, fast_noise
 from syncpace.analysis.detectors.context import Context, confidence_of, ms
 from syncpace.analysis.detectors.traffic import (
@@ -316,26 +316,20 @@ def slow_link(ctx: Context) -> list[Finding]:
     th = ctx.thresholds
     label = ",".join(map(str, late))  # the counterfactual's name
     named = ", ".join(map(str, late))  # as every text names ranks
-    if th.link_gbps > 0:
-        groups = _groups_with(ctx, late)
-
-        def change(p: Any) -> Any:
-            which = ctx.metrics.instances["group"].is_in(groups).to_numpy()
-            rate = cf.transfers_at_rate(p, th.link_gbps, th.link_alpha_us * 1e3, which)
-            return cf.combine([cf.exits_aligned(p, late), rate])
-
-        what = f"links of ranks {named} at the link rate"
+    rate = nominal.nominal(ctx)
+    change = _slow_link_fixed(ctx, late)
+    if rate is not None:
+        what = f"links of ranks {named} at {rate.source}"
     else:
-
-        def change(p: Any) -> Any:
-            return cf.exits_aligned(p, late)
-
         what = f"collectives ending at ranks {named} with the others"
     replay = ctx.counterfactual(f"slow_link:{label}", what, change, cause="slow_link")
     assert replay is not None
     nodes = ctx.nodes_of(late)
     lag_ms = dict(zip(lags["rank"].to_list(), map(ms, lags["lag_ns"].to_list()), strict=True))
     last = float(ctx.metrics.per_rank.filter(pl.col("rank").is_in(late))["last_share"].sum())
+    # a link slow from start to end slows the run's best transfers too: against them
+    # the saving is a floor, which the finding says
+    baseline = f" (at {rate.words})" if rate is not None else f"; {nominal.OWN_BEST}"
     return [
         ctx.finding(
             "slow_link",
@@ -344,7 +338,7 @@ def slow_link(ctx: Context) -> list[Finding]:
             f"collectives end late at rank{'s' if len(late) > 1 else ''} {named} "
             f"({', '.join(nodes)}), by {float(np.median(list(lag_ms.values()))):.2f} ms: they "
             f"sit next to a slow link in the ring; fixed, each iteration would be "
-            f"{replay.saving:.1%} shorter",
+            f"{replay.saving:.1%} shorter{baseline}",
             replay=replay,
             ranks=tuple(late),
             nodes=nodes,
@@ -354,10 +348,27 @@ def slow_link(ctx: Context) -> list[Finding]:
                 "last_share": round(last, 4),
                 "noise_ms": ms(float(transfer_lags(ctx)["noise_ns"][0])),
                 "link_gbps": th.link_gbps or None,
+                "baseline": rate.to_json() if rate is not None else "the run's own best",
             },
             actions=advice.slow_link(nodes),
         )
     ]
+
+
+def _slow_link_fixed(ctx: Context, late: list[int]) -> Any:
+    """The change that fixes the slow link next to ``late``: their collectives end
+    with the others' and, where the links' capacity is known, the cross-node
+    transfers of their groups run at it (a link slow all run long slows every
+    transfer of the ring, not only the ends the ranks next to it see)."""
+
+    def change(p: Any) -> Any:
+        aligned = cf.exits_aligned(p, late)
+        groups = _groups_with(ctx, late)
+        which = ctx.metrics.instances["group"].is_in(groups).to_numpy() & _cross_ids(ctx)
+        rate = nominal.at_capacity(ctx, p, which)
+        return aligned if rate is None else cf.combine([aligned, rate])
+
+    return change
 
 
 def _groups_with(ctx: Context, ranks: list[int]) -> list[str]:
@@ -471,7 +482,7 @@ def bandwidth_bound(ctx: Context) -> list[Finding]:
         def others(p: Any) -> Any:
             fixes = [cf.ideal_overlap(p)]
             if lagging:
-                fixes.append(cf.exits_aligned(p, lagging))
+                fixes.append(_slow_link_fixed(ctx, lagging)(p))
             return cf.combine(fixes)
 
         first = ctx.counterfactual(
@@ -481,12 +492,14 @@ def bandwidth_bound(ctx: Context) -> list[Finding]:
             "overlap+links+bytes",
             "ideal overlap, no slow link and large transfers free",
             lambda p: cf.combine([others(p), cf.transfers_scaled(p, 0.0, _large(ctx))]),
+            bytes_kept=False,
         )
         fixed, fixed_from = _fixed_part(ctx)
         half = ctx.counterfactual(
             "half-bytes",
             f"large transfers with half the bytes (BF16), {fixed_from}",
             lambda p: cf.transfers_scaled(p, 0.5, _large(ctx), fixed),
+            bytes_kept=False,
         )
         assert first is not None and free is not None and half is not None
         replay = _residual(first, free)
