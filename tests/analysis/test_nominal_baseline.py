@@ -58,7 +58,7 @@ def test_a_link_slow_all_run_is_costed_against_the_peers_declared_rate(tmp_path:
     assert baseline["gbps"] == pytest.approx(1.0)
     assert baseline["source"] == "the hosts' link rate"
     assert "fabric-links.arrow" in baseline["read_from"]
-    assert "at the hosts' link rate, 1 GB/s" in top.summary
+    assert "at the hosts' link rate, 8 Gbit/s" in top.summary
     # the bytes at the healthy rate are what is left of bandwidth, after the slow link
     bandwidth = [f for f in analysis.findings if f.mode == "bandwidth_bound"]
     assert all(f.cost < top.cost for f in bandwidth)

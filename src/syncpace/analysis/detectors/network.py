@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from syncpace.analysis.detectors import advice, nominal
+from syncpace.analysis.detectors import advice, foreign, nominal
 from syncpace.analysis.detectors.arrival import fast_half, fast_noise
 from syncpace.analysis.detectors.context import Context, confidence_of, ms
 from syncpace.analysis.detectors.traffic import (
@@ -174,9 +174,13 @@ def fabric_contention(ctx: Context) -> list[Finding]:
     if own_inflation < th.fabric_inflation and in_episode >= th.fabric_episode_share:
         own_inflation = during
     inflation = max(own_inflation, link_inflation if whole_run else 0.0)
-    if inflation < th.fabric_inflation:
+    # traffic that is not the job's on the links it uses, interval by interval, with
+    # its transfers slower there: contention however long it lasts (all run long, the
+    # run's best is no baseline and the inflation above cannot see it)
+    beside = _beside(ctx, suspect)
+    if inflation < th.fabric_inflation and beside is None:
         return []
-    if own_traffic_only(ctx, ctx.nodes_of(_cross_ranks(ctx))):
+    if beside is None and own_traffic_only(ctx, ctx.nodes_of(_cross_ranks(ctx))):
         # the counters carry the job's bytes and nothing else: its own calls in flight
         # together share the links, each at its part of the rate (bandwidth)
         return []
@@ -194,7 +198,7 @@ def fabric_contention(ctx: Context) -> list[Finding]:
     # send) are contention whatever the late rank does: the veto is for a slow rank
     # alone, whose host's links carry the job's bytes only.
     others = contended_hosts(ctx, ctx.nodes_of(_cross_ranks(ctx)))
-    if own_corr >= th.fabric_skew_correlation and not others:
+    if own_corr >= th.fabric_skew_correlation and not others and beside is None:
         return []
     intra = sized.filter(~pl.col("cross_node"))
     steps = max(ctx.metrics.steps.height, 1)
@@ -203,12 +207,10 @@ def fabric_contention(ctx: Context) -> list[Finding]:
     measured_cost = excess / ctx.iteration_ns
     inflated_share = float((suspect["inflation"] >= th.fabric_inflation).mean())  # type: ignore[arg-type]
     at = "the link rate" if th.link_gbps > 0 else "the run's best rate"
-    replay = ctx.counterfactual(
-        "links:cross",
-        f"cross-node links at {at}",
-        _link_change(ctx, _cross_ids(ctx)),
-        cause="fabric_contention",
-    )
+    if beside is not None:
+        at = beside.baseline
+        inflation = max(inflation, beside.slower)
+    replay = _contention_replay(ctx, beside, at)
     cost = replay.saving if replay is not None else measured_cost
     cross_ranks = _cross_ranks(ctx)
     # the source: hosts whose links carry other traffic (NIC counters), those sending
@@ -222,6 +224,9 @@ def fabric_contention(ctx: Context) -> list[Finding]:
     sending = [n for n in (traffic.sending if traffic is not None else ()) if n not in names]
     senders = traffic.senders if traffic is not None else ()
     source = tuple(dict.fromkeys((*others, *senders, *names, *sending)))
+    # the counters' intervals name what the whole run's counters did not: said in words
+    besides = [x for x in beside.traffic.source if x not in source] if beside is not None else []
+    source = (*source, *besides)
     nodes = ctx.nodes_of(lagging) if lagging else ctx.nodes_of(cross_ranks)
     evidence = {
         "median_inflation": round(inflation, 3),
@@ -245,6 +250,7 @@ def fabric_contention(ctx: Context) -> list[Finding]:
     }
     if links is not None:
         evidence.update(links.evidence())
+    evidence.update(_beside_evidence(beside))
     causes = []
     if others:
         causes.append(
@@ -257,6 +263,8 @@ def fabric_contention(ctx: Context) -> list[Finding]:
             f"{', '.join(sending)} carr{'ies' if len(sending) == 1 else 'y'} traffic "
             "beside the job's (link counters)"
         )
+    if beside is not None and (besides or not causes):
+        causes.append(_beside_text(beside))
     lead = f"{'; '.join(causes)}: " if causes else ""
     worst = ""
     if lagging:
@@ -267,9 +275,8 @@ def fabric_contention(ctx: Context) -> list[Finding]:
             "fabric_contention",
             measured_cost,
             inflated_share,
-            f"{lead}cross-node groups transfer {inflation:.2f}x slower than the run's own best "
-            f"at the same size{worst}, not explained by arrival skew; at {at} each iteration "
-            f"would be {cost:.1%} shorter",
+            f"{lead}{_slower_text(inflation, beside)}{worst}, not explained by arrival skew; "
+            f"at {at}, each iteration would be {cost:.1%} shorter",
             replay=replay,
             source=source,
             ranks=tuple(lagging),
@@ -278,6 +285,72 @@ def fabric_contention(ctx: Context) -> list[Finding]:
             actions=advice.fabric_contention(),
         )
     ]
+
+
+def _contention_replay(ctx: Context, beside: foreign.Beside | None, at: str) -> Outcome | None:
+    """Contention removed: with other traffic found beside the job's, the transfers
+    in its intervals at their baseline (outside them, else the links' capacity);
+    otherwise every cross-node transfer at the link rate or the run's best."""
+    if beside is not None:
+        return ctx.counterfactual(
+            "links:beside",
+            f"cross-node transfers beside other traffic at {at}",
+            lambda p: cf.transfers_within(p, beside.target_ns, 0.0, beside.which),
+            cause="fabric_contention",
+        )
+    return ctx.counterfactual(
+        "links:cross",
+        f"cross-node links at {at}",
+        _link_change(ctx, _cross_ids(ctx)),
+        cause="fabric_contention",
+    )
+
+
+def _slower_text(inflation: float, beside: foreign.Beside | None) -> str:
+    if beside is None:
+        return (
+            f"cross-node groups transfer {inflation:.2f}x slower than the run's own best "
+            "at the same size"
+        )
+    return (
+        f"cross-node transfers beside it are {beside.slower:.2f}x slower than at {beside.baseline}"
+    )
+
+
+def _beside_text(beside: foreign.Beside) -> str:
+    """'h4 sends traffic that is not the job's over uplink leaf0→spine (62% of its
+    bytes), 100% of the run' — counters interval by interval."""
+    found = beside.traffic
+    shares = found.share_by_carrier
+    carriers = ", ".join(f"{c} ({shares[c]:.0%} of its bytes)" for c in found.named)
+    who = ", ".join(found.senders)
+    lead = (
+        f"{who} send{'s' * (len(found.senders) == 1)} traffic that is not the job's over"
+        if who
+        else "traffic that is not the job's on"
+    )
+    return f"{lead} {carriers}, {found.covered:.0%} of the run (counters)"
+
+
+def _beside(ctx: Context, suspect: pl.DataFrame) -> foreign.Beside | None:
+    """Other traffic beside the job's, with its transfers slower there by at least
+    ``foreign_inflation``."""
+    found = foreign.slower_beside(ctx, suspect)
+    return found if found is not None and found.slower >= ctx.thresholds.foreign_inflation else None
+
+
+def _beside_evidence(beside: foreign.Beside | None) -> dict[str, Any]:
+    if beside is None:
+        return {}
+    found = beside.traffic
+    return {
+        "foreign_share_by_carrier": found.share_by_carrier,
+        "foreign_senders": list(found.senders),
+        "foreign_time_share": found.covered,
+        "transfers_beside_foreign": beside.count,
+        "slower_beside_foreign": round(beside.slower, 3),
+        "baseline": beside.baseline,
+    }
 
 
 def _episodes(suspect: pl.DataFrame, threshold: float) -> np.ndarray:
@@ -312,6 +385,8 @@ def slow_link(ctx: Context) -> list[Finding]:
     late = lagging_ranks(ctx)
     if not late or contended_hosts(ctx, ctx.nodes_of(late)):
         return []  # other flows on those hosts' links: contention, not a slow link
+    if foreign.foreign_traffic(ctx) is not None:
+        return []  # other traffic on the links the job uses: contention's ranks ending late
     lags = transfer_lags(ctx).filter(pl.col("rank").is_in(late))
     th = ctx.thresholds
     label = ",".join(map(str, late))  # the counterfactual's name
@@ -471,7 +546,7 @@ def bandwidth_bound(ctx: Context) -> list[Finding]:
         return []
     # Links that carry other flows beside the job's are contended: the bytes that fill
     # them are not all the job's (fabric_contention's case).
-    if has_cross_node_group(ctx) and contended_hosts(ctx):
+    if has_cross_node_group(ctx) and (contended_hosts(ctx) or foreign.foreign_traffic(ctx)):
         return []
     replay = None
     if ctx.program is not None:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from syncpace.analysis.limits import rate_words
 from syncpace.analysis.replay import Change, Program
 from syncpace.analysis.replay import counterfactuals as cf
 from syncpace.trace.busbw import bus_factor
@@ -49,8 +50,8 @@ class Nominal:
 
     @property
     def words(self) -> str:
-        """'the link rate set, 1.2 GB/s' / 'the hosts' link rate, 0.025 GB/s'."""
-        return f"{self.source}, {self.gbps:.3g} GB/s"
+        """'the link rate set, 9.6 Gbit/s' / 'the hosts' link rate, 100 Mbit/s'."""
+        return f"{self.source}, {rate_words(self.gbps)}"
 
     def to_json(self) -> dict[str, Any]:
         out = {"gbps": self.gbps, "source": self.source, "alpha_us": self.alpha_ns / 1e3}
