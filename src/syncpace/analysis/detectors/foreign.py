@@ -89,6 +89,7 @@ def _measure(ctx: Context) -> ForeignTraffic | None:
     rows = pl.concat([f for frame in frames for f in frame], how="vertical_relaxed").filter(
         pl.col("start_ns") >= window[0], pl.col("end_ns") <= window[1]
     )
+    rows = _per_iteration(rows, window[0], ctx.iteration_ns)
     job = np.zeros(rows.height)
     for k, (below, a, b) in enumerate(rows.select("hosts", "start_ns", "end_ns").iter_rows()):
         job[k] = sum(_at(own[h], b) - _at(own[h], a) for h in below if h in own)
@@ -178,6 +179,7 @@ def _at(curve: Curve, t: float) -> float:
 
 _COLUMNS = {
     "carrier": pl.String,
+    "direction": pl.String,
     "hosts": pl.List(pl.String),
     "used": pl.Boolean,
     "sender": pl.String,
@@ -207,20 +209,20 @@ def _nic_intervals(ctx: Context, window: tuple[int, int]) -> list[pl.DataFrame]:
     if w.height == 0:
         return []
     span_s = (pl.col("end_ns") - pl.col("start_ns")) / 1e9
+    # each direction on its own: the busier of two in each window would be biased up
     per = (
         w.with_columns(bytes=pl.col("util") * pl.col("link_rate_bps") / 8 * span_s)
         .group_by("host", "direction", "start_ns", "end_ns")
         .agg(pl.col("bytes").sum(), rate_bps=pl.col("link_rate_bps").sum())
-        .sort("bytes", descending=True)
-        .unique(["host", "start_ns", "end_ns"], keep="first")
     )
     return [
         per.select(
             carrier=pl.col("host"),
+            direction=pl.col("direction"),
             hosts=pl.concat_list(pl.col("host")),
             used=pl.lit(True),
             sender=pl.when(pl.col("direction") == "tx").then(pl.col("host")),
-            receiving=pl.lit(False),
+            receiving=pl.col("direction") == "rx",
             rate_bps=pl.col("rate_bps").cast(pl.Float64),
             start_ns=pl.col("start_ns").cast(pl.Int64),
             end_ns=pl.col("end_ns").cast(pl.Int64),
@@ -267,10 +269,30 @@ def _link_intervals(
             hosts = [*below.get(src, []), *below.get(dst, [])]
             used, sender, receiving = bool(hosts), None, False
         rows.append(
-            (link_name(kind, src, dst), hosts, used, sender, receiving, float(rate), start, end)
-            + (nbytes,)
+            (link_name(kind, src, dst), "", hosts, used, sender, receiving, float(rate), start)
+            + (end, nbytes)
         )
     return [pl.DataFrame(rows, schema=_COLUMNS, orient="row")]
+
+
+def _per_iteration(rows: pl.DataFrame, t0: int, iteration_ns: float) -> pl.DataFrame:
+    """Each carrier's intervals joined into spans of at least an iteration: within one
+    the job's bytes come in bursts (a ring's steps, buckets) that an even spread over
+    each transfer does not follow, which a short interval would read as foreign."""
+    width = max(int(iteration_ns), 1)
+    keys = ["carrier", "direction", "used", "sender", "receiving"]
+    return (
+        rows.with_columns(bin=(pl.col("start_ns") - t0) // width)
+        .group_by([*keys, "bin"])
+        .agg(
+            pl.col("hosts").first(),
+            pl.col("rate_bps").max(),
+            pl.col("start_ns").min(),
+            pl.col("end_ns").max(),
+            pl.col("bytes").sum(),
+        )
+        .drop("bin")
+    )
 
 
 def _to_edges(

@@ -177,7 +177,7 @@ def fabric_contention(ctx: Context) -> list[Finding]:
     # traffic that is not the job's on the links it uses, interval by interval, with
     # its transfers slower there: contention however long it lasts (all run long, the
     # run's best is no baseline and the inflation above cannot see it)
-    beside = _beside(ctx, suspect)
+    beside = foreign_contention(ctx)
     if inflation < th.fabric_inflation and beside is None:
         return []
     if beside is None and own_traffic_only(ctx, ctx.nodes_of(_cross_ranks(ctx))):
@@ -332,11 +332,20 @@ def _beside_text(beside: foreign.Beside) -> str:
     return f"{lead} {carriers}, {found.covered:.0%} of the run (counters)"
 
 
-def _beside(ctx: Context, suspect: pl.DataFrame) -> foreign.Beside | None:
-    """Other traffic beside the job's, with its transfers slower there by at least
-    ``foreign_inflation``."""
-    found = foreign.slower_beside(ctx, suspect)
-    return found if found is not None and found.slower >= ctx.thresholds.foreign_inflation else None
+def foreign_contention(ctx: Context) -> foreign.Beside | None:
+    """Other traffic beside the job's on the links its cross-node groups use, with
+    their transfers slower there by at least ``foreign_inflation``; ``None`` else."""
+
+    def compute() -> foreign.Beside | None:
+        sized = _sized(ctx)
+        if sized.height == 0 or not has_cross_node_group(ctx):
+            return None
+        found = foreign.slower_beside(ctx, sized.filter(pl.col("cross_node")))
+        if found is None or found.slower < ctx.thresholds.foreign_inflation:
+            return None
+        return found
+
+    return ctx.memo("foreign_contention", compute)
 
 
 def _beside_evidence(beside: foreign.Beside | None) -> dict[str, Any]:
@@ -385,7 +394,7 @@ def slow_link(ctx: Context) -> list[Finding]:
     late = lagging_ranks(ctx)
     if not late or contended_hosts(ctx, ctx.nodes_of(late)):
         return []  # other flows on those hosts' links: contention, not a slow link
-    if foreign.foreign_traffic(ctx) is not None:
+    if foreign_contention(ctx) is not None:
         return []  # other traffic on the links the job uses: contention's ranks ending late
     lags = transfer_lags(ctx).filter(pl.col("rank").is_in(late))
     th = ctx.thresholds
@@ -546,7 +555,7 @@ def bandwidth_bound(ctx: Context) -> list[Finding]:
         return []
     # Links that carry other flows beside the job's are contended: the bytes that fill
     # them are not all the job's (fabric_contention's case).
-    if has_cross_node_group(ctx) and (contended_hosts(ctx) or foreign.foreign_traffic(ctx)):
+    if has_cross_node_group(ctx) and (contended_hosts(ctx) or foreign_contention(ctx)):
         return []
     replay = None
     if ctx.program is not None:
