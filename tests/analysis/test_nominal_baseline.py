@@ -100,3 +100,36 @@ def test_a_set_link_rate_is_a_ceiling_no_counterfactual_goes_past(tmp_path: Path
     assert best.saving_ns / 1e6 == pytest.approx(20 * (slow - rate_ms) / steps, rel=0.02)
     at_rate = table.row("links:rate")
     assert at_rate.saving_ns == pytest.approx(best.saving_ns, rel=0.02)
+
+
+def write_nic_counters(root: Path) -> None:
+    """Each host's eth0 as the host sampler records it: its speed from sysfs (node0's
+    a quarter of the others') and the job's bytes, evenly over the run."""
+    from syncpace.trace.hostwriter import CountersWriter, host_paths, write_host_meta
+    from syncpace.trace.reader import load_trace
+
+    trace = load_trace(root)
+    t0, t1 = int(trace.steps["start_ns"].min()), int(trace.steps["end_ns"].max())
+    job_bps = NBYTES * 1.5 * 40 / ((t1 - t0) / 1e9)
+    series = [("nic", "eth0", -1, c) for c in ("rx_bytes", "tx_bytes", "link_rate_bps")]
+    for node in FOUR_HOSTS:
+        rate = RATE_BPS // SLOW if node == "node0" else RATE_BPS
+        meta, counters = host_paths(root, node)
+        write_host_meta(meta, {"host": node})
+        w = CountersWriter(counters, node)
+        for t in range(t0, t1 + 50 * MS, 50 * MS):
+            moved = int(job_bps * (t - t0) / 1e9)
+            w.write([t] * 3, [0, 1, 2], [moved, moved, rate], series)
+        w.close()
+
+
+def test_the_nics_speeds_recorded_by_the_host_sampler_are_a_capacity_too(tmp_path: Path) -> None:
+    root = slow_link_run(tmp_path, declared=False)
+    write_nic_counters(root)
+    analysis = analyze(root)
+    top = analysis.top
+    assert top.mode == "slow_link", [f.summary for f in analysis.findings]
+    assert top.evidence["baseline"]["read_from"] == "a host's NICs together, host counters"
+    slow_ms = COMPUTE_MS + SLOW * HEALTHY_MS + LAG_MS + AFTER_MS
+    healthy_ms = COMPUTE_MS + HEALTHY_MS + AFTER_MS
+    assert top.cost == pytest.approx(1 - healthy_ms / slow_ms, abs=0.01)
