@@ -217,7 +217,9 @@ def what_if_table(ctx: Context, findings: list[Finding]) -> WhatIf | None:
         if not f.symptom and n in ctx.replays
     ]
     if len(causes) > 1:
-        ctx.counterfactual("all", "all causes found removed", cf.combine(causes))
+        # each cause's change is already held to the links' capacity, and removing
+        # the bytes (bandwidth) may go below it
+        ctx.counterfactual("all", "all causes found removed", cf.combine(causes), bytes_kept=False)
     rows = [ctx.replays[n][0] for n in names if n in ctx.replays]
     rows += [o for n, (o, _) in ctx.replays.items() if n not in names]
     return WhatIf(ctx.metrics.run, base, tuple(rows))

@@ -130,7 +130,7 @@ def flag_instances(
                 "busbw",
                 found[BUSBW],
                 total,
-                f"faster than the {_rate(link.gbps)} host link rate allows ({link.source}):"
+                f"faster than the {rate_words(link.gbps)} host link rate allows ({link.source}):"
                 " a service time too short to be real",
             )
         )
@@ -164,7 +164,8 @@ def nic_notes(nic: pl.DataFrame | None) -> list[Unmeasurable]:
     ]
 
 
-def _rate(gbps: float) -> str:
+def rate_words(gbps: float) -> str:
+    """A rate of ``gbps`` bytes/ns as links are spoken of: '100 Mbit/s', '9.6 Gbit/s'."""
     bits = gbps * 8e9
     for unit, scale in (("Gbit/s", 1e9), ("Mbit/s", 1e6)):
         if bits >= scale:

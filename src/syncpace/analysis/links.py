@@ -175,3 +175,40 @@ def link_bytes(run_dir: str | Path, window: tuple[int, int]) -> pl.DataFrame | N
         )
         .sort("link", "src")
     )
+
+
+def link_intervals(run_dir: str | Path, window: tuple[int, int]) -> pl.DataFrame | None:
+    """Per link direction and sampling interval that overlaps ``window`` (ns): ``link``,
+    ``kind``, ``src``, ``dst``, ``rate_bps``, the interval (``start_ns``, ``end_ns``)
+    and the ``bytes`` it carried in it. ``None`` without a readable counters file."""
+    paths = links_files(run_dir)
+    if not paths:
+        return None
+    try:
+        raw = pl.read_ipc_stream(paths[0])
+    except Exception:  # a damaged counters file is a missing picture, not a failure
+        return None
+    t0, t1 = window
+    return (
+        raw.sort("time_ns")
+        .with_columns(
+            start_ns=pl.col("time_ns").shift(1).over("link", "src", "dst"),
+            bytes=pl.col("bytes").diff().over("link", "src", "dst"),
+        )
+        .filter(
+            pl.col("time_ns") > pl.col("start_ns"),
+            pl.col("bytes") >= 0,
+            pl.col("time_ns") > t0,
+            pl.col("start_ns") < t1,
+        )
+        .select(
+            "link",
+            "kind",
+            "src",
+            "dst",
+            "rate_bps",
+            "start_ns",
+            pl.col("time_ns").alias("end_ns"),
+            pl.col("bytes").cast(pl.Float64),
+        )
+    )

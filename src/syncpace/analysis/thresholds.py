@@ -77,6 +77,12 @@ class Thresholds:
     fabric_skew_correlation: float = setting(
         0.5, "A late rank's own lateness correlated with transfer time above this is no fabric."
     )
+    foreign_inflation: float = setting(
+        1.2,
+        "Cross-node transfers this much slower while the counters show traffic that is not "
+        "the job's on its links (against the clean intervals, else the links' capacity) "
+        "are contention.",
+    )
     latency_knee_bytes: int = setting(
         1 << 20, "Messages below this many bytes are latency-bound (the alpha-beta knee)."
     )
@@ -163,6 +169,7 @@ class Thresholds:
             fabric_inflation="[1, 1000]",
             fabric_episode_share="(0, 1]",
             fabric_skew_correlation="[0, 1]",
+            foreign_inflation="[1, 1000]",
             latency_knee_bytes="[0, 1099511627776]",
             latency_min_per_step="[0, 1000000000]",
             latency_min_share="[0, 1]",

@@ -9,6 +9,7 @@ from typing import Any
 import polars as pl
 
 from syncpace.analysis import costs
+from syncpace.analysis.detectors import nominal
 from syncpace.analysis.findings import Finding, Severity
 from syncpace.analysis.metrics import RunMetrics
 from syncpace.analysis.replay import Change, PacerFactory, Program
@@ -49,15 +50,21 @@ class Context:
         return self._memo[key]
 
     def counterfactual(
-        self, name: str, description: str, change: Any, cause: str = ""
+        self, name: str, description: str, change: Any, cause: str = "", *, bytes_kept: bool = True
     ) -> Outcome | None:
         """Replay the run with ``change`` (a Change or a callable making one from the
-        program); the outcome is kept for the what-if table. None without a replay."""
+        program); the outcome is kept for the what-if table. None without a replay.
+        A change that moves the same bytes (``bytes_kept``) makes no transfer faster
+        than the links' known capacity allows (:func:`nominal.ceiling`)."""
         prog, base = self.program, self.base
         if prog is None or base is None or base.measured_ns <= 0:
             return None
         if name not in self.replays:
             made = change(prog) if callable(change) else change
+            if bytes_kept:
+                made = nominal.held_to(
+                    made, prog, self.memo("ceiling", lambda: nominal.ceiling(self, prog))
+                )
             self.replays[name] = (evaluate(prog, base, name, description, made, cause), made)
         return self.replays[name][0]
 

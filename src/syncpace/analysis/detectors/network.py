@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from syncpace.analysis.detectors import advice
+from syncpace.analysis.detectors import advice, foreign, nominal
 from syncpace.analysis.detectors.arrival import fast_half, fast_noise
 from syncpace.analysis.detectors.context import Context, confidence_of, ms
 from syncpace.analysis.detectors.traffic import (
@@ -174,9 +174,13 @@ def fabric_contention(ctx: Context) -> list[Finding]:
     if own_inflation < th.fabric_inflation and in_episode >= th.fabric_episode_share:
         own_inflation = during
     inflation = max(own_inflation, link_inflation if whole_run else 0.0)
-    if inflation < th.fabric_inflation:
+    # traffic that is not the job's on the links it uses, interval by interval, with
+    # its transfers slower there: contention however long it lasts (all run long, the
+    # run's best is no baseline and the inflation above cannot see it)
+    beside = foreign_contention(ctx)
+    if inflation < th.fabric_inflation and beside is None:
         return []
-    if own_traffic_only(ctx, ctx.nodes_of(_cross_ranks(ctx))):
+    if beside is None and own_traffic_only(ctx, ctx.nodes_of(_cross_ranks(ctx))):
         # the counters carry the job's bytes and nothing else: its own calls in flight
         # together share the links, each at its part of the rate (bandwidth)
         return []
@@ -194,7 +198,7 @@ def fabric_contention(ctx: Context) -> list[Finding]:
     # send) are contention whatever the late rank does: the veto is for a slow rank
     # alone, whose host's links carry the job's bytes only.
     others = contended_hosts(ctx, ctx.nodes_of(_cross_ranks(ctx)))
-    if own_corr >= th.fabric_skew_correlation and not others:
+    if own_corr >= th.fabric_skew_correlation and not others and beside is None:
         return []
     intra = sized.filter(~pl.col("cross_node"))
     steps = max(ctx.metrics.steps.height, 1)
@@ -203,12 +207,10 @@ def fabric_contention(ctx: Context) -> list[Finding]:
     measured_cost = excess / ctx.iteration_ns
     inflated_share = float((suspect["inflation"] >= th.fabric_inflation).mean())  # type: ignore[arg-type]
     at = "the link rate" if th.link_gbps > 0 else "the run's best rate"
-    replay = ctx.counterfactual(
-        "links:cross",
-        f"cross-node links at {at}",
-        _link_change(ctx, _cross_ids(ctx)),
-        cause="fabric_contention",
-    )
+    if beside is not None:
+        at = beside.baseline
+        inflation = max(inflation, beside.slower)
+    replay = _contention_replay(ctx, beside, at)
     cost = replay.saving if replay is not None else measured_cost
     cross_ranks = _cross_ranks(ctx)
     # the source: hosts whose links carry other traffic (NIC counters), those sending
@@ -222,6 +224,9 @@ def fabric_contention(ctx: Context) -> list[Finding]:
     sending = [n for n in (traffic.sending if traffic is not None else ()) if n not in names]
     senders = traffic.senders if traffic is not None else ()
     source = tuple(dict.fromkeys((*others, *senders, *names, *sending)))
+    # the counters' intervals name what the whole run's counters did not: said in words
+    besides = [x for x in beside.traffic.source if x not in source] if beside is not None else []
+    source = (*source, *besides)
     nodes = ctx.nodes_of(lagging) if lagging else ctx.nodes_of(cross_ranks)
     evidence = {
         "median_inflation": round(inflation, 3),
@@ -245,6 +250,7 @@ def fabric_contention(ctx: Context) -> list[Finding]:
     }
     if links is not None:
         evidence.update(links.evidence())
+    evidence.update(_beside_evidence(beside))
     causes = []
     if others:
         causes.append(
@@ -257,6 +263,8 @@ def fabric_contention(ctx: Context) -> list[Finding]:
             f"{', '.join(sending)} carr{'ies' if len(sending) == 1 else 'y'} traffic "
             "beside the job's (link counters)"
         )
+    if beside is not None and (besides or not causes):
+        causes.append(_beside_text(beside))
     lead = f"{'; '.join(causes)}: " if causes else ""
     worst = ""
     if lagging:
@@ -267,9 +275,8 @@ def fabric_contention(ctx: Context) -> list[Finding]:
             "fabric_contention",
             measured_cost,
             inflated_share,
-            f"{lead}cross-node groups transfer {inflation:.2f}x slower than the run's own best "
-            f"at the same size{worst}, not explained by arrival skew; at {at} each iteration "
-            f"would be {cost:.1%} shorter",
+            f"{lead}{_slower_text(inflation, beside)}{worst}, not explained by arrival skew; "
+            f"at {at}, each iteration would be {cost:.1%} shorter",
             replay=replay,
             source=source,
             ranks=tuple(lagging),
@@ -278,6 +285,81 @@ def fabric_contention(ctx: Context) -> list[Finding]:
             actions=advice.fabric_contention(),
         )
     ]
+
+
+def _contention_replay(ctx: Context, beside: foreign.Beside | None, at: str) -> Outcome | None:
+    """Contention removed: with other traffic found beside the job's, the transfers
+    in its intervals at their baseline (outside them, else the links' capacity);
+    otherwise every cross-node transfer at the link rate or the run's best."""
+    if beside is not None:
+        return ctx.counterfactual(
+            "links:beside",
+            f"cross-node transfers beside other traffic at {at}",
+            lambda p: cf.transfers_within(p, beside.target_ns, 0.0, beside.which),
+            cause="fabric_contention",
+        )
+    return ctx.counterfactual(
+        "links:cross",
+        f"cross-node links at {at}",
+        _link_change(ctx, _cross_ids(ctx)),
+        cause="fabric_contention",
+    )
+
+
+def _slower_text(inflation: float, beside: foreign.Beside | None) -> str:
+    if beside is None:
+        return (
+            f"cross-node groups transfer {inflation:.2f}x slower than the run's own best "
+            "at the same size"
+        )
+    return (
+        f"cross-node transfers beside it are {beside.slower:.2f}x slower than at {beside.baseline}"
+    )
+
+
+def _beside_text(beside: foreign.Beside) -> str:
+    """'h4 sends traffic that is not the job's over uplink leaf0→spine (62% of its
+    bytes), 100% of the run' — counters interval by interval."""
+    found = beside.traffic
+    shares = found.share_by_carrier
+    carriers = ", ".join(f"{c} ({shares[c]:.0%} of its bytes)" for c in found.named)
+    who = ", ".join(found.senders)
+    lead = (
+        f"{who} send{'s' * (len(found.senders) == 1)} traffic that is not the job's over"
+        if who
+        else "traffic that is not the job's on"
+    )
+    return f"{lead} {carriers}, {found.covered:.0%} of the run (counters)"
+
+
+def foreign_contention(ctx: Context) -> foreign.Beside | None:
+    """Other traffic beside the job's on the links its cross-node groups use, with
+    their transfers slower there by at least ``foreign_inflation``; ``None`` else."""
+
+    def compute() -> foreign.Beside | None:
+        sized = _sized(ctx)
+        if sized.height == 0 or not has_cross_node_group(ctx):
+            return None
+        found = foreign.slower_beside(ctx, sized.filter(pl.col("cross_node")))
+        if found is None or found.slower < ctx.thresholds.foreign_inflation:
+            return None
+        return found
+
+    return ctx.memo("foreign_contention", compute)
+
+
+def _beside_evidence(beside: foreign.Beside | None) -> dict[str, Any]:
+    if beside is None:
+        return {}
+    found = beside.traffic
+    return {
+        "foreign_share_by_carrier": found.share_by_carrier,
+        "foreign_senders": list(found.senders),
+        "foreign_time_share": found.covered,
+        "transfers_beside_foreign": beside.count,
+        "slower_beside_foreign": round(beside.slower, 3),
+        "baseline": beside.baseline,
+    }
 
 
 def _episodes(suspect: pl.DataFrame, threshold: float) -> np.ndarray:
@@ -312,30 +394,26 @@ def slow_link(ctx: Context) -> list[Finding]:
     late = lagging_ranks(ctx)
     if not late or contended_hosts(ctx, ctx.nodes_of(late)):
         return []  # other flows on those hosts' links: contention, not a slow link
+    if foreign_contention(ctx) is not None:
+        return []  # other traffic on the links the job uses: contention's ranks ending late
     lags = transfer_lags(ctx).filter(pl.col("rank").is_in(late))
     th = ctx.thresholds
     label = ",".join(map(str, late))  # the counterfactual's name
     named = ", ".join(map(str, late))  # as every text names ranks
-    if th.link_gbps > 0:
-        groups = _groups_with(ctx, late)
-
-        def change(p: Any) -> Any:
-            which = ctx.metrics.instances["group"].is_in(groups).to_numpy()
-            rate = cf.transfers_at_rate(p, th.link_gbps, th.link_alpha_us * 1e3, which)
-            return cf.combine([cf.exits_aligned(p, late), rate])
-
-        what = f"links of ranks {named} at the link rate"
+    rate = nominal.nominal(ctx)
+    change = _slow_link_fixed(ctx, late)
+    if rate is not None:
+        what = f"links of ranks {named} at {rate.source}"
     else:
-
-        def change(p: Any) -> Any:
-            return cf.exits_aligned(p, late)
-
         what = f"collectives ending at ranks {named} with the others"
     replay = ctx.counterfactual(f"slow_link:{label}", what, change, cause="slow_link")
     assert replay is not None
     nodes = ctx.nodes_of(late)
     lag_ms = dict(zip(lags["rank"].to_list(), map(ms, lags["lag_ns"].to_list()), strict=True))
     last = float(ctx.metrics.per_rank.filter(pl.col("rank").is_in(late))["last_share"].sum())
+    # a link slow from start to end slows the run's best transfers too: against them
+    # the saving is a floor, which the finding says
+    baseline = f" (at {rate.words})" if rate is not None else f"; {nominal.OWN_BEST}"
     return [
         ctx.finding(
             "slow_link",
@@ -344,7 +422,7 @@ def slow_link(ctx: Context) -> list[Finding]:
             f"collectives end late at rank{'s' if len(late) > 1 else ''} {named} "
             f"({', '.join(nodes)}), by {float(np.median(list(lag_ms.values()))):.2f} ms: they "
             f"sit next to a slow link in the ring; fixed, each iteration would be "
-            f"{replay.saving:.1%} shorter",
+            f"{replay.saving:.1%} shorter{baseline}",
             replay=replay,
             ranks=tuple(late),
             nodes=nodes,
@@ -354,10 +432,27 @@ def slow_link(ctx: Context) -> list[Finding]:
                 "last_share": round(last, 4),
                 "noise_ms": ms(float(transfer_lags(ctx)["noise_ns"][0])),
                 "link_gbps": th.link_gbps or None,
+                "baseline": rate.to_json() if rate is not None else "the run's own best",
             },
             actions=advice.slow_link(nodes),
         )
     ]
+
+
+def _slow_link_fixed(ctx: Context, late: list[int]) -> Any:
+    """The change that fixes the slow link next to ``late``: their collectives end
+    with the others' and, where the links' capacity is known, the cross-node
+    transfers of their groups run at it (a link slow all run long slows every
+    transfer of the ring, not only the ends the ranks next to it see)."""
+
+    def change(p: Any) -> Any:
+        aligned = cf.exits_aligned(p, late)
+        groups = _groups_with(ctx, late)
+        which = ctx.metrics.instances["group"].is_in(groups).to_numpy() & _cross_ids(ctx)
+        rate = nominal.at_capacity(ctx, p, which)
+        return aligned if rate is None else cf.combine([aligned, rate])
+
+    return change
 
 
 def _groups_with(ctx: Context, ranks: list[int]) -> list[str]:
@@ -460,7 +555,7 @@ def bandwidth_bound(ctx: Context) -> list[Finding]:
         return []
     # Links that carry other flows beside the job's are contended: the bytes that fill
     # them are not all the job's (fabric_contention's case).
-    if has_cross_node_group(ctx) and contended_hosts(ctx):
+    if has_cross_node_group(ctx) and (contended_hosts(ctx) or foreign_contention(ctx)):
         return []
     replay = None
     if ctx.program is not None:
@@ -471,7 +566,7 @@ def bandwidth_bound(ctx: Context) -> list[Finding]:
         def others(p: Any) -> Any:
             fixes = [cf.ideal_overlap(p)]
             if lagging:
-                fixes.append(cf.exits_aligned(p, lagging))
+                fixes.append(_slow_link_fixed(ctx, lagging)(p))
             return cf.combine(fixes)
 
         first = ctx.counterfactual(
@@ -481,12 +576,14 @@ def bandwidth_bound(ctx: Context) -> list[Finding]:
             "overlap+links+bytes",
             "ideal overlap, no slow link and large transfers free",
             lambda p: cf.combine([others(p), cf.transfers_scaled(p, 0.0, _large(ctx))]),
+            bytes_kept=False,
         )
         fixed, fixed_from = _fixed_part(ctx)
         half = ctx.counterfactual(
             "half-bytes",
             f"large transfers with half the bytes (BF16), {fixed_from}",
             lambda p: cf.transfers_scaled(p, 0.5, _large(ctx), fixed),
+            bytes_kept=False,
         )
         assert first is not None and free is not None and half is not None
         replay = _residual(first, free)

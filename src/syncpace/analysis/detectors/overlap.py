@@ -50,6 +50,7 @@ def comm_dominated(ctx: Context) -> list[Finding]:
         "every transfer free (a bound)",
         lambda p: cf.transfers_scaled(p, 0.0, every),
         cause="comm_dominated",
+        bytes_kept=False,
     )
     # The cost is the replay's with every transfer free: a bound, which differs from the
     # exposed share measured (free transfers also end the waits they cause elsewhere).

@@ -167,7 +167,16 @@ def transfers_at_rate(
     with at that speed (:func:`shared_model`)."""
     inst = prog.instances
     volume = inst["bytes"].to_numpy().astype(np.float64) * _factor(prog) / rate_gbps
-    return _cap_service(prog, shared_model(prog, alpha_ns, volume), which)
+    return transfers_within(prog, volume, alpha_ns, which)
+
+
+def transfers_within(
+    prog: Program, volume_ns: np.ndarray, alpha_ns: float = 0.0, which: np.ndarray | None = None
+) -> Change:
+    """Each transfer at most α + ``volume_ns`` (per instance: its bytes' time alone at
+    some rate; nan leaves it as measured), times the collectives it would share the
+    link with at that speed (:func:`shared_model`)."""
+    return _cap_service(prog, shared_model(prog, alpha_ns, volume_ns), which)
 
 
 #: Rounds of re-estimating how transfers at a new speed share the link.

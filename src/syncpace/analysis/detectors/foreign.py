@@ -1,0 +1,389 @@
+"""Traffic that is not the job's, interval by interval, on the links the job uses.
+
+Per counter interval — each NIC window of the hosts' counters, each sampling interval
+of the emulated fabric's link counters — the bytes counted minus the job's own in it:
+each collective's bytes × nccl-tests' bus factor, per member rank, spread evenly over
+its transfer (last arrival to completion), summed over the ranks of the host (an upper
+bound: bytes between ranks of one host never leave it, so the foreign bytes are a
+lower bound). An interval carries foreign traffic when those bytes reach
+``FOREIGN_SHARE`` of what was counted and ``FOREIGN_RATE`` of the link's rate.
+
+The links the job's cross-node groups use: its hosts' NICs and host links, and the
+switch links (uplinks) next to a switch one of its hosts hangs from — whose own bytes
+there are at most those of the hosts below either end. The hosts sending the foreign
+bytes (their host link's sending direction, in the job or not) are the source.
+
+How much slower the job's cross-node transfers are in those intervals
+(:func:`slower_beside`) is measured against its transfers of the same op, group size
+and size class outside them, else — foreign traffic all run long — against the links'
+capacity (:mod:`~syncpace.analysis.detectors.nominal`); whether that is contention is
+the detector's to judge (:mod:`syncpace.analysis.detectors.network`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from syncpace.analysis.detectors import nominal
+from syncpace.analysis.detectors.context import Context
+from syncpace.analysis.detectors.traffic import FOREIGN_RATE, FOREIGN_SHARE, job_bytes
+from syncpace.analysis.links import link_intervals, link_name
+from syncpace.analysis.replay.program import POST
+from syncpace.trace.busbw import bus_factor
+
+
+@dataclass(frozen=True)
+class ForeignTraffic:
+    """Foreign traffic on the links the job uses: per carrier (a host's NICs by the
+    host's name, a link direction by its one name) the share of its bytes that is not
+    the job's over its foreign intervals; the hosts sending it; the intervals (ns,
+    merged over the carriers) and the share of the time the counters saw that they
+    cover."""
+
+    share_by_carrier: dict[str, float]
+    senders: tuple[str, ...]
+    #: the carriers named as the source: not a host link's direction into its host,
+    #: where the foreign bytes end rather than where they come from or cross
+    named: tuple[str, ...]
+    intervals: np.ndarray  # (k, 2): start, end
+    covered: float
+    #: the intervals the counters of those links saw at all (foreign traffic or not)
+    observed: np.ndarray
+
+    def covers(self, times: np.ndarray) -> np.ndarray:
+        """Per time (ns): whether it falls in a foreign interval."""
+        return _within(self.intervals, times)
+
+    def clean(self, times: np.ndarray) -> np.ndarray:
+        """Per time (ns): whether the counters saw it and found no foreign traffic."""
+        return _within(self.observed, times) & ~self.covers(times)
+
+    @property
+    def source(self) -> tuple[str, ...]:
+        """The senders, then the carriers named: what the finding names as its source."""
+        return tuple(dict.fromkeys((*self.senders, *self.named)))
+
+
+def foreign_traffic(ctx: Context) -> ForeignTraffic | None:
+    """The foreign traffic of the run's replayed steps on the links its cross-node
+    groups use; ``None`` without counters, without a replay or with none found."""
+    return ctx.memo("foreign_intervals", lambda: _measure(ctx))
+
+
+def _measure(ctx: Context) -> ForeignTraffic | None:
+    mine = job_bytes(ctx)
+    if mine is None:
+        return None
+    _, window = mine
+    own = _own_curves(ctx)
+    hosts = set(ctx.metrics.placement["node"].to_list())
+    frames = [f for f in (_nic_intervals(ctx, window), _link_intervals(ctx, window, hosts)) if f]
+    if not frames:
+        return None
+    # only intervals within the replayed steps: the job's bytes are known there alone
+    # (a warm-up step's bytes in an interval half outside would read as foreign)
+    rows = pl.concat([f for frame in frames for f in frame], how="vertical_relaxed").filter(
+        pl.col("start_ns") >= window[0], pl.col("end_ns") <= window[1]
+    )
+    rows = _per_iteration(rows, window[0], ctx.iteration_ns)
+    job = np.zeros(rows.height)
+    for k, (below, a, b) in enumerate(rows.select("hosts", "start_ns", "end_ns").iter_rows()):
+        job[k] = sum(_at(own[h], b) - _at(own[h], a) for h in below if h in own)
+    rows = rows.with_columns(job=pl.Series(job)).with_columns(
+        other=(pl.col("bytes") - pl.col("job")).clip(lower_bound=0.0),
+        span_s=(pl.col("end_ns") - pl.col("start_ns")) / 1e9,
+    )
+    hot = rows.filter(
+        pl.col("bytes") > 0,
+        pl.col("other") >= FOREIGN_SHARE * pl.col("bytes"),
+        pl.col("other") >= FOREIGN_RATE * pl.col("rate_bps") / 8 * pl.col("span_s"),
+    )
+    used = hot.filter(pl.col("used"))
+    if used.height == 0:
+        return None
+    observed = _merged(rows.filter(pl.col("used")).select("start_ns", "end_ns").to_numpy(), window)
+    shares = used.group_by("carrier").agg(share=pl.col("other").sum() / pl.col("bytes").sum())
+    intervals = _merged(used.select("start_ns", "end_ns").to_numpy(), window)
+    intervals, observed = _to_edges(intervals, observed, window)
+    sending = hot.filter(pl.col("sender").is_not_null())
+    senders = sending.group_by("sender").agg(pl.col("other").sum()).sort("other", descending=True)
+    seen = float((observed[:, 1] - observed[:, 0]).sum())
+    covered = float((intervals[:, 1] - intervals[:, 0]).sum()) / max(seen, 1.0)
+    return ForeignTraffic(
+        {c: round(s, 4) for c, s in sorted(shares.iter_rows())},
+        tuple(senders["sender"].to_list()),
+        tuple(sorted(set(used.filter(~pl.col("receiving"))["carrier"].to_list()))),
+        intervals,
+        round(covered, 4),
+        observed,
+    )
+
+
+#: A host's own bytes as a cumulative curve: sorted starts with the running sums of
+#: rate and rate x start, and the same for the ends.
+Curve = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+def _own_curves(ctx: Context) -> dict[str, Curve]:
+    """Per host: what its ranks posted, each collective's bytes x bus factor spread
+    evenly over its transfer, as a curve :func:`_at` reads at any time."""
+    prog = ctx.program
+    inst = ctx.metrics.instances
+    if prog is None or inst.height == 0:
+        return {}
+    factor = np.array(
+        [
+            bus_factor(op, int(n)) or 0.0
+            for op, n in zip(inst["op"], inst["group_size"], strict=True)
+        ]
+    )
+    moved = inst["bytes"].to_numpy().astype(np.float64) * factor
+    start = inst["last_enter"].fill_null(-1).to_numpy().astype(np.float64)
+    end = inst["exit"].fill_null(-1).to_numpy().astype(np.float64)
+    posts = (prog.kind == POST) & (prog.inst >= 0)
+    place = ctx.metrics.placement
+    node = dict(zip(place["rank"].to_list(), place["node"].to_list(), strict=True))
+    ranks, ids = prog.rank[posts], prog.inst[posts]
+    out: dict[str, Curve] = {}
+    for host in sorted(set(node.values())):
+        mine = ids[np.isin(ranks, [r for r, h in node.items() if h == host])]
+        s, e = start[mine], end[mine]
+        ok = (s >= 0) & (e > s)
+        s, e, r = s[ok], e[ok], moved[mine][ok] / (e[ok] - s[ok])
+        a, b = np.argsort(s), np.argsort(e)
+        out[host] = (
+            s[a],
+            np.cumsum(r[a]),
+            np.cumsum(r[a] * s[a]),
+            e[b],
+            np.cumsum(r[b]),
+            np.cumsum(r[b] * e[b]),
+        )
+    return out
+
+
+def _at(curve: Curve, t: float) -> float:
+    """The host's own bytes moved by time ``t``: sum of rate x (min(t, end) - start)
+    over the transfers begun by then."""
+    s, rs, rss, e, re, ree = curve
+    i = int(np.searchsorted(s, t, side="right"))
+    j = int(np.searchsorted(e, t, side="right"))
+    begun = t * rs[i - 1] - rss[i - 1] if i else 0.0
+    ended = t * re[j - 1] - ree[j - 1] if j else 0.0
+    return float(begun - ended)
+
+
+_COLUMNS = {
+    "carrier": pl.String,
+    "direction": pl.String,
+    "hosts": pl.List(pl.String),
+    "used": pl.Boolean,
+    "sender": pl.String,
+    "receiving": pl.Boolean,
+    "rate_bps": pl.Float64,
+    "start_ns": pl.Int64,
+    "end_ns": pl.Int64,
+    "bytes": pl.Float64,
+}
+
+
+def _nic_intervals(ctx: Context, window: tuple[int, int]) -> list[pl.DataFrame]:
+    """Each host's NIC windows (the busier direction's bytes, every NIC of the host
+    summed) as carriers named by the host."""
+    hosts = ctx.metrics.hosts
+    if hosts is None or hosts.windows.height == 0 or hosts.nic.height == 0:
+        return []
+    rates = hosts.nic.select("host", "device", "direction", "link_rate_bps")
+    t0, t1 = window
+    w = (
+        hosts.windows.filter(
+            pl.col("device") != "lo", pl.col("end_ns") > t0, pl.col("start_ns") < t1
+        )
+        .join(rates, on=["host", "device", "direction"], how="inner")
+        .filter(pl.col("util").is_not_nan(), pl.col("link_rate_bps") > 0)
+    )
+    if w.height == 0:
+        return []
+    span_s = (pl.col("end_ns") - pl.col("start_ns")) / 1e9
+    # each direction on its own: the busier of two in each window would be biased up
+    per = (
+        w.with_columns(bytes=pl.col("util") * pl.col("link_rate_bps") / 8 * span_s)
+        .group_by("host", "direction", "start_ns", "end_ns")
+        .agg(pl.col("bytes").sum(), rate_bps=pl.col("link_rate_bps").sum())
+    )
+    return [
+        per.select(
+            carrier=pl.col("host"),
+            direction=pl.col("direction"),
+            hosts=pl.concat_list(pl.col("host")),
+            used=pl.lit(True),
+            sender=pl.when(pl.col("direction") == "tx").then(pl.col("host")),
+            receiving=pl.col("direction") == "rx",
+            rate_bps=pl.col("rate_bps").cast(pl.Float64),
+            start_ns=pl.col("start_ns").cast(pl.Int64),
+            end_ns=pl.col("end_ns").cast(pl.Int64),
+            bytes=pl.col("bytes").cast(pl.Float64),
+        )
+    ]
+
+
+def _link_intervals(
+    ctx: Context, window: tuple[int, int], job_hosts: set[str]
+) -> list[pl.DataFrame]:
+    """The fabric's link directions as carriers: a host link holds its host's own
+    bytes (used when the host is the job's; its sending direction names a sender),
+    a switch link those of the hosts below either end (used next to a job host's
+    switch)."""
+    loads = link_intervals(ctx.metrics.run, window)
+    if loads is None or loads.height == 0:
+        return []
+    loads = loads.filter(pl.col("rate_bps") > 0)
+    pairs = {
+        link: (a, b)
+        for link, a, b in loads.filter(pl.col("kind") == "host")
+        .select("link", "src", "dst")
+        .iter_rows()
+    }
+    # a host is the end of exactly one host link; a switch ends several
+    ends = Counter(end for pair in pairs.values() for end in pair)
+    switch_of = {}
+    for a, b in pairs.values():
+        host, switch = (a, b) if ends[a] == 1 else (b, a)
+        switch_of[host] = switch
+    below: dict[str, list[str]] = {}
+    for host, switch in switch_of.items():
+        if host in job_hosts:
+            below.setdefault(switch, []).append(host)
+    rows = []
+    for _, kind, src, dst, rate, start, end, nbytes in loads.iter_rows():
+        if kind == "host":
+            host = src if src in switch_of else dst
+            hosts, used = [host], host in job_hosts
+            sender = host if host == src else None
+            receiving = host == dst
+        else:
+            hosts = [*below.get(src, []), *below.get(dst, [])]
+            used, sender, receiving = bool(hosts), None, False
+        rows.append(
+            (link_name(kind, src, dst), "", hosts, used, sender, receiving, float(rate), start)
+            + (end, nbytes)
+        )
+    return [pl.DataFrame(rows, schema=_COLUMNS, orient="row")]
+
+
+def _per_iteration(rows: pl.DataFrame, t0: int, iteration_ns: float) -> pl.DataFrame:
+    """Each carrier's intervals joined into spans of at least an iteration: within one
+    the job's bytes come in bursts (a ring's steps, buckets) that an even spread over
+    each transfer does not follow, which a short interval would read as foreign."""
+    width = max(int(iteration_ns), 1)
+    keys = ["carrier", "direction", "used", "sender", "receiving"]
+    return (
+        rows.with_columns(bin=(pl.col("start_ns") - t0) // width)
+        .group_by([*keys, "bin"])
+        .agg(
+            pl.col("hosts").first(),
+            pl.col("rate_bps").max(),
+            pl.col("start_ns").min(),
+            pl.col("end_ns").max(),
+            pl.col("bytes").sum(),
+        )
+        .drop("bin")
+    )
+
+
+def _to_edges(
+    intervals: np.ndarray, observed: np.ndarray, window: tuple[int, int]
+) -> tuple[np.ndarray, np.ndarray]:
+    """The first and last intervals the counters saw stand for the replayed window's
+    edges before and after them (no sample falls wholly within those edges)."""
+    intervals, observed = intervals.copy(), observed.copy()
+    if len(intervals) and intervals[0, 0] == observed[0, 0]:
+        intervals[0, 0] = window[0]
+    if len(intervals) and intervals[-1, 1] == observed[-1, 1]:
+        intervals[-1, 1] = window[1]
+    observed[0, 0], observed[-1, 1] = window[0], window[1]
+    return intervals, observed
+
+
+def _within(spans: np.ndarray, times: np.ndarray) -> np.ndarray:
+    """Per time: whether it falls in one of the sorted, disjoint ``spans``."""
+    k = np.searchsorted(spans[:, 0], times, side="right") - 1
+    return (k >= 0) & (times < spans[np.clip(k, 0, None), 1])
+
+
+def _merged(spans: np.ndarray, window: tuple[int, int]) -> np.ndarray:
+    """The union of ``spans`` (start, end) within ``window``, sorted and disjoint."""
+    spans = np.clip(spans, window[0], window[1])
+    spans = spans[np.argsort(spans[:, 0], kind="stable")]
+    out: list[list[int]] = []
+    for a, b in spans.tolist():
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        elif b > a:
+            out.append([a, b])
+    return np.array(out, dtype=np.int64).reshape(-1, 2)
+
+
+#: Transfers of a class outside the foreign intervals needed to be its baseline.
+CLEAN_MIN = 3
+
+
+@dataclass(frozen=True)
+class Beside:
+    """The job's cross-node transfers in the foreign intervals: ``slower``, their
+    median time alone over the baseline; ``baseline`` in words; per instance (row of
+    the run's instances) whether it is one of them (``which``) and its time alone at
+    the baseline (``target_ns``, nan where none)."""
+
+    traffic: ForeignTraffic
+    slower: float
+    baseline: str
+    count: int
+    which: np.ndarray
+    target_ns: np.ndarray
+
+
+def slower_beside(ctx: Context, suspect: pl.DataFrame) -> Beside | None:
+    """``suspect``: the cross-node transfers (``_id``: their instance row, ``alone_ns``,
+    ``op``, ``n``, ``size_class``, ``last_enter``, ``exit``). ``None`` without foreign
+    traffic, with fewer than ``CLEAN_MIN`` transfers in it or no baseline for them."""
+    found = foreign_traffic(ctx)
+    prog = ctx.program
+    if found is None or prog is None or suspect.height == 0:
+        return None
+    mid = ((suspect["last_enter"] + suspect["exit"]) // 2).to_numpy()
+    frame = suspect.with_columns(
+        inside=pl.Series(found.covers(mid)), outside=pl.Series(found.clean(mid))
+    )
+    if int(frame["inside"].sum()) < CLEAN_MIN:
+        return None
+    keys = ["op", "n", "size_class"]
+    clean = (
+        frame.filter(pl.col("outside"))
+        .group_by(keys)
+        .agg(clean_ns=pl.col("alone_ns").median(), clean_n=pl.len())
+        .filter(pl.col("clean_n") >= CLEAN_MIN)
+    )
+    inside = frame.filter(pl.col("inside")).join(clean, on=keys, how="left")
+    rate = nominal.nominal(ctx)
+    words = "their own pace outside those intervals"
+    if inside["clean_ns"].null_count() > inside.height // 2:
+        if rate is None:
+            return None  # other traffic all run long, and nothing to measure it against
+        at = rate.alpha_ns + nominal.volume_ns(ctx, prog, rate)
+        inside = inside.with_columns(clean_ns=pl.Series(at[inside["_id"].to_numpy()]))
+        words = f"{rate.words}"
+    inside = inside.filter(pl.col("clean_ns").is_not_null(), pl.col("clean_ns").is_not_nan())
+    if inside.height < CLEAN_MIN:
+        return None
+    ratio = (inside["alone_ns"] / inside["clean_ns"]).median()
+    n = ctx.metrics.instances.height
+    which, target = np.zeros(n, dtype=bool), np.full(n, np.nan)
+    ids = inside["_id"].to_numpy()
+    which[ids] = True
+    target[ids] = inside["clean_ns"].to_numpy()
+    return Beside(found, float(ratio), words, inside.height, which, target)  # type: ignore[arg-type]

@@ -1,0 +1,119 @@
+"""The links' nominal capacity: the baseline a cause that never lets up is costed against.
+
+A slow link or contention present from the first iteration to the last slows the run's
+best transfers too, so "every link at the run's best rate" removes little of it. Where
+the capacity of the links is known apart from the run — the rate set by
+``--link-gbps`` or a benchmark (``--bench``: bus bandwidth), else the fabric's
+declared host links or the hosts' NIC speeds as the counters recorded them
+(:attr:`RunMetrics.link`, a host's line rate) — a transfer at that capacity is the
+baseline, and no counterfactual costs a transfer faster than it (a physical ceiling).
+Where none is known the run's own best stays the baseline and the findings say that
+their saving may be understated.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from syncpace.analysis.limits import rate_words
+from syncpace.analysis.replay import Change, Program
+from syncpace.analysis.replay import counterfactuals as cf
+from syncpace.trace.busbw import bus_factor
+
+if TYPE_CHECKING:  # the context imports this module: typed only, never imported here
+    from syncpace.analysis.detectors.context import Context
+
+#: Said where no capacity is known apart from the run.
+OWN_BEST = (
+    "the baseline is the run's own best transfers (no link rate known: set --link-gbps "
+    "or --bench), which a cause lasting the whole run slows too: the saving may be "
+    "understated"
+)
+
+
+@dataclass(frozen=True)
+class Nominal:
+    """The links' capacity (GB/s = bytes/ns), where it was read, and whether it is a
+    bus bandwidth (a set or benchmarked rate: each member moves bytes x nccl-tests'
+    factor over the group's ranks) or a host's line rate (each host moves bytes x the
+    factor over the group's hosts: nothing inside a host crosses its link)."""
+
+    gbps: float
+    source: str
+    bus: bool
+    alpha_ns: float = 0.0
+    #: where a host's line rate was read (the fabric's or the hosts' counters)
+    origin: str = ""
+
+    @property
+    def words(self) -> str:
+        """'the link rate set, 9.6 Gbit/s' / 'the hosts' link rate, 100 Mbit/s'."""
+        return f"{self.source}, {rate_words(self.gbps)}"
+
+    def to_json(self) -> dict[str, Any]:
+        out = {"gbps": self.gbps, "source": self.source, "alpha_us": self.alpha_ns / 1e3}
+        return {**out, "read_from": self.origin} if self.origin else out
+
+
+def nominal(ctx: Context) -> Nominal | None:
+    """The capacity known apart from the run: the set or benchmarked rate first, else
+    the fastest host link the fabric's or the hosts' counters declare (the healthy
+    peers' capacity: a slow host's own link is never the fastest). ``None`` when
+    neither is known."""
+    th = ctx.thresholds
+    if th.link_gbps > 0:
+        return Nominal(th.link_gbps, "the link rate set", True, th.link_alpha_us * 1e3)
+    link = ctx.metrics.link
+    if link is None or link.gbps <= 0:
+        return None
+    return Nominal(link.gbps, "the hosts' link rate", False, origin=link.source)
+
+
+def volume_ns(ctx: Context, prog: Program, rate: Nominal) -> np.ndarray:
+    """Per instance: its bytes' time at ``rate`` alone on the links (ns); nan where
+    the rate does not bound it (an op moving no data; a group inside one host, for a
+    host's line rate)."""
+    inst = prog.instances
+    spans = ctx.metrics.group_nodes
+    out = np.full(inst.height, np.nan)
+    rows = zip(inst["op"].to_list(), inst["n"].to_list(), inst["group"].to_list(), strict=True)
+    for k, (op, n, group) in enumerate(rows):
+        over = int(n) if rate.bus else int(spans.get(group, 1))
+        factor = bus_factor(op, over) if over > 1 else None
+        if factor:
+            out[k] = factor / rate.gbps
+    return out * inst["bytes"].to_numpy().astype(np.float64)
+
+
+def at_capacity(ctx: Context, prog: Program, which: np.ndarray | None = None) -> Change | None:
+    """The ``which`` transfers at the nominal capacity: α + their bytes at the rate,
+    times the collectives they would share the links with at that speed
+    (:func:`~syncpace.analysis.replay.counterfactuals.shared_model`). ``None`` when
+    no capacity is known."""
+    rate = nominal(ctx)
+    if rate is None:
+        return None
+    return cf.transfers_within(prog, volume_ns(ctx, prog, rate), rate.alpha_ns, which)
+
+
+def ceiling(ctx: Context, prog: Program) -> np.ndarray | None:
+    """Per instance: the shortest time the known capacity allows (α + its bytes at
+    the rate; nan where it does not bound it); ``None`` when no capacity is known."""
+    rate = nominal(ctx)
+    if rate is None:
+        return None
+    return rate.alpha_ns + volume_ns(ctx, prog, rate)
+
+
+def held_to(change: Change, prog: Program, floor: np.ndarray | None) -> Change:
+    """``change`` with no transfer it shortens made faster than ``floor`` (a measured
+    time already below it stays as measured: a counterfactual only removes time)."""
+    if floor is None or change.service is None:
+        return change
+    made, measured = change.service, prog.service
+    bound = np.fmin(measured, floor)
+    held = np.where(made < measured, np.fmax(made, bound), made)
+    return Change(change.gap, change.delta, change.wait_on, held, change.pacer)

@@ -1,0 +1,135 @@
+"""A cause that never lets up, costed against the links' capacity, not the run's best.
+
+One host's link is slow from the first iteration to the last: every transfer of the
+ring crosses it, so the run's best transfer is as slow as the rest and "every link at
+the run's best rate" saves nothing. Where the links' capacity is known (the fabric's
+declared host links, a set link rate) the slow link is costed against it; where it is
+not, the finding says its baseline is the run's own best.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from tests.analysis.test_mechanisms import FOUR_HOSTS, job
+from tests.linkcounters import star, write_links
+
+from syncpace.analysis import Severity, Thresholds, analyze
+
+MS = 1_000_000
+NBYTES = 8 << 20
+RATE_BPS = 8_000_000_000  # 1 GB/s
+#: an all-reduce of 4 ranks moves 2(n-1)/n of its bytes over each host's link
+HEALTHY_MS = NBYTES * 1.5 / 1e9 * 1e3
+SLOW = 4  # node0's link at a quarter of the others' rate
+LAG_MS = 0.25 * HEALTHY_MS  # ranks 0 and 1, either end of it, see each transfer end last
+COMPUTE_MS, AFTER_MS = 20.0, 1.0
+
+
+def slow_link_run(root: Path, *, declared: bool) -> Path:
+    """The ring's transfers at node0's rate all run long; with ``declared``, the
+    fabric's link counters declare every host link's rate (node0's a quarter)."""
+    job(
+        root,
+        hosts=FOUR_HOSTS,
+        compute=lambda r, s: COMPUTE_MS,
+        transfer=lambda s: SLOW * HEALTHY_MS,
+        lag=lambda r, s: LAG_MS if r in (0, 1) else 0.0,
+        nbytes=NBYTES,
+        after=AFTER_MS,
+    )
+    if declared:
+        rate = lambda h: RATE_BPS // SLOW if h == "node0" else RATE_BPS  # noqa: E731
+        write_links(root, star(FOUR_HOSTS, rate), range(0, 10 * 10**9, 10**9))
+    return root
+
+
+def test_a_link_slow_all_run_is_costed_against_the_peers_declared_rate(tmp_path: Path) -> None:
+    analysis = analyze(slow_link_run(tmp_path, declared=True))
+    top = analysis.top
+    assert top.mode == "slow_link", [f.summary for f in analysis.findings]
+    assert top.ranks == (0, 1) and top.severity == Severity.CRITICAL
+    # the same job on healthy links: each transfer at the peers' rate, no lag
+    slow_ms = COMPUTE_MS + SLOW * HEALTHY_MS + LAG_MS + AFTER_MS
+    healthy_ms = COMPUTE_MS + HEALTHY_MS + AFTER_MS
+    assert top.cost == pytest.approx(1 - healthy_ms / slow_ms, abs=0.01)
+    baseline = top.evidence["baseline"]
+    assert baseline["gbps"] == pytest.approx(1.0)
+    assert baseline["source"] == "the hosts' link rate"
+    assert "fabric-links.arrow" in baseline["read_from"]
+    assert "at the hosts' link rate, 8 Gbit/s" in top.summary
+    # the bytes at the healthy rate are what is left of bandwidth, after the slow link
+    bandwidth = [f for f in analysis.findings if f.mode == "bandwidth_bound"]
+    assert all(f.cost < top.cost for f in bandwidth)
+    if bandwidth:
+        assert bandwidth[0].cost == pytest.approx(HEALTHY_MS / slow_ms, abs=0.01)
+
+
+def test_without_a_known_rate_the_slow_link_says_its_saving_may_be_understated(
+    tmp_path: Path,
+) -> None:
+    analysis = analyze(slow_link_run(tmp_path, declared=False))
+    (finding,) = [f for f in analysis.findings if f.mode == "slow_link"]
+    assert finding.ranks == (0, 1)
+    assert finding.evidence["baseline"] == "the run's own best"
+    assert "the baseline is the run's own best transfers" in finding.summary
+    assert "the saving may be understated" in finding.summary
+    # only the lag the ranks next to it see is removed: the ring stays slow
+    slow_ms = COMPUTE_MS + SLOW * HEALTHY_MS + LAG_MS + AFTER_MS
+    assert finding.cost == pytest.approx(LAG_MS / slow_ms, abs=0.005)
+
+
+def test_a_set_link_rate_is_a_ceiling_no_counterfactual_goes_past(tmp_path: Path) -> None:
+    """Transfers of 4 ms in the first half of the run and 12 ms in the second; the
+    link rate set allows 8 ms at best. "Every link at the run's best" would make the
+    slow ones 4 ms; held to the rate they take 8 ms."""
+    clean, slow, rate_ms = 4.0, 12.0, 8.0
+    path = job(
+        tmp_path,
+        hosts=FOUR_HOSTS,
+        transfer=lambda s: clean if s < 20 else slow,
+        nbytes=NBYTES,
+    )
+    link_gbps = NBYTES * 1.5 / (rate_ms * MS)  # bus bandwidth: 8 ms for these bytes
+    analysis = analyze(path, Thresholds(link_gbps=link_gbps))
+    table = analysis.what_if[0]
+    best = table.row("links:best")
+    steps = 39  # the first is warm-up
+    # the 20 slow steps each lose 12 - 8 ms, the 19 clean ones nothing
+    assert best.saving_ns / 1e6 == pytest.approx(20 * (slow - rate_ms) / steps, rel=0.02)
+    at_rate = table.row("links:rate")
+    assert at_rate.saving_ns == pytest.approx(best.saving_ns, rel=0.02)
+
+
+def write_nic_counters(root: Path) -> None:
+    """Each host's eth0 as the host sampler records it: its speed from sysfs (node0's
+    a quarter of the others') and the job's bytes, evenly over the run."""
+    from syncpace.trace.hostwriter import CountersWriter, host_paths, write_host_meta
+    from syncpace.trace.reader import load_trace
+
+    trace = load_trace(root)
+    t0, t1 = int(trace.steps["start_ns"].min()), int(trace.steps["end_ns"].max())
+    job_bps = NBYTES * 1.5 * 40 / ((t1 - t0) / 1e9)
+    series = [("nic", "eth0", -1, c) for c in ("rx_bytes", "tx_bytes", "link_rate_bps")]
+    for node in FOUR_HOSTS:
+        rate = RATE_BPS // SLOW if node == "node0" else RATE_BPS
+        meta, counters = host_paths(root, node)
+        write_host_meta(meta, {"host": node})
+        w = CountersWriter(counters, node)
+        for t in range(t0, t1 + 50 * MS, 50 * MS):
+            moved = int(job_bps * (t - t0) / 1e9)
+            w.write([t] * 3, [0, 1, 2], [moved, moved, rate], series)
+        w.close()
+
+
+def test_the_nics_speeds_recorded_by_the_host_sampler_are_a_capacity_too(tmp_path: Path) -> None:
+    root = slow_link_run(tmp_path, declared=False)
+    write_nic_counters(root)
+    analysis = analyze(root)
+    top = analysis.top
+    assert top.mode == "slow_link", [f.summary for f in analysis.findings]
+    assert top.evidence["baseline"]["read_from"] == "a host's NICs together, host counters"
+    slow_ms = COMPUTE_MS + SLOW * HEALTHY_MS + LAG_MS + AFTER_MS
+    healthy_ms = COMPUTE_MS + HEALTHY_MS + AFTER_MS
+    assert top.cost == pytest.approx(1 - healthy_ms / slow_ms, abs=0.01)
