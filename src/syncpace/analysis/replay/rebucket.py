@@ -18,9 +18,9 @@ time for its bytes, one after another on the link:
   member that posted last), starts when it is ready and the link is free, and the
   step waits for the last: the tail after the compute is
   ``X = max(s, W / k + k s - W)`` (the link keeps up, or it does not);
-* in the program the burst's first call takes ``X`` and the others nothing, the
-  compute between them gone (it would run during backward): only where ``X`` is
-  shorter than ``T``, so the change only ever removes time.
+* in the program the burst's first call takes ``X`` and the others nothing (their
+  bytes are in the buckets; the little compute between the calls stays): only where
+  ``X`` is shorter than ``T``, so the change only ever removes time.
 
 The trace has no compute markers: ``W`` is the whole compute before the burst, forward
 included, so where forward is a large part of it the saving is an upper bound.
@@ -47,6 +47,9 @@ MIB = 1 << 20
 DDP_DEFAULT_CAP_MB = 25
 #: Bucket counts tried besides DDP's default cap.
 COUNTS = (2, 4, 8, 16)
+#: A burst is issued after compute when the compute between its calls is at most this
+#: share of the compute before it.
+_INSIDE = 0.1
 #: A count saving within this share of the best saving's iteration loses to fewer
 #: buckets (fewer, larger calls at no cost).
 _TIE = 0.005
@@ -87,10 +90,11 @@ class _Burst:
 
 def _after_compute(prog: Program, knee_bytes: float) -> list[np.ndarray]:
     """The bursts that hold every transfer of ``knee_bytes`` or more their rank posted
-    in that step, one at least: its communication starts after its compute (a burst of
-    small calls alone is latency's to coalesce, not overlap's). Where a large transfer
-    was posted elsewhere in the step (buckets reduced during backward), it overlaps
-    already and is left as measured."""
+    in that step, one at least, with little compute between their calls (at most
+    :data:`_INSIDE` of the compute before them): the step's communication starts after
+    its compute. Calls spread finely over backward (each gap small, their sum not) are
+    overlapped already, as is a step with a large transfer outside the burst (buckets
+    reduced during backward); a burst of small calls alone is latency's to coalesce."""
     nbytes = prog.instances["bytes"].to_numpy().astype(np.float64)
     safe = np.where(prog.inst >= 0, prog.inst, 0)
     large = (prog.kind == POST) & (prog.inst >= 0) & (nbytes[safe] >= knee_bytes)
@@ -100,7 +104,8 @@ def _after_compute(prog: Program, knee_bytes: float) -> list[np.ndarray]:
     out = []
     for b in bursts(prog):
         n = int(large[b].sum())
-        if n > 0 and n == per_step.get(int(key[b[0]]), 0):
+        inside = float(prog.gap[b[1:]].sum())
+        if n > 0 and n == per_step.get(int(key[b[0]]), 0) and inside <= _INSIDE * prog.gap[b[0]]:
             out.append(b)
     return out
 
@@ -151,7 +156,7 @@ def _change(prog: Program, burst: _Burst, buckets: int, fixed_ns: float) -> Chan
         {"inst": inst, "t": prog.t[burst.first], "tail": tail, "b": np.arange(len(inst))}
     )
     last = frame.sort("t").group_by("inst").agg(pl.col("tail", "b").last())
-    service, gap = prog.service.copy(), prog.gap.copy()
+    service = prog.service.copy()
     changed = np.zeros(len(service), dtype=bool)
     for k, x, b in last.iter_rows():
         if not x < burst.link_ns[b]:  # nan (a call never completed) or no gain
@@ -159,10 +164,7 @@ def _change(prog: Program, burst: _Burst, buckets: int, fixed_ns: float) -> Chan
         service[k] = min(service[k], x)
         service[prog.inst[burst.actions[b][1:]]] = 0.0
         changed[k] = True
-    for b, actions in enumerate(burst.actions):
-        if changed[inst[b]]:
-            gap[actions[1:]] = 0.0
-    return Change(gap=gap, service=service)
+    return Change(service=service)
 
 
 def best_rebucketing(
