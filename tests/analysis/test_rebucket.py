@@ -182,3 +182,34 @@ def test_poor_overlap_comes_first_with_the_rebucketed_saving(tmp_path: Path) -> 
     assert first.evidence["rebucketing"]["bucket_cap_mb"] == pytest.approx(2.0)
     assert "bucket_cap_mb=2" in first.actions[0]
     assert "bandwidth_bound" not in {f.mode for f in analysis.findings}
+
+
+def test_one_bucket_after_backward_is_poor_overlap_not_bandwidth(tmp_path: Path) -> None:
+    """The miss this is for: one 32 MiB bucket after 100 ms of compute, 40 ms on the
+    link, no latency known (one size): buckets stop at the 1 MiB knee's multiple, 16 of
+    2 MiB, s = 2.5 ms, and the iteration is 100 + 2.5 + 1 = 103.5 ms of 141 (26.6 %).
+    Ideal overlap saved 0 here and the bytes were the critical cause; the bytes beyond
+    re-bucketing cost only the last bucket's 2.5 ms (1.8 %), under the threshold."""
+    analysis = analyze(one_bucket_job(tmp_path, compute=100, transfer=40))
+    first = analysis.findings[0]
+    assert first.mode == "poor_overlap" and not first.symptom
+    assert first.cost == pytest.approx(37.5 / 141, abs=0.002)
+    assert "bandwidth_bound" not in {f.mode for f in analysis.findings}
+
+
+def test_where_the_link_cannot_keep_up_the_bytes_cost_the_rest(tmp_path: Path) -> None:
+    """20 ms of compute before 40 ms of transfer (32 MiB, α unknown): in 16 buckets the
+    link is the limit, the last one ends 1.25 + 40 ms after the compute began: tail
+    21.25 ms, 20 + 21.25 + 1 = 42.25 ms of 61 (30.7 %). With the bytes free too the
+    iteration is 21 ms: the bytes cost the 21.25 ms left (34.8 %), more than overlap,
+    so bandwidth_bound comes first and poor overlap is its symptom; the two costs add
+    up to every transfer free, nothing claimed twice."""
+    analysis = analyze(one_bucket_job(tmp_path, compute=20, transfer=40))
+    by_mode = {f.mode: f for f in analysis.findings}
+    bandwidth, overlap = by_mode["bandwidth_bound"], by_mode["poor_overlap"]
+    assert analysis.findings[0].mode == "bandwidth_bound"
+    assert bandwidth.cost == pytest.approx(21.25 / 61, abs=0.002)
+    assert overlap.cost == pytest.approx(18.75 / 61, abs=0.002) and overlap.symptom
+    every = analysis.what_if[0].row("no-network")
+    assert every is not None
+    assert bandwidth.cost + overlap.cost == pytest.approx(every.saving, abs=0.002)
