@@ -25,8 +25,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scenarios"))
 
 import suite  # noqa: E402
-from multirank import run_ranks  # noqa: E402
 
+from multirank import run_ranks  # noqa: E402
 from syncpace.analysis import Analysis, analyze  # noqa: E402
 
 pytestmark = pytest.mark.multirank
