@@ -83,7 +83,7 @@ def poor_overlap(ctx: Context) -> list[Finding]:
     comm, th = ctx.metrics.comm, ctx.thresholds
     exposed, ratio = comm.get("exposed_share", 0.0), comm.get("overlap_ratio", 1.0)
     measured = exposed >= th.overlap_min_exposed and ratio < th.overlap_max_ratio
-    fix = overlap_fix(ctx) if measured or ctx.program is not None else None
+    fix = overlap_fix(ctx)  # None without a replay
     rebucketing = fix.rebucketing if fix is not None else None
     replayed = (
         fix is not None
@@ -123,8 +123,8 @@ def poor_overlap(ctx: Context) -> list[Finding]:
         assert rebucketing is not None
         what = (
             f"every large transfer of a step ({rebucketing.burst_bytes / MIB:.3g} MiB) is "
-            "issued after its compute and waited for (a small call after it hides that "
-            "from the measured overlap)"
+            "issued after its compute and waited for (the measured overlap, which counts "
+            "what is in flight after a step's last call, does not show it)"
         )
     confidence = min(1.0, (th.overlap_max_ratio - ratio) / th.overlap_max_ratio + 0.5)
     return [
