@@ -64,7 +64,7 @@ def main() -> None:
     bucketed = nn.parallel.DistributedDataParallel(
         Net(layers, width, bwd_s), bucket_cap_mb=layer_mb
     )
-    x = torch.ones(4, width)
+    x = torch.ones(1, width)
     for model in [one] + [one, bucketed] * pairs:
         for _ in range(steps):
             time.sleep(fwd_s)
