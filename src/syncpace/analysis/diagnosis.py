@@ -143,13 +143,19 @@ def _from_row(ctx: Context, row: Outcome, severity: Severity) -> Finding:
 
 
 def _symptoms(findings: list[Finding]) -> list[Finding]:
-    """Exposed communication is a symptom when a network cause is found; a symptom is
-    never more than a warning: it says where time goes, not what to fix."""
+    """Exposed communication is a symptom when a network cause is found: slow transfers
+    leave the iteration waiting, and fixing them removes what overlap would hide. A
+    network cause costed beyond overlap (``Mode.beyond_overlap``: ``bandwidth_bound``)
+    makes it one only where it costs as much: otherwise better overlap (re-bucketing)
+    is the larger fix, and the bytes' cost is what remains after it. A symptom is never
+    more than a warning: it says where time goes, not what to fix."""
     causes = [f for f in findings if not f.symptom and f.severity >= Severity.WARNING]
-    network = any(modes.network_cause(f.mode) for f in causes)
+    network = [f for f in causes if modes.network_cause(f.mode)]
     out = []
     for f in findings:
-        if f.mode == "poor_overlap" and network:
+        if f.mode == "poor_overlap" and any(
+            not modes.beyond_overlap(n.mode) or n.cost >= f.cost for n in network
+        ):
             f = replace(f, symptom=True)
         if f.symptom and f.severity > Severity.WARNING:
             f = replace(f, severity=Severity.WARNING)

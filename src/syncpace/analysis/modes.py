@@ -9,6 +9,9 @@ once and every list of modes elsewhere is a query on the registry:
   note that nothing is wrong;
 * ``network``: a mode about the network, whose findings the hosts' counters bear on; a
   network mode that is a cause makes exposed communication its symptom;
+* ``beyond_overlap``: a network cause costed beyond what overlap saves (the bytes once
+  overlap is as good as it can be): it makes exposed communication its symptom only
+  where it costs as much;
 * ``skew_based``: its findings rest on arrival skews, so an untrustworthy clock halves
   their confidence;
 * ``title``: what to call it in a sentence or a heading;
@@ -72,6 +75,7 @@ class Mode:
     figure: str | None
     no_figure: str = ""
     network: bool = False
+    beyond_overlap: bool = False
     skew_based: bool = False
 
     def __post_init__(self) -> None:
@@ -146,6 +150,7 @@ BUILT_IN: tuple[Mode, ...] = (
         "network.bandwidth_bound",
         "bandwidth_bound",
         network=True,
+        beyond_overlap=True,
     ),
     Mode(
         "poor_overlap",
@@ -246,10 +251,18 @@ def network_cause(name: str) -> bool:
     return mode is not None and mode.network and mode.role is Role.CAUSE
 
 
+def beyond_overlap(name: str) -> bool:
+    """A network cause whose cost is what remains once overlap is as good as it can be:
+    no part of overlap's saving is in it."""
+    mode = _REGISTRY.get(name)
+    return mode is not None and mode.beyond_overlap
+
+
 __all__ = [
     "BUILT_IN",
     "Mode",
     "Role",
+    "beyond_overlap",
     "get",
     "has_role",
     "is_registered",

@@ -11,6 +11,7 @@ import polars as pl
 from syncpace.analysis.detectors import advice, foreign, nominal
 from syncpace.analysis.detectors.arrival import fast_half, fast_noise
 from syncpace.analysis.detectors.context import Context, confidence_of, ms
+from syncpace.analysis.detectors.overlap import overlap_fix
 from syncpace.analysis.detectors.traffic import (
     contended_hosts,
     foreign_traffic,
@@ -559,22 +560,24 @@ def bandwidth_bound(ctx: Context) -> list[Finding]:
         return []
     replay = None
     if ctx.program is not None:
-        # what the bytes cost once overlap is ideal and any slow link is fixed: those
-        # are poor overlap's and slow_link's costs
+        # what the bytes cost once overlap is as good as it can be (ideal, or the
+        # communication after compute re-bucketed during it) and any slow link is fixed:
+        # those are poor overlap's and slow_link's costs, not claimed twice
         lagging = lagging_ranks(ctx)
+        fix = overlap_fix(ctx)
 
         def others(p: Any) -> Any:
-            fixes = [cf.ideal_overlap(p)]
+            fixes = [fix.change if fix is not None else cf.ideal_overlap(p)]
             if lagging:
                 fixes.append(_slow_link_fixed(ctx, lagging)(p))
             return cf.combine(fixes)
 
         first = ctx.counterfactual(
-            "overlap+links", "ideal overlap and no slow link", others, cause="poor_overlap"
+            "overlap+links", "overlap fixed and no slow link", others, cause="poor_overlap"
         )
         free = ctx.counterfactual(
             "overlap+links+bytes",
-            "ideal overlap, no slow link and large transfers free",
+            "overlap fixed, no slow link and large transfers free",
             lambda p: cf.combine([others(p), cf.transfers_scaled(p, 0.0, _large(ctx))]),
             bytes_kept=False,
         )

@@ -328,12 +328,42 @@ def exits_aligned(prog: Program, ranks: Iterable[int]) -> Change:
     return Change(service=service, delta=delta)
 
 
+def bursts(prog: Program) -> list[np.ndarray]:
+    """Per rank and step, the calls issued in a burst after the step's longest compute:
+    action indices, the POST after that compute first, then the POSTs that follow it
+    with little compute between them (under a tenth of it), up to the step's first
+    JOIN or END. One burst (of one call or more) per rank and step that posted any."""
+    out: list[np.ndarray] = []
+    order = np.lexsort((prog.position, prog.step, prog.rank))
+    kind, g = prog.kind[order], prog.gap[order]
+    rank, step = prog.rank[order], prog.step[order]
+    bounds = np.flatnonzero(np.r_[True, (rank[1:] != rank[:-1]) | (step[1:] != step[:-1]), True])
+    for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+        posts = np.flatnonzero(kind[lo:hi] == POST) + lo
+        if len(posts) == 0:
+            continue
+        longest = posts[np.argmax(g[posts])]
+        big = g[longest]
+        if big <= 0:
+            continue
+        burst = [longest]
+        for a in range(longest + 1, hi):
+            if kind[a] in (JOIN, END) or g[a] > 0.1 * big:
+                break
+            if kind[a] == POST:
+                burst.append(a)
+        out.append(order[np.asarray(burst)])
+    return out
+
+
 def ideal_overlap(prog: Program) -> Change:
     """Communication overlapped as well as the step's compute allows: every call is
     waited on only at the end of its step (as DDP joins its buckets), and calls issued
-    in a burst after the step's longest compute are spread evenly over it (as if each
-    bucket's gradients were ready at an even pace). An upper bound on what overlap can
-    save: gradients of a real model only become ready during backward.
+    in a burst after the step's longest compute (:func:`bursts`) are spread evenly over
+    it (as if each bucket's gradients were ready at an even pace). An upper bound on
+    what overlap can save: gradients of a real model only become ready during backward.
+    A burst of one call has nothing to spread: re-bucketing it is
+    :func:`syncpace.analysis.replay.rebucket.rebucketed`'s.
 
     Transfers issued together share the link (measured: gloo runs two at once); spread
     at least their time alone apart, each takes its time alone (its measured service
@@ -343,34 +373,15 @@ def ideal_overlap(prog: Program) -> Change:
     together = prog.instances["concurrent"].to_numpy().astype(np.float64)
     alone = prog.service / np.maximum(together, 1.0)
     spread = np.zeros(len(prog.service), dtype=bool)
-    order = np.lexsort((prog.position, prog.step, prog.rank))
-    kind, g = prog.kind[order], prog.gap[order]
-    rank, step = prog.rank[order], prog.step[order]
-    bounds = np.flatnonzero(np.r_[True, (rank[1:] != rank[:-1]) | (step[1:] != step[:-1]), True])
-    for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
-        posts = np.flatnonzero(kind[lo:hi] == POST) + lo
-        if len(posts) < 2:
+    for burst in bursts(prog):
+        if len(burst) < 2:
             continue
-        longest = posts[np.argmax(g[posts])]
-        big = g[longest]
-        burst = [longest]
-        for a in range(longest + 1, hi):
-            if kind[a] in (JOIN, END):
-                break
-            if g[a] > 0.1 * big:
-                break
-            if kind[a] == POST:
-                burst.append(a)
-        if len(burst) < 2 or big <= 0:
-            continue
-        share = big / len(burst)
-        gap[order[longest]] = share
-        for a in burst[1:]:
-            gap[order[a]] += share
-        for a in burst:
-            k = prog.inst[order[a]]
-            if k >= 0 and alone[k] <= share:
-                spread[k] = True
+        share = prog.gap[burst[0]] / len(burst)
+        gap[burst[0]] = share
+        gap[burst[1:]] += share
+        k = prog.inst[burst]
+        k = k[k >= 0]
+        spread[k[alone[k] <= share]] = True
     service = np.where(spread & ~np.isnan(alone), np.minimum(prog.service, alone), prog.service)
     return Change(gap=gap, wait_on=wait_on, service=service)
 
