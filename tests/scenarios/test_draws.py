@@ -371,3 +371,36 @@ def test_a_real_straggler_draw_is_run_measured_scored_and_rescored(tmp_path) -> 
     before = [[f["mode"] for f in p["findings"]] for p in record["runs"][0]["phases"]]
     again = drawrun.rescore(tmp_path, [d])[0]
     assert [[f["mode"] for f in p["findings"]] for p in again["runs"][0]["phases"]] == before
+
+
+@pytest.mark.slow  # imports torch
+def test_a_poor_overlap_issues_async_buckets_only_after_backward(monkeypatch) -> None:
+    """job.py's async buckets: during backward's compute, or (planted) all after it."""
+    import job
+
+    def events(overlap: str) -> list[str]:
+        log: list[str] = []
+
+        class Work:
+            def wait(self) -> None:
+                log.append("wait")
+
+        monkeypatch.setattr(job.time, "sleep", lambda s: log.append(f"sleep {s * 1e3:.0f}"))
+        monkeypatch.setattr(job.dist, "all_reduce", lambda *a, **k: log.append("issue") or Work())
+        argv = ["--comm", "async", "--compute-ms", "10", "--bwd-ms", "30", "--buckets", "3"]
+        args = job.parse([*argv, "--overlap", overlap])
+        job.one_step(args, job.Model(args), 0, None, 0)
+        return log
+
+    bucket = ["sleep 10", "issue"]
+    assert events("good") == ["sleep 10", *bucket * 3, "wait", "wait", "wait"]
+    assert events("poor") == [
+        "sleep 10",
+        "sleep 30",
+        "issue",
+        "issue",
+        "issue",
+        "wait",
+        "wait",
+        "wait",
+    ]
