@@ -42,6 +42,11 @@ from syncpace.analysis.modes import Role
 
 NOT_CAUSES = ("healthy", "clock_uncertainty")
 LEVEL = {"info": 0, "warning": 1, "critical": 2}
+#: What a job without any plant can have by its own shape: blocking all-reduces after
+#: the compute (or a CPU-only DDP's short backward) overlap nothing, and large buckets
+#: on loopback or a slow link are bandwidth-bound. A critical one of these in a phase
+#: without a plant is counted, and also told apart from the others.
+SHAPE_MODES = ("poor_overlap", "bandwidth_bound")
 #: How far a saving less its error can be off in a file that keeps 4 decimals of each.
 ROUNDING = 1e-4
 STRENGTHS = ((0.0, 0.33, "weak"), (0.33, 0.67, "medium"), (0.67, 1.01, "strong"))
@@ -180,6 +185,7 @@ def clean_cases(record: dict[str, Any]) -> list[dict[str, Any]]:
                     "phase": phase["index"],
                     "top": found[0]["mode"] if found else suite.HEALTHY,
                     "false_critical": critical,
+                    "beyond_shape": [m for m in critical if m not in SHAPE_MODES],
                     "straggler": any(f["mode"] == "straggler" for f in found),
                 }
             )
@@ -311,16 +317,9 @@ def summarize(records: list[dict[str, Any]], th: Thresholds | None = None) -> di
             "by_strength": {k: errors_of(v) for k, v in sorted(by_strength.items())},
         },
         "c_false_critical": {
-            "healthy_phases": len(healthy),
-            "healthy_phases_critical": sum(bool(c["false_critical"]) for c in healthy),
-            "healthy_draws": len({(c["where"], c["seed"]) for c in healthy}),
-            "healthy_draws_critical": len(
-                {(c["where"], c["seed"]) for c in healthy if c["false_critical"]}
-            ),
-            "clean_phases_of_planted": sum(not c["healthy"] for c in clean),
-            "clean_phases_of_planted_critical": sum(
-                bool(c["false_critical"]) for c in clean if not c["healthy"]
-            ),
+            **_criticals(clean, "false_critical"),
+            "beyond_shape": _criticals(clean, "beyond_shape"),
+            "modes": dict(Counter(m for c in clean for m in c["false_critical"])),
         },
         "d_contradictions": [x for r in records for x in contradictions(r, th)],
         "d_phases": sum(len(x.get("phases", [])) for r in records for x in r["runs"]),
@@ -354,6 +353,18 @@ def summarize(records: list[dict[str, Any]], th: Thresholds | None = None) -> di
             if not (c["first"] and c["named"])
         ],
         "cases": planted,
+    }
+
+
+def _criticals(clean: list[dict[str, Any]], key: str) -> dict[str, int]:
+    healthy = [c for c in clean if c["healthy"]]
+    return {
+        "healthy_phases": len(healthy),
+        "healthy_phases_critical": sum(bool(c[key]) for c in healthy),
+        "healthy_draws": len({(c["where"], c["seed"]) for c in healthy}),
+        "healthy_draws_critical": len({(c["where"], c["seed"]) for c in healthy if c[key]}),
+        "clean_phases_of_planted": sum(not c["healthy"] for c in clean),
+        "clean_phases_of_planted_critical": sum(bool(c[key]) for c in clean if not c["healthy"]),
     }
 
 
@@ -399,6 +410,7 @@ def _err_line(name: str, e: dict[str, Any]) -> str:
 def summary_text(s: dict[str, Any]) -> str:
     """The scores as text: what the benchmark prints and the docs quote."""
     a, c, e = s["a_first"], s["c_false_critical"], s["e_stability"]
+    x = c["beyond_shape"]
     cut = f"{s['warning_cost']:.0%}"
     lines = [
         f"{s['draws']} draws, {s['runs']} runs ({len(s['failed_runs'])} failed)",
@@ -420,7 +432,10 @@ def summary_text(s: dict[str, Any]) -> str:
         f"(c) healthy draws with a false critical: {c['healthy_draws_critical']} of "
         f"{c['healthy_draws']} ({c['healthy_phases_critical']} of {c['healthy_phases']} "
         f"phases); clean phases of planted draws: {c['clean_phases_of_planted_critical']} of "
-        f"{c['clean_phases_of_planted']}",
+        f"{c['clean_phases_of_planted']}; by mode {c['modes']}",
+        f"    not of the job's shape ({', '.join(SHAPE_MODES)}): healthy draws "
+        f"{x['healthy_draws_critical']} of {x['healthy_draws']} ({x['healthy_phases_critical']}"
+        f" phases), clean phases of planted draws {x['clean_phases_of_planted_critical']}",
         f"(d) verdict against the replay: {len(s['d_contradictions'])} contradictions in "
         f"{s['d_phases']} phases",
         *[f"    {x}" for x in s["d_contradictions"]],

@@ -227,13 +227,17 @@ def test_false_criticals_and_stragglers_on_contended_hosts_are_counted() -> None
         healthy_record(2, 2, [finding("straggler", "critical", ranks=(0,))]),
         healthy_record(3, 1, [finding("straggler", "warning", ranks=(1,))]),
         healthy_record(4, 1, [finding("comm_dominated", "critical", symptom=True)]),
+        healthy_record(5, 0, [finding("poor_overlap", "critical")]),  # the job's own shape
     ]
     s = drawscore.summarize(records)
     c = s["c_false_critical"]
-    assert (c["healthy_draws"], c["healthy_draws_critical"]) == (4, 1)
-    assert (c["healthy_phases"], c["healthy_phases_critical"]) == (16, 1)
+    assert (c["healthy_draws"], c["healthy_draws_critical"]) == (5, 2)
+    assert (c["healthy_phases"], c["healthy_phases_critical"]) == (20, 2)
+    assert c["modes"] == {"straggler": 1, "poor_overlap": 1}
+    shape = c["beyond_shape"]
+    assert (shape["healthy_draws_critical"], shape["healthy_phases_critical"]) == (1, 1)
     assert s["contended_healthy"] == {"draws": 3, "name_straggler": 2}
-    assert s["confusion"]["healthy"] == {"healthy": 14, "straggler": 2}
+    assert s["confusion"]["healthy"] == {"healthy": 17, "straggler": 2, "poor_overlap": 1}
 
 
 def test_a_replayed_saving_the_verdict_does_not_report_is_a_contradiction() -> None:
