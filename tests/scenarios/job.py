@@ -13,7 +13,8 @@ Communication, ``--comm``:
   bucket is issued at the end of backward);
 * ``sync``  ``--buckets`` blocking all-reduces of ``--bucket-bytes`` after the compute;
 * ``async`` the same all-reduces issued with ``async_op=True`` during backward's compute
-  and waited on at its end (late waits: the trace only bounds their completions);
+  (``--overlap poor``: all after it) and waited on at its end (late waits: the trace
+  only bounds their completions);
 * ``--small K`` adds K blocking all-reduces of ``--small-bytes`` per step (loss and
   metric syncs, unbucketed).
 
@@ -160,8 +161,11 @@ def one_step(args: argparse.Namespace, model: Model, rank: int, rng, step: int) 
         out.sum().backward()
     elif args.comm == "async":
         works = []
+        if args.overlap == "poor":  # every bucket issued once backward is done
+            time.sleep(bwd)
         for g in model.grads:
-            time.sleep(bwd / len(model.grads))
+            if args.overlap == "good":
+                time.sleep(bwd / len(model.grads))
             works.append(dist.all_reduce(g[: args.bucket_bytes // 4], async_op=True))
         for w in works:
             w.wait()
