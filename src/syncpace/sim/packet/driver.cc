@@ -30,6 +30,7 @@
 #include "ns3/internet-module.h"
 #include "ns3/network-module.h"
 #include "ns3/point-to-point-module.h"
+#include "ns3/traffic-control-module.h"
 
 #include <cstdio>
 #include <deque>
@@ -97,11 +98,6 @@ void Fill(Conn& c)
     }
 }
 
-void FillConn(uint32_t conn)
-{
-    Fill(g_conns[conn]);
-}
-
 void OnRoom(uint32_t conn, Ptr<Socket>, uint32_t)
 {
     Fill(g_conns[conn]);
@@ -161,7 +157,25 @@ void Start(uint32_t id)
     Fill(c);
 }
 
-void OnDrop(Ptr<const Packet>)
+void Open(Ptr<Node> src, Ptr<Node> dst, uint32_t i)
+{
+    Conn& c = g_conns[i];
+    Ptr<Socket> rx = Socket::CreateSocket(dst, TcpSocketFactory::GetTypeId());
+    rx->Bind(InetSocketAddress(c.dstAddr, c.port));
+    rx->Listen();
+    rx->SetAcceptCallback(MakeNullCallback<bool, Ptr<Socket>, const Address&>(),
+                          MakeBoundCallback(&OnAccept, i));
+    c.tx = Socket::CreateSocket(src, TcpSocketFactory::GetTypeId());
+    c.tx->Bind(InetSocketAddress(c.srcAddr, 0));
+    c.tx->SetSendCallback(MakeBoundCallback(&OnRoom, i));
+    c.tx->Connect(InetSocketAddress(c.dstAddr, c.port));
+    if (c.greedy)
+    {
+        Fill(c);
+    }
+}
+
+void OnDiscDrop(Ptr<const QueueDiscItem>)
 {
     ++g_drops;
 }
@@ -268,10 +282,16 @@ int main()
             p2p.SetDeviceAttribute("DataRate", DataRateValue(DataRate(uint64_t(rate))));
             p2p.SetDeviceAttribute("Mtu", UintegerValue(segment + 52));
             p2p.SetChannelAttribute("Delay", TimeValue(Seconds(delay)));
-            p2p.SetQueue("ns3::DropTailQueue<Packet>",
-                         "MaxSize",
-                         QueueSizeValue(QueueSize(QueueSizeUnit::BYTES, uint32_t(queue))));
+            // as on Linux: a short device queue behind a queue discipline, here a FIFO of
+            // the shaper's bytes (the device stops the discipline while it is full)
+            p2p.SetQueue("ns3::DropTailQueue<Packet>", "MaxSize", StringValue("2p"));
             NetDeviceContainer devs = p2p.Install(nodes.Get(a), nodes.Get(b));
+            TrafficControlHelper tch;
+            tch.SetRootQueueDisc(
+                "ns3::FifoQueueDisc",
+                "MaxSize",
+                QueueSizeValue(QueueSize(QueueSizeUnit::BYTES, uint32_t(queue))));
+            QueueDiscContainer discs = tch.Install(devs);
             LinkEnd end;
             uint32_t i = links.size();
             // one /30 per link out of 11.0.0.0/8
@@ -279,9 +299,7 @@ int main()
             for (int k = 0; k < 2; ++k)
             {
                 Ptr<NetDevice> dev = devs.Get(k);
-                dev->GetObject<PointToPointNetDevice>()->GetQueue()->TraceConnectWithoutContext(
-                    "Drop",
-                    MakeCallback(&OnDrop));
+                discs.Get(k)->TraceConnectWithoutContext("Drop", MakeCallback(&OnDiscDrop));
                 Ptr<Ipv4> ip = dev->GetNode()->GetObject<Ipv4>();
                 uint32_t iface = ip->AddInterface(dev);
                 end.addr[k] = Ipv4Address(base + 1 + k);
@@ -412,22 +430,10 @@ int main()
         }
     }
 
+    // opened once the simulation runs: traffic control learns its devices then
     for (uint32_t i = 0; i < g_conns.size(); ++i)
     {
-        Conn& c = g_conns[i];
-        Ptr<Socket> rx = Socket::CreateSocket(nodes.Get(c.dst), TcpSocketFactory::GetTypeId());
-        rx->Bind(InetSocketAddress(c.dstAddr, c.port));
-        rx->Listen();
-        rx->SetAcceptCallback(MakeNullCallback<bool, Ptr<Socket>, const Address&>(),
-                              MakeBoundCallback(&OnAccept, i));
-        c.tx = Socket::CreateSocket(nodes.Get(c.src), TcpSocketFactory::GetTypeId());
-        c.tx->Bind(InetSocketAddress(c.srcAddr, 0));
-        c.tx->SetSendCallback(MakeBoundCallback(&OnRoom, i));
-        c.tx->Connect(InetSocketAddress(c.dstAddr, c.port));
-        if (c.greedy)
-        {
-            Simulator::Schedule(Seconds(0), &FillConn, i);
-        }
+        Simulator::Schedule(Seconds(0), &Open, nodes.Get(g_conns[i].src), nodes.Get(g_conns[i].dst), i);
     }
     g_left = g_xfers.size();
     for (uint32_t id : roots)
