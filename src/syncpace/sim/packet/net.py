@@ -10,10 +10,10 @@ time on the same idle network, so each is simulated once and remembered; under
 ``ecmp = "per_collective"`` every collective has routes of its own and runs apart.
 Persistent flows between the job's nodes (``background_flows``) run from the start of
 each ns-3 run: a greedy one as a TCP connection that always has data, a fixed-rate
-one as UDP datagrams at its share of the NIC rate. The job's transfers begin once they
-have filled the queues, after a random part of ``queue_ms`` more (seeded), and each
-plan is run ``packet_samples`` times at different offsets: every collective draws one
-of them, which gives TCP's spread under contention. Without such flows a run is
+one as UDP datagrams at its share of the NIC rate. The job's transfers begin 1 s after
+them plus a random offset of up to 2 s (seeded), and each plan is run
+``packet_samples`` times at different offsets: every collective draws one of them,
+which gives TCP's spread under contention. Without such flows a run is
 deterministic and runs once.
 """
 
@@ -44,6 +44,7 @@ BUFFER_BYTES = 6 << 20
 HEADERS = 52  # IPv4 + TCP with timestamps: what an MTU carries beside a segment
 STOP_S = 3600.0  # simulated time after which a run gives up
 HANDSHAKE_S = 0.01  # connections open before the job's first transfer
+SETTLE_S, SPAN_S = 1.0, 2.0  # background flows run this long, and up to this much more
 
 
 class PacketNetwork:
@@ -92,10 +93,9 @@ class PacketNetwork:
     def _offsets(self) -> list[float]:
         if not self._flows:
             return [HANDSHAKE_S]
-        # the queues fill within a few queue times of the flows' start
-        settle = 4 * self.spec.packet_queue_ms * 1e-3 + 0.05
-        span = self.spec.packet_queue_ms * 1e-3
-        return list(settle + self.rng.uniform(0, span, self.spec.packet_samples))
+        # a loss-based TCP's window saws up and down for as long as it runs: the
+        # offsets spread over seconds, after its first slow start, to draw from all of it
+        return list(SETTLE_S + self.rng.uniform(0, SPAN_S, self.spec.packet_samples))
 
     def describe(self, out: Transfers, warm_s: float) -> str:
         s = self.spec
