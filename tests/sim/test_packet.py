@@ -206,3 +206,33 @@ def test_a_package_without_the_libraries_is_named(monkeypatch, tmp_path: Path) -
     monkeypatch.setattr(build, "find_spec", lambda name: spec)
     with pytest.raises(ConfigError, match=r"ns3 package at .*ns3 lacks ns-3 3\.44"):
         build.ns3_root()
+
+
+@needs_ns3
+@pytest.mark.slow
+def test_a_flow_crosses_the_spine_its_address_names() -> None:
+    # two leaves of two hosts, two spines, each uplink half a host link (1:2)
+    mbit, nbytes = 100.0, MIB
+    spec = TopologySpec(
+        kind="leaf-spine",
+        nodes=4,
+        gpus_per_node=1,
+        nics_per_node=1,
+        nodes_per_leaf=2,
+        spines=2,
+        oversub=2.0,
+        nic_gbps=mbit * 1e6 / 8e9,
+    )
+    net = PacketNetwork(Topology(spec), NetworkSpec(tier="packet"), seed=0)
+
+    def last_end(spines: tuple[int, int]) -> float:
+        out = Transfers()
+        for (src, dst), spine in zip(((0, 2), (1, 3)), spines, strict=True):
+            out.add(out.conn(src, dst, spine), nbytes, 0.0, [])
+        return max(net.transfer_times(out))
+
+    apart, together = last_end((0, 1)), last_end((1, 1))
+    uplink = mbit / 2
+    # apart: each flow alone on a half-rate uplink; together: both on one
+    assert wire_s(nbytes, uplink) < apart < 1.1 * wire_s(nbytes, uplink)
+    assert wire_s(2 * nbytes, uplink) < together < 1.1 * wire_s(2 * nbytes, uplink)
