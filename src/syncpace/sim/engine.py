@@ -35,6 +35,7 @@ from syncpace.sim.host import delay_shift, device_begin, host_times, issue_start
 from syncpace.sim.interference import InterferenceSpec, stretch
 from syncpace.sim.network import NetworkSpec
 from syncpace.sim.noise import NoiseSpec, draw, resample
+from syncpace.sim.packet.net import PacketNetwork
 from syncpace.sim.topology import Topology, TopologySpec
 from syncpace.sim.workload import WorkloadSpec
 
@@ -228,7 +229,8 @@ def _simulate(cfg: SimConfig, progress: Any) -> SimResult:
         flow = None
     else:
         comm = np.zeros((iters, sizes.size))
-        flow = FlowNetwork(topo, cfg.network, run.seed)
+        tier = PacketNetwork if cfg.network.tier == "packet" else FlowNetwork
+        flow = tier(topo, cfg.network, run.seed)
     service = _service_spread(cfg.network, iters, run.seed)
     if flow is None:
         comm *= service[:, None]

@@ -12,7 +12,8 @@ from syncpace.errors import ConfigError
 from syncpace.sim.collectives import ALGORITHMS, Phase
 from syncpace.sim.topology import GB, Topology
 
-TIERS = ("analytical", "flow")
+TIERS = ("analytical", "flow", "packet")
+TCP_VARIANTS = ("cubic", "newreno")
 _FLOW = re.compile(r"\s*(\d+)\s*->\s*(\d+)\s*(?:@\s*(\S+?)\s*)?")
 _FLOW_SYNTAX = "expected 'SRC->DST' (greedy) or 'SRC->DST@F' (F of the NIC rate, 0 < F < 1)"
 MIN_LEFT = 0.05  # share of a link fixed-rate traffic always leaves (on_load caps at 0.95)
@@ -51,7 +52,10 @@ def parse_host_flow(entry: object) -> HostFlow:
 
 @dataclass(kw_only=True, slots=True)
 class NetworkSpec:
-    tier: str = setting("analytical", "analytical (vectorised, big sweeps) or flow (max-min fair).")
+    tier: str = setting(
+        "analytical",
+        "analytical (vectorised, big sweeps), flow (max-min fair) or packet (TCP on ns-3).",
+    )
     algorithm: str = setting("hierarchical", "All-reduce algorithm: ring, tree, rhd, hierarchical.")
     alpha_us: float = setting(8.0, "Latency per step of a collective across nodes, us.")
     alpha_intra_us: float = setting(2.0, "Latency per step inside a node, us.")
@@ -64,6 +68,17 @@ class NetworkSpec:
         (),
         "Persistent flows between the job's nodes: 'SRC->DST' greedy (max-min fair share), "
         "'SRC->DST@F' fixed at F (0 < F < 1) of the NIC rate.",
+    )
+    packet_tcp: str = setting("cubic", "packet: TCP congestion control, cubic or newreno.")
+    packet_delayed_ack: int = setting(
+        2, "packet: segments per delayed ACK (2: Linux's default; 1: an ACK per segment)."
+    )
+    packet_queue_ms: float = setting(
+        50.0, "packet: each link's FIFO holds this much of its rate plus a tbf bucket."
+    )
+    packet_mtu: int = setting(1500, "packet: MTU of every link, bytes.")
+    packet_samples: int = setting(
+        4, "packet: runs per collective at random offsets when background_flows compete."
     )
     service_quantiles: tuple[float, ...] = setting(
         (),
@@ -82,8 +97,13 @@ class NetworkSpec:
             background_flow_mb="(0, 1e7]",
             exit_jitter_us="[0, 1e7]",
             service_quantiles="(0, 1000]",
+            packet_delayed_ack="[1, 64]",
+            packet_queue_ms="(0, 10000]",
+            packet_mtu="[576, 9000]",
+            packet_samples="[1, 1000]",
         )
         check_choice(self, "tier", TIERS)
+        check_choice(self, "packet_tcp", TCP_VARIANTS)
         self.service_quantiles = tuple(float(q) for q in self.service_quantiles)
         if len(self.service_quantiles) == 1 or any(
             b < a for a, b in zip(self.service_quantiles, self.service_quantiles[1:], strict=False)

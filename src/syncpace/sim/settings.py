@@ -37,7 +37,9 @@ class SimulateSettings:
     gpus_per_node: int | None = setting(None, "GPUs (ranks) per node.")
     steps: int | None = setting(None, "Iterations per simulation.")
     seed: int | None = setting(None, "Seed of every random draw.")
-    tier: str | None = setting(None, "Network tier: analytical or flow.")
+    tier: str | None = setting(
+        None, "Network tier: analytical, flow or packet (TCP on ns-3; the [packet] extra)."
+    )
     algorithm: str | None = setting(None, "All-reduce algorithm: ring, tree, rhd, hierarchical.")
     strategy: str | None = setting(
         None, "Pacing strategy (off, early, target); a study runs every scale with and without."

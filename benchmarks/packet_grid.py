@@ -1,0 +1,109 @@
+"""The validation grid's transfers through the packet tier, against the real medians.
+
+For each point of docs/validation.md's grid (50 Mbit/s links, one 256 KiB ring
+all-reduce per collective, the same background flows, `quickack` but on
+star8-delayed-ack) the median collective time of the packet tier (ns-3, several
+offsets against the background flows) and of the flow tier, beside the real median
+transfer that docs/validation.md reports for the run in its table. Nothing is fitted:
+the links are the fabric's rate, α the benchmark's (0 at 4 ranks, 2.9 ms per
+collective at 8).
+
+    python benchmarks/packet_grid.py [--samples 8] [--tcp cubic] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import numpy as np
+
+from syncpace.sim.collectives import plan
+from syncpace.sim.flownet import FlowNetwork
+from syncpace.sim.network import NetworkSpec
+from syncpace.sim.packet.net import PacketNetwork
+from syncpace.sim.topology import Topology, TopologySpec
+
+MBIT = 50.0
+STAR = {"kind": "switch"}
+LS = {"kind": "leaf-spine", "nodes_per_leaf": 2, "spines": 1}
+UDP_15 = 0.3 * 1442 / 1400  # 15 Mbit/s of payload as a share of the wire
+#: point: (topology, ranks, background flows, delayed-ACK count, real median ms)
+POINTS = {
+    "star4": (STAR, 4, (), 1, 66.1),
+    "star4-contended": (STAR, 4, ("1->0",), 1, 175.4),
+    "star4-udp": (STAR, 4, ("1->0@0.5150",), 1, 135.2),
+    "ls4": ({**LS, "oversub": 2.0}, 4, (), 1, 66.6),
+    "ls4-oversub4": ({**LS, "oversub": 4.0}, 4, (), 1, 139.4),
+    "ls4-contended": ({**LS, "oversub": 2.0}, 4, ("3->0", "3->1"), 1, 379.6),
+    "ls4-udp": ({**LS, "oversub": 2.0}, 4, (f"2->0@{UDP_15:.4f}", f"3->1@{UDP_15:.4f}"), 1, 161.0),
+    "star8": (STAR, 8, (), 1, 74.2),
+    "star8-delayed-ack": (STAR, 8, (), 2, 79.7),
+}
+ALPHA_US = {4: 0.0, 8: 2900.0 / 14}  # the benchmark's α per ring step
+
+
+def point(name: str, samples: int, tcp: str) -> dict:
+    topo_kw, ranks, flows, delack, real = POINTS[name]
+    topo = Topology(
+        TopologySpec(
+            nodes=ranks, gpus_per_node=1, nics_per_node=1, nic_gbps=MBIT * 1e6 / 8e9, **topo_kw
+        )
+    )
+    spec = NetworkSpec(
+        tier="packet",
+        algorithm="ring",
+        alpha_us=ALPHA_US[ranks],
+        background_flows=flows,
+        packet_delayed_ack=delack,
+        packet_tcp=tcp,
+        packet_samples=samples,
+    )
+    p = plan("all_reduce", "ring", 256 * 1024, np.arange(ranks), 1)
+    net = PacketNetwork(topo, spec, seed=0)
+    wall = time.perf_counter()
+    packet = net.durations(p) * 1e3
+    wall = time.perf_counter() - wall
+    flow = FlowNetwork(topo, spec, seed=0).run(p, 0.0, 0) * 1e3
+    med = float(np.median(packet))
+    return {
+        "point": name,
+        "real_ms": real,
+        "packet_ms": med,
+        "packet_err": med / real - 1,
+        "packet_p10_p90_ms": [float(np.percentile(packet, 10)), float(np.percentile(packet, 90))],
+        "flow_ms": flow,
+        "flow_err": flow / real - 1,
+        "drops": net.drops,
+        "wall_s": wall,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--samples", type=int, default=8, help="offsets per contended point")
+    parser.add_argument("--tcp", default="cubic", choices=["cubic", "newreno"])
+    parser.add_argument("--json", help="write the rows here")
+    args = parser.parse_args()
+    rows = []
+    print("| point | real ms | packet ms | err | p10–p90 | flow ms | err | drops |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name in POINTS:
+        r = point(name, args.samples, args.tcp)
+        rows.append(r)
+        lo, hi = r["packet_p10_p90_ms"]
+        print(
+            f"| {name} | {r['real_ms']:.1f} | {r['packet_ms']:.1f} | {r['packet_err']:+.1%} | "
+            f"{lo:.0f}–{hi:.0f} | {r['flow_ms']:.1f} | {r['flow_err']:+.1%} | {r['drops']} |",
+            flush=True,
+        )
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(rows, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,156 @@
+"""Packet tier: each collective's transfers through ns-3 (real TCP, queues, delayed ACKs).
+
+:class:`PacketNetwork` answers what the flow tier's network answers, "how long does this
+collective take", by running the compiled driver (:mod:`syncpace.sim.packet.build`) on
+the topology's network (:mod:`.fabric`) with the plan's transfers (:mod:`.transfers`);
+everything around it (the iteration loop, noise, the pacer, traces) is the engine's.
+
+A collective of the same plan (op, algorithm, size) and the same routes takes the same
+time on the same idle network, so each is simulated once and remembered; under
+``ecmp = "per_collective"`` every collective has routes of its own and runs apart.
+Persistent flows between the job's nodes (``background_flows``) run from the start of
+each ns-3 run: a greedy one as a TCP connection that always has data, a fixed-rate
+one as UDP datagrams at its share of the NIC rate. The job's transfers begin 1 s after
+them plus a random offset of up to 2 s (seeded), and each plan is run
+``packet_samples`` times at different offsets: every collective draws one of them,
+which gives TCP's spread under contention. Without such flows a run is
+deterministic and runs once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from syncpace.errors import ConfigError
+from syncpace.sim.collectives import Plan
+from syncpace.sim.network import NetworkSpec
+from syncpace.sim.packet import build
+from syncpace.sim.packet.fabric import Fabric, address, dotted
+from syncpace.sim.packet.fabric import build as build_fabric
+from syncpace.sim.packet.transfers import Transfers, expand, spines_of
+from syncpace.sim.topology import GB, Topology
+
+TCP_NAMES = {"newreno": "TcpNewReno", "cubic": "TcpCubic"}
+#: Linux's shortest delayed-ACK timer and retransmission timeout floor.
+DELACK_TIMEOUT_S = 0.04
+MIN_RTO_S = 0.2
+#: Socket buffers: Linux's largest default (net.ipv4.tcp_rmem's third field).
+BUFFER_BYTES = 6 << 20
+HEADERS = 52  # IPv4 + TCP with timestamps: what an MTU carries beside a segment
+STOP_S = 3600.0  # simulated time after which a run gives up
+HANDSHAKE_S = 0.01  # connections open before the job's first transfer
+SETTLE_S, SPAN_S = 1.0, 2.0  # background flows run this long, and up to this much more
+
+
+class PacketNetwork:
+    def __init__(self, topo: Topology, spec: NetworkSpec, seed: int) -> None:
+        self.topo, self.spec = topo, spec
+        self.program = build.driver()
+        self.fabric: Fabric = build_fabric(topo, spec.packet_queue_ms, spec.background_load)
+        self.rng = np.random.default_rng(np.random.SeedSequence([seed, 707]))
+        self._flows = spec.host_flows()
+        self._cache: dict[tuple, np.ndarray] = {}
+        self.runs = 0  # ns-3 runs so far
+        self.drops = 0  # packets the queues dropped in them
+
+    def run(self, plan: Plan, start_s: float, salt: int) -> float:
+        """Duration of ``plan`` (seconds); ``start_s`` does not matter on a network whose
+        only other traffic is persistent."""
+        salt = salt if self.topo.spec.ecmp == "per_collective" else 0
+        key = (plan.op, plan.algorithm, plan.nbytes, salt)
+        if key not in self._cache:
+            self._cache[key] = self.durations(plan, salt)
+        samples = self._cache[key]
+        return (
+            float(samples[self.rng.integers(samples.size)])
+            if samples.size > 1
+            else float(samples[0])
+        )
+
+    def durations(self, plan: Plan, salt: int = 0) -> np.ndarray:
+        """Each sample's duration of ``plan``: from the first transfer's start to the last
+        transfer's end."""
+        if not plan.phases:
+            return np.zeros(1)
+        out = Transfers()
+        expand(plan, self.topo, self.spec, salt, out)
+        self.add_host_flows(out)
+        offsets = self._offsets()
+        results = self._run_all([self.describe(out, w) for w in offsets])
+        return np.array([max(r["done"]) for r in results])
+
+    def transfer_times(self, out: Transfers, warm_s: float = HANDSHAKE_S) -> list[float]:
+        """Each transfer's end (seconds after the job's start) in one run: the tests'
+        and the benchmark's direct use of the driver."""
+        self.add_host_flows(out)
+        return list(self._run_all([self.describe(out, warm_s)])[0]["done"])
+
+    def _offsets(self) -> list[float]:
+        if not self._flows:
+            return [HANDSHAKE_S]
+        # a loss-based TCP's window saws up and down for as long as it runs: the
+        # offsets spread over seconds, after its first slow start, to draw from all of it
+        return list(SETTLE_S + self.rng.uniform(0, SPAN_S, self.spec.packet_samples))
+
+    def describe(self, out: Transfers, warm_s: float) -> str:
+        s = self.spec
+        segment = s.packet_mtu - HEADERS
+        lines = [
+            f"tcp {TCP_NAMES[s.packet_tcp]}",
+            f"delack {s.packet_delayed_ack} {DELACK_TIMEOUT_S}",
+            f"segment {segment}",
+            f"buffer {BUFFER_BYTES}",
+            f"minrto {MIN_RTO_S}",
+            f"warm {warm_s:.9g}",
+            f"stop {STOP_S}",
+            *self.fabric.lines(),
+        ]
+        lines += out.conn_lines() + out.extra + out.xfers + ["end"]
+        return "\n".join(lines) + "\n"
+
+    def add_host_flows(self, out: Transfers) -> None:
+        """``background_flows`` into ``out``: from node SRC's rank ``SRC x G`` to node
+        DST's, on the spine the topology's hash (salt 0) gives the pair."""
+        g = self.topo.spec.gpus_per_node
+        lines = out.extra
+        nic_bps = self.topo.spec.nic_gbps * GB * 8
+        for f in self._flows:
+            src, dst = f.src * g, f.dst * g
+            hashes = self.topo.flow_hash(np.array([src]), np.array([dst]), 0)
+            sp = int(spines_of(self.topo, np.array([src]), np.array([dst]), hashes)[0])
+            if f.share is None:
+                # a connection of its own, apart from any the job's transfers use
+                lines.append(f"greedy {out.conn(src, dst, sp, 'greedy')}")
+            else:
+                lines.append(
+                    f"udp {src} {dst} {dotted(int(address(src, sp)))} "
+                    f"{dotted(int(address(dst, sp)))} {f.share * nic_bps:.0f}"
+                )
+
+    def _run_all(self, inputs: list[str]) -> list[dict]:
+        workers = max(1, min(len(inputs), os.cpu_count() or 1))
+        with ThreadPoolExecutor(workers) as pool:
+            results = list(pool.map(self._run_one, inputs))
+        self.runs += len(results)
+        self.drops += sum(int(r["drops"]) for r in results)
+        return results
+
+    def _run_one(self, text: str) -> dict:
+        done = subprocess.run(
+            [str(self.program)], input=text, capture_output=True, text=True, check=False
+        )
+        if done.returncode != 0:
+            last = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+            raise ConfigError(f"--tier packet: the ns-3 run failed: {last[:300]}")
+        result = json.loads(done.stdout)
+        if result["unfinished"]:
+            raise ConfigError(
+                f"--tier packet: {result['unfinished']} transfers did not end within "
+                f"{STOP_S:g} simulated seconds"
+            )
+        return result
