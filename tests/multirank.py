@@ -45,6 +45,8 @@ CONNECT_FAILURES = (
 )
 LAUNCH_ATTEMPTS = 3
 SRC = str(Path(__file__).resolve().parents[1] / "src")
+#: what every rank's exit skips: ranksite/sitecustomize.py
+RANKSITE = str(Path(__file__).resolve().parent / "ranksite")
 
 
 @dataclass
@@ -104,6 +106,7 @@ def rank_env(
     )
     env["PYTHONPATH"] = SRC + os.pathsep + env.get("PYTHONPATH", "")
     env.update(extra or {})
+    env["PYTHONPATH"] += os.pathsep + RANKSITE  # last: see ranksite/sitecustomize.py
     return env
 
 
