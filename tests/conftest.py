@@ -4,7 +4,13 @@ from pathlib import Path
 
 import pytest
 
+from multirank import with_ranksite
 from syncpace.report.browser import find_chromium
+
+# Every process a test starts (syncpace's commands, the ranks they launch, the demo's,
+# the fabric's) freezes its heap after its own exit handlers instead of collecting
+# torch's objects at exit: ranksite/sitecustomize.py, last on the path as in rank_env.
+os.environ["PYTHONPATH"] = with_ranksite(os.environ.get("PYTHONPATH"))
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects

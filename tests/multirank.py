@@ -106,8 +106,14 @@ def rank_env(
     )
     env["PYTHONPATH"] = SRC + os.pathsep + env.get("PYTHONPATH", "")
     env.update(extra or {})
-    env["PYTHONPATH"] += os.pathsep + RANKSITE  # last: see ranksite/sitecustomize.py
+    env["PYTHONPATH"] = with_ranksite(env["PYTHONPATH"])
     return env
+
+
+def with_ranksite(path: str | None) -> str:
+    """``path`` (a ``PYTHONPATH``) ending with :data:`RANKSITE`, there once."""
+    entries = [e for e in (path or "").split(os.pathsep) if e and e != RANKSITE]
+    return os.pathsep.join([*entries, RANKSITE])
 
 
 def start_ranks(
