@@ -1,9 +1,16 @@
 import os
 import sys
+from pathlib import Path
 
 import pytest
 
+from multirank import with_ranksite
 from syncpace.report.browser import find_chromium
+
+# Every process a test starts (syncpace's commands, the ranks they launch, the demo's,
+# the fabric's) freezes its heap after its own exit handlers instead of collecting
+# torch's objects at exit: ranksite/sitecustomize.py, last on the path as in rank_env.
+os.environ["PYTHONPATH"] = with_ranksite(os.environ.get("PYTHONPATH"))
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects
@@ -17,6 +24,23 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.slow)
         if root and os.geteuid() != 0:
             item.add_marker(skip)
+
+
+#: The demo's two runs as the demo recorded them (``tests/data/make_demo.py``).
+DEMO_RUNS = [
+    Path(__file__).resolve().parent / "data" / "demo" / run for run in ("trace", "trace-paced")
+]
+
+
+@pytest.fixture(scope="session")
+def demo_runs_report(tmp_path_factory):
+    """``(analysis, page)``: the demo's report phase on :data:`DEMO_RUNS`, as ``syncpace
+    demo`` writes it into a directory of its own. Made once for every module that reads
+    it: the same directories give the same analysis and page, and no test writes there."""
+    # imported here: only the runs that read the demo's report pay for its imports (~1 s)
+    from syncpace.demo.pipeline import report_runs
+
+    return report_runs(DEMO_RUNS, tmp_path_factory.mktemp("demo-report"))
 
 
 @pytest.fixture

@@ -45,6 +45,8 @@ CONNECT_FAILURES = (
 )
 LAUNCH_ATTEMPTS = 3
 SRC = str(Path(__file__).resolve().parents[1] / "src")
+#: what every rank's exit skips: ranksite/sitecustomize.py
+RANKSITE = str(Path(__file__).resolve().parent / "ranksite")
 
 
 @dataclass
@@ -104,7 +106,14 @@ def rank_env(
     )
     env["PYTHONPATH"] = SRC + os.pathsep + env.get("PYTHONPATH", "")
     env.update(extra or {})
+    env["PYTHONPATH"] = with_ranksite(env["PYTHONPATH"])
     return env
+
+
+def with_ranksite(path: str | None) -> str:
+    """``path`` (a ``PYTHONPATH``) ending with :data:`RANKSITE`, there once."""
+    entries = [e for e in (path or "").split(os.pathsep) if e and e != RANKSITE]
+    return os.pathsep.join([*entries, RANKSITE])
 
 
 def start_ranks(

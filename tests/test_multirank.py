@@ -4,12 +4,23 @@ again (bounded, counted); a failure once the job has started never is."""
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 import multirank
-from multirank import LAUNCH_ATTEMPTS, RankResult, check, failed_at_startup, launch, run_ranks
+from multirank import (
+    LAUNCH_ATTEMPTS,
+    RankResult,
+    check,
+    failed_at_startup,
+    launch,
+    rank_env,
+    run_ranks,
+)
+from syncpace.capture.launch import BOOTSTRAP_DIR
 
 WORKER = Path(__file__).parent / "startup_worker.py"
 
@@ -136,3 +147,26 @@ def test_a_failure_after_startup_is_not_restarted(tmp_path, restarts):
     assert not any(r.finished for r in results)
     with pytest.raises(AssertionError, match="exited with"):
         check(results)
+
+
+FROZEN_AT_EXIT = (
+    "import atexit, gc, sys\n"
+    "atexit.register(lambda: print('handler', gc.get_freeze_count()))\n"
+    "atexit._run_exitfuncs()\n"  # the program's own handler, then the rank's freeze
+    "print('frozen', gc.get_freeze_count() > 0)\n"
+    "sys.exit(3)\n"
+)
+
+
+@pytest.mark.parametrize("bootstrap", [False, True])
+def test_a_rank_freezes_its_heap_after_its_own_exit_handlers(bootstrap):
+    """Every rank's exit skips the collection over torch's objects (ranksite/), even
+    under ``syncpace run``'s bootstrap, which shadows it: the program's own exit handlers
+    run first and see nothing frozen; its exit status is its own."""
+    extra = {"PYTHONPATH": str(BOOTSTRAP_DIR)} if bootstrap else {}
+    env = rank_env(0, 1, 0, extra)
+    proc = subprocess.run(
+        [sys.executable, "-c", FROZEN_AT_EXIT], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 3, proc.stderr
+    assert proc.stdout.splitlines() == ["handler 0", "frozen True"]

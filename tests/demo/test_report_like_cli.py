@@ -23,7 +23,6 @@ from pathlib import Path
 import pytest
 
 from syncpace.cli.main import main
-from syncpace.demo.pipeline import report_runs
 from syncpace.report import jsonout
 
 pytest.importorskip("plotly")
@@ -41,9 +40,9 @@ def _cli(*argv: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory):
+def demo(demo_runs_report):
     """The demo's report phase on its two runs: its analysis and its page."""
-    analysis, page = report_runs(DEMO, tmp_path_factory.mktemp("demo"))
+    analysis, page = demo_runs_report
     return analysis, page.read_text(encoding="utf-8")
 
 

@@ -15,7 +15,6 @@ import pytest
 
 from planted import SCENARIOS, generate
 from syncpace.analysis import analyze
-from syncpace.demo.pipeline import report_runs
 from syncpace.report.browser import FIRST_SCREEN, dump_dom, find_chromium
 from syncpace.report.html import render_html, write_html
 
@@ -125,9 +124,9 @@ def test_hostile_report_renders_without_script_errors(chromium: str, tmp_path: P
 
 
 @pytest.fixture(scope="module")
-def demo_report(tmp_path_factory) -> tuple[Path, str]:
+def demo_report(demo_runs_report) -> tuple[Path, str]:
     """The report of the demo's two runs (traced, paced), as ``syncpace demo`` writes it."""
-    _, out = report_runs(DEMO, tmp_path_factory.mktemp("demo"))
+    _, out = demo_runs_report
     return out, out.read_text()
 
 

@@ -64,7 +64,8 @@ def _attr(dom: str, name: str) -> str | None:
 def report(tmp_path_factory) -> tuple[Path, str]:
     out = tmp_path_factory.mktemp("trust")
     (out / "scaling.html").write_text("<!DOCTYPE html><title>s</title>")  # a page beside it
-    return report_runs(DEMO, out)[1], (report_runs(DEMO, out)[1]).read_text()
+    page = report_runs(DEMO, out)[1]
+    return page, page.read_text()
 
 
 def test_every_time_axis_has_one_origin(report):

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from multirank import record_restart
+from multirank import record_restart, with_ranksite
 from syncpace.capture.config import TraceConfig
 from syncpace.capture.launch import armed_env
 from syncpace.control.config import ControllerConfig
@@ -93,6 +93,7 @@ def _base_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env.update(FR_ENV, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     env["PYTHONPATH"] = SRC + os.pathsep + env.get("PYTHONPATH", "")
     env.update(extra or {})
+    env["PYTHONPATH"] = with_ranksite(env["PYTHONPATH"])  # as multirank's ranks
     return env
 
 
