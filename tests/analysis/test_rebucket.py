@@ -9,13 +9,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from test_replay import write as write_trace
 
 from syncpace.analysis import analyze, compute_metrics
 from syncpace.analysis.replay import counterfactuals as cf
 from syncpace.analysis.replay import rebucket
 from syncpace.analysis.replay.whatif import baseline, evaluate
 from syncpace.trace import load_trace
-from syncpace.trace.writer import RankTraceWriter
 
 MS = 1_000_000
 MIB = 1 << 20
@@ -23,26 +23,8 @@ KNEE = 1 << 20
 
 
 def write(root: Path, events: dict[int, list[tuple]], steps: dict[int, list[tuple]]) -> Path:
-    """Event rows: (step, seq, bytes, enter, exit, timing, wait_ns); steps (step, start,
-    end). Every rank on one host: no fabric to blame."""
-    world = len(steps)
-    for rank in range(world):
-        meta = {
-            "world_size": world,
-            "host": "node0",
-            "local_rank": rank,
-            "clock": {"offset_ns": 0, "uncertainty_ns": 0},
-            "groups": {"0": {"ranks": list(range(world)), "backend": "gloo"}},
-            "source": "synthetic",
-        }
-        w = RankTraceWriter(root, rank, meta, flush_interval_s=3600, offset_ns=lambda: 0)
-        for step, seq, nbytes, enter, exit_, timing, wait in events.get(rank, []):
-            row = (rank, step, "0", world, seq, "all_reduce", nbytes, "float32", -1)
-            w.add_event((*row, enter, exit_, timing, "completed", None, wait))
-        for step, start, end in steps[rank]:
-            w.add_step((rank, step, start, end, 0))
-        w.close()
-    return root
+    """The trace writer of the replay tests, every rank on one host: no fabric to blame."""
+    return write_trace(root, events, steps, one_host=True)
 
 
 def one_bucket_job(

@@ -23,14 +23,20 @@ MS = 1_000_000
 DATA = Path(__file__).resolve().parents[1] / "data"
 
 
-def write(root: Path, events: dict[int, list[tuple]], steps: dict[int, list[tuple]]) -> Path:
-    """Event rows: (step, seq, bytes, enter, exit, timing, wait_ns); steps (step, start, end)."""
+def write(
+    root: Path,
+    events: dict[int, list[tuple]],
+    steps: dict[int, list[tuple]],
+    one_host: bool = False,
+) -> Path:
+    """Event rows: (step, seq, bytes, enter, exit, timing, wait_ns); steps (step, start,
+    end). A host per rank, or every rank on one host (``one_host``: no fabric to blame)."""
     world = len(steps)
     for rank in range(world):
         meta = {
             "world_size": world,
-            "host": f"node{rank}",
-            "local_rank": 0,
+            "host": "node0" if one_host else f"node{rank}",
+            "local_rank": rank if one_host else 0,
             "clock": {"offset_ns": 0, "uncertainty_ns": 0},
             "groups": {"0": {"ranks": list(range(world)), "backend": "gloo"}},
             "source": "synthetic",

@@ -146,30 +146,18 @@ def link_bytes(run_dir: str | Path, window: tuple[int, int]) -> pl.DataFrame | N
     interval's bytes, pro rata of its overlap with the window — with its ``kind``,
     ``src``, ``dst``, ``rate_bps`` and ``covered_ns`` (how much of the window its
     samples span). ``None`` without a readable counters file."""
-    paths = links_files(run_dir)
-    if not paths:
-        return None
-    path = paths[0]
-    try:
-        raw = pl.read_ipc_stream(path)
-    except Exception:  # a damaged counters file is a missing picture, not a failure
+    intervals = _intervals(run_dir)
+    if intervals is None:
         return None
     t0, t1 = window
+    inside = pl.min_horizontal("end_ns", pl.lit(t1)) - pl.max_horizontal("start_ns", pl.lit(t0))
     return (
-        raw.sort("time_ns")
-        .with_columns(
-            prev=pl.col("time_ns").shift(1).over("link", "src", "dst"),
-            db=pl.col("bytes").diff().over("link", "src", "dst"),
-        )
-        .filter(pl.col("time_ns") > pl.col("prev"), pl.col("db") >= 0)
-        .with_columns(
-            inside=(
-                pl.min_horizontal("time_ns", pl.lit(t1)) - pl.max_horizontal("prev", pl.lit(t0))
-            ).clip(lower_bound=0)
-        )
+        intervals.with_columns(inside=inside.clip(lower_bound=0))
         .group_by("link", "kind", "src", "dst")
         .agg(
-            bytes=(pl.col("db") * pl.col("inside") / (pl.col("time_ns") - pl.col("prev"))).sum(),
+            bytes=(
+                pl.col("bytes") * pl.col("inside") / (pl.col("end_ns") - pl.col("start_ns"))
+            ).sum(),
             rate_bps=pl.col("rate_bps").max(),
             covered_ns=pl.col("inside").sum(),
         )
@@ -181,6 +169,18 @@ def link_intervals(run_dir: str | Path, window: tuple[int, int]) -> pl.DataFrame
     """Per link direction and sampling interval that overlaps ``window`` (ns): ``link``,
     ``kind``, ``src``, ``dst``, ``rate_bps``, the interval (``start_ns``, ``end_ns``)
     and the ``bytes`` it carried in it. ``None`` without a readable counters file."""
+    intervals = _intervals(run_dir)
+    if intervals is None:
+        return None
+    t0, t1 = window
+    return intervals.filter(pl.col("end_ns") > t0, pl.col("start_ns") < t1)
+
+
+def _intervals(run_dir: str | Path) -> pl.DataFrame | None:
+    """Every sampling interval of every link direction in the run's counters file:
+    ``link``, ``kind``, ``src``, ``dst``, ``rate_bps``, ``start_ns``, ``end_ns`` and the
+    ``bytes`` counted in it (intervals whose counter went back, a reset, left out).
+    ``None`` without a readable file."""
     paths = links_files(run_dir)
     if not paths:
         return None
@@ -188,19 +188,13 @@ def link_intervals(run_dir: str | Path, window: tuple[int, int]) -> pl.DataFrame
         raw = pl.read_ipc_stream(paths[0])
     except Exception:  # a damaged counters file is a missing picture, not a failure
         return None
-    t0, t1 = window
     return (
         raw.sort("time_ns")
         .with_columns(
             start_ns=pl.col("time_ns").shift(1).over("link", "src", "dst"),
             bytes=pl.col("bytes").diff().over("link", "src", "dst"),
         )
-        .filter(
-            pl.col("time_ns") > pl.col("start_ns"),
-            pl.col("bytes") >= 0,
-            pl.col("time_ns") > t0,
-            pl.col("start_ns") < t1,
-        )
+        .filter(pl.col("time_ns") > pl.col("start_ns"), pl.col("bytes") >= 0)
         .select(
             "link",
             "kind",
