@@ -16,11 +16,14 @@ os.environ["PYTHONPATH"] = with_ranksite(os.environ.get("PYTHONPATH"))
 @pytest.hookimpl(tryfirst=True)  # before -m deselects
 def pytest_collection_modifyitems(config, items):
     """Multi-rank and root tests are slow (the fast tier, ``-m "not slow"``, leaves them
-    out). Root-only tests skip with a clear reason elsewhere (CI runs as root)."""
+    out), and so are the tests that start a browser (seconds each: the page is drawn in
+    headless Chromium). Root-only tests skip with a clear reason elsewhere (CI runs as
+    root)."""
     skip = pytest.mark.skip(reason="needs root (network namespaces); CI runs as root")
     for item in items:
         root = item.get_closest_marker("root") is not None
-        if root or item.get_closest_marker("multirank"):
+        browser = "chromium" in getattr(item, "fixturenames", ())
+        if root or browser or item.get_closest_marker("multirank"):
             item.add_marker(pytest.mark.slow)
         if root and os.geteuid() != 0:
             item.add_marker(skip)

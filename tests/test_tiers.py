@@ -37,6 +37,11 @@ def test_no_multirank_or_root_test_is_in_the_fast_tier(request):
             assert item.get_closest_marker("slow"), item.nodeid
 
 
+def test_no_test_that_starts_a_browser_is_in_the_fast_tier(request):
+    browsers = [i for i in request.session.items if "chromium" in getattr(i, "fixturenames", ())]
+    assert all(item.get_closest_marker("slow") for item in browsers), browsers
+
+
 def test_every_test_has_a_time_limit(pytestconfig):
     assert pytestconfig.pluginmanager.hasplugin("timeout")
     assert 0 < float(pytestconfig.getini("timeout")) < 5400  # CI's own limit, 90 minutes

@@ -28,6 +28,7 @@ def client():
         cluster.close()
 
 
+@pytest.mark.slow  # a Dask cluster's workers read each trace: seconds
 @pytest.mark.parametrize("name", ["straggler", "real_ddp_straggler", "poor_overlap"])
 def test_dask_plan_equals_one_process(client, name: str) -> None:
     single, _ = stream_metrics(DATA / name, window_events=1)

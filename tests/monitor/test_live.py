@@ -140,6 +140,7 @@ def step_at(times: dict[int, float], t: float) -> int:
     return min((s for s, end in times.items() if end >= t), default=max(times))
 
 
+@pytest.mark.multirank  # the live job's ranks
 def test_the_live_line_names_the_straggler_within_the_delay(live_run):
     results, *_ = live_run
     log = results[0].stderr
@@ -160,6 +161,7 @@ def test_the_live_line_names_the_straggler_within_the_delay(live_run):
         assert "straggler:" not in other.stderr
 
 
+@pytest.mark.multirank  # the live job's ranks
 def test_every_rank_records_the_same_detections(live_run):
     *_, trace_dir, _, _, _ = live_run
     records = [
@@ -177,6 +179,7 @@ def test_every_rank_records_the_same_detections(live_run):
     assert load_trace(trace_dir).meta[0]["monitor"]["windows"] == STEPS // EVERY - 1
 
 
+@pytest.mark.multirank  # the live job's ranks
 def test_prometheus_scraped_the_gauge_rise_and_clear(live_run):
     _, times, series, steps_seen, _, _, _, _ = live_run
     by_rank = {s["metric"]["rank"]: [(float(t), float(v)) for t, v in s["values"]] for s in series}
@@ -198,6 +201,7 @@ def test_prometheus_scraped_the_gauge_rise_and_clear(live_run):
     assert all(v >= STEPS - 10 for v in final.values()), final
 
 
+@pytest.mark.multirank  # the live job's ranks
 def test_every_query_of_the_example_dashboard_runs_and_finds_series(live_run):
     *_, dashboard, _, _ = live_run
     assert len(dashboard) >= 8
@@ -205,6 +209,7 @@ def test_every_query_of_the_example_dashboard_runs_and_finds_series(live_run):
     assert empty == [], f"dashboard queries with no series on a live job: {empty}"
 
 
+@pytest.mark.multirank  # the live job's ranks
 def test_bus_bandwidth_is_the_algorithm_bandwidth_times_the_ops_bus_factor(live_run):
     """nccl-tests' definition: an all-reduce over n ranks moves 2(n-1)/n of its bytes
     over each rank's link."""
@@ -222,6 +227,7 @@ def test_bus_bandwidth_is_the_algorithm_bandwidth_times_the_ops_bus_factor(live_
             assert float(bus[t]) == pytest.approx(float(alg[t]) * 2 * (WORLD - 1) / WORLD)
 
 
+@pytest.mark.multirank  # the live job's ranks
 def test_the_example_straggler_alert_fires_for_the_straggler_alone_and_resolves(live_run):
     _, times, *_, alerts = live_run
     firing: dict[str, dict[str, list[float]]] = {}
