@@ -11,12 +11,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pyarrow as pa
 import pytest
 
+import linkcounters
 from syncpace.analysis.api import analyze
 from syncpace.trace import RankTraceWriter
-from syncpace.trace.schema import LINKS_FILE
 
 MS = 1_000_000
 WORLD, STEPS, NBYTES = 4, 24, 64 << 20
@@ -71,22 +70,14 @@ def write_links(root: Path, ends: list[int], extra_bps: float) -> None:
     """The fabric's link counters, sampled at every step's end: each host link carries
     its two ranks' bytes both ways (nothing of an all-reduce stays inside a host of a
     ring over both), and ``extra_bps`` more from node1 towards its leaf."""
-    rows: list[tuple] = []
-    for i, t in enumerate([0, *ends]):
-        for host in NODES:
-            job = int(2 * PER_RANK_PER_STEP * i)
-            extra = int(extra_bps * t / 1e9) if host == "node1" else 0
-            for src, dst, nbytes in ((host, "leaf", job + extra), ("leaf", host, job)):
-                rows.append((t, f"{host}-leaf", src, dst, "host", RATE_BPS, nbytes))
-    names = ("time_ns", "link", "src", "dst", "kind", "rate_bps", "bytes")
-    table = pa.Table.from_pylist([dict(zip(names, row, strict=True)) for row in rows])
-    for column in ("packets", "drops", "overlimits", "backlog_bytes"):
-        table = table.append_column(column, pa.array([0] * len(rows), pa.int64()))
-    with (
-        pa.OSFile(str(root / LINKS_FILE), "wb") as sink,
-        pa.ipc.new_stream(sink, table.schema) as out,
-    ):
-        out.write_table(table)
+    times = [0, *ends]
+
+    def nbytes(d: linkcounters.Direction, t: int) -> int:
+        job = int(2 * PER_RANK_PER_STEP * times.index(t))
+        return job + (int(extra_bps * t / 1e9) if d[1] == "node1" else 0)
+
+    directions = linkcounters.star(NODES, lambda _: RATE_BPS, switch="leaf")
+    linkcounters.write_links(root, directions, times, nbytes)
 
 
 def test_the_jobs_own_concurrent_calls_are_not_contention(tmp_path: Path) -> None:
