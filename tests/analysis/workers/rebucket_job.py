@@ -21,19 +21,11 @@ from torch import nn
 
 import syncpace
 
-
-class Sleep(torch.autograd.Function):
-    """Identity forward; backward sleeps (compute the CPU does not do)."""
-
-    @staticmethod
-    def forward(ctx, x, seconds):  # type: ignore[override]
-        ctx.seconds = seconds
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx, grad):  # type: ignore[override]
-        time.sleep(ctx.seconds)
-        return grad, None
+# the scenarios job's autograd sleep: backward's compute the CPU does not do
+sys.path.insert(
+    0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scenarios")
+)
+from job import Sleep  # noqa: E402
 
 
 class Net(nn.Module):

@@ -108,20 +108,7 @@ def hang_input(trace: Trace) -> HangInput:
     events = trace.events
     recorded = (
         events.filter((pl.col("peer") < 0) & (pl.col("seq") >= 0))
-        .select(
-            pl.col("rank").cast(pl.Int64),
-            "group",
-            "seq",
-            "op",
-            "bytes",
-            "dtype",
-            "step",
-            "enter_ns",
-            "exit_ns",
-            "status",
-            "error",
-            pl.lit(False).alias("stalled"),
-        )
+        .select(*CALL_COLUMNS[:-1], pl.lit(False).alias("stalled"))
         .cast(_SCHEMA)  # type: ignore[arg-type]
         if events.height
         else _frame([])
