@@ -591,6 +591,12 @@ def arrivals_estimated(meta: dict[int, dict[str, Any]]) -> str | None:
         imported = m.get("import") or {}
         if imported.get("enter_from"):
             return f"the log records no call times (enters are {imported['enter_from']})"
-        if imported.get("steps_from") == "windows":
-            return "the log records no iterations (steps are windows of time)"
+    if windowed(meta):
+        return "the log records no iterations (steps are windows of time)"
     return None
+
+
+def windowed(meta: dict[int, dict[str, Any]]) -> bool:
+    """Whether the trace's steps are fixed windows of time an importer cut (a log that
+    records no iterations), not iterations."""
+    return any((m.get("import") or {}).get("steps_from") == "windows" for m in meta.values())

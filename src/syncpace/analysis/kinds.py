@@ -22,7 +22,7 @@ import numpy as np
 import polars as pl
 
 from syncpace.analysis import iterations
-from syncpace.analysis.collectives import Matched, call_steps
+from syncpace.analysis.collectives import Matched, call_steps, windowed
 
 #: Per operation: (calls, bytes).
 Signature = dict[str, tuple[int, int]]
@@ -102,9 +102,10 @@ def split(
 ) -> Kinds | None:
     """The run's kinds of iteration from its steps' ``signatures``; None when every
     step is of one kind, there are too few steps to tell a kind from an accident
-    (fewer than four), or the steps are not iterations (:func:`windowed`). A kind of
-    one step stays with the training iterations: a one-off (the first iteration's
-    buffer broadcasts) is the stall detector's."""
+    (fewer than four), or the steps are windows of time, not iterations
+    (:func:`~syncpace.analysis.collectives.windowed`: a window's calls depend on where
+    its edges fall). A kind of one step stays with the training iterations: a one-off
+    (the first iteration's buffer broadcasts) is the stall detector's."""
     if windowed(meta):
         return None
     signatures = dict(signatures)
@@ -119,13 +120,6 @@ def split(
         return None
     training = sorted(s for g in groups if g is groups[0] or len(g) == 1 for s in g)
     return Kinds(tuple(training), tuple(tuple(g) for g in others))
-
-
-def windowed(meta: dict[int, dict[str, Any]]) -> bool:
-    """Whether the trace's steps are fixed windows of time an importer cut (a log that
-    records no iterations): a window's calls depend on where its edges fall in the
-    iterations, so their mix tells no kind of iteration from another."""
-    return any((m.get("import") or {}).get("steps_from") == "windows" for m in meta.values())
 
 
 def keep_instances(matched: Matched, kinds: Kinds) -> Matched:
