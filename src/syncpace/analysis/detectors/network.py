@@ -476,7 +476,8 @@ SIZE_SPAN = 8.0
 @dataclass(frozen=True)
 class SmallModel:
     """What the run's small calls would cost bucketed, from the run's own calls: the
-    latency a bucket pays once (``alpha_ns``, the median time of its smallest calls)
+    latency a bucket pays once (``alpha_ns``, the median time of its smallest calls,
+    each alone on the links)
     and per instance its bytes' time (``bytes_ns``) at the rate its largest calls
     moved bytes at, else at the links' nominal capacity. ``which``: the calls whose
     bytes take less than that latency (the latency-bound ones), the ones bucketed."""
@@ -497,17 +498,21 @@ def small_model(ctx: Context) -> SmallModel | None:
     th = ctx.thresholds
     timed = pl.col("complete") & pl.col("service_ns").is_not_null() & (pl.col("service_ns") > 0)
     frame = inst.select(pl.col("bytes").cast(pl.Float64), ok=timed)
-    sized = inst.filter(timed)
+    # each call's time alone on the links: calls in flight together share them, and
+    # eight buckets at once each take eight times their own
+    sized = inst.filter(timed).with_columns(
+        alone=pl.col("service_ns") / pl.col("concurrent").fill_null(1).clip(lower_bound=1)
+    )
     if sized.height == 0:
         return None
     least = max(float(sized["bytes"].min()), 1.0)  # type: ignore[arg-type]
     smallest = sized.filter(pl.col("bytes") <= 2 * least)
-    alpha = float(smallest["service_ns"].median() or 0.0)  # type: ignore[arg-type]
+    alpha = float(smallest["alone"].median() or 0.0)  # type: ignore[arg-type]
     most = float(sized["bytes"].max())  # type: ignore[arg-type]
     nbytes = frame["bytes"].to_numpy()
     if most >= SIZE_SPAN * least:
         largest = sized.filter(pl.col("bytes") >= most / 2)
-        per_ns = (largest["bytes"] / largest["service_ns"]).median()
+        per_ns = (largest["bytes"] / largest["alone"]).median()
         gbps = float(per_ns)  # type: ignore[arg-type]
         bytes_ns = nbytes / gbps
         rate = f"the rate its largest calls moved bytes at ({gbps:.3g} GB/s)"
