@@ -479,21 +479,20 @@ class SmallModel:
     latency a bucket pays once (``alpha_ns``, the median time of its smallest calls,
     each alone on the links)
     and per instance its bytes' time (``bytes_ns``) at the rate its largest calls
-    moved bytes at, else at the links' nominal capacity. ``which``: the calls whose
+    moved bytes at (each alone, its latency in: a floor of the rate). ``which``: the calls whose
     bytes take less than that latency (the latency-bound ones), the ones bucketed."""
 
     alpha_ns: float
     bytes_ns: np.ndarray
     which: np.ndarray
     rate: str
-    knee_bytes: int | None
+    knee_bytes: int
 
 
 def small_model(ctx: Context) -> SmallModel | None:
     """The bucketing model measured on the run, or ``None`` where the run cannot tell
     its calls' latency from their bytes' time: one size of calls (within
-    :data:`SIZE_SPAN`) and no nominal capacity known, or one under which their bytes
-    take more than a :data:`SIZE_SPAN`-th of their time."""
+    :data:`SIZE_SPAN`)."""
     inst = ctx.metrics.instances
     th = ctx.thresholds
     timed = pl.col("complete") & pl.col("service_ns").is_not_null() & (pl.col("service_ns") > 0)
@@ -510,34 +509,18 @@ def small_model(ctx: Context) -> SmallModel | None:
     alpha = float(smallest["alone"].median() or 0.0)  # type: ignore[arg-type]
     most = float(sized["bytes"].max())  # type: ignore[arg-type]
     nbytes = frame["bytes"].to_numpy()
-    if most >= SIZE_SPAN * least:
-        largest = sized.filter(pl.col("bytes") >= most / 2)
-        per_ns = (largest["bytes"] / largest["alone"]).median()
-        gbps = float(per_ns)  # type: ignore[arg-type]
-        bytes_ns = nbytes / gbps
-        rate = f"the rate its largest calls moved bytes at ({gbps:.3g} GB/s)"
-        knee: int | None = int(alpha * gbps)
-    else:
-        found = nominal.nominal(ctx)
-        if found is None or ctx.program is None:
-            return None
-        bytes_ns = np.nan_to_num(nominal.volume_ns(ctx, ctx.program, found), nan=0.0)
-        # one size of calls: their time is their latency only where their bytes at the
-        # capacity take a small part of it (on a slow or busy link a bucket's time is
-        # its bytes', whatever their count)
-        if float(np.median(bytes_ns[smallest_rows(inst, timed, least)])) * SIZE_SPAN > alpha:
-            return None
-        rate = found.words
-        knee = None
+    if most < SIZE_SPAN * least:
+        # one size of calls: a call's time may be its latency, or its bytes' on a slow
+        # link, or a starved host's threads' (a CPU-capped host makes 16 KiB calls take
+        # 8 ms); the links' capacity bounds the bytes, not what else slows a call
+        return None
+    largest = sized.filter(pl.col("bytes") >= most / 2)
+    gbps = float((largest["bytes"] / largest["alone"]).median())  # type: ignore[arg-type]
+    bytes_ns = nbytes / gbps
+    rate = f"the rate its largest calls moved bytes at ({gbps:.3g} GB/s)"
     latency_bound = (bytes_ns < alpha) & (nbytes < th.latency_knee_bytes)
     which = latency_bound & frame["ok"].to_numpy()
-    return SmallModel(alpha, bytes_ns, which, rate, knee)
-
-
-def smallest_rows(inst: pl.DataFrame, timed: pl.Expr, least: float) -> np.ndarray:
-    """Row numbers of the timed instances within twice the smallest size."""
-    marked = inst.select(timed & (pl.col("bytes") <= 2 * least)).to_series().to_numpy()
-    return np.flatnonzero(marked)
+    return SmallModel(alpha, bytes_ns, which, rate, int(alpha * gbps))
 
 
 def latency_bound(ctx: Context) -> list[Finding]:
@@ -545,7 +528,7 @@ def latency_bound(ctx: Context) -> list[Finding]:
     threshold. Where the run measures what bucketing would cost
     (:func:`small_model`), the calls bucketed are those whose bytes take less than
     their latency, at one latency and their bytes' time; where it cannot (one size of
-    calls, no capacity known), every call below ``latency_knee_bytes`` at the median
+    calls), every call below ``latency_knee_bytes`` at the median
     latency with its bytes free, and only ``latency_min_per_step`` of them a step or
     more are named (their bytes' time is unknown: free bytes overstate the saving of
     bucketing a few buckets of one size)."""
@@ -573,7 +556,7 @@ def latency_bound(ctx: Context) -> list[Finding]:
     else:
         alpha = float(small["service_ns"].median() or 0.0)  # type: ignore[arg-type]
         bytes_ns = np.zeros(inst.height)
-        basis = "their bytes taken as free (one size of calls, no link rate known)"
+        basis = "their bytes taken as free (one size of calls)"
     replay = ctx.counterfactual(
         "coalesced",
         "small collectives bucketed",
