@@ -497,8 +497,8 @@ def small_model(ctx: Context) -> SmallModel | None:
     th = ctx.thresholds
     timed = pl.col("complete") & pl.col("service_ns").is_not_null() & (pl.col("service_ns") > 0)
     frame = inst.select(pl.col("bytes").cast(pl.Float64), ok=timed)
-    # each call's time alone on the links: calls in flight together share them, and
-    # eight buckets at once each take eight times their own
+    # each call's time alone on the links: calls in flight together share them (two
+    # buckets at once each take about twice their own)
     sized = inst.filter(timed).with_columns(
         alone=pl.col("service_ns") / pl.col("concurrent").fill_null(1).clip(lower_bound=1)
     )
