@@ -477,10 +477,10 @@ SIZE_SPAN = 8.0
 class SmallModel:
     """What the run's small calls would cost bucketed, from the run's own calls: the
     latency a bucket pays once (``alpha_ns``, the median time of its smallest calls,
-    each alone on the links)
-    and per instance its bytes' time (``bytes_ns``) at the rate its largest calls
-    moved bytes at (each alone, its latency in: a floor of the rate). ``which``: the calls whose
-    bytes take less than that latency (the latency-bound ones), the ones bucketed."""
+    each alone on the links) and per instance its bytes' time (``bytes_ns``) at the
+    rate its largest calls moved bytes at (each alone, its latency in: a floor of the
+    rate). ``which``: the calls whose bytes take less than that latency (the
+    latency-bound ones), the ones bucketed; ``knee_bytes``: where the two meet."""
 
     alpha_ns: float
     bytes_ns: np.ndarray
@@ -528,10 +528,10 @@ def latency_bound(ctx: Context) -> list[Finding]:
     threshold. Where the run measures what bucketing would cost
     (:func:`small_model`), the calls bucketed are those whose bytes take less than
     their latency, at one latency and their bytes' time; where it cannot (one size of
-    calls), every call below ``latency_knee_bytes`` at the median
-    latency with its bytes free, and only ``latency_min_per_step`` of them a step or
-    more are named (their bytes' time is unknown: free bytes overstate the saving of
-    bucketing a few buckets of one size)."""
+    calls), every call below ``latency_knee_bytes`` at the median latency with its
+    bytes free, and only ``latency_min_per_step`` of them a step or more are named
+    (their bytes' time is unknown: free bytes overstate the saving of bucketing a few
+    buckets of one size)."""
     m, th = ctx.metrics, ctx.thresholds
     inst = m.instances
     if inst.height == 0 or ctx.iteration_ns <= 0:
