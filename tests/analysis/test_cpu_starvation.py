@@ -241,3 +241,42 @@ def test_a_host_throttled_beyond_the_others_explains_its_late_rank(tmp_path):
     (found,) = [f for f in analysis.findings if f.mode == "cpu_starvation"]
     assert found.nodes == ("node1",) and found.ranks == (1,)
     assert "straggler" not in _modes(analysis)
+
+
+#: Three hosts, one rank each; rank 1 computes 30 % more in the first half of the run,
+#: rank 2 in the second: the late rank changes, as with a loaded machine's jitter
+TAKING_TURNS_ACROSS = Planted(
+    name="turns-across",
+    jitter=0.02,
+    slow_spans=((1, 1.3, 0, 15), (2, 1.3, 15, 30)),
+    nodes=3,
+    gpus_per_node=1,
+    steps=30,
+)
+
+
+def _three_hosts(tmp_path: Path, waits: tuple[float, float, float]):
+    run = generate(TAKING_TURNS_ACROSS, tmp_path / "run")
+    for n, wait in enumerate(waits):
+        _counters(run, tmp_path / f"host{n}", wait, host=f"node{n}")
+    return analyze(run)
+
+
+def test_late_ranks_taking_turns_on_hosts_waiting_alike_are_no_cpu_starvation(tmp_path):
+    """Every host's threads wait for a CPU 75 % of the time (a loaded machine) and the
+    late rank changes from rank 1 to rank 2: the waiting is every host's, so it cannot
+    say why those ranks were late and not rank 0. No CPU starvation is named."""
+    analysis = _three_hosts(tmp_path, (0.75, 0.75, 0.75))
+    print([(f.mode, f.ranks, f.cost) for f in analysis.findings])
+    assert "cpu_starvation" not in _modes(analysis)
+
+
+def test_late_ranks_taking_turns_on_hosts_waiting_beyond_the_on_time_one_are_starved(tmp_path):
+    """The same late ranks, their hosts waiting 75 % of the time where rank 0's waits
+    5 %: their CPU explains them, CPU starvation of node1 and node2, first."""
+    analysis = _three_hosts(tmp_path, (0.05, 0.75, 0.75))
+    assert _modes(analysis)[0] == "cpu_starvation", _modes(analysis)
+    (found,) = [f for f in analysis.findings if f.mode == "cpu_starvation"]
+    assert found.nodes == ("node1", "node2") and found.ranks == (1, 2)
+    assert found.evidence["late_ranks_first_half"] == [1]
+    assert found.evidence["late_ranks_second_half"] == [2]

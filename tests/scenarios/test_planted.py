@@ -1,6 +1,7 @@
 """The planted-cause suite, CI short form: one real 4-rank gloo job on localhost, traced
 with no code change, runs clean and planted phases (a straggler, a one-off stall,
-unbucketed small all-reduces, buckets issued after backward, heavy-tailed jitter)
+unbucketed small all-reduces, many and a few, buckets issued after backward,
+heavy-tailed jitter)
 between clean ones. Each phase's trace is diagnosed on its own.
 
 A shared 2-core machine has jitter of its own: under load its clean phases lose ~10 %
@@ -45,6 +46,8 @@ PHASES = [
     ("healthy-after", 16, {}, CLEAN, None),  # the rerun without the straggler
     ("stall", 16, {"stall_step": 8, "stall_rank": 1, "stall_ms": 1500}, "stall", (1,)),
     ("latency-bound", 12, {"small": 60}, "latency_bound", None),
+    # fewer than latency_min_per_step: named by what bucketing them saves in the replay
+    ("latency-few", 12, {"small": 16}, "latency_bound", None),
     ("poor-overlap", 16, {"overlap": "poor", "bwd_ms": 90}, "poor_overlap", None),
     ("jitter", 24, {"jitter": "pareto:1.6:0.2"}, "sync_amplification", None),
     ("healthy-end", 16, {}, CLEAN, None),  # the machine's noise at the end of the run

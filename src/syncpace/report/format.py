@@ -58,6 +58,8 @@ LABELS = {
     "small_per_iteration": "small collectives per iteration and rank",
     "small_bytes_p50": "median small message",
     "small_service_us_p50": "median small-collective time",
+    "latency_us": "latency a bucket pays once (the smallest calls' median time)",
+    "bytes_at": "bytes timed at",
     "share_of_iteration": "share of the iteration",
     "knee_bytes_threshold": "latency knee (threshold)",
     "estimated_knee_bytes": "latency knee (estimated α·B)",

@@ -260,19 +260,26 @@ def starvation(ctx: Context) -> Finding | None:
 def _explained(ctx: Context, hosts: dict[str, Any]) -> list[int]:
     """The late ranks a starved host's CPU explains: its ranks late in one half only
     (the late rank changes as the CPU goes to one or another), and its stragglers when
-    every rank of the host is one and the host is starved beyond the hosts of the ranks
-    on time (:func:`cpu.stands_out`). A straggler whose peers on the same starved host,
-    or on hosts starved alike, are on time is slow by something of its own: a
+    every rank of the host is one. On a job of several hosts either only where the
+    host waits for a CPU beyond the hosts of the ranks on time (:func:`cpu.stands_out`;
+    beyond the job's other hosts when every host has a late rank): where every host's
+    ranks wait alike, the waiting cannot say why these ranks are late and not those
+    (a loaded machine's jitter, a rank sleeping in its own code, which waits for no
+    CPU). A one-host job has no other host: its own counters say. A straggler whose
+    peers on the same starved host are on time is slow by something of its own: a
     straggler, the host's CPU noted."""
     stable, changing = set(late_ranks(ctx)), set(changing_late(ctx))
     place = ctx.metrics.placement
     on_time = place.filter(~pl.col("rank").is_in(sorted(stable | changing)))
     others = on_time["node"].unique().to_list()
+    every = place["node"].unique().to_list()
     out: set[int] = set()
     for node in hosts:
         ranks = set(cpu.ranks_on(ctx, [node]))
-        out |= ranks & changing
-        if ranks <= stable and cpu.stands_out(ctx, node, others):
+        beyond = cpu.stands_out(ctx, node, others or every)
+        if len(every) == 1 or beyond:
+            out |= ranks & changing
+        if ranks <= stable and beyond:
             out |= ranks
     return sorted(out)
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import polars as pl
 
+from syncpace.analysis import costs
 from syncpace.analysis.detectors import advice, foreign, nominal
 from syncpace.analysis.detectors.arrival import fast_half, fast_noise
 from syncpace.analysis.detectors.context import Context, confidence_of, ms
@@ -465,44 +467,133 @@ def _groups_with(ctx: Context, ranks: list[int]) -> list[str]:
     return ctx.metrics.instances["group"].gather(posted).unique().to_list()
 
 
+#: The run's largest calls measure its rate only where they are this many times the
+#: size of its smallest (whose time is taken as the latency): closer, the two times
+#: are mostly the same latency and their ratio says nothing of the bytes.
+SIZE_SPAN = 8.0
+
+
+@dataclass(frozen=True)
+class SmallModel:
+    """What the run's small calls would cost bucketed, from the run's own calls: the
+    latency a bucket pays once (``alpha_ns``, the median time of its smallest calls,
+    each alone on the links) and per instance its bytes' time (``bytes_ns``) at the
+    rate its largest calls moved bytes at (each alone, its latency in: a floor of the
+    rate). ``which``: the calls whose bytes take less than that latency (the
+    latency-bound ones), the ones bucketed; ``knee_bytes``: where the two meet."""
+
+    alpha_ns: float
+    bytes_ns: np.ndarray
+    which: np.ndarray
+    rate: str
+    knee_bytes: int
+
+
+def small_model(ctx: Context) -> SmallModel | None:
+    """The bucketing model measured on the run, or ``None`` where the run cannot tell
+    its calls' latency from their bytes' time: one size of calls (within
+    :data:`SIZE_SPAN`)."""
+    inst = ctx.metrics.instances
+    th = ctx.thresholds
+    timed = pl.col("complete") & pl.col("service_ns").is_not_null() & (pl.col("service_ns") > 0)
+    frame = inst.select(pl.col("bytes").cast(pl.Float64), ok=timed)
+    # each call's time alone on the links: calls in flight together share them (two
+    # buckets at once each take about twice their own)
+    sized = inst.filter(timed).with_columns(
+        alone=pl.col("service_ns") / pl.col("concurrent").fill_null(1).clip(lower_bound=1)
+    )
+    if sized.height == 0:
+        return None
+    least = max(float(sized["bytes"].min()), 1.0)  # type: ignore[arg-type]
+    smallest = sized.filter(pl.col("bytes") <= 2 * least)
+    alpha = float(smallest["alone"].median() or 0.0)  # type: ignore[arg-type]
+    most = float(sized["bytes"].max())  # type: ignore[arg-type]
+    nbytes = frame["bytes"].to_numpy()
+    if most < SIZE_SPAN * least:
+        # one size of calls: a call's time may be its latency, or its bytes' on a slow
+        # link, or a starved host's threads' (a CPU-capped host makes 16 KiB calls take
+        # 8 ms); the links' capacity bounds the bytes, not what else slows a call
+        return None
+    largest = sized.filter(pl.col("bytes") >= most / 2)
+    gbps = float((largest["bytes"] / largest["alone"]).median())  # type: ignore[arg-type]
+    bytes_ns = nbytes / gbps
+    rate = f"the rate its largest calls moved bytes at ({gbps:.3g} GB/s)"
+    latency_bound = (bytes_ns < alpha) & (nbytes < th.latency_knee_bytes)
+    which = latency_bound & frame["ok"].to_numpy()
+    return SmallModel(alpha, bytes_ns, which, rate, int(alpha * gbps))
+
+
 def latency_bound(ctx: Context) -> list[Finding]:
+    """Many small calls, or few whose bucketing the replay finds worth the reporting
+    threshold. Where the run measures what bucketing would cost
+    (:func:`small_model`), the calls bucketed are those whose bytes take less than
+    their latency, at one latency and their bytes' time; where it cannot (one size of
+    calls), every call below ``latency_knee_bytes`` at the median latency with its
+    bytes free, and only ``latency_min_per_step`` of them a step or more are named
+    (their bytes' time is unknown: free bytes overstate the saving of bucketing a few
+    buckets of one size)."""
     m, th = ctx.metrics, ctx.thresholds
     inst = m.instances
     if inst.height == 0 or ctx.iteration_ns <= 0:
         return []
-    small = inst.filter(pl.col("bytes") < th.latency_knee_bytes)
+    model = small_model(ctx)
+    if model is not None:
+        chosen = model.which
+    else:
+        chosen = (inst["bytes"] < th.latency_knee_bytes).to_numpy()
+    small = inst.filter(pl.Series(chosen))
+    if small.height == 0:
+        return []
     steps = max(m.steps.height, 1)
     # calls per rank and iteration: each instance counts once for each member rank
     per_rank_step = float(small["n"].sum()) / (steps * max(len(m.ranks), 1))
     share = float(small["service_ns"].sum()) / steps / ctx.iteration_ns
-    if per_rank_step < th.latency_min_per_step or share < th.latency_min_share:
+    many = per_rank_step >= th.latency_min_per_step
+    if share < th.latency_min_share or (model is None and not many):
         return []
-    alpha = float(small["service_ns"].median() or 0.0)  # type: ignore[arg-type]
-    big = inst.filter(pl.col("bytes") >= th.latency_knee_bytes)["algbw_gbps"].drop_nulls()
-    bandwidth = float(big.quantile(0.95, "linear") or 0.0) if big.len() else th.link_gbps  # type: ignore[arg-type]
+    if model is not None:
+        alpha, bytes_ns, basis = model.alpha_ns, model.bytes_ns, model.rate
+    else:
+        alpha = float(small["service_ns"].median() or 0.0)  # type: ignore[arg-type]
+        bytes_ns = np.zeros(inst.height)
+        basis = "their bytes taken as free (one size of calls)"
     replay = ctx.counterfactual(
         "coalesced",
         "small collectives bucketed",
-        lambda p: cf.small_coalesced(p, th.latency_knee_bytes, alpha, bandwidth),
+        lambda p: cf.small_coalesced(p, chosen, alpha, bytes_ns),
         cause="latency_bound",
+        # a bucket pays one latency for its calls, which a floor of a latency per call
+        # (the links' capacity, call by call) would forbid; its time is the run's own
+        bytes_kept=False,
     )
+    worth = replay is not None and costs.reported(replay.saving, replay.error, th)
+    if not many and not worth:
+        return []  # a few calls whose bucketing saves less than the threshold
     cost = replay.saving if replay is not None else share
+    confidence = confidence_of(per_rank_step, th.latency_min_per_step)
+    if worth:
+        confidence = max(confidence, confidence_of(cost, th.warning_cost))
     return [
         ctx.finding(
             "latency_bound",
             share,
-            confidence_of(per_rank_step, th.latency_min_per_step),
-            f"{per_rank_step:.0f} collectives per iteration below {th.latency_knee_bytes} "
-            f"bytes, each ~{alpha / 1e3:.0f} us of latency; bucketed, each iteration would "
-            f"be {cost:.1%} shorter",
+            confidence,
+            f"{per_rank_step:.0f} collectives per iteration below their latency knee, each "
+            f"~{alpha / 1e3:.0f} us of latency; bucketed, each iteration would be "
+            f"{cost:.1%} shorter",
             replay=replay,
             evidence={
                 "small_per_iteration": round(per_rank_step, 2),
                 "small_bytes_p50": int(small["bytes"].median() or 0),  # type: ignore[arg-type]
-                "small_service_us_p50": round(alpha / 1e3, 2),
+                "small_service_us_p50": round(
+                    float(small["service_ns"].median() or 0.0) / 1e3,  # type: ignore[arg-type]
+                    2,
+                ),
+                "latency_us": round(alpha / 1e3, 2),
+                "bytes_at": basis,
                 "share_of_iteration": round(share, 4),
                 "knee_bytes_threshold": th.latency_knee_bytes,
-                "estimated_knee_bytes": int(alpha * bandwidth) if bandwidth else None,
+                "estimated_knee_bytes": model.knee_bytes if model is not None else None,
             },
             actions=advice.latency_bound(m.parallelism),
         )

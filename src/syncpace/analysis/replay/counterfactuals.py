@@ -275,21 +275,21 @@ def own_latency(prog: Program, which: np.ndarray) -> float | None:
     return None if best is None else best[1]
 
 
-def small_coalesced(prog: Program, knee_bytes: int, alpha_ns: float, rate_gbps: float) -> Change:
-    """Sub-knee collectives bucketed: the small calls of a group in a step pay one
-    latency between them, plus their bytes at ``rate_gbps`` (0: bytes are free); and
-    issuing them costs once, not once per call: a gap shorter than one small call's
+def small_coalesced(
+    prog: Program, which: np.ndarray, alpha_ns: float, bytes_ns: np.ndarray
+) -> Change:
+    """The ``which`` collectives bucketed: those of a group in a step pay one latency
+    (``alpha_ns``) between them, each its bytes' time (``bytes_ns``, per instance) on
+    top; and issuing them costs once, not once per call: a gap shorter than one
     latency right after a small blocking call returned (issue overhead, no compute in
-    between) is gone."""
-    inst = prog.instances.with_row_index("_id")
-    small = inst.filter(pl.col("bytes") < knee_bytes)
-    if small.height == 0:
+    between) is gone. A call is never made longer than measured."""
+    inst = prog.instances.with_row_index("_id").filter(pl.Series(which))
+    if inst.height == 0:
         return Change()
-    count = small.group_by("group", "step").agg(pl.len().alias("m"))
-    small = small.join(count, on=["group", "step"])
+    count = inst.group_by("group", "step").agg(pl.len().alias("m"))
+    small = inst.join(count, on=["group", "step"])
     ids = small["_id"].to_numpy()
-    per_byte = 1.0 / rate_gbps if rate_gbps > 0 else 0.0
-    model = alpha_ns / small["m"].to_numpy() + small["bytes"].to_numpy() * per_byte
+    model = alpha_ns / small["m"].to_numpy() + np.nan_to_num(bytes_ns[ids], nan=0.0)
     service = prog.service.copy()
     service[ids] = np.minimum(service[ids], model)
     # issue overhead: a short gap right after a small blocking call returned
