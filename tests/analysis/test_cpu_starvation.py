@@ -280,3 +280,23 @@ def test_late_ranks_taking_turns_on_hosts_waiting_beyond_the_on_time_one_are_sta
     assert found.nodes == ("node1", "node2") and found.ranks == (1, 2)
     assert found.evidence["late_ranks_first_half"] == [1]
     assert found.evidence["late_ranks_second_half"] == [2]
+
+
+def test_ranks_late_in_each_half_alone_are_not_said_to_change(tmp_path, monkeypatch):
+    """A rank judged late in each half alone but not over the whole run (a margin met
+    by halves only) is no straggler, and the finding does not read "the late rank
+    changes: rank 1 in the first half, rank 1 in the second"."""
+    from syncpace.analysis.detectors import arrival
+
+    scenario = Planted(name="flip", jitter=0.01, slow_spans=((1, 1.3, 0, 17), (2, 1.3, 17, 30)))
+    whole = arrival.late_in
+    monkeypatch.setattr(arrival, "late_by_half", lambda ctx: ([1], [1]))
+    monkeypatch.setattr(arrival, "late_in", lambda ctx, half=None: whole(ctx, half) if half else [])
+    analysis = analyze(_run(tmp_path, scenario))
+    (found,) = [f for f in analysis.findings if f.mode == "straggler"]
+    print(found.summary)
+    assert found.ranks == ()
+    assert "late rank changes" not in found.summary
+    assert found.summary.startswith(
+        "rank 1 late in each half of the run judged alone, not over all of it — no persistent"
+    )

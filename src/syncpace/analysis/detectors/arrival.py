@@ -369,12 +369,19 @@ def _changing_finding(ctx: Context, ranks: list[int]) -> Finding:
     def named(late: list[int]) -> str:
         return f"rank{'s' if len(late) > 1 else ''} {', '.join(map(str, late))}" if late else "none"
 
+    # late in each half judged alone, yet not over the whole run: the same ranks
+    if first == second and first:
+        pattern = f"{named(first)} late in each half of the run judged alone, not over all of it"
+    else:
+        pattern = (
+            f"the late rank changes: {named(first)} in the first half of the run, "
+            f"{named(second)} in the second"
+        )
     return ctx.finding(
         "straggler",
         _wait_cost(ctx, ranks),
         0.5,
-        f"the late rank changes: {named(first)} in the first half of the run, "
-        f"{named(second)} in the second — no persistent straggler; without their extra time "
+        f"{pattern} — no persistent straggler; without their extra time "
         f"each iteration would be {cost:.1%} shorter",
         replay=replay,
         evidence={
