@@ -18,7 +18,11 @@
   pooled, is the jitter, kept as measured quantiles (``quantiles``); each slow rank's
   compute minus that time is its extra time, kept as its own quantiles
   (``slow_extra_ms``), added before its compute: its backward and optimizer keep the
-  others' pace, as a trace shows for a rank held back before its step. The
+  others' pace, as a trace shows for a rank held back before its step. Each slow
+  rank's measured steps are also kept whole (``slow_steps``: its extra time, its
+  optimizer and the communication after its arrival in the same step), and the
+  simulator draws them as they came, so that a host busy for a whole step slows all
+  three together as it did in the trace. The
   communication is read on the critical path (:mod:`syncpace.sim.tracefit`): the
   median time from the last arrival to the last rank's exit (``comm_ms``, matched
   through the model by α), the spread of that time (``service_quantiles``) and the last
@@ -50,6 +54,7 @@ from syncpace.sim.tracefit import (
     quantiles,
     since_exit,
     steady_from,
+    whole_steps,
 )
 from syncpace.trace.busbw import bus_factor
 from syncpace.trace.reader import load_trace
@@ -71,6 +76,9 @@ class Calibration:
     # from a trace: the measured distributions the simulator resamples
     quantiles: tuple[float, ...] = ()  # compute over the rank's median, non-slow ranks
     slow_extra_ms: tuple[float, ...] = ()  # each slow rank's extra time's quantiles, in order
+    # each slow rank's measured steps, drawn whole: extra ms, optimizer beyond opt_ms,
+    # the communication's probability in service_quantiles (-1: it was not last)
+    slow_steps: tuple[float, ...] = ()
     comm_ms: float | None = None  # median communication after the last arrival
     service_quantiles: tuple[float, ...] = ()  # that communication over its median
     opt_ms: float | None = None  # the last rank's optimizer step, median
@@ -130,7 +138,11 @@ class Calibration:
         if not self.slow_ranks or not all(r < world for r in self.slow_ranks):
             return changes
         if self.slow_extra_ms:
-            changes.update(extra_ranks=self.slow_ranks, extra_ms=self.slow_extra_ms)
+            changes.update(
+                extra_ranks=self.slow_ranks,
+                extra_ms=self.slow_extra_ms,
+                extra_steps=self.slow_steps,
+            )
             return changes
         changes["slow_ranks"] = self.slow_ranks
         if self.slow_factor is not None:
@@ -197,6 +209,14 @@ def from_trace(path: str | Path) -> Calibration:
     cal.update(_critical(trace.steps, trace.events, warmup, end, notes))
     if cal.get("slow_ranks") and "opt_ms" in cal:
         cal["slow_extra_ms"] = _extra(table, trace, cal)
+        cal["slow_steps"] = whole_steps(
+            table,
+            trace.steps,
+            trace.events,
+            cal["slow_ranks"],
+            (cal["compute_ms"], cal["opt_ms"]),
+            end,
+        )
     if "opt_ms" in cal:
         cal["post_ms"] = _post(trace, warmup, cal)
     metrics = compute_metrics(trace, warmup_steps=1)

@@ -34,7 +34,7 @@ from syncpace.sim.flownet import FlowNetwork
 from syncpace.sim.host import delay_shift, device_begin, host_times, issue_start
 from syncpace.sim.interference import InterferenceSpec, stretch
 from syncpace.sim.network import NetworkSpec
-from syncpace.sim.noise import NoiseSpec, draw, resample
+from syncpace.sim.noise import NoiseDraw, NoiseSpec, draw, quantile_at, resample
 from syncpace.sim.packet.net import PacketNetwork
 from syncpace.sim.topology import Topology, TopologySpec
 from syncpace.sim.workload import WorkloadSpec
@@ -215,6 +215,19 @@ def _service_spread(net: NetworkSpec, iterations: int, seed: int) -> np.ndarray:
     return resample(rng, np.asarray(net.service_quantiles), (iterations,))
 
 
+def _iteration_spread(
+    noise: NoiseDraw, net: NetworkSpec, drawn: float, i: int, ready: np.ndarray
+) -> float:
+    """Iteration ``i``'s multiplier of its collectives' times: where its last-arriving
+    rank drew a measured step whole, the network's spread read where that step's
+    communication stood in it (measured after that rank's arrival, in the same step),
+    else the network's own draw."""
+    if noise.service_p is None or not net.service_quantiles:
+        return drawn
+    p = noise.service_p[i, int(np.argmax(ready))]
+    return drawn if np.isnan(p) else float(quantile_at(np.asarray(net.service_quantiles), p))
+
+
 def _simulate(cfg: SimConfig, progress: Any) -> SimResult:
     topo_spec, wl, run = cfg.topology, cfg.workload, cfg.run
     topo = Topology(topo_spec, seed=run.seed)
@@ -232,8 +245,6 @@ def _simulate(cfg: SimConfig, progress: Any) -> SimResult:
         tier = PacketNetwork if cfg.network.tier == "packet" else FlowNetwork
         flow = tier(topo, cfg.network, run.seed)
     service = _service_spread(cfg.network, iters, run.seed)
-    if flow is None:
-        comm *= service[:, None]
     pacer = Pacer(cfg.pacing, world) if cfg.pacing.paced else None
     rng = np.random.default_rng(np.random.SeedSequence([run.seed, 303]))
     frac = wl.ready_fraction()
@@ -275,11 +286,14 @@ def _simulate(cfg: SimConfig, progress: Any) -> SimResult:
         # how far the host was ahead: 0 when the device waited for it to issue the step
         run_ahead[i] = begin - host_end
         free = 0.0
+        spread = _iteration_spread(noise, cfg.network, float(service[i]), i, ready)
+        if flow is None:
+            comm[i] *= spread
         for k in range(sizes.size):
             issue = ready - last_bwd * (1.0 - frac[k])
             s = max(float(issue.max()), free)
             if flow is not None:
-                comm[i, k] = flow.run(plans[k], s, salt=i * sizes.size + k) * service[i]
+                comm[i, k] = flow.run(plans[k], s, salt=i * sizes.size + k) * spread
             free = s + comm[i, k]
             done = free + rng.uniform(0.0, jitter, world)
             if record:

@@ -121,6 +121,65 @@ def since_exit(table: pl.DataFrame, events: pl.DataFrame, steps: pl.DataFrame) -
     )
 
 
+#: Most measured steps kept per slow rank to be drawn whole (evenly spaced over the run).
+STEP_ROWS = 1000
+
+
+def whole_steps(
+    table: pl.DataFrame,
+    trace_steps: pl.DataFrame,
+    events: pl.DataFrame,
+    ranks: tuple[int, ...],
+    times: tuple[float, float],
+    end: str,
+) -> tuple[float, ...]:
+    """Each of ``ranks``' measured steps of a compute ``table`` as one row, flattened,
+    an equal number per rank (at most :data:`STEP_ROWS`, evenly spaced): its extra time
+    (its compute from its own previous end beyond the others' compute, ``times[0]``,
+    never below 0), its optimizer (step end minus its last exit) beyond the modelled
+    one (``times[1]``), and where the communication after its arrival stands among the
+    critical path's (:func:`critical_path`, compute ending at ``end``): the probability
+    at which the spread's quantiles read it, -1 where another rank arrived last. Empty
+    where a rank has fewer than 2 such steps.
+
+    Kept together because they happen together: a rank whose host is busy for a whole
+    step computes, communicates and steps its optimizer late in that same step, and an
+    iteration pays their sum. Drawn apart (or from the exit of the step before to the
+    arrival, which pairs one step's optimizer with the next step's compute), their
+    covariance is lost and the simulated iterations vary less than the measured. The
+    communication is kept as a probability, not a time, so that the network's spread
+    stays the one setting of its size."""
+    compute_ms, opt_ms = times
+    warmup = int(table["step"].min()) if table.height else 0  # type: ignore[arg-type]
+    path = critical_path(trace_steps, events, warmup, end)
+    last = max(path.height - 1, 1)
+    comm = path.select("rank", "step", p=(pl.col("comm_ms").rank("average") - 1) / last)
+    own = trace_steps.sort("rank", "step").with_columns(prev=pl.col("end_ns").shift(1).over("rank"))
+    since = pl.col("compute") + (pl.col("start_ns") - pl.col("prev")) / 1e6
+    rows = (
+        table.select("rank", "step", "start_ns", "compute")
+        .join(own.select("rank", "step", "prev"), on=["rank", "step"])
+        .join(exit_to_end(trace_steps, events, warmup), on=["rank", "step"])
+        .join(comm, on=["rank", "step"], how="left")
+        .with_columns(
+            extra=(since - compute_ms).clip(lower_bound=0.0),
+            opt=pl.col("post_ms") - opt_ms,
+            p=pl.col("p").fill_null(-1.0) if path.height >= 2 else pl.lit(-1.0),
+        )
+        .drop_nulls("extra")
+        .sort("rank", "step")
+    )
+    per = [rows.filter(pl.col("rank") == r).select("extra", "opt", "p") for r in ranks]
+    count = min([p.height for p in per] + [STEP_ROWS])
+    if count < 2:
+        return ()
+    out: list[float] = []
+    for p in per:
+        keep = np.linspace(0, p.height - 1, count).round().astype(int)
+        out.extend(float(v) for v in p.to_numpy()[keep].ravel())
+    return tuple(out)
+
+
 def exit_to_end(steps: pl.DataFrame, events: pl.DataFrame, warmup: int) -> pl.DataFrame:
     """Per rank and step from ``warmup`` (``post_ms``): from the rank's last exit (its end
     where that came first) to its step's end."""
@@ -154,6 +213,7 @@ def _quiet(config: SimConfig, nodes: int) -> SimConfig:
         throttle_rate=0.0,
         post_ms=(),
         extra_ms=medians,
+        extra_steps=(),
     )
     return config.replace(
         topology=dataclasses.replace(config.topology, nodes=nodes),
