@@ -80,6 +80,12 @@ class NetworkSpec:
     packet_samples: int = setting(
         4, "packet: runs per collective at random offsets when background_flows compete."
     )
+    packet_settle_s: float = setting(
+        1.0, "packet: simulated seconds background_flows run before the job's first offset."
+    )
+    packet_span_s: float = setting(
+        2.0, "packet: the offsets spread over this many simulated seconds after the settling."
+    )
     service_quantiles: tuple[float, ...] = setting(
         (),
         "Per iteration, every collective's time times a draw from these quantiles (evenly "
@@ -101,6 +107,8 @@ class NetworkSpec:
             packet_queue_ms="(0, 10000]",
             packet_mtu="[576, 9000]",
             packet_samples="[1, 1000]",
+            packet_settle_s="[0, 3600]",
+            packet_span_s="[0, 3600]",
         )
         check_choice(self, "tier", TIERS)
         check_choice(self, "packet_tcp", TCP_VARIANTS)
