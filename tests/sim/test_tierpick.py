@@ -13,9 +13,12 @@ from syncpace.sim import engine
 from syncpace.sim.engine import SimConfig
 from syncpace.sim.scenario import from_dict
 from syncpace.sim.tierpick import (
+    FLOW_ENTITIES_PER_S,
     PACKET_SEGMENTS_PER_CPU_S,
     choose,
+    estimate_flow_s,
     estimate_packet_cpu_s,
+    other_jobs_flows,
     resolve,
 )
 
@@ -92,10 +95,31 @@ def test_a_greedy_flow_among_few_slow_hosts_is_packet_within_the_budget() -> Non
 
 
 def test_a_flow_tier_over_the_budget_falls_back_to_analytical() -> None:
-    cfg = job(64, topology={"oversub": 4.0}, run={"steps": 100_000, "warmup": 10})
-    choice = choose(cfg)
+    loaded, long = {"background_load": 0.2}, {"steps": 100_000, "warmup": 10}
+    cost = estimate_flow_s(job(64, topology={"oversub": 4.0}, network=loaded, run=long))
+    assert cost > 2
+    over = job(
+        64, topology={"oversub": 4.0}, network={**loaded, "auto_budget_s": cost / 2}, run=long
+    )
+    choice = choose(over)
     assert choice.tier == "analytical"
-    assert "the flow tier would need about" in choice.reason
+    assert f"the flow tier would need about {cost:.0f} s, over {cost / 2:g} s" in choice.reason
+    under = job(
+        64, topology={"oversub": 4.0}, network={**loaded, "auto_budget_s": cost * 2}, run=long
+    )
+    assert choose(under).tier == "flow"
+
+
+def test_the_flow_estimate_counts_coflows_and_other_jobs_flows() -> None:
+    ring = job(16, topology={"oversub": 4.0})
+    assert other_jobs_flows(ring) == 0
+    # a ring all-reduce is one coflow per collective: 20 of them
+    assert estimate_flow_s(ring) == pytest.approx(20 / FLOW_ENTITIES_PER_S)
+    loaded = job(16, topology={"oversub": 4.0}, network={"background_load": 0.2})
+    assert other_jobs_flows(loaded) > 0
+    assert estimate_flow_s(loaded) == pytest.approx(
+        (20 + other_jobs_flows(loaded)) / FLOW_ENTITIES_PER_S
+    )
 
 
 def test_the_packet_estimate_counts_intra_node_phases_once() -> None:
@@ -121,7 +145,7 @@ def test_an_asked_for_tier_is_kept() -> None:
 
 
 def test_the_run_records_and_prints_what_auto_picked(capsys) -> None:
-    cfg = job(16, topology={"oversub": 4.0}, run={"steps": 8, "warmup": 2})
+    cfg = job(16, topology={"oversub": 4.0}, run={"steps": 3, "warmup": 1})
     result = engine.simulate(cfg)
     assert result.config.network.tier == "flow"
     assert result.tier_choice is not None and result.tier_choice.tier == "flow"

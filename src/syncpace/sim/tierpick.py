@@ -24,15 +24,22 @@ import numpy as np
 
 from syncpace.sim.collectives import plan
 from syncpace.sim.packet.transfers import one_node
-from syncpace.sim.topology import GB
+from syncpace.sim.topology import GB, Topology
 
 if TYPE_CHECKING:
     from syncpace.sim.engine import SimConfig
 
-#: ns-3 TCP segments (with their hops and ACKs) per CPU second, measured (tier_check.py).
+#: ns-3 TCP segments (with their hops and ACKs) per CPU second, measured (tier_check.py:
+#: 9,200-17,700 on the cross-check's job without other flows, 8,200-13,100 on the
+#: reference collective).
 PACKET_SEGMENTS_PER_CPU_S = 9_000.0
-#: flows (one per flow and phase of a collective) the flow tier runs per second, measured.
-FLOW_FLOWS_PER_S = 20_000.0
+#: A persistent flow costs more than its segments alone before each offset: it keeps
+#: sending during the collective and its queue slows every packet behind it; measured
+#: 2.3-2.8x on the cross-check's greedy points, the largest taken.
+PERSISTENT_FLOW_COST = 2.8
+#: the flow tier's entities (the job's coflows, other jobs' flows) per second, measured.
+FLOW_ENTITIES_PER_S = 20_000.0
+MIB = 1 << 20
 HEADERS = 52  # as the packet tier's segments (IPv4 + TCP with timestamps)
 
 
@@ -75,15 +82,33 @@ def estimate_packet_cpu_s(cfg: SimConfig) -> float:
     nic = topo.nic_gbps * GB
     alone_s = net.packet_settle_s + net.packet_span_s / 2
     extra = sum(nic * (1.0 if f.share is None else f.share) * alone_s for f in flows) / segment
+    extra *= PERSISTENT_FLOW_COST
     runs = samples * _distinct_runs(cfg)
     return runs * (job + extra * len(_plans(cfg))) / PACKET_SEGMENTS_PER_CPU_S
 
 
+def other_jobs_flows(cfg: SimConfig) -> float:
+    """Other jobs' flows the flow tier would start over the run: its Poisson rate
+    (:class:`~syncpace.sim.flownet.FlowNetwork`'s) times the run's compute time."""
+    net, spec = cfg.network, cfg.topology
+    if net.background_load <= 0 or spec.kind == "switch":
+        return 0.0
+    topo = Topology(spec, seed=cfg.run.seed)
+    ups = topo.uplinks()
+    if not ups.size or topo.cluster <= spec.nodes_per_leaf:
+        return 0.0
+    rate = net.background_load * topo.capacity[ups].sum() / 2 / (net.background_flow_mb * MIB)
+    wl = cfg.workload
+    return rate * cfg.run.steps * (wl.compute_s + wl.opt_ms * 1e-3)
+
+
 def estimate_flow_s(cfg: SimConfig) -> float:
-    """Seconds the flow tier would take: every collective's flows, phase by phase."""
-    per = [sum(ph.src.size for ph in p.phases) for p in _plans(cfg)]
+    """Seconds the flow tier would take: the job's coflows (each lockstep group of each
+    phase of each collective) and other jobs' flows, each one entity of the fluid network."""
+    per = [sum(ph.coflows for ph in p.phases) for p in _plans(cfg)]
     buckets = cfg.workload.bucket_bytes().size
-    return cfg.run.steps * buckets * float(np.mean(per) if per else 0) / FLOW_FLOWS_PER_S
+    job = cfg.run.steps * buckets * float(np.mean(per) if per else 0)
+    return (job + other_jobs_flows(cfg)) / FLOW_ENTITIES_PER_S
 
 
 def _contention(cfg: SimConfig) -> str | None:
