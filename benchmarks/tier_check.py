@@ -191,7 +191,9 @@ def reference(nodes: int, tier: str, steps: int) -> SimConfig:
         ),
         network=dataclasses.replace(cfg.network, tier=tier),
         pacing=dataclasses.replace(cfg.pacing, strategy="off"),
-        run=dataclasses.replace(cfg.run, steps=steps, record_events=False),
+        run=dataclasses.replace(
+            cfg.run, steps=steps, warmup=min(cfg.run.warmup, steps // 10), record_events=False
+        ),
     )
 
 

@@ -35,10 +35,11 @@ if TYPE_CHECKING:
 PACKET_SEGMENTS_PER_CPU_S = 9_000.0
 #: A persistent flow costs more than its segments alone before each offset: it keeps
 #: sending during the collective and its queue slows every packet behind it; measured
-#: 2.3-2.8x on the cross-check's greedy points, the largest taken.
-PERSISTENT_FLOW_COST = 2.8
-#: the flow tier's entities (the job's coflows, other jobs' flows) per second, measured.
-FLOW_ENTITIES_PER_S = 20_000.0
+#: 1.0-3.0x on the cross-check's greedy points, the largest taken.
+PERSISTENT_FLOW_COST = 3.0
+#: the flow tier's entities (the job's coflows, other jobs' flows) per CPU second,
+#: measured on the reference scenario at 4 nodes x 30 iterations (79,800 in 32.1 s).
+FLOW_ENTITIES_PER_S = 2_500.0
 MIB = 1 << 20
 HEADERS = 52  # as the packet tier's segments (IPv4 + TCP with timestamps)
 
