@@ -171,7 +171,7 @@ def test_the_run_records_and_prints_what_auto_picked(capsys) -> None:
 @pytest.mark.slow
 def test_where_nothing_competes_the_fast_tiers_agree_with_ns3() -> None:
     # the table's uncontended points (oversubscription 1, no greedy flow) are within 4 %
-    # of ns-3 in communication; its smallest, 16 nodes scattered over 32
+    # of ns-3 in communication at 16 and 32 nodes; its smallest, 16 nodes over 32
     comm = {}
     spread = {"placement": "scattered", "cluster_nodes": 32}
     for tier in ("analytical", "flow", "packet"):

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from syncpace.sim.engine import SimConfig
 
 #: ns-3 TCP segments (with their hops and ACKs) per CPU second, measured (tier_check.py:
-#: 9,200-17,700 on the cross-check's job without other flows, 8,200-14,400 on the
+#: 8,500-17,700 on the cross-check's job without other flows, 8,200-14,400 on the
 #: reference collective).
 PACKET_SEGMENTS_PER_CPU_S = 9_000.0
 #: A persistent flow costs more than its segments alone before each offset: it keeps
