@@ -7,6 +7,7 @@ both); the first of them compiles the driver (seconds) into the user's cache.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import shutil
@@ -25,8 +26,8 @@ from syncpace.sim.flownet import FlowNetwork
 from syncpace.sim.network import NetworkSpec
 from syncpace.sim.packet import build
 from syncpace.sim.packet.fabric import queue_bytes
-from syncpace.sim.packet.net import HEADERS, PacketNetwork
-from syncpace.sim.packet.transfers import Transfers
+from syncpace.sim.packet.net import HEADERS, PacketNetwork, forget
+from syncpace.sim.packet.transfers import Transfers, expand, one_node
 from syncpace.sim.topology import Topology, TopologySpec
 
 from .conftest import config
@@ -236,3 +237,61 @@ def test_a_flow_crosses_the_spine_its_address_names() -> None:
     # apart: each flow alone on a half-rate uplink; together: both on one
     assert wire_s(nbytes, uplink) < apart < 1.1 * wire_s(nbytes, uplink)
     assert wire_s(2 * nbytes, uplink) < together < 1.1 * wire_s(2 * nbytes, uplink)
+
+
+def _hier_net(**network) -> PacketNetwork:
+    """2 nodes of 4 GPUs on a 2-spine leaf-spine, GPU 3 far from its NIC."""
+    spec = TopologySpec(
+        kind="leaf-spine",
+        nodes=2,
+        gpus_per_node=4,
+        nics_per_node=2,
+        nic_gbps=0.125,
+        intra_gbps=0.5,
+        nodes_per_leaf=1,
+        spines=2,
+        far_gpus=(3,),
+    )
+    net = NetworkSpec(tier="packet", algorithm="hierarchical", **network)
+    return PacketNetwork(Topology(spec), net, seed=0)
+
+
+def test_only_node_symmetric_intra_node_phases_shrink_to_one_node() -> None:
+    p = plan("all_reduce", "hierarchical", 4 * MIB, np.arange(8), 4)
+    intra_rs, inter, intra_ag = p.phases
+    small = one_node(intra_rs, 4)
+    assert sorted(small.src.tolist()) == [0, 1, 2, 3]
+    assert np.array_equal(np.sort(small.dst), np.arange(4))
+    assert small.nbytes.tolist() == [3 * MIB] * 4 and small.steps == intra_rs.steps
+    assert one_node(intra_ag, 4).src.size == 4
+    assert one_node(inter, 4) is inter  # it leaves the nodes
+    uneven = dataclasses.replace(intra_rs, nbytes=intra_rs.nbytes * (1 + (intra_rs.src >= 4)))
+    assert one_node(uneven, 4) is uneven  # node 1 moves twice the bytes: kept whole
+
+
+@needs_ns3
+@pytest.mark.slow
+def test_one_nodes_intra_node_phases_end_when_every_nodes_do() -> None:
+    net = _hier_net(background_flows=("1->0",))
+    p = plan("all_reduce", "hierarchical", MIB // 4, np.arange(8), 4)
+    ends = []
+    for every in (True, False):
+        out = Transfers()
+        expand(p, net.topo, net.spec, 0, out, every_node=every)
+        ends.append((len(out.xfers), max(net.transfer_times(out, warm_s=0.05))))
+    (whole, whole_end), (small, small_end) = ends
+    assert small < whole
+    # the same simulation of the phases that leave the nodes, to the nanosecond
+    assert small_end == pytest.approx(whole_end, abs=1e-9)
+
+
+@needs_ns3
+def test_an_identical_ns3_run_is_remembered_across_networks() -> None:
+    p = plan("all_reduce", "ring", 64 * 1024, np.arange(2), 1)
+    first = star(2, 100.0)
+    took = first.durations(p)
+    again = star(2, 100.0)
+    assert again.durations(p).tolist() == took.tolist()
+    assert (again.runs, again.executed) == (1, 0)
+    forget()
+    assert star(2, 100.0).durations(p).tolist() == took.tolist()

@@ -82,16 +82,24 @@ def _checked(settings: SimulateSettings, sim: Simulation) -> bool:
     return check.passed
 
 
+def _say_tier(settings: SimulateSettings, result: SimResult, where: str = "") -> None:
+    """The tier ``auto`` picked and why, one line (on stderr with --json)."""
+    if result.tier_choice is not None:
+        out = sys.stderr if settings.json else sys.stdout
+        print(where + result.tier_choice.line(), file=out)
+
+
 def _single(settings: SimulateSettings, sim: Simulation) -> int:
     cfg = sim.config
     result = simulate(cfg)
+    _say_tier(settings, result)
     summary = finite(result.summary())
     out = write_trace(result, settings.out, settings.max_trace_ranks) if settings.out else None
     if settings.json:
         payload = {
             "summary": summary,
             "trace": str(out) if out else None,
-            "config": cfg.to_json(),
+            "config": result.config.to_json(),
             "calibration": sim.calibration.to_json() if sim.calibration else None,
             "check": sim.check.to_json() if sim.check else None,
         }
@@ -116,6 +124,7 @@ def _single(settings: SimulateSettings, sim: Simulation) -> int:
 
 def _study(settings: SimulateSettings, sim: Simulation) -> int:
     def keep(c: SimConfig, result: SimResult) -> None:
+        _say_tier(settings, result, f"{c.topology.nodes} nodes: ")
         if settings.out:
             write_trace(result, Path(settings.out) / trace_name(c), settings.max_trace_ranks)
 

@@ -36,6 +36,7 @@ from syncpace.sim.interference import InterferenceSpec, stretch
 from syncpace.sim.network import NetworkSpec
 from syncpace.sim.noise import NoiseDraw, NoiseSpec, draw, quantile_at, resample
 from syncpace.sim.packet.net import PacketNetwork
+from syncpace.sim.tierpick import TierChoice, resolve
 from syncpace.sim.topology import Topology, TopologySpec
 from syncpace.sim.workload import WorkloadSpec
 
@@ -100,6 +101,7 @@ class SimResult:
     host_s: np.ndarray  # (I, R) the host's time to issue the step (without a delay)
     run_ahead_s: np.ndarray  # (I, R) device begin minus h_i: how long the issued step queued
     ab_state: str | None = None  # the A/B guard's state at the end (None: not paced)
+    tier_choice: TierChoice | None = None  # what tier = "auto" picked, and why
 
     @property
     def world_size(self) -> int:
@@ -194,10 +196,13 @@ def check_size(cfg: SimConfig) -> None:
 
 
 def simulate(cfg: SimConfig, progress: Any = None) -> SimResult:
-    """Run ``cfg``; a configuration too large for memory is refused, not attempted."""
+    """Run ``cfg``; a configuration too large for memory is refused, not attempted.
+    ``tier = "auto"`` is settled first (:mod:`syncpace.sim.tierpick`): the result's
+    config names the tier that ran and ``tier_choice`` says why."""
     check_size(cfg)
+    cfg, choice = resolve(cfg)
     try:
-        return _simulate(cfg, progress)
+        return dataclasses.replace(_simulate(cfg, progress), tier_choice=choice)
     except MemoryError:
         raise ConfigError(
             f"{cfg.name}: out of memory simulating {cfg.run.steps} steps x "

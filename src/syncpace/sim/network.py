@@ -12,7 +12,7 @@ from syncpace.errors import ConfigError
 from syncpace.sim.collectives import ALGORITHMS, Phase
 from syncpace.sim.topology import GB, Topology
 
-TIERS = ("analytical", "flow", "packet")
+TIERS = ("analytical", "flow", "packet", "auto")
 TCP_VARIANTS = ("cubic", "newreno")
 _FLOW = re.compile(r"\s*(\d+)\s*->\s*(\d+)\s*(?:@\s*(\S+?)\s*)?")
 _FLOW_SYNTAX = "expected 'SRC->DST' (greedy) or 'SRC->DST@F' (F of the NIC rate, 0 < F < 1)"
@@ -54,7 +54,11 @@ def parse_host_flow(entry: object) -> HostFlow:
 class NetworkSpec:
     tier: str = setting(
         "analytical",
-        "analytical (vectorised, big sweeps), flow (max-min fair) or packet (TCP on ns-3).",
+        "analytical (vectorised, big sweeps), flow (max-min fair), packet (TCP on ns-3) "
+        "or auto (picked per run by syncpace.sim.tierpick).",
+    )
+    auto_budget_s: float = setting(
+        60.0, "auto: seconds a finer tier may be estimated to take before a coarser one is used."
     )
     algorithm: str = setting("hierarchical", "All-reduce algorithm: ring, tree, rhd, hierarchical.")
     alpha_us: float = setting(8.0, "Latency per step of a collective across nodes, us.")
@@ -80,6 +84,12 @@ class NetworkSpec:
     packet_samples: int = setting(
         4, "packet: runs per collective at random offsets when background_flows compete."
     )
+    packet_settle_s: float = setting(
+        1.0, "packet: simulated seconds background_flows run before the job's first offset."
+    )
+    packet_span_s: float = setting(
+        2.0, "packet: the offsets spread over this many simulated seconds after the settling."
+    )
     service_quantiles: tuple[float, ...] = setting(
         (),
         "Per iteration, every collective's time times a draw from these quantiles (evenly "
@@ -101,6 +111,9 @@ class NetworkSpec:
             packet_queue_ms="(0, 10000]",
             packet_mtu="[576, 9000]",
             packet_samples="[1, 1000]",
+            packet_settle_s="[0, 3600]",
+            auto_budget_s="(0, 1e9]",
+            packet_span_s="[0, 3600]",
         )
         check_choice(self, "tier", TIERS)
         check_choice(self, "packet_tcp", TCP_VARIANTS)

@@ -38,7 +38,9 @@ class SimulateSettings:
     steps: int | None = setting(None, "Iterations per simulation.")
     seed: int | None = setting(None, "Seed of every random draw.")
     tier: str | None = setting(
-        None, "Network tier: analytical, flow or packet (TCP on ns-3; the [packet] extra)."
+        None,
+        "Network tier: analytical, flow, packet (TCP on ns-3; the [packet] extra) or auto "
+        "(picked per run, the reason printed).",
     )
     algorithm: str | None = setting(None, "All-reduce algorithm: ring, tree, rhd, hierarchical.")
     strategy: str | None = setting(

@@ -9,6 +9,14 @@ predecessor, each step ``alpha`` after what it waited for. Any other phase (tree
 all-to-all, a broadcast's chain, the halving rounds) sends each flow's bytes as one
 transfer, ``steps`` x ``alpha`` after the phase began. Each (source, destination,
 spine) pair keeps one TCP connection, as NCCL and gloo keep theirs.
+
+A phase that stays inside the nodes and does the same on every node (the hierarchical
+all-reduce's intra-node rings) is sent on one node only: every node's GPUs have their
+own switch and links, the phase barrier keeps other traffic of the job out of it and
+persistent flows leave from the NICs, so each node's copy of the phase is the same
+simulation, ending at the same moment. Leaving out the copies removes most of the
+segments of a multi-GPU job (a 25 MB bucket moves 88 % of its bytes over NVLink at 16
+nodes of 8 GPUs) without changing any transfer's time.
 """
 
 from __future__ import annotations
@@ -66,10 +74,44 @@ def is_ring(phase: Phase) -> bool:
     )
 
 
-def expand(plan: Plan, topo: Topology, spec: NetworkSpec, salt: int, out: Transfers) -> None:
-    """Append ``plan``'s transfers to ``out``."""
+def one_node(phase: Phase, gpus: int) -> Phase:
+    """``phase`` on its first node only, when it stays inside the nodes and each node
+    does the same (same flows between the same local GPUs, same bytes); else ``phase``."""
+    if not phase.intra_only or phase.src.size == 0:
+        return phase
+    node = phase.src // gpus
+    nodes = np.unique(node)
+    if nodes.size == 1:
+        return phase
+
+    def local(n: int) -> np.ndarray:
+        keep = node == n
+        rows = np.stack([phase.src[keep] - n * gpus, phase.dst[keep] - n * gpus])
+        order = np.lexsort(rows)
+        return np.vstack([rows[:, order], phase.nbytes[keep][order]])
+
+    first = local(int(node[0]))
+    if any(not np.array_equal(local(int(n)), first) for n in nodes):
+        return phase
+    keep = node == node[0]
+    return Phase(
+        phase.src[keep], phase.dst[keep], phase.nbytes[keep], phase.coflow[keep], phase.steps, True
+    )
+
+
+def expand(
+    plan: Plan,
+    topo: Topology,
+    spec: NetworkSpec,
+    salt: int,
+    out: Transfers,
+    every_node: bool = False,
+) -> None:
+    """Append ``plan``'s transfers to ``out``; node-symmetric intra-node phases on one node
+    unless ``every_node`` (the tests compare the two)."""
     before: list[int] = []
-    for phase in plan.phases:
+    for whole in plan.phases:
+        phase = whole if every_node else one_node(whole, topo.spec.gpus_per_node)
         if before:  # the phase boundary: one zero-byte transfer every next one waits on
             before = [out.add(0, 0, 0.0, before)]
         hashes = phase_hashes(topo, phase, salt)[0]
