@@ -27,15 +27,16 @@ LAG_MS = 0.25 * HEALTHY_MS  # ranks 0 and 1, either end of it, see each transfer
 COMPUTE_MS, AFTER_MS = 20.0, 1.0
 
 
-def slow_link_run(root: Path, *, declared: bool) -> Path:
+def slow_link_run(root: Path, *, declared: bool, lagging: tuple[int, ...] = (0, 1)) -> Path:
     """The ring's transfers at node0's rate all run long; with ``declared``, the
-    fabric's link counters declare every host link's rate (node0's a quarter)."""
+    fabric's link counters declare every host link's rate (node0's a quarter).
+    ``lagging``: the ranks whose collectives end last."""
     job(
         root,
         hosts=FOUR_HOSTS,
         compute=lambda r, s: COMPUTE_MS,
         transfer=lambda s: SLOW * HEALTHY_MS,
-        lag=lambda r, s: LAG_MS if r in (0, 1) else 0.0,
+        lag=lambda r, s: LAG_MS if r in lagging else 0.0,
         nbytes=NBYTES,
         after=AFTER_MS,
     )
@@ -49,7 +50,9 @@ def test_a_link_slow_all_run_is_costed_against_the_peers_declared_rate(tmp_path:
     analysis = analyze(slow_link_run(tmp_path, declared=True))
     top = analysis.top
     assert top.mode == "slow_link", [f.summary for f in analysis.findings]
-    assert top.ranks == (0, 1) and top.severity == Severity.CRITICAL
+    # the counters name the slow link's host; both ends of it lag
+    assert top.ranks == (0,) and top.severity == Severity.CRITICAL
+    assert top.evidence["lagging_ranks"] == [0, 1]
     # the same job on healthy links: each transfer at the peers' rate, no lag
     slow_ms = COMPUTE_MS + SLOW * HEALTHY_MS + LAG_MS + AFTER_MS
     healthy_ms = COMPUTE_MS + HEALTHY_MS + AFTER_MS
@@ -78,6 +81,31 @@ def test_without_a_known_rate_the_slow_link_says_its_saving_may_be_understated(
     # only the lag the ranks next to it see is removed: the ring stays slow
     slow_ms = COMPUTE_MS + SLOW * HEALTHY_MS + LAG_MS + AFTER_MS
     assert finding.cost == pytest.approx(LAG_MS / slow_ms, abs=0.005)
+
+
+def test_the_counters_name_the_slow_link_where_the_lag_points_elsewhere(tmp_path: Path) -> None:
+    """Collectives end last at ranks 2 and 3 (the ring's last hop decides where), while
+    the fabric's counters show node0's link set to a quarter of the others' rate: the
+    finding names node0 and its ranks, and keeps the lag as evidence. Without the
+    counters the lag is all there is, and ranks 2 and 3 are named."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    counted = analyze(slow_link_run(tmp_path / "a", declared=True, lagging=(2, 3)))
+    (found,) = [f for f in counted.findings if f.mode == "slow_link"]
+    print(found.summary)
+    assert found.ranks == (0,) and found.nodes == ("node0",)
+    assert found.evidence["lagging_ranks"] == [2, 3]
+    assert found.evidence["slow_host_links_bps"] == {"node0": RATE_BPS // SLOW}
+    assert found.summary.startswith(
+        "host link of node0 set to 2 Gbit/s, the fastest 8 Gbit/s (link counters): "
+        "rank 0 (node0) behind it; collectives end late at ranks 2, 3"
+    )
+    slow_ms = COMPUTE_MS + SLOW * HEALTHY_MS + LAG_MS + AFTER_MS
+    healthy_ms = COMPUTE_MS + HEALTHY_MS + AFTER_MS
+    assert found.cost == pytest.approx(1 - healthy_ms / slow_ms, abs=0.01)
+    lag_only = analyze(slow_link_run(tmp_path / "b", declared=False, lagging=(2, 3)))
+    (found,) = [f for f in lag_only.findings if f.mode == "slow_link"]
+    assert found.ranks == (2, 3) and found.evidence["slow_host_links_bps"] == {}
 
 
 def test_a_set_link_rate_is_a_ceiling_no_counterfactual_goes_past(tmp_path: Path) -> None:

@@ -76,8 +76,10 @@ def test_a_host_link_slow_all_run_is_a_slow_link_costed_against_healthy_links(st
         f"measured {measured:.1%} against the healthy job"
     )
     assert top.mode == "slow_link", [f.summary for f in analysis.findings]
-    # the ranks either side of h0's link in the ring (3 -> 0 -> 1) see transfers end last
-    assert top.ranks and set(top.ranks) <= {3, 0, 1}
+    # the link counters say which link is slow: h0's, and its rank is named; the ranks
+    # either side of it in the ring (3 -> 0 -> 1) see transfers end last
+    assert top.ranks == (0,) and top.nodes == ("h0",), top.summary
+    assert set(top.evidence["lagging_ranks"]) <= {3, 0, 1}
     assert top.evidence["baseline"]["source"] == "the hosts' link rate"
     assert RATIO[0] <= top.cost / measured <= RATIO[1]
 

@@ -335,6 +335,7 @@ def phase_traces(run_dir: Path, lengths: list[int]) -> list[Any]:
 
     from syncpace.trace import load_trace
     from syncpace.trace.reader import Trace
+    from syncpace.trace.schema import LINKS_FILE
 
     trace = load_trace(run_dir)
     out, start = [], 0
@@ -347,9 +348,15 @@ def phase_traces(run_dir: Path, lengths: list[int]) -> list[Any]:
         counters = trace.counters
         if steps.height and counters.height:
             counters = counters.filter(pl.col("time_ns").is_between(t0, t1))
+        path = run_dir / f"phase-{len(out)}"
+        links = run_dir / LINKS_FILE
+        if links.is_file():  # the fabric's link counters, read by the phase's own window
+            path.mkdir(exist_ok=True)
+            if not (path / LINKS_FILE).exists():
+                (path / LINKS_FILE).symlink_to(links)
         out.append(
             Trace(
-                path=run_dir / f"phase-{len(out)}",
+                path=path,
                 world_size=trace.world_size,
                 meta=trace.meta,
                 events=trace.events.filter(keep).with_columns(step=shift),

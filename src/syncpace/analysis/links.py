@@ -15,6 +15,7 @@ aligned to wall time), so a run's time window selects its samples.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -115,6 +116,25 @@ def busiest_links(
         .drop("host")
     )
     return [LinkLoad(**row) for row in per.iter_rows(named=True)]
+
+
+def host_link_rates(run_dir: str | Path, window: tuple[int, int] | None) -> dict[str, float]:
+    """Each host's own link's rate (bit/s) over ``window``, as the counters record it:
+    the fabric's setting, a fault's change included; of the slower direction, the median
+    over the window. Empty without counters."""
+    series = window_series(run_dir, window)
+    if series is None or series.height == 0:
+        return {}
+    hosts = series.filter(pl.col("kind") == "host")
+    # a host is the end of exactly one host link; a switch ends several
+    ends = pl.concat([hosts.select(end="src", link="link"), hosts.select(end="dst", link="link")])
+    own = set(ends.unique().group_by("end").agg(pl.len()).filter(pl.col("len") == 1)["end"])
+    per_link = hosts.group_by("link", "src", "dst").agg(rate=pl.col("rate_bps").median())
+    rates: dict[str, float] = {}
+    for row in per_link.iter_rows(named=True):
+        host = row["src"] if row["src"] in own else row["dst"]
+        rates[host] = min(rates.get(host, math.inf), float(row["rate"]))
+    return dict(sorted(rates.items()))
 
 
 def window_series(run_dir: str | Path, window: tuple[int, int] | None) -> pl.DataFrame | None:

@@ -66,6 +66,11 @@ class Thresholds:
         "A rank whose cross-node collectives end this share of the iteration late sits "
         "next to a slow link.",
     )
+    slow_link_rate_share: float = setting(
+        0.9,
+        "A host link the fabric's counters show set below this share of the fastest host "
+        "link's rate is the slow link a lagging rank points to.",
+    )
     fabric_inflation: float = setting(
         1.5, "Median transfer time over the run's own best at that size that means contention."
     )
@@ -166,6 +171,7 @@ class Thresholds:
             stall_min_share="[0, 1000]",
             stall_max_steps="[0, 1]",
             lag_min_share="[0, 1]",
+            slow_link_rate_share="[0, 1]",
             fabric_inflation="[1, 1000]",
             fabric_episode_share="(0, 1]",
             fabric_skew_correlation="[0, 1]",

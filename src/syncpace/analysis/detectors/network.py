@@ -22,6 +22,8 @@ from syncpace.analysis.detectors.traffic import (
     own_traffic_only,
 )
 from syncpace.analysis.findings import Finding
+from syncpace.analysis.limits import rate_words
+from syncpace.analysis.links import host_link_rates, run_window
 from syncpace.analysis.replay import counterfactuals as cf
 from syncpace.analysis.replay.program import JOIN, WAIT
 from syncpace.analysis.replay.whatif import Outcome
@@ -399,12 +401,24 @@ def slow_link(ctx: Context) -> list[Finding]:
         return []  # other flows on those hosts' links: contention, not a slow link
     if foreign_contention(ctx) is not None:
         return []  # other traffic on the links the job uses: contention's ranks ending late
-    lags = transfer_lags(ctx).filter(pl.col("rank").is_in(late))
     th = ctx.thresholds
+    # the lag says which ranks sit next to a slow link; where the fabric's counters show
+    # which host link is set slow, that link's host is named (on two hosts every
+    # transfer crosses both host links, and the ring's last hop decides who lags)
+    rates = host_link_rates(ctx.metrics.run, run_window(ctx.metrics.rank_steps))
+    fastest = max(rates.values(), default=0.0)
+    slower = {h: r for h, r in rates.items() if r < th.slow_link_rate_share * fastest}
+    lagging = late
+    place = ctx.metrics.placement
+    on_slower = sorted(place.filter(pl.col("node").is_in(list(slower)))["rank"].to_list())
+    if on_slower:
+        late = on_slower
+    lags = transfer_lags(ctx).filter(pl.col("rank").is_in(lagging))
     label = ",".join(map(str, late))  # the counterfactual's name
     named = ", ".join(map(str, late))  # as every text names ranks
     rate = nominal.nominal(ctx)
-    change = _slow_link_fixed(ctx, late)
+    # fixed, neither the ranks behind it nor those its lag shows at wait
+    change = _slow_link_fixed(ctx, sorted(set(late) | set(lagging)))
     if rate is not None:
         what = f"links of ranks {named} at {rate.source}"
     else:
@@ -417,20 +431,33 @@ def slow_link(ctx: Context) -> list[Finding]:
     # a link slow from start to end slows the run's best transfers too: against them
     # the saving is a floor, which the finding says
     baseline = f" (at {rate.words})" if rate is not None else f"; {nominal.OWN_BEST}"
+    lag = float(np.median(list(lag_ms.values())))
+    if on_slower:
+        words = {h: rate_words(r / 8e9) for h, r in slower.items()}
+        where = (
+            f"{', '.join(f'host link of {h} set to {w}' for h, w in words.items())}, "
+            f"the fastest {rate_words(fastest / 8e9)} (link counters): "
+            f"rank{'s' if len(late) > 1 else ''} "
+            f"{named} ({', '.join(nodes)}) behind it; collectives end late at rank"
+            f"{'s' if len(lagging) > 1 else ''} {', '.join(map(str, lagging))} by {lag:.2f} ms"
+        )
+    else:
+        where = (
+            f"collectives end late at rank{'s' if len(late) > 1 else ''} {named} "
+            f"({', '.join(nodes)}), by {lag:.2f} ms: they sit next to a slow link in the ring"
+        )
     return [
         ctx.finding(
             "slow_link",
             0.0,
             min(1.0, 0.5 + last / 2),
-            f"collectives end late at rank{'s' if len(late) > 1 else ''} {named} "
-            f"({', '.join(nodes)}), by {float(np.median(list(lag_ms.values()))):.2f} ms: they "
-            f"sit next to a slow link in the ring; fixed, each iteration would be "
-            f"{replay.saving:.1%} shorter{baseline}",
+            f"{where}; fixed, each iteration would be {replay.saving:.1%} shorter{baseline}",
             replay=replay,
             ranks=tuple(late),
             nodes=nodes,
             evidence={
-                "lagging_ranks": late,
+                "lagging_ranks": lagging,
+                "slow_host_links_bps": slower if on_slower else {},
                 "transfer_lag_ms": lag_ms,
                 "last_share": round(last, 4),
                 "noise_ms": ms(float(transfer_lags(ctx)["noise_ns"][0])),
