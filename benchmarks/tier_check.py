@@ -43,6 +43,7 @@ from plotly.subplots import make_subplots
 from rich.console import Console
 from rich.progress import Progress
 
+from syncpace.config import load_toml
 from syncpace.sim.collectives import plan
 from syncpace.sim.engine import SimConfig, simulate
 from syncpace.sim.packet.net import HEADERS, forget
@@ -52,42 +53,25 @@ from syncpace.sim.tierpick import estimate_packet_cpu_s
 
 TIERS = ("analytical", "flow", "packet")
 REFERENCE = Path(__file__).resolve().parents[1] / "examples/scenarios/reference_study.toml"
+JOB = REFERENCE.with_name("tier_check.toml")
 
 
 def config(nodes: int, oversub: float, greedy: bool, tier: str, args: argparse.Namespace):
-    return from_dict(
-        {
-            "topology": {
-                "kind": "leaf-spine",
-                "nodes": nodes,
-                "gpus_per_node": 1,
-                "nics_per_node": 1,
-                "nic_gbps": 1.25,
-                "nodes_per_leaf": 8,
-                "spines": 4,
-                "oversub": oversub,
-                "cluster_nodes": max(2 * nodes, 16),
-                "placement": "scattered",
-            },
-            "workload": {
-                "fwd_ms": 5.0,
-                "bwd_ms": 10.0,
-                "opt_ms": 1.0,
-                "model_mb": 4.0,
-                "bucket_mb": 4.0,
-            },
-            "network": {
-                "tier": tier,
-                "algorithm": "ring",
-                "background_flows": ["1->0"] if greedy else [],
-                "packet_samples": args.samples,
-                "packet_settle_s": args.settle,
-                "packet_span_s": args.span,
-            },
-            "noise": {"jitter": 0.0},
-            "run": {"steps": args.steps, "warmup": min(5, args.steps - 1), "seed": 1},
-        }
-    ).config
+    """The cross-check's job (examples/scenarios/tier_check.toml) at one point: the
+    nodes scattered over a cluster twice the job's size."""
+    data = load_toml(JOB)
+    data["topology"].update(
+        nodes=nodes, oversub=oversub, cluster_nodes=max(2 * nodes, 16), placement="scattered"
+    )
+    data["network"].update(
+        tier=tier,
+        background_flows=["1->0"] if greedy else [],
+        packet_samples=args.samples,
+        packet_settle_s=args.settle,
+        packet_span_s=args.span,
+    )
+    data["run"].update(steps=args.steps, warmup=min(5, args.steps - 1))
+    return from_dict(data, source=str(JOB)).config
 
 
 def cpu_s() -> float:

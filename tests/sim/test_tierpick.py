@@ -4,11 +4,13 @@ real point of the cross-check (the fast tiers against ns-3 where nothing compete
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from syncpace.cli.main import main
+from syncpace.config import load_toml
 from syncpace.sim import engine
 from syncpace.sim.engine import SimConfig
 from syncpace.sim.scenario import from_dict
@@ -24,36 +26,18 @@ from syncpace.sim.tierpick import (
 
 from .test_packet import needs_ns3
 
+#: the cross-check's job (benchmarks/tier_check.py)
+JOB = Path(__file__).resolve().parents[2] / "examples/scenarios/tier_check.toml"
+
 
 def job(nodes: int = 4, **sections: dict[str, Any]) -> SimConfig:
     """One GPU per 10 Gbit/s node on a 4-spine leaf-spine, 8 nodes a leaf, a 4 MB ring
-    all-reduce per iteration: the cross-check's job (benchmarks/tier_check.py)."""
-    base: dict[str, dict[str, Any]] = {
-        "topology": {
-            "kind": "leaf-spine",
-            "nodes": nodes,
-            "gpus_per_node": 1,
-            "nics_per_node": 1,
-            "nic_gbps": 1.25,
-            "nodes_per_leaf": 8,
-            "spines": 4,
-            "oversub": 1.0,
-            "placement": "contiguous",
-        },
-        "workload": {
-            "fwd_ms": 5.0,
-            "bwd_ms": 10.0,
-            "opt_ms": 1.0,
-            "model_mb": 4.0,
-            "bucket_mb": 4.0,
-        },
-        "network": {"tier": "auto", "algorithm": "ring"},
-        "noise": {"jitter": 0.0},
-        "run": {"steps": 20, "warmup": 5, "seed": 1},
-    }
+    all-reduce per iteration: the cross-check's job, contiguous unless told."""
+    base = load_toml(JOB)
+    base["topology"]["nodes"] = nodes
     for name, values in sections.items():
         base.setdefault(name, {}).update(values)
-    return from_dict(base).config
+    return from_dict(base, source=str(JOB)).config
 
 
 def test_nothing_shared_is_analytical() -> None:
