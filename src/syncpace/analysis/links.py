@@ -16,6 +16,8 @@ aligned to wall time), so a run's time window selects its samples.
 from __future__ import annotations
 
 import math
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -118,6 +120,13 @@ def busiest_links(
     return [LinkLoad(**row) for row in per.iter_rows(named=True)]
 
 
+def host_ends(pairs: Iterable[tuple[str, str]]) -> frozenset[str]:
+    """The hosts among the ends of host links given as one (src, dst) pair per link: a
+    host is the end of exactly one host link; a switch ends several."""
+    ends = Counter(end for pair in pairs for end in pair)
+    return frozenset(end for end, n in ends.items() if n == 1)
+
+
 def host_link_rates(run_dir: str | Path, window: tuple[int, int] | None) -> dict[str, float]:
     """Each host's own link's rate (bit/s) over ``window``, as the counters record it:
     the fabric's setting, a fault's change included; of the slower direction, the median
@@ -125,15 +134,16 @@ def host_link_rates(run_dir: str | Path, window: tuple[int, int] | None) -> dict
     series = window_series(run_dir, window)
     if series is None or series.height == 0:
         return {}
-    hosts = series.filter(pl.col("kind") == "host")
-    # a host is the end of exactly one host link; a switch ends several
-    ends = pl.concat([hosts.select(end="src", link="link"), hosts.select(end="dst", link="link")])
-    own = set(ends.unique().group_by("end").agg(pl.len()).filter(pl.col("len") == 1)["end"])
-    per_link = hosts.group_by("link", "src", "dst").agg(rate=pl.col("rate_bps").median())
+    per_link = (
+        series.filter(pl.col("kind") == "host")
+        .group_by("link", "src", "dst")
+        .agg(rate=pl.col("rate_bps").median())
+    )
+    own = host_ends({link: (a, b) for link, a, b, _ in per_link.iter_rows()}.values())
     rates: dict[str, float] = {}
-    for row in per_link.iter_rows(named=True):
-        host = row["src"] if row["src"] in own else row["dst"]
-        rates[host] = min(rates.get(host, math.inf), float(row["rate"]))
+    for _, src, dst, rate in per_link.iter_rows():
+        host = src if src in own else dst
+        rates[host] = min(rates.get(host, math.inf), float(rate))
     return dict(sorted(rates.items()))
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import polars as pl
 
 from syncpace.analysis import costs
-from syncpace.analysis.detectors import advice, foreign, nominal
+from syncpace.analysis.detectors import advice, cpu, foreign, nominal
 from syncpace.analysis.detectors.arrival import fast_half, fast_noise
 from syncpace.analysis.detectors.context import Context, confidence_of, ms
 from syncpace.analysis.detectors.overlap import overlap_fix
@@ -409,8 +409,7 @@ def slow_link(ctx: Context) -> list[Finding]:
     fastest = max(rates.values(), default=0.0)
     slower = {h: r for h, r in rates.items() if r < th.slow_link_rate_share * fastest}
     lagging = late
-    place = ctx.metrics.placement
-    on_slower = sorted(place.filter(pl.col("node").is_in(list(slower)))["rank"].to_list())
+    on_slower = cpu.ranks_on(ctx, list(slower))
     if on_slower:
         late = on_slower
     lags = transfer_lags(ctx).filter(pl.col("rank").is_in(lagging))

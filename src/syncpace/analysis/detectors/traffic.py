@@ -5,7 +5,6 @@ source and its "never the job's own" rule (:mod:`syncpace.analysis.detectors.net
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -14,7 +13,14 @@ import numpy as np
 import polars as pl
 
 from syncpace.analysis.detectors.context import Context
-from syncpace.analysis.links import LinkLoad, busiest_links, link_bytes, link_name, run_window
+from syncpace.analysis.links import (
+    LinkLoad,
+    busiest_links,
+    host_ends,
+    link_bytes,
+    link_name,
+    run_window,
+)
 from syncpace.trace.busbw import bus_factor
 
 #: Other traffic on a host's link: NIC bytes beyond the job's own, as a share of them.
@@ -149,14 +155,13 @@ def link_traffic(ctx: Context) -> LinkTraffic | None:
             return None
         span_ns = t1 - t0
         hosts = loads.filter(pl.col("kind") == "host", pl.col("rate_bps") > 0)
-        # a host is the end of exactly one host link; a switch ends several
         pairs = {link: (a, b) for link, a, b in hosts.select("link", "src", "dst").iter_rows()}
-        ends = Counter(end for pair in pairs.values() for end in pair)
+        own = host_ends(pairs.values())
         span = (t1 - t0) / 1e9
         foreign: dict[str, float] = {}
         senders: list[tuple[str, str]] = []
         for row in hosts.iter_rows(named=True):
-            host = row["src"] if ends[row["src"]] == 1 else row["dst"]
+            host = row["src"] if row["src"] in own else row["dst"]
             other = row["bytes"] - job.get(host, 0.0)
             if row["bytes"] <= 0 or other < FOREIGN_RATE * row["rate_bps"] / 8 * span:
                 continue
@@ -168,7 +173,7 @@ def link_traffic(ctx: Context) -> LinkTraffic | None:
                 senders.append((host, name))
         spanned = hosts.filter(pl.col("covered_ns") >= COVERED * span_ns)
         seen = {*spanned["src"].to_list(), *spanned["dst"].to_list()}
-        covered = frozenset(h for h, n in ends.items() if n == 1 and h in seen)
+        covered = frozenset(h for h in own if h in seen)
         hosts_sending = tuple(dict.fromkeys(h for h, _ in senders))
         return LinkTraffic(foreign, hosts_sending, tuple(n for _, n in senders), covered)
 
@@ -260,10 +265,8 @@ def link_source(ctx: Context) -> LinkSource | None:
     def compute() -> LinkSource | None:
         window = run_window(ctx.metrics.rank_steps)
         loads = busiest_links(ctx.metrics.run, window, top=None, min_util=0.0)
-        # a host is the end of exactly one host link; a switch ends several
-        pairs = {x.link: (x.src, x.dst) for x in loads if x.kind == "host"}
-        ends = Counter(end for pair in pairs.values() for end in pair)
-        sending = [x for x in loads if x.kind == "host" and ends[x.src] == 1]
+        own = host_ends({x.link: (x.src, x.dst) for x in loads if x.kind == "host"}.values())
+        sending = [x for x in loads if x.kind == "host" and x.src in own]
         usual = float(np.median([x.util for x in sending])) if sending else 0.0
         senders = tuple(
             x for x in sending if x.util >= BUSY_LINK and x.util >= SENDER_FACTOR * usual
