@@ -277,8 +277,7 @@ def _whole_steps(
     # a stream of its own: turning it on leaves every other draw unchanged
     rng = np.random.default_rng(np.random.SeedSequence([seed, 909]))
     service_p = np.full(stall.shape, np.nan)
-    for j, r in enumerate(spec.extra_ranks):
-        rows = spec.step_tables()[j]
+    for r, rows in zip(spec.extra_ranks, spec.step_tables(), strict=True):
         rounds = -(-stall.shape[0] // rows.shape[0])
         deal = np.concatenate([rng.permutation(rows.shape[0]) for _ in range(rounds)])
         pick = rows[deal[: stall.shape[0]]]
