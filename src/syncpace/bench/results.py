@@ -68,6 +68,7 @@ class SizeRow:
     stats: IterStats
     rank_time_us: tuple[float, ...]  # each rank's mean iteration time
     step: int  # trace iteration that holds this size's calls
+    iter_us: tuple[float, ...] = ()  # each timed iteration's mean over ranks, in run order
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -88,6 +89,7 @@ class SizeRow:
             "cv": self.stats.cv,
             "rank_time_us": list(self.rank_time_us),
             "step": self.step,
+            "iter_us": list(self.iter_us),
         }
 
 

@@ -216,6 +216,7 @@ class RankBench:
             stats=stats,
             rank_time_us=tuple(sum(p["times_us"]) / cfg.iters for p in per_rank),
             step=step,
+            iter_us=tuple(iters),
         )
 
     # Pairs ---------------------------------------------------------------------
