@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from syncpace.sim.collectives import plan
+from syncpace.sim.packet.net import HEADERS
 from syncpace.sim.packet.transfers import one_node
 from syncpace.sim.topology import GB, Topology
 
@@ -41,7 +42,6 @@ PERSISTENT_FLOW_COST = 3.0
 #: measured on the reference scenario at 4 nodes x 30 iterations (79,800 in 32.1 s).
 FLOW_ENTITIES_PER_S = 2_500.0
 MIB = 1 << 20
-HEADERS = 52  # as the packet tier's segments (IPv4 + TCP with timestamps)
 
 
 @dataclass(frozen=True)
@@ -74,10 +74,8 @@ def estimate_packet_cpu_s(cfg: SimConfig) -> float:
     net, topo = cfg.network, cfg.topology
     segment = net.packet_mtu - HEADERS
     g = topo.gpus_per_node
-    job = (
-        sum(sum(float(one_node(ph, g).nbytes.sum()) for ph in p.phases) for p in _plans(cfg))
-        / segment
-    )
+    plans = _plans(cfg)
+    job = sum(sum(float(one_node(ph, g).nbytes.sum()) for ph in p.phases) for p in plans) / segment
     flows = net.host_flows()
     samples = net.packet_samples if flows else 1
     nic = topo.nic_gbps * GB
@@ -85,7 +83,7 @@ def estimate_packet_cpu_s(cfg: SimConfig) -> float:
     extra = sum(nic * (1.0 if f.share is None else f.share) * alone_s for f in flows) / segment
     extra *= PERSISTENT_FLOW_COST
     runs = samples * _distinct_runs(cfg)
-    return runs * (job + extra * len(_plans(cfg))) / PACKET_SEGMENTS_PER_CPU_S
+    return runs * (job + extra * len(plans)) / PACKET_SEGMENTS_PER_CPU_S
 
 
 def other_jobs_flows(cfg: SimConfig) -> float:
