@@ -1,5 +1,6 @@
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,65 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.slow)
         if root and os.geteuid() != 0:
             item.add_marker(skip)
+    _order_long_files_first(items)
+
+
+def _order_long_files_first(items) -> None:
+    """Files with slow tests first, each file's order kept; those with root tests (jobs
+    waiting on the fabric's shaped links: long, but light on the CPU) taken in turn with
+    the others (heavy on it), so two workers rarely both wait on links. The workers take
+    whole files in this order, and the many short files left for the end even out their
+    finish."""
+    root, slow = {}, {}
+    for item in items:
+        if item.get_closest_marker("root"):
+            root.setdefault(item.path, len(root))
+        elif item.get_closest_marker("slow"):
+            slow.setdefault(item.path, len(slow))
+    rank = {path: 2 * i for path, i in root.items()}
+    rank.update({path: 2 * i + 1 for path, i in slow.items() if path not in rank})
+    last = 2 * len(rank) + 2
+    items.sort(key=lambda item: rank.get(item.path, last))  # stable: a file's order kept
+
+
+#: The suite's workers: at most this many, one per idle core.
+MAX_WORKERS = 4
+#: ``SYNCPACE_TEST_WORKERS=N`` sets the number of workers (0: the run stays in-process).
+WORKERS_ENV = "SYNCPACE_TEST_WORKERS"
+
+
+def idle_cores(interval_s: float = 0.5) -> float:
+    """Cores nobody used over the last ``interval_s``, from ``/proc/stat``'s counters
+    (the machine's count where it cannot be read)."""
+    cores = len(os.sched_getaffinity(0))
+
+    def sample() -> tuple[int, int]:
+        with open("/proc/stat") as f:
+            ticks = [int(v) for v in f.readline().split()[1:]]
+        return sum(ticks), ticks[3] + ticks[4]  # all, idle + iowait
+
+    try:
+        total0, idle0 = sample()
+        time.sleep(interval_s)
+        total1, idle1 = sample()
+    except (OSError, ValueError, IndexError):
+        return float(cores)
+    if total1 <= total0:
+        return float(cores)
+    online = os.cpu_count() or cores
+    return min(cores, online * (idle1 - idle0) / (total1 - total0))
+
+
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto`` (the default, pyproject.toml): one worker per idle core, at most
+    :data:`MAX_WORKERS`. Fewer than two idle cores run the suite in this process: the
+    multi-rank tests measure timings side by side, and a machine already busy with
+    other work leaves no core to spare for a second worker."""
+    wanted = os.environ.get(WORKERS_ENV)
+    if wanted is not None:
+        return max(0, int(wanted))
+    workers = min(MAX_WORKERS, int(idle_cores() + 0.25))
+    return workers if workers >= 2 else 0
 
 
 #: The demo's two runs as the demo recorded them (``tests/data/make_demo.py``).
@@ -57,11 +117,32 @@ def chromium() -> str:
     return binary
 
 
+def _restarts_here() -> list:
+    modules = {id(m): m for m in map(sys.modules.get, ("multirank", "tests.multirank")) if m}
+    return [r for m in modules.values() for r in m.RESTARTS]
+
+
+#: The restarts each worker counted, sent here as it finishes (a run with workers).
+_WORKER_RESTARTS: list = []
+
+
+def pytest_sessionfinish(session):
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # an xdist worker: its restarts go to the controller
+        workeroutput["restarts"] = [(r.what, r.attempt, r.reason) for r in _restarts_here()]
+
+
+def pytest_testnodedown(node, error):
+    from multirank import Restart
+
+    for what, attempt, reason in getattr(node, "workeroutput", {}).get("restarts", ()):
+        _WORKER_RESTARTS.append(Restart(what, attempt, reason))
+
+
 def pytest_terminal_summary(terminalreporter):
     """Every multi-rank launch started again after a start-up connection failure is
     counted and named here: a retry must never hide a machine that keeps failing."""
-    modules = {id(m): m for m in map(sys.modules.get, ("multirank", "tests.multirank")) if m}
-    restarts = [r for m in modules.values() for r in m.RESTARTS]
+    restarts = [*_restarts_here(), *_WORKER_RESTARTS]
     if not restarts:
         return
     terminalreporter.write_sep("=", f"{len(restarts)} multi-rank launch restart(s)", yellow=True)

@@ -3,6 +3,7 @@ again (bounded, counted); a failure once the job has started never is."""
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -170,3 +171,33 @@ def test_a_rank_freezes_its_heap_after_its_own_exit_handlers(bootstrap):
     )
     assert proc.returncode == 3, proc.stderr
     assert proc.stdout.splitlines() == ["handler 0", "frozen True"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", [0, 2])
+def test_the_run_summary_lists_restarts_counted_in_every_worker(tmp_path, workers):
+    """A restart counted in a worker process (``-n 2``) reaches the run's summary, as
+    one counted in the run's own process does."""
+    (tmp_path / "test_restarted.py").write_text(
+        "import multirank\n\n"
+        "def test_one():\n"
+        "    multirank.record_restart('job-a', 1, 'connection refused')\n\n"
+        "def test_two():\n"
+        "    pass\n"
+    )
+    tests_dir = Path(__file__).parent
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-c", "/dev/null", "--rootdir", str(tmp_path)]
+        + ["-p", "conftest", "-n", str(workers), "-q", str(tmp_path)],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tests_dir), *sys.path])},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "1 multi-rank launch restart(s)" in run.stdout
+    assert (
+        "job-a started again after failing at start-up (attempt 1): connection refused"
+        in run.stdout
+    )
