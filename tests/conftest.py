@@ -1,11 +1,11 @@
 import os
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from multirank import with_ranksite
+from suiteworkers import auto_workers
 from syncpace.report.browser import find_chromium
 
 # Every process a test starts (syncpace's commands, the ranks they launch, the demo's,
@@ -49,44 +49,9 @@ def _order_long_files_first(items) -> None:
     items.sort(key=lambda item: rank.get(item.path, last))  # stable: a file's order kept
 
 
-#: The suite's workers: at most this many, one per idle core.
-MAX_WORKERS = 4
-#: ``SYNCPACE_TEST_WORKERS=N`` sets the number of workers (0: the run stays in-process).
-WORKERS_ENV = "SYNCPACE_TEST_WORKERS"
-
-
-def idle_cores(interval_s: float = 0.5) -> float:
-    """Cores nobody used over the last ``interval_s``, from ``/proc/stat``'s counters
-    (the machine's count where it cannot be read)."""
-    cores = len(os.sched_getaffinity(0))
-
-    def sample() -> tuple[int, int]:
-        with open("/proc/stat") as f:
-            ticks = [int(v) for v in f.readline().split()[1:]]
-        return sum(ticks), ticks[3] + ticks[4]  # all, idle + iowait
-
-    try:
-        total0, idle0 = sample()
-        time.sleep(interval_s)
-        total1, idle1 = sample()
-    except (OSError, ValueError, IndexError):
-        return float(cores)
-    if total1 <= total0:
-        return float(cores)
-    online = os.cpu_count() or cores
-    return min(cores, online * (idle1 - idle0) / (total1 - total0))
-
-
 def pytest_xdist_auto_num_workers(config):
-    """``-n auto`` (the default, pyproject.toml): one worker per idle core, at most
-    :data:`MAX_WORKERS`. Fewer than two idle cores run the suite in this process: the
-    multi-rank tests measure timings side by side, and a machine already busy with
-    other work leaves no core to spare for a second worker."""
-    wanted = os.environ.get(WORKERS_ENV)
-    if wanted is not None:
-        return max(0, int(wanted))
-    workers = min(MAX_WORKERS, int(idle_cores() + 0.25))
-    return workers if workers >= 2 else 0
+    """``-n auto`` (the default, pyproject.toml): :func:`suiteworkers.auto_workers`."""
+    return auto_workers()
 
 
 #: The demo's two runs as the demo recorded them (``tests/data/make_demo.py``).

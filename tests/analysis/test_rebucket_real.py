@@ -113,5 +113,10 @@ def test_the_rebucketed_one_bucket_run_predicts_the_bucketed_run(phases) -> None
     # the plant: buckets during backward must show
     assert before > 1.05 * after, said
     assert abs(predicted / after - 1) <= TOLERANCE, said
-    # and the prediction lands closer to the bucketed run than the run left as it was
-    assert abs(math.log(predicted / after)) < abs(math.log(before / after)), said
+    # and the prediction lands closer to the bucketed run than the run left as it was,
+    # where the plant moved the run by more than phases of one kind disagree among
+    # themselves (a load that stretches one phase by half leaves "closer" undecided)
+    means = [[float(measured_ms(a).mean()) for a in kind] for kind in (one, bucketed)]
+    disagree = max(math.log(max(m) / min(m)) for m in means)
+    if math.log(before / after) > disagree:
+        assert abs(math.log(predicted / after)) < abs(math.log(before / after)), said
