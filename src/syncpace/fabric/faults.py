@@ -208,6 +208,9 @@ class Scheduler:
         }
         try:
             record["detail"] = self._do(fault, phase)
+            # in effect once its commands returned: a loaded machine takes a while to
+            # start them, and a step may still end between the two times
+            record["applied_ns"] = time.time_ns()
             if phase == "start" and fault.action != "kill":
                 self._active.append(fault)
             elif phase == "end" and fault in self._active:
