@@ -28,29 +28,10 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.slow)
         if root and os.geteuid() != 0:
             item.add_marker(skip)
-    _order_long_files_first(items)
-
-
-def _order_long_files_first(items) -> None:
-    """Files with slow tests first, each file's order kept; those with root tests (jobs
-    waiting on the fabric's shaped links: long, but light on the CPU) taken in turn with
-    the others (heavy on it), so two workers rarely both wait on links. The workers take
-    whole files in this order, and the many short files left for the end even out their
-    finish."""
-    root, slow = {}, {}
-    for item in items:
-        if item.get_closest_marker("root"):
-            root.setdefault(item.path, len(root))
-        elif item.get_closest_marker("slow"):
-            slow.setdefault(item.path, len(slow))
-    rank = {path: 2 * i for path, i in root.items()}
-    rank.update({path: 2 * i + 1 for path, i in slow.items() if path not in rank})
-    last = 2 * len(rank) + 2
-    items.sort(key=lambda item: rank.get(item.path, last))  # stable: a file's order kept
 
 
 def pytest_xdist_auto_num_workers(config):
-    """``-n auto`` (the default, pyproject.toml): :func:`suiteworkers.auto_workers`."""
+    """``-n auto``: :func:`suiteworkers.auto_workers`."""
     return auto_workers()
 
 

@@ -1,5 +1,6 @@
-"""How many workers the suite runs on: ``-n auto`` (the default in pyproject.toml) asks
-``tests/conftest.py``, which asks :func:`auto_workers`."""
+"""How many workers the suite runs on with ``-n auto`` (the fast tier's way; the full
+suite runs in one process, pyproject.toml says why): ``tests/conftest.py`` asks
+:func:`auto_workers`."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ def idle_cores(interval_s: float = 0.5) -> float:
 
 
 def auto_workers() -> int:
-    """``-n auto`` (the default, pyproject.toml): one worker per idle core, at most
+    """``-n auto``: one worker per idle core, at most
     :data:`MAX_WORKERS`. Fewer than two idle cores run the suite in this process: the
     multi-rank tests measure timings side by side, and a machine already busy with
     other work leaves no core to spare for a second worker."""
