@@ -36,10 +36,9 @@ def idle_cores(interval_s: float = 0.5) -> float:
 
 
 def auto_workers() -> int:
-    """``-n auto``: one worker per idle core, at most
-    :data:`MAX_WORKERS`. Fewer than two idle cores run the suite in this process: the
-    multi-rank tests measure timings side by side, and a machine already busy with
-    other work leaves no core to spare for a second worker."""
+    """``-n auto``: one worker per idle core, at most :data:`MAX_WORKERS`. Fewer than
+    two idle cores run the tests in this process: a machine already busy with other
+    work leaves no core to spare for a second worker."""
     wanted = os.environ.get(WORKERS_ENV)
     if wanted is not None:
         return max(0, int(wanted))
