@@ -1,4 +1,5 @@
-"""The test tiers: ``-m "not slow"`` is the fast one; CI runs the whole suite."""
+"""The test tiers: ``-m "not slow"`` is the fast one (on one worker per idle core); CI
+runs the whole suite, in one process."""
 
 from __future__ import annotations
 
@@ -51,5 +52,5 @@ def test_every_test_has_a_time_limit(pytestconfig):
 def test_the_readme_names_both_tiers():
     development = (ROOT / "README.md").read_text().split("## Development", 1)[1]
     commands = {line.split("#")[0].strip() for line in development.splitlines()}
-    assert '.venv/bin/python -m pytest -q -m "not slow"' in commands
+    assert '.venv/bin/python -m pytest -q -n auto -m "not slow"' in commands
     assert ci_command().rsplit("&& ", 1)[1] in commands  # the full run, as CI runs it
