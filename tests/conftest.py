@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from multirank import with_ranksite
+from multirank import Restart, with_ranksite
 from suiteworkers import auto_workers
 from syncpace.report.browser import find_chromium
 
@@ -79,8 +79,6 @@ def pytest_sessionfinish(session):
 
 
 def pytest_testnodedown(node, error):
-    from multirank import Restart
-
     for what, attempt, reason in getattr(node, "workeroutput", {}).get("restarts", ()):
         _WORKER_RESTARTS.append(Restart(what, attempt, reason))
 

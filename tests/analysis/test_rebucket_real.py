@@ -103,11 +103,11 @@ def test_the_rebucketed_one_bucket_run_predicts_the_bucketed_run(phases) -> None
     before = float(np.median(np.concatenate([measured_ms(a) for a in one])))
     after = float(np.median(np.concatenate([measured_ms(a) for a in bucketed])))
     predicted = float(np.median(np.concatenate([predicted_ms(a) for a in one])))
+    means = [[float(measured_ms(a).mean()) for a in kind] for kind in (one, bucketed)]
     said = (
         f"medians: one bucket {before:.0f} ms, bucketed {after:.0f} ms, predicted "
-        f"{predicted:.0f} ms; phase means: one bucket "
-        f"{[round(float(measured_ms(a).mean())) for a in one]}, bucketed "
-        f"{[round(float(measured_ms(a).mean())) for a in bucketed]}; load {load:.1f}"
+        f"{predicted:.0f} ms; phase means: one bucket {[round(m) for m in means[0]]}, "
+        f"bucketed {[round(m) for m in means[1]]}; load {load:.1f}"
     )
     print("\n" + said)
     # the plant: buckets during backward must show
@@ -116,7 +116,6 @@ def test_the_rebucketed_one_bucket_run_predicts_the_bucketed_run(phases) -> None
     # and the prediction lands closer to the bucketed run than the run left as it was,
     # where the plant moved the run by more than phases of one kind disagree among
     # themselves (a load that stretches one phase by half leaves "closer" undecided)
-    means = [[float(measured_ms(a).mean()) for a in kind] for kind in (one, bucketed)]
     disagree = max(math.log(max(m) / min(m)) for m in means)
     if math.log(before / after) > disagree:
         assert abs(math.log(predicted / after)) < abs(math.log(before / after)), said
