@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import rankfork
 from syncpace.ports import free_port
 
 DONE = "WORKER_DONE"
@@ -128,10 +129,13 @@ def start_ranks(
     for rank in range(world):
         extra = dict(env or {})
         extra.update((per_rank_env or {}).get(rank, {}))
+        env_here = rank_env(rank, world, port, extra)
+        forked = rankfork.start(str(worker), list(args), env_here)
         procs.append(
-            subprocess.Popen(
+            forked
+            or subprocess.Popen(
                 [sys.executable, str(worker), *args],
-                env=rank_env(rank, world, port, extra),
+                env=env_here,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 text=True,
