@@ -52,6 +52,8 @@ class Planted:
     #: per rank and step as a share of ``fwd_ms``, drawn apart from the rest of the run
     #: (the same run without it is the same seed with ``tail=None``)
     tail: tuple[float, float] | None = None
+    #: (rank, step, ms): one-off stalls, extra forward compute of that rank in that step
+    stalls: tuple[tuple[int, int, float], ...] = ()
     slow_ranks: tuple[tuple[int, float], ...] = ()
     #: (rank, factor, first step, end step): a rank slow in part of the run only
     slow_spans: tuple[tuple[int, float, int, int], ...] = ()
@@ -222,6 +224,9 @@ def _simulate(sc: Planted) -> _Timeline:
             if first <= step < end:
                 f[rank] *= factor
         fwd, bwd = sc.fwd_ms * 1e6 * (f + tail[step]), sc.bwd_ms * 1e6 * f
+        for rank, at, ms in sc.stalls:
+            if at == step:
+                fwd[rank] += ms * 1e6
         done = start + fwd + bwd
         calls = _step_calls(sc, groups)
         comm_end = start.copy()

@@ -56,7 +56,9 @@ class Thresholds:
         0.5, "Fraction of ranks that must each arrive last in some iterations (transient jitter)."
     )
     stall_min_share: float = setting(
-        1.0, "A gap this many iterations beyond its rank's steady one is a stall."
+        1.0,
+        "A gap this many iterations beyond its rank's steady one is a stall (in a run of "
+        "fewer steps than 1 / warning_cost, warning_cost x its steps: what saves that much).",
     )
     stall_max_steps: float = setting(
         0.05, "Stalls in at most this share of steps (or 2) are one-off events, not jitter."

@@ -527,17 +527,22 @@ def _locality_finding(ctx: Context, local_rank: int, ranks: list[int]) -> Findin
 
 def stall_actions(ctx: Context) -> np.ndarray | None:
     """Actions whose gap is a one-off stall: at least ``stall_min_share`` of an
-    iteration and ten robust spreads beyond the rank's steady gap at that point of the
-    step, in few enough steps (``stall_max_steps``) to be events rather than a heavy
-    tail, and not the tail of the run's recurring jitter (:func:`_jitter_tail`). None
-    when there is none (or no replay)."""
+    iteration (or, in a run of few steps, the ``warning_cost`` share of the run's time
+    that removing it would then save) and ten robust spreads beyond the rank's steady
+    gap at that point of the step, in few enough steps (``stall_max_steps``) to be
+    events rather than a heavy tail, and not the tail of the run's recurring jitter
+    (:func:`_jitter_tail`). None when there is none (or no replay)."""
 
     def compute() -> np.ndarray | None:
         prog, th = ctx.program, ctx.thresholds
         if prog is None or ctx.iteration_ns <= 0:
             return None
         excess, spread = cf.excess_gaps(prog)
-        big = (excess >= th.stall_min_share * ctx.iteration_ns) & (excess >= 10 * spread)
+        # one step's gap of warning_cost x steps iterations saves warning_cost of the
+        # run: below a whole iteration on a run of fewer than 20 steps, and the gate
+        # must not hide what the replay would report
+        share = min(th.stall_min_share, th.warning_cost * len(prog.steps))
+        big = (excess >= share * ctx.iteration_ns) & (excess >= 10 * spread)
         steps = np.unique(prog.step[big])
         if len(steps) == 0 or len(steps) > max(2, th.stall_max_steps * len(prog.steps)):
             return None

@@ -1,8 +1,9 @@
-"""Heavy-tailed jitter on every rank: its long steps are its tail, not one-off stalls.
+"""Long steps: the tail of heavy-tailed jitter on every rank, or one-off stalls.
 
-Each run is built twice from the same seed, with and without the heavy-tailed jitter
-(``Planted.tail``: Lomax extra forward compute per rank and step), so the jitter's cost
-is measured from the two traces' iteration times, not taken from the analysis.
+Each run is built twice from the same seed, with and without what is planted (the
+heavy-tailed jitter, ``Planted.tail``: Lomax extra forward compute per rank and step;
+a stall, ``Planted.stalls``), so its cost is measured from the two traces' iteration
+times, not taken from the analysis.
 """
 
 from __future__ import annotations
@@ -66,6 +67,27 @@ def test_heavy_tailed_jitter_with_a_long_step_is_jitter_at_its_measured_cost(tmp
     assert first.severity >= Severity.CRITICAL, found  # 22 % is beyond critical_cost (10 %)
     assert not [f for f in analysis.findings if f.mode == "stall"], found
     assert first.cost == pytest.approx(cost, abs=0.03), f"measured {cost:.1%}: {found}"
+
+
+def test_a_one_step_stall_worth_reporting_in_a_short_run_is_a_stall(tmp_path) -> None:
+    """Rank 1 stopped 40 ms in step 8 of a steady 16-step job of ~42 ms iterations: that
+    one gap is less than an iteration (``stall_min_share``), yet removing it saves
+    over ``warning_cost`` of the run; the gate let it through to the jitter finding."""
+    clean = _run(tmp_path, JOB.replace(seed=1), "clean")
+    stalled = _run(tmp_path, JOB.replace(seed=1, stalls=((1, 8, 40.0),)), "stalled")
+    without, _ = _iteration_ms(clean)
+    mean, longest = _iteration_ms(stalled)
+    cost = (mean - without) / mean
+    assert 0.05 < cost < 0.08, f"the stall costs {cost:.1%}: not the case this test is about"
+    assert longest < 2 * mean, f"a step of {longest:.1f} ms is no short stall"
+    analysis = analyze(stalled, Thresholds())
+    found = [(f.mode, f.severity.name, f.ranks, round(f.cost, 3)) for f in analysis.findings]
+    first = analysis.findings[0]
+    assert (first.mode, first.ranks) == ("stall", (1,)), found
+    assert first.evidence["steps"] == [8], found
+    assert first.severity == Severity.WARNING, found
+    assert first.cost == pytest.approx(cost, abs=0.01), f"measured {cost:.1%}: {found}"
+    assert not [f for f in analysis.findings if f.mode == "sync_amplification"], found
 
 
 def test_a_stall_in_a_steady_job_stays_a_stall(tmp_path) -> None:
