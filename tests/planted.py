@@ -48,6 +48,12 @@ class Planted:
     bwd_ms: float = 12.0
     opt_ms: float = 1.0
     jitter: float = 0.01
+    #: heavy-tailed jitter on every rank: (Lomax shape, scale) of extra forward compute
+    #: per rank and step as a share of ``fwd_ms``, drawn apart from the rest of the run
+    #: (the same run without it is the same seed with ``tail=None``)
+    tail: tuple[float, float] | None = None
+    #: (rank, step, ms): one-off stalls, extra forward compute of that rank in that step
+    stalls: tuple[tuple[int, int, float], ...] = ()
     slow_ranks: tuple[tuple[int, float], ...] = ()
     #: (rank, factor, first step, end step): a rank slow in part of the run only
     slow_spans: tuple[tuple[int, float, int, int], ...] = ()
@@ -208,12 +214,19 @@ def _simulate(sc: Planted) -> _Timeline:
     free = dict.fromkeys(groups, float(_T0))  # when each group's stream is idle again
     tl = _Timeline([[] for _ in range(world)], [[] for _ in range(world)])
     start = np.full(world, float(_T0))
+    tail = np.zeros((sc.steps, world))
+    if sc.tail is not None:
+        shape, scale = sc.tail
+        tail = np.random.default_rng([sc.seed, 1]).pareto(shape, (sc.steps, world)) * scale
     for step in range(sc.steps):
         f = speed * rng.lognormal(0.0, sc.jitter, world)
         for rank, factor, first, end in sc.slow_spans:
             if first <= step < end:
                 f[rank] *= factor
-        fwd, bwd = sc.fwd_ms * 1e6 * f, sc.bwd_ms * 1e6 * f
+        fwd, bwd = sc.fwd_ms * 1e6 * (f + tail[step]), sc.bwd_ms * 1e6 * f
+        for rank, at, ms in sc.stalls:
+            if at == step:
+                fwd[rank] += ms * 1e6
         done = start + fwd + bwd
         calls = _step_calls(sc, groups)
         comm_end = start.copy()

@@ -377,6 +377,31 @@ def test_a_real_straggler_draw_is_run_measured_scored_and_rescored(tmp_path) -> 
     assert [[f["mode"] for f in p["findings"]] for p in again["runs"][0]["phases"]] == before
 
 
+@pytest.mark.multirank
+def test_a_real_heavy_tailed_jitter_draw_with_a_long_step_is_not_read_as_healthy(tmp_path) -> None:
+    """Development draw 47: two ranks, Lomax jitter (shape 2.57, scale 0.392 of a 38.6
+    ms compute) on every step. The job's draws are seeded by rank, so its second planted
+    phase always holds one step of rank 1 about 160 ms longer than the rest. That phase
+    once read as healthy: the step taken for a one-off stall whose saving, and the
+    jitter's without it, each fell under the reporting threshold. Whether one step that
+    far out is the jitter's tail or a stall depends on how far the machine's load moved
+    the other steps; either way the phase names a cause, and the jitter's replay
+    predicts the cost the reruns measure."""
+    d = draws.draw(47)
+    assert [c.kind for c in d.causes] == ["jitter"] and d.ranks == 2, d.describe()
+    record = drawrun.run_draw(d, tmp_path, repeat=1)
+    cases = drawscore.planted_cases(record)
+    said = json.dumps(cases, default=str)
+    assert len(cases) == 2, said
+    for c in cases:
+        assert c["measured"] > 0.1, said  # the jitter costs 20-40 % of a planted phase
+        assert c["top"] in ("sync_amplification", "stall"), said
+    # the clean phases around each planted one move with the machine's load by as much
+    # as 16 % of it: one of the two phases is enough to check the replay
+    assert min(abs(c["error"]) for c in cases) < 0.1, said
+    assert cases[0]["first"], said  # the first phase's long steps are two, near each other
+
+
 @pytest.mark.slow  # imports torch
 def test_a_poor_overlap_issues_async_buckets_only_after_backward(monkeypatch) -> None:
     """job.py's async buckets: during backward's compute, or (planted) all after it."""

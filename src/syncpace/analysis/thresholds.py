@@ -56,10 +56,17 @@ class Thresholds:
         0.5, "Fraction of ranks that must each arrive last in some iterations (transient jitter)."
     )
     stall_min_share: float = setting(
-        1.0, "A gap this many iterations beyond its rank's steady one is a stall."
+        1.0,
+        "A gap this many iterations beyond its rank's steady one is a stall (in a run of "
+        "fewer steps than 1 / warning_cost, warning_cost x its steps: what saves that much).",
     )
     stall_max_steps: float = setting(
         0.05, "Stalls in at most this share of steps (or 2) are one-off events, not jitter."
+    )
+    stall_tail_factor: float = setting(
+        5.0,
+        "A long gap this many times the longest excess of the other gaps is a one-off stall "
+        "even where jitter recurs; shorter, it may be that jitter's tail.",
     )
     lag_min_share: float = setting(
         0.02,
@@ -170,6 +177,7 @@ class Thresholds:
             sync_spread="[0, 1]",
             stall_min_share="[0, 1000]",
             stall_max_steps="[0, 1]",
+            stall_tail_factor="[1, 1000]",
             lag_min_share="[0, 1]",
             slow_link_rate_share="[0, 1]",
             fabric_inflation="[1, 1000]",

@@ -527,22 +527,62 @@ def _locality_finding(ctx: Context, local_rank: int, ranks: list[int]) -> Findin
 
 def stall_actions(ctx: Context) -> np.ndarray | None:
     """Actions whose gap is a one-off stall: at least ``stall_min_share`` of an
-    iteration and ten robust spreads beyond the rank's steady gap at that point of the
-    step, in few enough steps (``stall_max_steps``) to be events rather than a heavy
-    tail. None when there is none (or no replay)."""
+    iteration (or, in a run of few steps, the ``warning_cost`` share of the run's time
+    that removing it would then save) and ten robust spreads beyond the rank's steady
+    gap at that point of the step, in few enough steps (``stall_max_steps``) to be
+    events rather than a heavy tail, and not the tail of the run's recurring jitter
+    (:func:`_jitter_tail`). None when there is none (or no replay)."""
 
     def compute() -> np.ndarray | None:
         prog, th = ctx.program, ctx.thresholds
         if prog is None or ctx.iteration_ns <= 0:
             return None
         excess, spread = cf.excess_gaps(prog)
-        big = (excess >= th.stall_min_share * ctx.iteration_ns) & (excess >= 10 * spread)
+        # one step's gap of warning_cost x steps iterations saves warning_cost of the
+        # run: below a whole iteration on a run of fewer than 20 steps, and the gate
+        # must not hide what the replay would report
+        share = min(th.stall_min_share, th.warning_cost * len(prog.steps))
+        big = (excess >= share * ctx.iteration_ns) & (excess >= 10 * spread)
         steps = np.unique(prog.step[big])
         if len(steps) == 0 or len(steps) > max(2, th.stall_max_steps * len(prog.steps)):
             return None
-        return big
+        big = big & ~_jitter_tail(ctx, big, excess)
+        return big if big.any() else None
 
     return ctx.memo("stalls", compute)
+
+
+def _jitter_tail(ctx: Context, big: np.ndarray, excess: np.ndarray) -> np.ndarray:
+    """Which of the long gaps ``big`` are the tail of jitter that recurs on every rank
+    rather than one-off stalls. Heavy-tailed jitter (a loaded host, Lomax-like extra
+    compute) now and then draws a step several iterations long; kept apart as a stall,
+    its saving is one step's over the run and its error the other steps' variation, so
+    neither the stall nor the jitter without it cleared the reporting threshold, and a
+    job 22 % slower for its jitter read as healthy. Those within ``stall_tail_factor``
+    times the longest excess of the other gaps are the tail where the recurring
+    variation, judged over the steps without a long gap, is reported on its own
+    (``costs.reported``); longer ones reach beyond any tail. The rest are one-off
+    stalls only where removing them is reported too: else the other steps vary as much,
+    and every long gap is the tail."""
+    prog, base, th = ctx.program, ctx.base, ctx.thresholds
+    none = np.zeros(len(big), dtype=bool)
+    if prog is None or base is None or base.measured_ns <= 0:
+        return none
+    rest = float(excess[~big].max(initial=0.0))
+    near = big & (excess < th.stall_tail_factor * rest)
+    calm = cf.without_jitter(prog).gap
+    tail = none
+    if near.any() and calm is not None:
+        # over the steps without a long gap: kept in, they would be its error
+        other = ~np.isin(prog.steps, prog.step[big])
+        recurring = evaluate(prog, base, "jitter", "", Change(gap=calm), within=other)
+        tail = near if costs.reported(recurring.saving, recurring.error, th) else none
+    left = big & ~tail
+    if left.any():
+        alone = evaluate(prog, base, "stall", "", cf.without_gaps(prog, left))
+        if not costs.reported(alone.saving, alone.error, th):
+            return big
+    return tail
 
 
 def stalls(ctx: Context) -> list[Finding]:

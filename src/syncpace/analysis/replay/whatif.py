@@ -88,11 +88,17 @@ def evaluate(
     description: str,
     change: Change,
     cause: str = "",
+    within: np.ndarray | None = None,
 ) -> Outcome:
+    """``change`` replayed against the plain replay; ``within`` (per step of the
+    program, in its order): only those steps count, the share of their own mean."""
     replayed: Replayed = run(prog, change)
     known = ~np.isnan(base.per_step) & ~np.isnan(replayed.iteration_ns)
-    per_step = (base.per_step - replayed.iteration_ns)[known]
     plain = base.replayed_ns
+    if within is not None:
+        known &= within
+        plain = float(base.per_step[known].mean()) if known.any() else 0.0
+    per_step = (base.per_step - replayed.iteration_ns)[known]
     saving_ns = float(per_step.mean()) if len(per_step) else 0.0
     steps = replayed.iteration_ns[known]
     n = len(steps)

@@ -1,0 +1,118 @@
+"""Long steps: the tail of heavy-tailed jitter on every rank, or one-off stalls.
+
+Each run is built twice from the same seed, with and without what is planted (the
+heavy-tailed jitter, ``Planted.tail``: Lomax extra forward compute per rank and step;
+a stall, ``Planted.stalls``), so its cost is measured from the two traces' iteration
+times, not taken from the analysis.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from planted import Planted, generate
+from syncpace.analysis import Severity, Thresholds, analyze
+from syncpace.report.verdict import build_verdict
+from syncpace.trace import load_trace
+
+#: Two ranks, 16 steps of 30 ms forward and 10 ms backward: the shape of a drawn job.
+JOB = Planted(
+    name="jitter_tail",
+    nodes=1,
+    gpus_per_node=2,
+    steps=16,
+    fwd_ms=30.0,
+    bwd_ms=10.0,
+    buckets=2,
+    bucket_bytes=1 << 20,
+)
+
+
+def _iteration_ms(path: Path) -> tuple[float, float]:
+    """Mean and longest step of rank 0 (every rank ends a step together), warm-up left
+    out, read from the trace's own steps."""
+    steps = load_trace(path).steps
+    mine = steps.filter((steps["rank"] == 0) & (steps["step"] >= 1))
+    took = (mine["end_ns"] - mine["start_ns"]).to_numpy() / 1e6
+    return float(took.mean()), float(took.max())
+
+
+def _run(tmp_path: Path, sc: Planted, name: str) -> Path:
+    return generate(sc, tmp_path / name)
+
+
+def test_heavy_tailed_jitter_with_a_long_step_is_jitter_at_its_measured_cost(tmp_path) -> None:
+    """Seed 1 draws one forward several iterations long among jitter on every step:
+    kept apart as a one-off stall, neither it (one step's saving, the other steps'
+    variation as its error) nor the jitter without it cleared the reporting threshold,
+    and a job 22 % slower than without the jitter read as healthy."""
+    clean = _run(tmp_path, JOB.replace(seed=1), "clean")
+    jittery = _run(tmp_path, JOB.replace(seed=1, tail=(2.5, 0.4)), "jittery")
+    without, _ = _iteration_ms(clean)
+    mean, longest = _iteration_ms(jittery)
+    cost = (mean - without) / mean
+    assert cost > 0.15, f"the jitter costs {cost:.1%}: not the case this test is about"
+    assert longest > 2 * without, f"no long step ({longest:.1f} ms): not the case either"
+
+    th = Thresholds()
+    analysis = analyze(jittery, th)
+    verdict = build_verdict(analysis)
+    found = [(f.mode, f.severity.name, round(f.cost, 3)) for f in analysis.findings]
+    assert not verdict.healthy, f"{verdict.headline!r}; findings {found}"
+    first = analysis.findings[0]
+    assert first.mode == "sync_amplification", found
+    assert first.severity >= Severity.CRITICAL, found  # 22 % is beyond critical_cost (10 %)
+    assert not [f for f in analysis.findings if f.mode == "stall"], found
+    assert first.cost == pytest.approx(cost, abs=0.03), f"measured {cost:.1%}: {found}"
+
+
+def test_a_one_step_stall_worth_reporting_in_a_short_run_is_a_stall(tmp_path) -> None:
+    """Rank 1 stopped 40 ms in step 8 of a steady 16-step job of ~42 ms iterations: that
+    one gap is less than an iteration (``stall_min_share``), yet removing it saves
+    over ``warning_cost`` of the run; the gate let it through to the jitter finding."""
+    clean = _run(tmp_path, JOB.replace(seed=1), "clean")
+    stalled = _run(tmp_path, JOB.replace(seed=1, stalls=((1, 8, 40.0),)), "stalled")
+    without, _ = _iteration_ms(clean)
+    mean, longest = _iteration_ms(stalled)
+    cost = (mean - without) / mean
+    assert 0.05 < cost < 0.08, f"the stall costs {cost:.1%}: not the case this test is about"
+    assert longest < 2 * mean, f"a step of {longest:.1f} ms is no short stall"
+    analysis = analyze(stalled, Thresholds())
+    found = [(f.mode, f.severity.name, f.ranks, round(f.cost, 3)) for f in analysis.findings]
+    first = analysis.findings[0]
+    assert (first.mode, first.ranks) == ("stall", (1,)), found
+    assert first.evidence["steps"] == [8], found
+    assert first.severity == Severity.WARNING, found
+    assert first.cost == pytest.approx(cost, abs=0.01), f"measured {cost:.1%}: {found}"
+    assert not [f for f in analysis.findings if f.mode == "sync_amplification"], found
+
+
+def test_a_stall_in_a_steady_job_stays_a_stall(tmp_path) -> None:
+    """Rank 1's step 8 five times as long in a job without the heavy tail: the other
+    steps are steady, removing that one step is reported, so it is a one-off stall."""
+    sc = JOB.replace(seed=1, slow_spans=((1, 5.0, 8, 9),))
+    analysis = analyze(_run(tmp_path, sc, "stall"), Thresholds())
+    found = [(f.mode, f.severity.name, f.ranks) for f in analysis.findings]
+    first = analysis.findings[0]
+    assert (first.mode, first.ranks) == ("stall", (1,)), found
+    assert first.evidence["steps"] == [8], found
+    assert first.severity >= Severity.WARNING, found
+
+
+def test_a_stall_far_beyond_the_jitters_tail_stays_a_stall(tmp_path) -> None:
+    """The same heavy-tailed jitter, and rank 1 stopped for 30 steps' compute in step 8:
+    no tail reaches that far (``stall_tail_factor`` times the longest other excess), so
+    it is named as the stall it is, at its rank and step."""
+    sc = JOB.replace(seed=1, tail=(2.5, 0.4), slow_spans=((1, 30.0, 8, 9),))
+    path = _run(tmp_path, sc, "both")
+    analysis = analyze(path, Thresholds())
+    found = [(f.mode, f.severity.name, f.ranks) for f in analysis.findings]
+    stalls = [f for f in analysis.findings if f.mode == "stall"]
+    assert stalls, found
+    assert stalls[0].ranks == (1,) and 8 in stalls[0].evidence["steps"], found
+    _, longest = _iteration_ms(path)
+    assert longest > 1000, f"the stall's step took {longest:.0f} ms"  # 30 x 40 ms
+    assert np.isfinite(stalls[0].cost)
