@@ -143,7 +143,9 @@ def test_the_engine_takes_each_collectives_time_from_ns3() -> None:
         run={"steps": 12, "warmup": 2},
     )
     res = engine.simulate(cfg)
-    net = PacketNetwork(res.topology, cfg.network, cfg.run.seed)
+    # the engine warms each plan's connections after a step's compute, as a job's rest
+    idle = cfg.workload.compute_s + cfg.workload.opt_ms * 1e-3
+    net = PacketNetwork(res.topology, cfg.network, cfg.run.seed, idle_s=idle)
     world = np.arange(cfg.topology.world_size)
     wanted = [
         float(net.durations(plan("all_reduce", "ring", int(b), world, 4))[0])

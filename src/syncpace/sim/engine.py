@@ -247,8 +247,11 @@ def _simulate(cfg: SimConfig, progress: Any) -> SimResult:
         flow = None
     else:
         comm = np.zeros((iters, sizes.size))
-        tier = PacketNetwork if cfg.network.tier == "packet" else FlowNetwork
-        flow = tier(topo, cfg.network, run.seed)
+        flow = (
+            PacketNetwork(topo, cfg.network, run.seed, idle_s=wl.compute_s + wl.opt_ms * 1e-3)
+            if cfg.network.tier == "packet"
+            else FlowNetwork(topo, cfg.network, run.seed)
+        )
     service = _service_spread(cfg.network, iters, run.seed)
     pacer = Pacer(cfg.pacing, world) if cfg.pacing.paced else None
     rng = np.random.default_rng(np.random.SeedSequence([run.seed, 303]))

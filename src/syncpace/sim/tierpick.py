@@ -69,17 +69,21 @@ def _distinct_runs(cfg: SimConfig) -> int:
 
 def estimate_packet_cpu_s(cfg: SimConfig) -> float:
     """ns-3 CPU seconds the packet tier would take for ``cfg``: the segments of each
-    distinct collective (intra-node phases on one node, as the tier sends them) and of
-    the persistent flows while they run alone before each offset, times the samples."""
+    distinct collective and its ``packet_warm`` warm-ups (intra-node phases on one node,
+    as the tier sends them) and of the persistent flows while they run alone before each
+    offset and through the warm-ups' idle, times the samples."""
     net, topo = cfg.network, cfg.topology
     segment = net.packet_mtu - HEADERS
     g = topo.gpus_per_node
     plans = _plans(cfg)
     job = sum(sum(float(one_node(ph, g).nbytes.sum()) for ph in p.phases) for p in plans) / segment
+    job *= net.packet_warm + 1  # the warm-ups send the collective's bytes too
     flows = net.host_flows()
     samples = net.packet_samples if flows else 1
     nic = topo.nic_gbps * GB
-    alone_s = net.packet_settle_s + net.packet_span_s / 2
+    wl = cfg.workload
+    idle_s = net.packet_warm * (wl.compute_s + wl.opt_ms * 1e-3)
+    alone_s = net.packet_settle_s + net.packet_span_s / 2 + idle_s
     extra = sum(nic * (1.0 if f.share is None else f.share) * alone_s for f in flows) / segment
     extra *= PERSISTENT_FLOW_COST
     runs = samples * _distinct_runs(cfg)

@@ -42,7 +42,7 @@ from syncpace.sim.packet.fabric import build as build_fabric
 from syncpace.sim.packet.transfers import Transfers, expand, spines_of
 from syncpace.sim.topology import GB, Topology
 
-TCP_NAMES = {"newreno": "TcpNewReno", "cubic": "TcpCubic"}
+TCP_NAMES = {"newreno": "TcpNewReno", "cubic": "TcpCubic", "bbr": "TcpBbr"}
 #: Linux's shortest delayed-ACK timer and retransmission timeout floor.
 DELACK_TIMEOUT_S = 0.04
 MIN_RTO_S = 0.2
@@ -64,10 +64,14 @@ def forget() -> None:
 
 
 class PacketNetwork:
-    def __init__(self, topo: Topology, spec: NetworkSpec, seed: int) -> None:
-        self.topo, self.spec = topo, spec
+    def __init__(self, topo: Topology, spec: NetworkSpec, seed: int, idle_s: float = 0.0) -> None:
+        """``idle_s``: how long a connection rests between two collectives of one plan
+        (a step's compute), before each of the ``packet_warm`` collectives."""
+        self.topo, self.spec, self.idle_s = topo, spec, idle_s
         self.program = build.driver()
-        self.fabric: Fabric = build_fabric(topo, spec.packet_queue_ms, spec.background_load)
+        self.fabric: Fabric = build_fabric(
+            topo, spec.packet_queue_ms, spec.background_load, spec.packet_shaper, spec.packet_mtu
+        )
         self.rng = np.random.default_rng(np.random.SeedSequence([seed, 707]))
         self._flows = spec.host_flows()
         self._cache: dict[tuple, np.ndarray] = {}
@@ -95,11 +99,19 @@ class PacketNetwork:
         if not plan.phases:
             return np.zeros(1)
         out = Transfers()
-        expand(plan, self.topo, self.spec, salt, out)
+        last: list[int] = []
+        begin = -1  # the measured collective's start: a zero-byte transfer's end
+        for k in range(self.spec.packet_warm + 1):
+            if k:
+                begin = out.add(0, 0, self.idle_s, last)
+                last = [begin]
+            last = expand(plan, self.topo, self.spec, salt, out, after=last)
         self.add_host_flows(out)
         offsets = self._offsets()
         results = self._run_all([self.describe(out, w) for w in offsets])
-        return np.array([max(r["done"]) for r in results])
+        return np.array(
+            [max(r["done"]) - (r["done"][begin] if begin >= 0 else 0.0) for r in results]
+        )
 
     def transfer_times(self, out: Transfers, warm_s: float = HANDSHAKE_S) -> list[float]:
         """Each transfer's end (seconds after the job's start) in one run: the tests'
