@@ -8,7 +8,12 @@ transfer that docs/validation.md reports for the run in its table. Nothing is fi
 the links are the fabric's rate, α the benchmark's (0 at 4 ranks, 2.9 ms per
 collective at 8).
 
-    python benchmarks/packet_grid.py [--samples 8] [--tcp cubic] [--json out.json]
+    python benchmarks/packet_grid.py [--samples 8] [--tcp bbr] [--shaper tbf] [--json out.json]
+
+The fabric's hosts are network namespaces, which take the machine's congestion control
+(`sysctl net.ipv4.tcp_congestion_control`): ``--tcp`` defaults to it. ``--shaper tbf``
+shapes every link as the fabric's tbf does (a rested link passes its bucket at once);
+``wire`` sends every packet at the link's rate.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -43,9 +49,19 @@ POINTS = {
     "star8-delayed-ack": (STAR, 8, (), 2, 79.7),
 }
 ALPHA_US = {4: 0.0, 8: 2900.0 / 14}  # the benchmark's α per ring step
+COMPUTE_S = {4: 0.150, 8: 0.200}  # the step's compute: how long connections rest
 
 
-def point(name: str, samples: int, tcp: str) -> dict:
+def hosts_tcp() -> str:
+    """The congestion control a fresh network namespace takes here (the fabric's hosts)."""
+    try:
+        name = Path("/proc/sys/net/ipv4/tcp_congestion_control").read_text().strip()
+    except OSError:
+        return "cubic"
+    return name if name in ("cubic", "bbr") else "cubic"
+
+
+def point(name: str, samples: int, tcp: str, shaper: str, warm: int = 2) -> dict:
     topo_kw, ranks, flows, delack, real = POINTS[name]
     topo = Topology(
         TopologySpec(
@@ -59,10 +75,12 @@ def point(name: str, samples: int, tcp: str) -> dict:
         background_flows=flows,
         packet_delayed_ack=delack,
         packet_tcp=tcp,
+        packet_shaper=shaper,
         packet_samples=samples,
+        packet_warm=warm,
     )
     p = plan("all_reduce", "ring", 256 * 1024, np.arange(ranks), 1)
-    net = PacketNetwork(topo, spec, seed=0)
+    net = PacketNetwork(topo, spec, seed=0, idle_s=COMPUTE_S[ranks])
     wall = time.perf_counter()
     packet = net.durations(p) * 1e3
     wall = time.perf_counter() - wall
@@ -84,14 +102,20 @@ def point(name: str, samples: int, tcp: str) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=8, help="offsets per contended point")
-    parser.add_argument("--tcp", default="cubic", choices=["cubic", "newreno"])
+    parser.add_argument("--tcp", default=hosts_tcp(), choices=["cubic", "newreno", "bbr"])
+    parser.add_argument("--shaper", default="tbf", choices=["tbf", "wire"])
+    parser.add_argument("--warm", type=int, default=2, help="collectives before the measured")
     parser.add_argument("--json", help="write the rows here")
     args = parser.parse_args()
     rows = []
+    print(
+        f"tcp {args.tcp}, shaper {args.shaper}, {args.warm} warm collectives, "
+        f"{args.samples} offsets per contended point"
+    )
     print("| point | real ms | packet ms | err | p10–p90 | flow ms | err | drops |")
     print("|---|---|---|---|---|---|---|---|")
     for name in POINTS:
-        r = point(name, args.samples, args.tcp)
+        r = point(name, args.samples, args.tcp, args.shaper, args.warm)
         rows.append(r)
         lo, hi = r["packet_p10_p90_ms"]
         print(
