@@ -106,3 +106,14 @@ def test_the_measured_collective_is_the_last_after_its_idle_warm_ups() -> None:
     # neither the warm-ups nor the idle before the measured one are counted
     assert wire < took < 1.1 * wire
     assert took == pytest.approx(cold, rel=0.02)
+
+
+@needs_ns3
+@pytest.mark.slow
+def test_bbr_paces_up_to_a_fast_links_rate() -> None:
+    # ns-3 caps pacing at 4 Gbit/s unless told otherwise; Linux does not
+    gbit, nbytes = 10.0, 16 << 20
+    spec = TopologySpec(kind="switch", nodes=2, gpus_per_node=1, nics_per_node=1, nic_gbps=gbit / 8)
+    net = PacketNetwork(Topology(spec), NetworkSpec(tier="packet", packet_tcp="bbr"), seed=0)
+    wire = math.ceil(nbytes / SEGMENT) * (1500 + 2) * 8 / (gbit * 1e9)
+    assert wire < one_transfer(net, nbytes) < 1.2 * wire
