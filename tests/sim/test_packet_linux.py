@@ -117,3 +117,19 @@ def test_bbr_paces_up_to_a_fast_links_rate() -> None:
     net = PacketNetwork(Topology(spec), NetworkSpec(tier="packet", packet_tcp="bbr"), seed=0)
     wire = math.ceil(nbytes / SEGMENT) * (1500 + 2) * 8 / (gbit * 1e9)
     assert wire < one_transfer(net, nbytes) < 1.2 * wire
+
+
+@needs_ns3
+@pytest.mark.slow
+def test_a_steps_second_bucket_finds_the_shapers_bucket_drained() -> None:
+    p = plan("all_reduce", "ring", 256 * 1024, np.arange(4), 1)
+    bucket_s = burst_bytes(int(MBIT * 1e6)) / (MBIT * 1e6 / 8)  # 5 ms of the rate
+    net = star(4, packet_shaper="tbf")
+    net.idle_s = 0.15
+    ((first, second),) = net.sequence([p, p])
+    # the first all-reduce starts on rested links, the second right after it: it lacks
+    # the bucket's head start
+    assert second - first == pytest.approx(bucket_s, abs=0.001)
+    # links without a bucket give both the same time
+    ((one, two),) = star(4).sequence([p, p])
+    assert two == pytest.approx(one, rel=0.01)

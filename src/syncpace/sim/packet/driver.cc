@@ -233,6 +233,7 @@ int main()
         Config::SetDefault("ns3::TcpSocketBase::WindowScaling", BooleanValue(true));
         // BBR sets its own pacing rate and needs pacing on; Linux paces it in the stack
         Config::SetDefault("ns3::TcpSocketState::EnablePacing", BooleanValue(tcp == "TcpBbr"));
+        Config::SetDefault("ns3::TcpSocketState::PaceInitialWindow", BooleanValue(tcp == "TcpBbr"));
         // ns-3 caps pacing at 4 Gbit/s; Linux's sk_max_pacing_rate is unlimited
         Config::SetDefault("ns3::TcpSocketState::MaxPacingRate", DataRateValue(DataRate(uint64_t(1e13))));
     };
