@@ -94,8 +94,8 @@ class NetworkSpec:
     packet_mtu: int = setting(1500, "packet: MTU of every link, bytes.")
     packet_warm: int = setting(
         0,
-        "packet: collectives of the same plan run before the measured one, each after the "
-        "step's compute, so its connections start with the congestion state a job's keep.",
+        "packet: steps (the step's collectives, back to back) run before the measured one, "
+        "each after the step's compute, so its connections carry the state a job's keep.",
     )
     packet_samples: int = setting(
         4, "packet: runs per collective at random offsets when background_flows compete."
