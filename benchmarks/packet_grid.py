@@ -3,12 +3,19 @@
 For each point of docs/validation.md's grid (50 Mbit/s links, one 256 KiB ring
 all-reduce per collective, the same background flows, `quickack` but on
 star8-delayed-ack) the median collective time of the packet tier (ns-3, several
-offsets against the background flows) and of the flow tier, beside the real median
-transfer that docs/validation.md reports for the run in its table. Nothing is fitted:
+offsets against the background flows; each step's all-reduces one after the other, as
+the job issues them, on connections warmed by earlier steps) and of the flow tier,
+beside the real median transfer that docs/validation.md reports for the run in its
+table. Nothing is fitted:
 the links are the fabric's rate, α the benchmark's (0 at 4 ranks, 2.9 ms per
 collective at 8).
 
-    python benchmarks/packet_grid.py [--samples 8] [--tcp cubic] [--json out.json]
+    python benchmarks/packet_grid.py [--samples 8] [--tcp bbr] [--shaper tbf] [--json out.json]
+
+The fabric's hosts are network namespaces, which take the machine's congestion control
+(`sysctl net.ipv4.tcp_congestion_control`): ``--tcp`` defaults to it. ``--shaper tbf``
+shapes every link as the fabric's tbf does (a rested link passes its bucket at once);
+``wire`` sends every packet at the link's rate.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -32,6 +40,7 @@ LS = {"kind": "leaf-spine", "nodes_per_leaf": 2, "spines": 1}
 UDP_15 = 0.3 * 1442 / 1400  # 15 Mbit/s of payload as a share of the wire
 #: point: (topology, ranks, background flows, delayed-ACK count, real median ms)
 POINTS = {
+    "star2": (STAR, 2, (), 1, 45.1),
     "star4": (STAR, 4, (), 1, 66.1),
     "star4-contended": (STAR, 4, ("1->0",), 1, 175.4),
     "star4-udp": (STAR, 4, ("1->0@0.5150",), 1, 135.2),
@@ -42,10 +51,21 @@ POINTS = {
     "star8": (STAR, 8, (), 1, 74.2),
     "star8-delayed-ack": (STAR, 8, (), 2, 79.7),
 }
-ALPHA_US = {4: 0.0, 8: 2900.0 / 14}  # the benchmark's α per ring step
+ALPHA_US = {2: 0.0, 4: 0.0, 8: 0.0029 * 1e6 / 14}  # the benchmark's α per ring step
+COMPUTE_S = {2: 0.150, 4: 0.150, 8: 0.200}  # the step's compute: how long connections rest
+BUCKETS = {2: 2, 4: 2, 8: 1}  # all-reduces per step, issued one after the other
 
 
-def point(name: str, samples: int, tcp: str) -> dict:
+def hosts_tcp() -> str:
+    """The congestion control a fresh network namespace takes here (the fabric's hosts)."""
+    try:
+        name = Path("/proc/sys/net/ipv4/tcp_congestion_control").read_text().strip()
+    except OSError:
+        return "cubic"
+    return name if name in ("cubic", "bbr") else "cubic"
+
+
+def point(name: str, samples: int, tcp: str, shaper: str, warm: int = 2) -> dict:
     topo_kw, ranks, flows, delack, real = POINTS[name]
     topo = Topology(
         TopologySpec(
@@ -59,12 +79,16 @@ def point(name: str, samples: int, tcp: str) -> dict:
         background_flows=flows,
         packet_delayed_ack=delack,
         packet_tcp=tcp,
+        packet_shaper=shaper,
         packet_samples=samples,
+        packet_warm=warm,
     )
     p = plan("all_reduce", "ring", 256 * 1024, np.arange(ranks), 1)
-    net = PacketNetwork(topo, spec, seed=0)
+    net = PacketNetwork(topo, spec, seed=0, idle_s=COMPUTE_S[ranks])
     wall = time.perf_counter()
-    packet = net.durations(p) * 1e3
+    # the step's all-reduces as the step runs them: the real median is over all of them
+    step = net.sequence([p] * BUCKETS[ranks]) * 1e3
+    packet = step.ravel()
     wall = time.perf_counter() - wall
     flow = FlowNetwork(topo, spec, seed=0).run(p, 0.0, 0) * 1e3
     med = float(np.median(packet))
@@ -74,6 +98,7 @@ def point(name: str, samples: int, tcp: str) -> dict:
         "packet_ms": med,
         "packet_err": med / real - 1,
         "packet_p10_p90_ms": [float(np.percentile(packet, 10)), float(np.percentile(packet, 90))],
+        "packet_bucket_ms": [float(np.median(col)) for col in step.T],
         "flow_ms": flow,
         "flow_err": flow / real - 1,
         "drops": net.drops,
@@ -84,19 +109,26 @@ def point(name: str, samples: int, tcp: str) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=8, help="offsets per contended point")
-    parser.add_argument("--tcp", default="cubic", choices=["cubic", "newreno"])
+    parser.add_argument("--tcp", default=hosts_tcp(), choices=["cubic", "newreno", "bbr"])
+    parser.add_argument("--shaper", default="tbf", choices=["tbf", "wire"])
+    parser.add_argument("--warm", type=int, default=2, help="collectives before the measured")
     parser.add_argument("--json", help="write the rows here")
     args = parser.parse_args()
     rows = []
-    print("| point | real ms | packet ms | err | p10–p90 | flow ms | err | drops |")
-    print("|---|---|---|---|---|---|---|---|")
+    print(
+        f"tcp {args.tcp}, shaper {args.shaper}, {args.warm} warm collectives, "
+        f"{args.samples} offsets per contended point"
+    )
+    print("| point | real ms | packet ms | err | p10–p90 | per bucket | flow ms | err | drops |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for name in POINTS:
-        r = point(name, args.samples, args.tcp)
+        r = point(name, args.samples, args.tcp, args.shaper, args.warm)
         rows.append(r)
         lo, hi = r["packet_p10_p90_ms"]
         print(
             f"| {name} | {r['real_ms']:.1f} | {r['packet_ms']:.1f} | {r['packet_err']:+.1%} | "
-            f"{lo:.0f}–{hi:.0f} | {r['flow_ms']:.1f} | {r['flow_err']:+.1%} | {r['drops']} |",
+            f"{lo:.0f}–{hi:.0f} | {' / '.join(f'{b:.1f}' for b in r['packet_bucket_ms'])} | "
+            f"{r['flow_ms']:.1f} | {r['flow_err']:+.1%} | {r['drops']} |",
             flush=True,
         )
     if args.json:

@@ -121,6 +121,15 @@ def test_the_packet_estimate_counts_intra_node_phases_once() -> None:
     assert estimate_packet_cpu_s(cfg) == pytest.approx(segments / PACKET_SEGMENTS_PER_CPU_S)
 
 
+def test_the_packet_estimate_counts_every_bucket_of_a_step_and_its_warm_ups() -> None:
+    one = job(2, workload={"model_mb": 1.0, "bucket_mb": 1.0})
+    two = job(2, workload={"model_mb": 2.0, "bucket_mb": 1.0})
+    # the step's two equal buckets run one after the other in one ns-3 run, not once
+    assert estimate_packet_cpu_s(two) == pytest.approx(2 * estimate_packet_cpu_s(one))
+    warm = job(2, workload={"model_mb": 2.0, "bucket_mb": 1.0}, network={"packet_warm": 2})
+    assert estimate_packet_cpu_s(warm) == pytest.approx(3 * estimate_packet_cpu_s(two))
+
+
 def test_an_asked_for_tier_is_kept() -> None:
     for tier in ("analytical", "flow", "packet"):
         cfg = job(4, network={"tier": tier, "background_flows": ["1->0"]})

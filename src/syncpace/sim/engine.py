@@ -247,8 +247,13 @@ def _simulate(cfg: SimConfig, progress: Any) -> SimResult:
         flow = None
     else:
         comm = np.zeros((iters, sizes.size))
-        tier = PacketNetwork if cfg.network.tier == "packet" else FlowNetwork
-        flow = tier(topo, cfg.network, run.seed)
+        flow = (
+            PacketNetwork(
+                topo, cfg.network, run.seed, idle_s=wl.compute_s + wl.opt_ms * 1e-3, step=plans
+            )
+            if cfg.network.tier == "packet"
+            else FlowNetwork(topo, cfg.network, run.seed)
+        )
     service = _service_spread(cfg.network, iters, run.seed)
     pacer = Pacer(cfg.pacing, world) if cfg.pacing.paced else None
     rng = np.random.default_rng(np.random.SeedSequence([run.seed, 303]))
@@ -298,7 +303,7 @@ def _simulate(cfg: SimConfig, progress: Any) -> SimResult:
             issue = ready - last_bwd * (1.0 - frac[k])
             s = max(float(issue.max()), free)
             if flow is not None:
-                comm[i, k] = flow.run(plans[k], s, salt=i * sizes.size + k) * spread
+                comm[i, k] = flow.run(plans[k], s, salt=i * sizes.size + k, index=k) * spread
             free = s + comm[i, k]
             done = free + rng.uniform(0.0, jitter, world)
             if record:

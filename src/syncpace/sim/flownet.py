@@ -42,8 +42,10 @@ class FlowNetwork:
             offered = spec.background_load * topo.capacity[ups].sum() / 2
             self._rate = offered / (spec.background_flow_mb * _MIB)
 
-    def run(self, plan: Plan, start_s: float, salt: int) -> float:
-        """Duration of ``plan`` started at ``start_s`` (seconds on the simulation clock)."""
+    def run(self, plan: Plan, start_s: float, salt: int, index: int = -1) -> float:
+        """Duration of ``plan`` started at ``start_s`` (seconds on the simulation clock);
+        ``index``, its place in the step, is the packet tier's: the fluid network keeps
+        its state by time."""
         t = start_s
         self._advance(t)
         for phase in plan.phases:

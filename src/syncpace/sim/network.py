@@ -13,7 +13,8 @@ from syncpace.sim.collectives import ALGORITHMS, Phase
 from syncpace.sim.topology import GB, Topology
 
 TIERS = ("analytical", "flow", "packet", "auto")
-TCP_VARIANTS = ("cubic", "newreno")
+TCP_VARIANTS = ("cubic", "newreno", "bbr")
+SHAPERS = ("wire", "tbf")
 _FLOW = re.compile(r"\s*(\d+)\s*->\s*(\d+)\s*(?:@\s*(\S+?)\s*)?")
 _FLOW_SYNTAX = "expected 'SRC->DST' (greedy) or 'SRC->DST@F' (F of the NIC rate, 0 < F < 1)"
 MIN_LEFT = 0.05  # share of a link fixed-rate traffic always leaves (on_load caps at 0.95)
@@ -73,14 +74,29 @@ class NetworkSpec:
         "Persistent flows between the job's nodes: 'SRC->DST' greedy (max-min fair share), "
         "'SRC->DST@F' fixed at F (0 < F < 1) of the NIC rate.",
     )
-    packet_tcp: str = setting("cubic", "packet: TCP congestion control, cubic or newreno.")
+    packet_tcp: str = setting(
+        "cubic",
+        "packet: TCP congestion control, cubic (Linux's default), newreno or bbr "
+        "(net.ipv4.tcp_congestion_control of the hosts modelled).",
+    )
     packet_delayed_ack: int = setting(
         2, "packet: segments per delayed ACK (2: Linux's default; 1: an ACK per segment)."
     )
     packet_queue_ms: float = setting(
         50.0, "packet: each link's FIFO holds this much of its rate plus a tbf bucket."
     )
+    packet_shaper: str = setting(
+        "wire",
+        "packet: wire (each link sends every packet at its rate, as a NIC does) or tbf "
+        "(Linux's token bucket in front of a veth, as the emulated fabric shapes its links: "
+        "a rested link passes its bucket at once).",
+    )
     packet_mtu: int = setting(1500, "packet: MTU of every link, bytes.")
+    packet_warm: int = setting(
+        0,
+        "packet: steps (the step's collectives, back to back) run before the measured one, "
+        "each after the step's compute, so its connections carry the state a job's keep.",
+    )
     packet_samples: int = setting(
         4, "packet: runs per collective at random offsets when background_flows compete."
     )
@@ -110,6 +126,7 @@ class NetworkSpec:
             packet_delayed_ack="[1, 64]",
             packet_queue_ms="(0, 10000]",
             packet_mtu="[576, 9000]",
+            packet_warm="[0, 100]",
             packet_samples="[1, 1000]",
             packet_settle_s="[0, 3600]",
             auto_budget_s="(0, 1e9]",
@@ -117,6 +134,7 @@ class NetworkSpec:
         )
         check_choice(self, "tier", TIERS)
         check_choice(self, "packet_tcp", TCP_VARIANTS)
+        check_choice(self, "packet_shaper", SHAPERS)
         self.service_quantiles = tuple(float(q) for q in self.service_quantiles)
         if len(self.service_quantiles) == 1 or any(
             b < a for a, b in zip(self.service_quantiles, self.service_quantiles[1:], strict=False)

@@ -53,10 +53,11 @@ class TierChoice:
         return f"tier {self.tier}: {self.reason}"
 
 
-def _plans(cfg: SimConfig) -> list:
+def _plans(cfg: SimConfig, every_bucket: bool = False) -> list:
+    """A plan per distinct bucket size, or per bucket of the step."""
     wl, topo = cfg.workload, cfg.topology
     ranks = np.arange(topo.world_size)
-    sizes = np.unique(wl.bucket_bytes())
+    sizes = wl.bucket_bytes() if every_bucket else np.unique(wl.bucket_bytes())
     return [plan(wl.op, cfg.network.algorithm, int(b), ranks, topo.gpus_per_node) for b in sizes]
 
 
@@ -68,22 +69,28 @@ def _distinct_runs(cfg: SimConfig) -> int:
 
 
 def estimate_packet_cpu_s(cfg: SimConfig) -> float:
-    """ns-3 CPU seconds the packet tier would take for ``cfg``: the segments of each
-    distinct collective (intra-node phases on one node, as the tier sends them) and of
-    the persistent flows while they run alone before each offset, times the samples."""
+    """ns-3 CPU seconds the packet tier would take for ``cfg``: the segments of a step's
+    collectives (each collective apart under ``per_collective`` ECMP) and of its
+    ``packet_warm`` warm-up steps (intra-node phases on one node, as the tier sends them)
+    and of the persistent flows while they run alone before each offset and through the
+    warm-ups' idle, times the samples."""
     net, topo = cfg.network, cfg.topology
     segment = net.packet_mtu - HEADERS
     g = topo.gpus_per_node
-    plans = _plans(cfg)
+    apart = topo.ecmp == "per_collective"
+    plans = _plans(cfg, every_bucket=not apart)
     job = sum(sum(float(one_node(ph, g).nbytes.sum()) for ph in p.phases) for p in plans) / segment
+    job *= net.packet_warm + 1  # the warm-ups send the collective's bytes too
     flows = net.host_flows()
     samples = net.packet_samples if flows else 1
     nic = topo.nic_gbps * GB
-    alone_s = net.packet_settle_s + net.packet_span_s / 2
+    wl = cfg.workload
+    idle_s = net.packet_warm * (wl.compute_s + wl.opt_ms * 1e-3)
+    alone_s = net.packet_settle_s + net.packet_span_s / 2 + idle_s
     extra = sum(nic * (1.0 if f.share is None else f.share) * alone_s for f in flows) / segment
     extra *= PERSISTENT_FLOW_COST
     runs = samples * _distinct_runs(cfg)
-    return runs * (job + extra * len(plans)) / PACKET_SEGMENTS_PER_CPU_S
+    return runs * (job + extra * (len(plans) if apart else 1)) / PACKET_SEGMENTS_PER_CPU_S
 
 
 def other_jobs_flows(cfg: SimConfig) -> float:

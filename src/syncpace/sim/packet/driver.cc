@@ -4,7 +4,7 @@
 // plain tokens because ns-3 ships no JSON reader) and prints one JSON object: each
 // transfer's completion time, measured from the moment the job's transfers may start.
 //
-//   tcp NAME                 TcpNewReno or TcpCubic
+//   tcp NAME                 TcpNewReno, TcpCubic or TcpBbr (BBR paces its segments)
 //   delack COUNT TIMEOUT_S   segments per delayed ACK (1: every segment) and its timer
 //   segment BYTES            TCP segment size (MTU less IP and TCP headers)
 //   buffer BYTES             socket send and receive buffers
@@ -12,7 +12,10 @@
 //   warm S                   time from the start (handshakes, background flows) to the job
 //   stop S                   simulated time after which the run gives up
 //   nodes N
-//   link A B RATE_BPS DELAY_S QUEUE_BYTES      a full-duplex link, a FIFO of that size each way
+//   link A B RATE_BPS DELAY_S QUEUE_BYTES [TBF_BPS BURST_BYTES]
+//                                              a full-duplex link, a FIFO of that size each
+//                                              way; with the last two, a token bucket of that
+//                                              rate and bucket holding QUEUE_BYTES instead
 //   addr NODE A.B.C.D MASK                     an address the node answers to and sends from
 //   route NODE A.B.C.D MASK LINK               packets for that prefix leave over LINK
 //                                              (the first route line drops ns-3's own)
@@ -223,6 +226,16 @@ int main()
         Config::SetDefault("ns3::TcpSocket::RcvBufSize", UintegerValue(buffer));
         Config::SetDefault("ns3::TcpSocketBase::MinRto", TimeValue(Seconds(minRto)));
         Config::SetDefault("ns3::TcpSocketBase::ClockGranularity", TimeValue(MilliSeconds(1)));
+        // Linux's net.ipv4.tcp_sack, tcp_timestamps and tcp_window_scaling (all 1), set here
+        // so that another ns-3 default cannot change them
+        Config::SetDefault("ns3::TcpSocketBase::Sack", BooleanValue(true));
+        Config::SetDefault("ns3::TcpSocketBase::Timestamp", BooleanValue(true));
+        Config::SetDefault("ns3::TcpSocketBase::WindowScaling", BooleanValue(true));
+        // BBR sets its own pacing rate and needs pacing on; Linux paces it in the stack
+        Config::SetDefault("ns3::TcpSocketState::EnablePacing", BooleanValue(tcp == "TcpBbr"));
+        Config::SetDefault("ns3::TcpSocketState::PaceInitialWindow", BooleanValue(tcp == "TcpBbr"));
+        // ns-3 caps pacing at 4 Gbit/s; Linux's sk_max_pacing_rate is unlimited
+        Config::SetDefault("ns3::TcpSocketState::MaxPacingRate", DataRateValue(DataRate(uint64_t(1e13))));
     };
 
     while (std::getline(std::cin, line))
@@ -272,10 +285,14 @@ int main()
         else if (key == "link")
         {
             uint32_t a, b;
-            double rate, delay;
-            uint64_t queue;
+            double rate, delay, shaped = 0;
+            uint64_t queue, burst = 0;
             in >> a >> b >> rate >> delay >> queue;
             if (!in || a >= nodes.GetN() || b >= nodes.GetN())
+            {
+                Fail("bad line: " + line);
+            }
+            if (in >> shaped >> burst && (shaped <= 0 || burst == 0))
             {
                 Fail("bad line: " + line);
             }
@@ -287,10 +304,19 @@ int main()
             p2p.SetQueue("ns3::DropTailQueue<Packet>", "MaxSize", StringValue("2p"));
             NetDeviceContainer devs = p2p.Install(nodes.Get(a), nodes.Get(b));
             TrafficControlHelper tch;
-            tch.SetRootQueueDisc(
-                "ns3::FifoQueueDisc",
-                "MaxSize",
-                QueueSizeValue(QueueSize(QueueSizeUnit::BYTES, uint32_t(queue))));
+            QueueSizeValue limit(QueueSize(QueueSizeUnit::BYTES, uint32_t(queue)));
+            if (burst > 0)
+            {
+                // Linux's tbf: a rested bucket lets BURST bytes leave at the device's speed
+                tch.SetRootQueueDisc("ns3::TbfQueueDisc",
+                                     "MaxSize", limit,
+                                     "Rate", DataRateValue(DataRate(uint64_t(shaped))),
+                                     "Burst", UintegerValue(uint32_t(burst)));
+            }
+            else
+            {
+                tch.SetRootQueueDisc("ns3::FifoQueueDisc", "MaxSize", limit);
+            }
             QueueDiscContainer discs = tch.Install(devs);
             LinkEnd end;
             uint32_t i = links.size();

@@ -16,8 +16,14 @@ spine << 18 + rank``), a sender addresses the receiver's address of its flow's s
 from its own address of that spine (the ACKs return the same way), leaves send the
 other leaves' ranks' addresses of spine ``s`` to spine ``s``.
 
-Every link is a FIFO each way sized as the emulated fabric's tbf shaper sizes its
-queue (:func:`queue_bytes`: ``queue_ms`` of the rate plus the bucket).
+Every link's queue each way holds what the emulated fabric's tbf shaper holds
+(:func:`queue_bytes`: ``queue_ms`` of the rate plus the bucket). With the ``wire``
+shaper it is a FIFO in front of a link that sends every packet at the rate, as a NIC
+does; with ``tbf`` it is the fabric's own shaper, a token bucket of the rate and the
+fabric's bucket (:func:`burst_bytes`) in front of a link :data:`VETH` times faster (a
+veth pair copies a packet in microseconds), so that a rested link passes its bucket at
+once. Linux's tbf counts each frame's Ethernet header, which ns-3's queue discipline
+does not see, so the bucket's rate is the link's rate less that share of a full frame.
 """
 
 from __future__ import annotations
@@ -39,15 +45,22 @@ LINK_DELAY_S = 1e-6
 MIN_BURST_BYTES = 15_000
 BURST_S = 0.005
 MAX_QUEUE_BYTES = (1 << 32) - 1
+#: With the tbf shaper, a link sends at this multiple of its shaped rate (a veth).
+VETH = 100.0
+ETHERNET_HEADER = 14  # bytes of a frame that Linux's tbf counts beside the IP packet
 SPINE_SHIFT = 18  # rank bits of an address
 BASE = 10 << 24
 
 
+def burst_bytes(rate_bps: float) -> int:
+    """The fabric's tbf bucket at ``rate_bps``: 5 ms of the rate, at least 15 kB."""
+    return max(MIN_BURST_BYTES, int(rate_bps / 8 * BURST_S))
+
+
 def queue_bytes(rate_bps: float, queue_ms: float) -> int:
     """What the fabric's ``tbf rate R burst B latency L`` holds: L of the rate plus B."""
-    burst = max(MIN_BURST_BYTES, int(rate_bps / 8 * BURST_S))
     # ns-3 counts a queue's bytes in 32 bits
-    return min(int(rate_bps / 8 * queue_ms * 1e-3) + burst, MAX_QUEUE_BYTES)
+    return min(int(rate_bps / 8 * queue_ms * 1e-3) + burst_bytes(rate_bps), MAX_QUEUE_BYTES)
 
 
 def address(rank: int | np.ndarray, spine: int | np.ndarray) -> np.ndarray:
@@ -66,6 +79,8 @@ class Fabric:
 
     nodes: int = 0
     spines: int = 1
+    shaper: str = "wire"
+    mtu: int = 1500
     links: list[tuple[int, int, float, int]] = field(default_factory=list)  # a, b, bps, queue
     routes: list[tuple[int, int, int, int]] = field(default_factory=list)  # node, dst, bits, link
     addresses: list[tuple[int, int]] = field(default_factory=list)  # node, address
@@ -79,9 +94,18 @@ class Fabric:
         self.links.append((a, b, bps, queue_bytes(bps, queue_ms)))
         return len(self.links) - 1
 
+    def _link_line(self, a: int, b: int, bps: float, queue: int) -> str:
+        if self.shaper == "wire":
+            return f"link {a} {b} {bps:.0f} {LINK_DELAY_S:g} {queue}"
+        shaped = bps * self.mtu / (self.mtu + ETHERNET_HEADER)
+        return (
+            f"link {a} {b} {VETH * bps:.0f} {LINK_DELAY_S:g} {queue} "
+            f"{shaped:.0f} {burst_bytes(bps)}"
+        )
+
     def lines(self) -> list[str]:
         out = [f"nodes {self.nodes}"]
-        out += [f"link {a} {b} {bps:.0f} {LINK_DELAY_S:g} {q}" for a, b, bps, q in self.links]
+        out += [self._link_line(*link) for link in self.links]
         spine_mask = dotted((0xFFFFFFFF << SPINE_SHIFT) & 0xFFFFFFFF)
         out += [f"addr {n} {dotted(a)} {spine_mask}" for n, a in self.addresses]
         for n, d, bits, lk in self.routes:
@@ -99,7 +123,13 @@ class Fabric:
         return out
 
 
-def build(topo: Topology, queue_ms: float, background_load: float) -> Fabric:
+def build(
+    topo: Topology,
+    queue_ms: float,
+    background_load: float,
+    shaper: str = "wire",
+    mtu: int = 1500,
+) -> Fabric:
     """The ns-3 network of ``topo``'s job (ranks ``0 .. world-1`` are nodes ``0 ..``)."""
     s = topo.spec
     if s.kind == "fat-tree":
@@ -111,7 +141,7 @@ def build(topo: Topology, queue_ms: float, background_load: float) -> Fabric:
             f"--tier packet: at most {(1 << SPINE_SHIFT) - 2} ranks and 63 spines, "
             f"got {world} and {spines}"
         )
-    fab = Fabric(nodes=world, spines=spines)
+    fab = Fabric(nodes=world, spines=spines, shaper=shaper, mtu=mtu)
     nic = s.nic_gbps * GB
     for r in range(world):
         for sp in range(spines):

@@ -42,7 +42,7 @@ from syncpace.sim.packet.fabric import build as build_fabric
 from syncpace.sim.packet.transfers import Transfers, expand, spines_of
 from syncpace.sim.topology import GB, Topology
 
-TCP_NAMES = {"newreno": "TcpNewReno", "cubic": "TcpCubic"}
+TCP_NAMES = {"newreno": "TcpNewReno", "cubic": "TcpCubic", "bbr": "TcpBbr"}
 #: Linux's shortest delayed-ACK timer and retransmission timeout floor.
 DELACK_TIMEOUT_S = 0.04
 MIN_RTO_S = 0.2
@@ -52,6 +52,7 @@ HEADERS = 52  # IPv4 + TCP with timestamps: what an MTU carries beside a segment
 STOP_S = 3600.0  # simulated time after which a run gives up
 HANDSHAKE_S = 0.01  # connections open before the job's first transfer
 REMEMBERED = 256  # ns-3 results kept per process, the least recently used dropped first
+STEP = ("step",)  # the key of the step's durations among the per-plan ones
 
 _results: OrderedDict[str, dict] = OrderedDict()
 _results_lock = threading.Lock()
@@ -64,42 +65,90 @@ def forget() -> None:
 
 
 class PacketNetwork:
-    def __init__(self, topo: Topology, spec: NetworkSpec, seed: int) -> None:
-        self.topo, self.spec = topo, spec
+    def __init__(
+        self,
+        topo: Topology,
+        spec: NetworkSpec,
+        seed: int,
+        idle_s: float = 0.0,
+        step: list[Plan] | None = None,
+    ) -> None:
+        """``idle_s``: how long the connections rest between two steps (a step's
+        compute), before each of the ``packet_warm`` steps and the measured one.
+        ``step``: the collectives one step issues, in order; :meth:`run` with their
+        ``index`` then times each as the step runs them, back to back on the same
+        connections and queues (the second of two buckets finds the shaper's bucket
+        drained by the first); without it each collective runs alone."""
+        self.topo, self.spec, self.idle_s = topo, spec, idle_s
+        self.step = step
         self.program = build.driver()
-        self.fabric: Fabric = build_fabric(topo, spec.packet_queue_ms, spec.background_load)
+        self.fabric: Fabric = build_fabric(
+            topo, spec.packet_queue_ms, spec.background_load, spec.packet_shaper, spec.packet_mtu
+        )
         self.rng = np.random.default_rng(np.random.SeedSequence([seed, 707]))
         self._flows = spec.host_flows()
         self._cache: dict[tuple, np.ndarray] = {}
+        self._row = 0  # the sample the current step drew
         self.runs = 0  # ns-3 runs so far (remembered results included)
         self.executed = 0  # of which ns-3 actually ran
         self.drops = 0  # packets the queues dropped in them
 
-    def run(self, plan: Plan, start_s: float, salt: int) -> float:
-        """Duration of ``plan`` (seconds); ``start_s`` does not matter on a network whose
-        only other traffic is persistent."""
-        salt = salt if self.topo.spec.ecmp == "per_collective" else 0
-        key = (plan.op, plan.algorithm, plan.nbytes, salt)
-        if key not in self._cache:
-            self._cache[key] = self.durations(plan, salt)
-        samples = self._cache[key]
-        return (
-            float(samples[self.rng.integers(samples.size)])
-            if samples.size > 1
-            else float(samples[0])
-        )
+    def run(self, plan: Plan, start_s: float, salt: int, index: int = -1) -> float:
+        """Duration of ``plan`` (seconds), the ``index``-th collective of the step given
+        at construction (-1: alone); ``start_s`` does not matter on a network whose only
+        other traffic is persistent. Under ``ecmp = "per_collective"`` every collective
+        runs alone, on routes of its own."""
+        per_collective = self.topo.spec.ecmp == "per_collective"
+        salt = salt if per_collective else 0
+        if self.step is None or per_collective or not 0 <= index < len(self.step):
+            key: tuple = (plan.op, plan.algorithm, plan.nbytes, salt)
+            if key not in self._cache:
+                self._cache[key] = self.durations(plan, salt)
+            samples = self._cache[key]
+            return float(
+                samples[self.rng.integers(samples.size)] if samples.size > 1 else samples[0]
+            )
+        if STEP not in self._cache:
+            self._cache[STEP] = self.sequence(self.step)
+        table = self._cache[STEP]
+        if index == 0 and table.shape[0] > 1:
+            self._row = int(self.rng.integers(table.shape[0]))
+        return float(table[self._row if table.shape[0] > 1 else 0, index])
 
     def durations(self, plan: Plan, salt: int = 0) -> np.ndarray:
-        """Each sample's duration of ``plan``: from the first transfer's start to the last
-        transfer's end."""
+        """Each sample's duration of ``plan`` run alone: from its first transfer's start
+        to its last transfer's end."""
         if not plan.phases:
             return np.zeros(1)
+        return self.sequence([plan], salt)[:, 0]
+
+    def sequence(self, plans: list[Plan], salt: int = 0) -> np.ndarray:
+        """Each sample's (rows) duration of each of ``plans`` (columns) run back to back
+        as a step runs them, after ``packet_warm`` such steps, each step ``idle_s`` after
+        the one before: the connections and queues carry their state from one to the
+        next."""
+        if not any(p.phases for p in plans):
+            return np.zeros((1, len(plans)))
         out = Transfers()
-        expand(plan, self.topo, self.spec, salt, out)
+        last: list[int] = []
+        measured: list[tuple[int, list[int]]] = []
+        for k in range(self.spec.packet_warm + 1):
+            if k:
+                last = [out.add(0, 0, self.idle_s, last)]
+            measured = []
+            for p in plans:
+                begin = out.add(0, 0, 0.0, last)  # the collective's start: its end
+                last = expand(p, self.topo, self.spec, salt, out, after=[begin])
+                measured.append((begin, last))
         self.add_host_flows(out)
         offsets = self._offsets()
         results = self._run_all([self.describe(out, w) for w in offsets])
-        return np.array([max(r["done"]) for r in results])
+        return np.array(
+            [
+                [max(r["done"][i] for i in ends) - r["done"][b] for b, ends in measured]
+                for r in results
+            ]
+        )
 
     def transfer_times(self, out: Transfers, warm_s: float = HANDSHAKE_S) -> list[float]:
         """Each transfer's end (seconds after the job's start) in one run: the tests'

@@ -106,10 +106,12 @@ def expand(
     salt: int,
     out: Transfers,
     every_node: bool = False,
-) -> None:
-    """Append ``plan``'s transfers to ``out``; node-symmetric intra-node phases on one node
-    unless ``every_node`` (the tests compare the two)."""
-    before: list[int] = []
+    after: list[int] | None = None,
+) -> list[int]:
+    """Append ``plan``'s transfers to ``out``, its first phase waiting on the transfers
+    ``after``; node-symmetric intra-node phases on one node unless ``every_node`` (the
+    tests compare the two). Returns the transfers of its last phase."""
+    before: list[int] = list(after or [])
     for whole in plan.phases:
         phase = whole if every_node else one_node(whole, topo.spec.gpus_per_node)
         if before:  # the phase boundary: one zero-byte transfer every next one waits on
@@ -126,6 +128,7 @@ def expand(
                 out.add(c, float(b), alpha, before)
                 for c, b in zip(conns, phase.nbytes, strict=True)
             ]
+    return before
 
 
 def _ring(
