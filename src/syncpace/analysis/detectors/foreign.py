@@ -31,7 +31,7 @@ import polars as pl
 from syncpace.analysis.detectors import nominal
 from syncpace.analysis.detectors.context import Context
 from syncpace.analysis.detectors.traffic import FOREIGN_RATE, FOREIGN_SHARE, job_bytes
-from syncpace.analysis.links import link_intervals, link_name
+from syncpace.analysis.links import host_link_rates, link_intervals, link_name
 from syncpace.analysis.replay.program import POST
 from syncpace.trace.busbw import bus_factor
 
@@ -192,28 +192,40 @@ _COLUMNS = {
 
 
 def _nic_intervals(ctx: Context, window: tuple[int, int]) -> list[pl.DataFrame]:
-    """Each host's NIC windows (the busier direction's bytes, every NIC of the host
-    summed) as carriers named by the host."""
+    """Each host's NIC windows (each direction's bytes, every NIC of the host summed)
+    as carriers named by the host. A NIC that declares no speed (a veth of the
+    emulated fabric) is held to its host's link as the fabric's counters set it."""
     hosts = ctx.metrics.hosts
     if hosts is None or hosts.windows.height == 0 or hosts.nic.height == 0:
         return []
-    rates = hosts.nic.select("host", "device", "direction", "link_rate_bps")
+    # the rates set within the window (a fault's change in force), else over the run
+    fabric = host_link_rates(ctx.metrics.run, window) or host_link_rates(ctx.metrics.run, None)
+    declared = pl.col("link_rate_bps").cast(pl.Float64)
+    rates = hosts.nic.select("host", "device", "direction", "link_rate_bps").with_columns(
+        link_rate_bps=pl.when(declared > 0)
+        .then(declared)
+        .otherwise(pl.col("host").replace_strict(fabric, default=None, return_dtype=pl.Float64))
+    )
     t0, t1 = window
+    span_s = (pl.col("end_ns") - pl.col("start_ns")) / 1e9
+    counted = (
+        pl.col("bytes")
+        if "bytes" in hosts.windows.columns
+        else pl.col("util") * pl.col("link_rate_bps") / 8 * span_s
+    )
     w = (
         hosts.windows.filter(
             pl.col("device") != "lo", pl.col("end_ns") > t0, pl.col("start_ns") < t1
         )
         .join(rates, on=["host", "device", "direction"], how="inner")
-        .filter(pl.col("util").is_not_nan(), pl.col("link_rate_bps") > 0)
+        .with_columns(bytes=counted)
+        .filter(pl.col("bytes").is_not_nan(), pl.col("link_rate_bps") > 0)
     )
     if w.height == 0:
         return []
-    span_s = (pl.col("end_ns") - pl.col("start_ns")) / 1e9
     # each direction on its own: the busier of two in each window would be biased up
-    per = (
-        w.with_columns(bytes=pl.col("util") * pl.col("link_rate_bps") / 8 * span_s)
-        .group_by("host", "direction", "start_ns", "end_ns")
-        .agg(pl.col("bytes").sum(), rate_bps=pl.col("link_rate_bps").sum())
+    per = w.group_by("host", "direction", "start_ns", "end_ns").agg(
+        pl.col("bytes").sum(), rate_bps=pl.col("link_rate_bps").sum()
     )
     return [
         per.select(
@@ -275,11 +287,19 @@ def _link_intervals(
     return [pl.DataFrame(rows, schema=_COLUMNS, orient="row")]
 
 
+#: Iterations joined into one span of counters at least: the job's bytes come in bursts
+#: an even spread does not follow, and a host sampler starved of CPU reads its counters
+#: late (gaps of half a second on a loaded 2-core machine, its windows interpolated
+#: across them): a span of one iteration then reads the job's own burst as foreign.
+SPAN_ITERATIONS = 3
+
+
 def _per_iteration(rows: pl.DataFrame, t0: int, iteration_ns: float) -> pl.DataFrame:
-    """Each carrier's intervals joined into spans of at least an iteration: within one
-    the job's bytes come in bursts (a ring's steps, buckets) that an even spread over
-    each transfer does not follow, which a short interval would read as foreign."""
-    width = max(int(iteration_ns), 1)
+    """Each carrier's intervals joined into spans of at least ``SPAN_ITERATIONS``
+    iterations: within one the job's bytes come in bursts (a ring's steps, buckets)
+    that an even spread over each transfer does not follow, which a short interval
+    would read as foreign."""
+    width = max(int(SPAN_ITERATIONS * iteration_ns), 1)
     keys = ["carrier", "direction", "used", "sender", "receiving"]
     return (
         rows.with_columns(bin=(pl.col("start_ns") - t0) // width)
@@ -348,9 +368,10 @@ class Beside:
 
 
 def slower_beside(ctx: Context, suspect: pl.DataFrame) -> Beside | None:
-    """``suspect``: the cross-node transfers (``_id``: their instance row, ``alone_ns``,
-    ``op``, ``n``, ``size_class``, ``last_enter``, ``exit``). ``None`` without foreign
-    traffic, with fewer than ``CLEAN_MIN`` transfers in it or no baseline for them."""
+    """``suspect``: the cross-node transfers of any size (``_id``: their instance row,
+    ``alone_ns``, ``op``, ``n``, ``bytes``, ``size_class``, ``last_enter``, ``exit``).
+    ``None`` without foreign traffic, with fewer than ``CLEAN_MIN`` transfers in it or
+    no baseline for them."""
     found = foreign_traffic(ctx)
     prog = ctx.program
     if found is None or prog is None or suspect.height == 0:
@@ -374,8 +395,16 @@ def slower_beside(ctx: Context, suspect: pl.DataFrame) -> Beside | None:
     if inside["clean_ns"].null_count() > inside.height // 2:
         if rate is None:
             return None  # other traffic all run long, and nothing to measure it against
-        at = rate.alpha_ns + nominal.volume_ns(ctx, prog, rate)
-        inside = inside.with_columns(clean_ns=pl.Series(at[inside["_id"].to_numpy()]))
+        volume = nominal.volume_ns(ctx, prog, rate)
+        at = rate.alpha_ns + volume
+        ids = inside["_id"].to_numpy()
+        # against the capacity, only calls whose time is their bytes': at or above the
+        # latency knee, or whose bytes take at least the known latency at that rate
+        # (below it, a latency the capacity does not know would read as contention)
+        bulk = (inside["bytes"].to_numpy() >= ctx.thresholds.latency_knee_bytes) | (
+            (rate.alpha_ns > 0) & (volume[ids] >= rate.alpha_ns)
+        )
+        inside = inside.with_columns(clean_ns=pl.Series(at[ids])).filter(pl.Series(bulk))
         words = f"{rate.words}"
     inside = inside.filter(pl.col("clean_ns").is_not_null(), pl.col("clean_ns").is_not_nan())
     if inside.height < CLEAN_MIN:

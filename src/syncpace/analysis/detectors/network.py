@@ -44,8 +44,9 @@ def has_cross_node_group(ctx: Context) -> bool:
     return any(n > 1 for n in spans.values())
 
 
-def _sized(ctx: Context) -> pl.DataFrame:
-    """Instances with a trusted bandwidth at or above the latency knee, each with
+def _sized(ctx: Context, least_bytes: int | None = None) -> pl.DataFrame:
+    """Instances with a trusted bandwidth at or above the latency knee (or
+    ``least_bytes``), each with
     ``cross_node`` and its inflation: its service time per collective in service beside
     it (two buckets sharing a link each take twice as long) over the run's own best
     (5th percentile) for the same op, group size, size class (power of two) and
@@ -57,7 +58,8 @@ def _sized(ctx: Context) -> pl.DataFrame:
         return inst
     big = inst.with_row_index("_id").filter(
         pl.col("complete"),
-        pl.col("bytes") >= ctx.thresholds.latency_knee_bytes,
+        pl.col("bytes")
+        >= (ctx.thresholds.latency_knee_bytes if least_bytes is None else least_bytes),
         pl.col("busbw_gbps").is_not_null(),
     )
     big = big.with_columns(
@@ -159,10 +161,25 @@ def lagging_ranks(ctx: Context) -> list[int]:
     return sorted(ranks) if len(ranks) < lags.height else []
 
 
+def _judged(ctx: Context, beside: foreign.Beside | None) -> pl.DataFrame:
+    """The transfers the finding's figures are of: those at or above the knee, or,
+    where fewer than 8 of them cross nodes and foreign traffic is found beside the
+    job's, every size (a job of calls below the knee on a slow fabric)."""
+    sized = _sized(ctx)
+    if beside is not None and sized.filter(pl.col("cross_node")).height < 8:
+        return _sized(ctx, 0)
+    return sized
+
+
 def fabric_contention(ctx: Context) -> list[Finding]:
-    sized, th = _sized(ctx), ctx.thresholds
-    if sized.height < 8 or ctx.iteration_ns <= 0 or not has_cross_node_group(ctx):
+    th = ctx.thresholds
+    if ctx.iteration_ns <= 0 or not has_cross_node_group(ctx):
         return []  # loopback on a busy CPU is no fabric
+    # traffic that is not the job's on the links it uses, interval by interval, with
+    # its transfers slower there: contention however long it lasts (all run long, the
+    # run's best is no baseline and the inflation below cannot see it)
+    beside = foreign_contention(ctx)
+    sized = _judged(ctx, beside)
     suspect = sized.filter(pl.col("cross_node"))
     if suspect.height < 8:
         return []
@@ -179,10 +196,6 @@ def fabric_contention(ctx: Context) -> list[Finding]:
     if own_inflation < th.fabric_inflation and in_episode >= th.fabric_episode_share:
         own_inflation = during
     inflation = max(own_inflation, link_inflation if whole_run else 0.0)
-    # traffic that is not the job's on the links it uses, interval by interval, with
-    # its transfers slower there: contention however long it lasts (all run long, the
-    # run's best is no baseline and the inflation above cannot see it)
-    beside = foreign_contention(ctx)
     if inflation < th.fabric_inflation and beside is None:
         return []
     if beside is None and own_traffic_only(ctx, ctx.nodes_of(_cross_ranks(ctx))):
@@ -342,7 +355,11 @@ def foreign_contention(ctx: Context) -> foreign.Beside | None:
     their transfers slower there by at least ``foreign_inflation``; ``None`` else."""
 
     def compute() -> foreign.Beside | None:
-        sized = _sized(ctx)
+        # every size: the clean intervals' baseline is of the same size class, and
+        # against the links' capacity only the calls whose bytes outweigh the latency
+        # are judged (:func:`foreign.slower_beside`); on a slow fabric a 256 KiB call
+        # is far past the knee that ``latency_knee_bytes`` puts at 1 MiB
+        sized = _sized(ctx, 0)
         if sized.height == 0 or not has_cross_node_group(ctx):
             return None
         found = foreign.slower_beside(ctx, sized.filter(pl.col("cross_node")))
