@@ -533,17 +533,21 @@ class SmallModel:
 
 
 def small_model(ctx: Context) -> SmallModel | None:
-    """The bucketing model measured on the run, or ``None`` where the run cannot tell
-    its calls' latency from their bytes' time: one size of calls (within
-    :data:`SIZE_SPAN`)."""
+    """The bucketing model measured on the run; for one size of calls (within
+    :data:`SIZE_SPAN`) from the links' known capacity (:func:`_one_size`); ``None``
+    where neither tells the calls' latency from their bytes' time."""
     inst = ctx.metrics.instances
     th = ctx.thresholds
     timed = pl.col("complete") & pl.col("service_ns").is_not_null() & (pl.col("service_ns") > 0)
     frame = inst.select(pl.col("bytes").cast(pl.Float64), ok=timed)
     # each call's time alone on the links: calls in flight together share them (two
     # buckets at once each take about twice their own)
-    sized = inst.filter(timed).with_columns(
-        alone=pl.col("service_ns") / pl.col("concurrent").fill_null(1).clip(lower_bound=1)
+    sized = (
+        inst.with_row_index("_id")
+        .filter(timed)
+        .with_columns(
+            alone=pl.col("service_ns") / pl.col("concurrent").fill_null(1).clip(lower_bound=1)
+        )
     )
     if sized.height == 0:
         return None
@@ -553,10 +557,7 @@ def small_model(ctx: Context) -> SmallModel | None:
     most = float(sized["bytes"].max())  # type: ignore[arg-type]
     nbytes = frame["bytes"].to_numpy()
     if most < SIZE_SPAN * least:
-        # one size of calls: a call's time may be its latency, or its bytes' on a slow
-        # link, or a starved host's threads' (a CPU-capped host makes 16 KiB calls take
-        # 8 ms); the links' capacity bounds the bytes, not what else slows a call
-        return None
+        return _one_size(ctx, sized, frame["ok"].to_numpy())
     largest = sized.filter(pl.col("bytes") >= most / 2)
     gbps = float((largest["bytes"] / largest["alone"]).median())  # type: ignore[arg-type]
     bytes_ns = nbytes / gbps
@@ -564,6 +565,54 @@ def small_model(ctx: Context) -> SmallModel | None:
     latency_bound = (bytes_ns < alpha) & (nbytes < th.latency_knee_bytes)
     which = latency_bound & frame["ok"].to_numpy()
     return SmallModel(alpha, bytes_ns, which, rate, int(alpha * gbps))
+
+
+def _one_size(ctx: Context, sized: pl.DataFrame, ok: np.ndarray) -> SmallModel | None:
+    """One size of calls: their bytes at the links' known capacity (set, benchmarked,
+    or the hosts' line rate), the latency each call's time alone less that; ``None``
+    without a capacity, or where a slow link or a starved host may explain the calls'
+    time (a CPU-capped host makes 16 KiB calls take 8 ms: its threads', not latency).
+    The capacity is a ceiling the calls need not reach, so a call is bucketed only where
+    its bytes would stay below the latency even at ``1 / SIZE_SPAN`` of it (the job's
+    own 16 KiB buckets on a ring of 4 hosts at 400 Mbit/s: 0.5 ms of bytes beside 3 ms
+    of latency, left alone)."""
+    rate = nominal.nominal(ctx)
+    prog = ctx.program
+    if rate is None or prog is None or _calls_slowed(ctx):
+        return None
+    bytes_ns = nominal.volume_ns(ctx, prog, rate)
+    ids = sized["_id"].to_numpy()
+    latency = sized["alone"].to_numpy() - bytes_ns[ids]
+    latency = latency[~np.isnan(latency)]
+    if len(latency) == 0:
+        return None  # no call crosses the links the capacity is of
+    alpha = max(float(np.median(latency)), 0.0)
+    nbytes = ctx.metrics.instances["bytes"].to_numpy().astype(np.float64)
+    which = (SIZE_SPAN * bytes_ns < alpha) & (nbytes < ctx.thresholds.latency_knee_bytes) & ok
+    per_byte = float(np.nanmedian(bytes_ns[ids] / np.maximum(nbytes[ids], 1.0)))
+    knee = int(alpha / per_byte) if per_byte > 0 else 0
+    words = f"{rate.words} (one size of calls: their latency is their time less that)"
+    return SmallModel(alpha, np.nan_to_num(bytes_ns), which, words, knee)
+
+
+def _calls_slowed(ctx: Context) -> bool:
+    """Whether something other than latency may slow every call alike: ranks lagging
+    next to a slow link, a host link the fabric's counters show set slow, or a host
+    whose CPU limit throttles the job or whose ranks wait for a CPU beyond the others'."""
+    th = ctx.thresholds
+    if lagging_ranks(ctx):
+        return True
+    rates = host_link_rates(ctx.metrics.run, run_window(ctx.metrics.rank_steps))
+    fastest = max(rates.values(), default=0.0)
+    if any(r < th.slow_link_rate_share * fastest for r in rates.values()):
+        return True
+    hosts = sorted(set(ctx.metrics.placement["node"].to_list()))
+    starved = cpu.starved_hosts(ctx, hosts)
+    return any(
+        (info.get("throttled_share") or 0.0) >= th.cpu_throttle_share
+        or cpu.stands_out(ctx, host, hosts)
+        for host, info in starved.items()
+    )
 
 
 def latency_bound(ctx: Context) -> list[Finding]:
