@@ -620,7 +620,8 @@ def latency_bound(ctx: Context) -> list[Finding]:
     threshold. Where the run measures what bucketing would cost
     (:func:`small_model`), the calls bucketed are those whose bytes take less than
     their latency, at one latency and their bytes' time; where it cannot (one size of
-    calls), every call below ``latency_knee_bytes`` at the median latency with its
+    calls without a known capacity, or beside a slow link or a starved host), every
+    call below ``latency_knee_bytes`` at the median latency with its
     bytes free, and only ``latency_min_per_step`` of them a step or more are named
     (their bytes' time is unknown: free bytes overstate the saving of bucketing a few
     buckets of one size)."""
