@@ -567,15 +567,22 @@ def small_model(ctx: Context) -> SmallModel | None:
     return SmallModel(alpha, bytes_ns, which, rate, int(alpha * gbps))
 
 
+#: With one size of calls, how far below their latency their bytes' time at the links'
+#: capacity must stay for the calls to count as latency-bound. Under load gloo moves
+#: bytes at a fraction of the capacity and a call's whole time reads as latency: in a
+#: clean phase of a drawn fabric job on a loaded machine its own 16 KiB buckets took
+#: 23.6 ms, 9.3 ms of "latency" beside 0.67 ms of bytes at 196 Mbit/s (14x); 64 B calls
+#: stand 1000x below their latency.
+ONE_SIZE_MARGIN = 64.0
+
+
 def _one_size(ctx: Context, sized: pl.DataFrame, ok: np.ndarray) -> SmallModel | None:
     """One size of calls: their bytes at the links' known capacity (set, benchmarked,
     or the hosts' line rate), the latency each call's time alone less that; ``None``
     without a capacity, or where a slow link or a starved host may explain the calls'
     time (a CPU-capped host makes 16 KiB calls take 8 ms: its threads', not latency).
     The capacity is a ceiling the calls need not reach, so a call is bucketed only where
-    its bytes would stay below the latency even at ``1 / SIZE_SPAN`` of it (the job's
-    own 16 KiB buckets on a ring of 4 hosts at 400 Mbit/s: 0.5 ms of bytes beside 3 ms
-    of latency, left alone)."""
+    its bytes would stay below the latency even at ``1 / ONE_SIZE_MARGIN`` of it."""
     rate = nominal.nominal(ctx)
     prog = ctx.program
     if rate is None or prog is None or _calls_slowed(ctx):
@@ -588,7 +595,8 @@ def _one_size(ctx: Context, sized: pl.DataFrame, ok: np.ndarray) -> SmallModel |
         return None  # no call crosses the links the capacity is of
     alpha = max(float(np.median(latency)), 0.0)
     nbytes = ctx.metrics.instances["bytes"].to_numpy().astype(np.float64)
-    which = (SIZE_SPAN * bytes_ns < alpha) & (nbytes < ctx.thresholds.latency_knee_bytes) & ok
+    which = (ONE_SIZE_MARGIN * bytes_ns < alpha) & (nbytes < ctx.thresholds.latency_knee_bytes)
+    which &= ok
     per_byte = float(np.nanmedian(bytes_ns[ids] / np.maximum(nbytes[ids], 1.0)))
     knee = int(alpha / per_byte) if per_byte > 0 else 0
     words = f"{rate.words} (one size of calls: their latency is their time less that)"
