@@ -52,8 +52,8 @@ _CLASS_ORDER = {"X": 0, "PIX": 2, "PXB": 3, "PHB": 4, "NODE": 5, "SYS": 6}
 class HostMetrics:
     """``nic``: one row per (host, device, direction) with utilisation and loss;
     ``windows``: per (host, device, direction) and window: utilisation, the bytes
-    counted, drops and the host's TCP retransmissions; ``hosts``: per host, TCP, qdisc, InfiniBand
-    and GPU summaries; ``ranks``: per rank, its GPU, NUMA nodes and NIC path."""
+    counted, drops and the host's TCP retransmissions; ``hosts``: per host, TCP, qdisc,
+    InfiniBand and GPU summaries; ``ranks``: per rank, its GPU, NUMA nodes and NIC path."""
 
     window_ns: int
     nic: pl.DataFrame
