@@ -150,3 +150,25 @@ def test_the_jobs_own_bytes_below_the_knee_are_no_contention(
     counters(tmp_path, own, other, end)
     analysis = analyze(tmp_path)
     assert "fabric_contention" not in {f.mode for f in analysis.findings}
+
+
+@pytest.mark.parametrize("counters", [link_counters, nic_counters], ids=["links", "nics"])
+def test_foreign_traffic_all_run_long_without_a_known_latency_takes_its_share(
+    tmp_path: Path, counters: Callable
+) -> None:
+    """h1 sends all run long and no benchmark says the calls' latency (the hosts' line
+    rate alone is known): each transfer's time less what half the rate taken from its
+    bytes cost it (its bytes at the half left against at the whole rate) is its time
+    without the foreign traffic; its 1 ms of latency is kept, not read as contention."""
+    own, other, end, healthy_ms = run(tmp_path, foreign=(0.0, 1e9), alpha_ms=ALPHA_MS)
+    counters(tmp_path, own, other, end)
+    analysis = analyze(tmp_path)
+    top = analysis.top
+    assert top.mode == "fabric_contention", [f.summary for f in analysis.findings]
+    assert top.source[0] == "h1"
+    ev = top.evidence
+    assert ev["baseline"] == "the hosts' link rate, 100 Mbit/s"
+    slow_ms = ALPHA_MS + SLOWER * BYTES_MS
+    assert ev["slower_beside_foreign"] == pytest.approx(slow_ms / (ALPHA_MS + BYTES_MS), rel=0.03)
+    iteration_ms = COMPUTE_MS + slow_ms + AFTER_MS
+    assert top.cost == pytest.approx(1 - healthy_ms / iteration_ms, abs=0.015)

@@ -23,7 +23,7 @@ the detector's to judge (:mod:`syncpace.analysis.detectors.network`).
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import polars as pl
@@ -53,6 +53,9 @@ class ForeignTraffic:
     covered: float
     #: the intervals the counters of those links saw at all (foreign traffic or not)
     observed: np.ndarray
+    #: (k, 3): each carrier's foreign span on those links: start, end, and the share
+    #: of the carrier's rate its foreign bytes took
+    took: np.ndarray = field(default_factory=lambda: np.zeros((0, 3)))
 
     def covers(self, times: np.ndarray) -> np.ndarray:
         """Per time (ns): whether it falls in a foreign interval."""
@@ -61,6 +64,20 @@ class ForeignTraffic:
     def clean(self, times: np.ndarray) -> np.ndarray:
         """Per time (ns): whether the counters saw it and found no foreign traffic."""
         return _within(self.observed, times) & ~self.covers(times)
+
+    def rate_share(self, times: np.ndarray) -> np.ndarray:
+        """Per time (ns): the largest share of a carrier's rate foreign bytes took then
+        on the links the job uses (the nearest span's where none holds the time: the
+        first and last spans stand for the window's edges)."""
+        if len(self.took) == 0:
+            return np.zeros(len(times))
+        a, b, share = self.took[:, 0], self.took[:, 1], self.took[:, 2]
+        t = times[:, None].astype(np.float64)
+        inside = (t >= a) & (t < b)
+        at = np.where(inside, share, -1.0).max(axis=1)
+        distance = np.maximum(a - t, t - b)
+        nearest = share[np.argmin(distance, axis=1)]
+        return np.where(at >= 0, at, nearest)
 
     @property
     def source(self) -> tuple[str, ...]:
@@ -113,6 +130,9 @@ def _measure(ctx: Context) -> ForeignTraffic | None:
     senders = sending.group_by("sender").agg(pl.col("other").sum()).sort("other", descending=True)
     seen = float((observed[:, 1] - observed[:, 0]).sum())
     covered = float((intervals[:, 1] - intervals[:, 0]).sum()) / max(seen, 1.0)
+    took = used.select(
+        "start_ns", "end_ns", pl.col("other") / (pl.col("rate_bps") / 8 * pl.col("span_s"))
+    ).to_numpy()
     return ForeignTraffic(
         {c: round(s, 4) for c, s in sorted(shares.iter_rows())},
         tuple(senders["sender"].to_list()),
@@ -120,6 +140,7 @@ def _measure(ctx: Context) -> ForeignTraffic | None:
         intervals,
         round(covered, 4),
         observed,
+        took.astype(np.float64),
     )
 
 
@@ -348,6 +369,32 @@ def _merged(spans: np.ndarray, window: tuple[int, int]) -> np.ndarray:
     return np.array(out, dtype=np.int64).reshape(-1, 2)
 
 
+#: The most of a link's rate foreign traffic is taken to leave the job none of: past it
+#: a call's bytes at the rate left would take without bound.
+MOST_TAKEN = 0.9
+
+
+def _at_capacity(ctx: Context, rate: nominal.Nominal, inside: pl.DataFrame) -> np.ndarray:
+    """Per transfer of ``inside`` (foreign traffic all run long): its time at the links'
+    capacity. At or past the latency knee, or where its bytes take at least the known
+    latency at that rate, the latency plus its bytes' time; below, where a latency the
+    capacity does not know is part of its time, its time less what the foreign bytes
+    took from its bytes: at the share ``f`` of the rate they took, its bytes' time at
+    the rate left (``1 / (1 - f)`` of it) against at the whole rate."""
+    prog = ctx.program
+    assert prog is not None
+    volume = nominal.volume_ns(ctx, prog, rate)
+    ids = inside["_id"].to_numpy()
+    at = rate.alpha_ns + volume[ids]
+    bulk = (inside["bytes"].to_numpy() >= ctx.thresholds.latency_knee_bytes) | (
+        (rate.alpha_ns > 0) & (volume[ids] >= rate.alpha_ns)
+    )
+    mid = ((inside["last_enter"] + inside["exit"]) // 2).to_numpy()
+    taken = np.clip(foreign_traffic(ctx).rate_share(mid), 0.0, MOST_TAKEN)  # type: ignore[union-attr]
+    left = inside["alone_ns"].to_numpy() - volume[ids] * taken / (1 - taken)
+    return np.where(bulk, at, np.fmax(at, left))
+
+
 #: Transfers of a class outside the foreign intervals needed to be its baseline.
 CLEAN_MIN = 3
 
@@ -395,16 +442,7 @@ def slower_beside(ctx: Context, suspect: pl.DataFrame) -> Beside | None:
     if inside["clean_ns"].null_count() > inside.height // 2:
         if rate is None:
             return None  # other traffic all run long, and nothing to measure it against
-        volume = nominal.volume_ns(ctx, prog, rate)
-        at = rate.alpha_ns + volume
-        ids = inside["_id"].to_numpy()
-        # against the capacity, only calls whose time is their bytes': at or above the
-        # latency knee, or whose bytes take at least the known latency at that rate
-        # (below it, a latency the capacity does not know would read as contention)
-        bulk = (inside["bytes"].to_numpy() >= ctx.thresholds.latency_knee_bytes) | (
-            (rate.alpha_ns > 0) & (volume[ids] >= rate.alpha_ns)
-        )
-        inside = inside.with_columns(clean_ns=pl.Series(at[ids])).filter(pl.Series(bulk))
+        inside = inside.with_columns(clean_ns=pl.Series(_at_capacity(ctx, rate, inside)))
         words = f"{rate.words}"
     inside = inside.filter(pl.col("clean_ns").is_not_null(), pl.col("clean_ns").is_not_nan())
     if inside.height < CLEAN_MIN:
