@@ -130,9 +130,17 @@ def _measure(ctx: Context) -> ForeignTraffic | None:
     senders = sending.group_by("sender").agg(pl.col("other").sum()).sort("other", descending=True)
     seen = float((observed[:, 1] - observed[:, 0]).sum())
     covered = float((intervals[:, 1] - intervals[:, 0]).sum()) / max(seen, 1.0)
-    took = used.select(
-        "start_ns", "end_ns", pl.col("other") / (pl.col("rate_bps") / 8 * pl.col("span_s"))
-    ).to_numpy()
+    # sorted: the rows come out of a group-by in no set order, and the nearest span of a
+    # time between two is the first of them
+    took = (
+        used.select(
+            "start_ns",
+            "end_ns",
+            share=pl.col("other") / (pl.col("rate_bps") / 8 * pl.col("span_s")),
+        )
+        .sort("start_ns", "end_ns", "share")
+        .to_numpy()
+    )
     return ForeignTraffic(
         {c: round(s, 4) for c, s in sorted(shares.iter_rows())},
         tuple(senders["sender"].to_list()),
