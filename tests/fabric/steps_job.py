@@ -1,6 +1,7 @@
 """A training-like gloo job for the fabric tests: one 1 MiB all-reduce per step.
 
-``python steps_job.py OUT STEPS BASELINE``: after BASELINE steps rank 0 creates
+``python steps_job.py OUT STEPS BASELINE [BYTES]``: BYTES the all-reduce's size (1 MiB
+when not given); after BASELINE steps rank 0 creates
 OUT/baseline-done (a test may then start background traffic); rank 0 writes the
 per-step times to OUT/steps.json at the end, and when each step began and ended
 (wall clock, ns) to OUT/step-spans.json. One rank per host.
@@ -24,7 +25,8 @@ def main() -> int:
     out, steps, baseline = pathlib.Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=30))
     rank = dist.get_rank()
-    tensor = torch.ones(256 * 1024)  # 1 MiB: at the latency knee, so bandwidth-bound
+    nbytes = int(sys.argv[4]) if len(sys.argv) > 4 else 1 << 20
+    tensor = torch.ones(nbytes // 4)  # 1 MiB: at the latency knee, so bandwidth-bound
     times, spans = [], []
     for step in range(steps):
         start, wall = time.perf_counter(), time.time_ns()

@@ -21,7 +21,9 @@ Communication, ``--comm``:
 Plants: ``--slow-ranks 1,3 --slow-ms 10`` (persistent compute straggler), ``--jitter
 lognormal:0.3`` or ``pareto:SHAPE[:SCALE]`` (per rank and step, seeded; extra compute
 as a share of ``--compute-ms``: SCALE x a Lomax draw of that shape, 0.1 by default),
-``--stall-step 20 --stall-rank 1 --stall-ms 3000`` (one-off).
+``--stall-step 20 --stall-rank 1 --stall-ms 3000`` (one-off). ``--ready-dir DIR``
+(with ``--phases``): each phase's steps wait for ``DIR/phase-K``, which the fabric
+harness makes once that phase's faults and flows are in force.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import pathlib
 import time
 
 import numpy as np
@@ -72,6 +75,14 @@ def burn(seconds: float) -> None:
         x += 1
 
 
+def wait_for(path: pathlib.Path, timeout_s: float) -> None:
+    """Until ``path`` exists, at most ``timeout_s``: the harness makes it once a phase's
+    fabric plants are in force; past the bound the phase runs as it is."""
+    deadline = time.monotonic() + timeout_s
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=30)
@@ -91,6 +102,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--stall-rank", type=int, default=0)
     p.add_argument("--stall-ms", type=float, default=0.0)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--ready-dir",
+        default="",
+        help="with --phases: before each phase's steps rank 0 waits (60 s at most) for "
+        "READY_DIR/phase-K, made once that phase's fabric plants are in force",
+    )
     p.add_argument(
         "--phases",
         default="",
@@ -198,6 +215,10 @@ def main(argv: list[str] | None = None) -> None:
     for index, (steps, phase) in enumerate(plan):
         if rank == 0 and args.phases:
             print(f"scenario job: phase {index}", flush=True)
+        if args.phases and args.ready_dir:
+            if rank == 0:
+                wait_for(pathlib.Path(args.ready_dir) / f"phase-{index}", 60.0)
+            dist.barrier()
         for k in range(steps):
             one_step(phase, model, rank, rng, k)
             done += 1

@@ -192,10 +192,13 @@ def _kill(proc: subprocess.Popen) -> None:
 
 class _Plants:
     """The fabric faults and flows of a scenario, in force during its planted phases:
-    switched as rank 0 announces each phase (``scenario job: phase K``)."""
+    switched as rank 0 announces each phase (``scenario job: phase K``), and then, once
+    they are (every flow's sender sending), ``READY_DIR/phase-K`` made for the job,
+    which waits for it before the phase's steps: starting a flow takes about a second
+    of Python starting in the namespaces, longer than a fast job's phase."""
 
-    def __init__(self, sc: Scenario, state: Any, log: Any) -> None:
-        self.sc, self.state, self.log = sc, state, log
+    def __init__(self, sc: Scenario, state: Any, log: Any, ready: Path | None = None) -> None:
+        self.sc, self.state, self.log, self.ready = sc, state, log, ready
         self.kinds = [kind for kind, _, _ in sc.phases()]
         self.on = False
         self.flows: list[Any] = []
@@ -234,11 +237,23 @@ class _Plants:
                     self.on = False
             except Exception as exc:  # reported with the run
                 self.errors.append(f"phase {k}: {exc}")
-        if want and self.sc.flows:
+        later = want and self.sc.flows and self.sc.flows_after_s > 0
+        if later:  # flows meant to start within the phase: the steps go on meanwhile
+            self._in_force(k)
             time.sleep(self.sc.flows_after_s)
+        if want and self.sc.flows:
             with self._lock:
                 if self.on and generation == self._generation and not self.flows:
-                    self._start_flows()
+                    try:
+                        self._start_flows()
+                    except Exception as exc:  # reported with the run
+                        self.errors.append(f"phase {k}: {exc}")
+        if not later:
+            self._in_force(k)
+
+    def _in_force(self, k: int) -> None:
+        if self.ready is not None:
+            (self.ready / f"phase-{k}").touch()
 
     def _faults(self, on: bool) -> None:
         from syncpace.fabric import cgroup
@@ -264,7 +279,9 @@ class _Plants:
 
         rate = parse_rate(self.sc.flow_rate) if self.sc.flow_rate else None
         pairs = list(self.sc.flows)
-        self.flows = bulk.start_flows(self.state.fabric, pairs, self.sc.timeout_s, 5601, rate)
+        self.flows = bulk.start_flows(
+            self.state.fabric, pairs, self.sc.timeout_s, 5601, rate, sending=True
+        )
 
     def _stop_flows(self) -> None:
         for flow in self.flows:
@@ -295,7 +312,9 @@ def _run_fabric(sc: Scenario, out: Path, env: dict[str, str], log: Any) -> None:
     backend = SystemBackend()
     spec = build_spec({**sc.fabric, "name": "ps" + secrets.token_hex(3)})
     state = up(spec, backend)
-    plants = _Plants(sc, state, log)
+    ready = out / "plants-ready"
+    ready.mkdir()
+    plants = _Plants(sc, state, log, ready)
     try:
         # a CPU cap needs the hosts' cgroups: a straggler fault that never fires makes them
         parked = [
@@ -306,7 +325,7 @@ def _run_fabric(sc: Scenario, out: Path, env: dict[str, str], log: Any) -> None:
         options = RunOptions(
             timeout_s=sc.timeout_s, grace_s=5.0, master_port=free_port(), faults=parked
         )
-        command = _job_command(sc, sc.ranks // sc.hosts, None)
+        command = [*_job_command(sc, sc.ranks // sc.hosts, None), "--ready-dir", str(ready)]
         result = run_job(state, command, out, backend, options, env, plants)
         if result is None or result.returncode != 0:
             reason = "no result" if result is None else result.reason

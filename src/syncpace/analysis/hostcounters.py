@@ -51,9 +51,9 @@ _CLASS_ORDER = {"X": 0, "PIX": 2, "PXB": 3, "PHB": 4, "NODE": 5, "SYS": 6}
 @dataclass(frozen=True)
 class HostMetrics:
     """``nic``: one row per (host, device, direction) with utilisation and loss;
-    ``windows``: per (host, device, direction) and window: utilisation, drops and the
-    host's TCP retransmissions, for plots; ``hosts``: per host, TCP, qdisc, InfiniBand
-    and GPU summaries; ``ranks``: per rank, its GPU, NUMA nodes and NIC path."""
+    ``windows``: per (host, device, direction) and window: utilisation, the bytes
+    counted, drops and the host's TCP retransmissions; ``hosts``: per host, TCP, qdisc,
+    InfiniBand and GPU summaries; ``ranks``: per rank, its GPU, NUMA nodes and NIC path."""
 
     window_ns: int
     nic: pl.DataFrame
@@ -228,6 +228,9 @@ def _nic_tables(counters: pl.DataFrame, window_ns: int) -> tuple[pl.DataFrame, p
                         "start_ns": edges[:-1],
                         "end_ns": edges[1:],
                         "util": util,
+                        # what was counted, whatever the NIC declares: a NIC without a
+                        # speed (a veth) measures no utilisation but still its bytes
+                        "bytes": per_window.astype(np.float64),
                         "drops": drop_w,
                         "tcp_retrans": tcp_windows,
                     }

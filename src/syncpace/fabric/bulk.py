@@ -100,10 +100,19 @@ def _recv_udp(port: int, timeout_s: float) -> int:
     return 0
 
 
-def _send_udp(address: str, port: int, seconds: float, rate_bps: int) -> int:
+def _announce(announce: bool) -> None:
+    """Say on stdout that sending begins, for a caller that waits for it."""
+    if announce:
+        print("sending", flush=True)
+
+
+def _send_udp(
+    address: str, port: int, seconds: float, rate_bps: int, announce: bool = False
+) -> int:
     """Datagrams at ``rate_bps`` (payload bits) for ``seconds``, paced against the clock
     so a short late wake-up is caught up at once and the mean rate holds."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    _announce(announce)
     payload = b"\0" * DATAGRAM
     target = (address, port)
     start = time.monotonic()
@@ -134,7 +143,9 @@ def _send_udp(address: str, port: int, seconds: float, rate_bps: int) -> int:
     return 0
 
 
-def _send(address: str, port: int, seconds: float, connect_timeout_s: float) -> int:
+def _send(
+    address: str, port: int, seconds: float, connect_timeout_s: float, announce: bool = False
+) -> int:
     deadline = time.monotonic() + connect_timeout_s
     while True:
         try:
@@ -145,6 +156,7 @@ def _send(address: str, port: int, seconds: float, connect_timeout_s: float) -> 
                 raise
             time.sleep(0.05)
     payload = b"\0" * CHUNK
+    _announce(announce)
     end = time.monotonic() + seconds
     try:
         while time.monotonic() < end:
@@ -170,12 +182,13 @@ def main(argv: list[str] | None = None) -> int:
     send.add_argument("--seconds", type=float, default=2.0)
     send.add_argument("--connect-timeout", type=float, default=5.0)
     send.add_argument("--rate", type=int, default=0, help="bit/s: a fixed-rate UDP flow")
+    send.add_argument("--announce", action="store_true", help="print 'sending' when it begins")
     args = parser.parse_args(argv)
     if args.mode == "recv":
         return (_recv_udp if args.udp else _recv)(args.port, args.timeout)
     if args.rate > 0:
-        return _send_udp(args.to, args.port, args.seconds, args.rate)
-    return _send(args.to, args.port, args.seconds, args.connect_timeout)
+        return _send_udp(args.to, args.port, args.seconds, args.rate, args.announce)
+    return _send(args.to, args.port, args.seconds, args.connect_timeout, args.announce)
 
 
 def in_namespace(namespace: str, *argv: str) -> list[str]:
@@ -219,14 +232,18 @@ def start_flows(
     seconds: float,
     base_port: int = BASE_PORT,
     rate_bps: int | None = None,
+    sending: bool = False,
 ) -> list[Flow]:
     """Start flows ``src -> dst`` for ``seconds``: greedy TCP, or UDP at ``rate_bps``
     each when it is given. Every receiver first, then every sender, so concurrent
-    flows really start together."""
+    flows really start together. ``sending``: return only once every sender says it
+    is sending (each starts a Python in its namespace: about half a second on a loaded
+    machine, which a caller planting the flow for a phase of a job must wait out)."""
     if rate_bps is not None and rate_bps <= 0:
         raise FabricError(f"a fixed-rate flow needs a rate > 0 bit/s, got {rate_bps}")
     udp = ["--udp"] if rate_bps else []
     receivers: list[subprocess.Popen] = []
+    flows: list[Flow] = []
     try:
         hosts = [(_host(fabric, src), _host(fabric, dst)) for src, dst in pairs]
         for k, (_, target) in enumerate(hosts):
@@ -241,19 +258,25 @@ def start_flows(
         for (src, dst), receiver in zip(pairs, receivers, strict=True):
             if not _wait_ready(receiver, 10.0):
                 raise FabricError(f"flow {src}->{dst}: the receiver did not start")
-        flows = []
         for k, ((source, target), receiver) in enumerate(zip(hosts, receivers, strict=True)):
             argv = ["send", "--to", target.address, "--port", str(base_port + k)]
             if rate_bps:
                 argv += ["--rate", str(rate_bps)]
+            if sending:
+                argv += ["--announce"]
             sender = subprocess.Popen(
-                in_namespace(source.namespace, *argv, "--seconds", f"{seconds:g}")
+                in_namespace(source.namespace, *argv, "--seconds", f"{seconds:g}"),
+                stdout=subprocess.PIPE if sending else None,
+                text=True,
             )
             flows.append(Flow(source.name, target.name, receiver, sender, seconds))
+        for flow in flows if sending else []:
+            if not _wait_ready(flow.sender, 10.0, "sending"):
+                raise FabricError(f"flow {flow.src}->{flow.dst}: the sender did not start")
         return flows
     except BaseException:
-        for receiver in receivers:
-            _end(receiver)
+        for proc in [*receivers, *(flow.sender for flow in flows)]:
+            _end(proc)
         raise
 
 
@@ -273,13 +296,13 @@ def _host(fabric: Fabric, name: str) -> Host:
         raise FabricError(f"unknown host {name!r}; hosts: {hosts}") from None
 
 
-def _wait_ready(proc: subprocess.Popen, timeout_s: float) -> bool:
+def _wait_ready(proc: subprocess.Popen, timeout_s: float, word: str = "ready") -> bool:
     assert proc.stdout is not None
     with selectors.DefaultSelector() as selector:
         selector.register(proc.stdout, selectors.EVENT_READ)
         if not selector.select(timeout_s):
             return False
-    return proc.stdout.readline().strip() == "ready"
+    return proc.stdout.readline().strip() == word
 
 
 def measure(

@@ -23,7 +23,7 @@ the detector's to judge (:mod:`syncpace.analysis.detectors.network`).
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import polars as pl
@@ -31,7 +31,7 @@ import polars as pl
 from syncpace.analysis.detectors import nominal
 from syncpace.analysis.detectors.context import Context
 from syncpace.analysis.detectors.traffic import FOREIGN_RATE, FOREIGN_SHARE, job_bytes
-from syncpace.analysis.links import link_intervals, link_name
+from syncpace.analysis.links import host_link_rates, link_intervals, link_name
 from syncpace.analysis.replay.program import POST
 from syncpace.trace.busbw import bus_factor
 
@@ -53,6 +53,9 @@ class ForeignTraffic:
     covered: float
     #: the intervals the counters of those links saw at all (foreign traffic or not)
     observed: np.ndarray
+    #: (k, 3): each carrier's foreign span on those links: start, end, and the share
+    #: of the carrier's rate its foreign bytes took
+    took: np.ndarray = field(default_factory=lambda: np.zeros((0, 3)))
 
     def covers(self, times: np.ndarray) -> np.ndarray:
         """Per time (ns): whether it falls in a foreign interval."""
@@ -61,6 +64,20 @@ class ForeignTraffic:
     def clean(self, times: np.ndarray) -> np.ndarray:
         """Per time (ns): whether the counters saw it and found no foreign traffic."""
         return _within(self.observed, times) & ~self.covers(times)
+
+    def rate_share(self, times: np.ndarray) -> np.ndarray:
+        """Per time (ns): the largest share of a carrier's rate foreign bytes took then
+        on the links the job uses (the nearest span's where none holds the time: the
+        first and last spans stand for the window's edges)."""
+        if len(self.took) == 0:
+            return np.zeros(len(times))
+        a, b, share = self.took[:, 0], self.took[:, 1], self.took[:, 2]
+        t = times[:, None].astype(np.float64)
+        inside = (t >= a) & (t < b)
+        at = np.where(inside, share, -1.0).max(axis=1)
+        distance = np.maximum(a - t, t - b)
+        nearest = share[np.argmin(distance, axis=1)]
+        return np.where(at >= 0, at, nearest)
 
     @property
     def source(self) -> tuple[str, ...]:
@@ -113,6 +130,17 @@ def _measure(ctx: Context) -> ForeignTraffic | None:
     senders = sending.group_by("sender").agg(pl.col("other").sum()).sort("other", descending=True)
     seen = float((observed[:, 1] - observed[:, 0]).sum())
     covered = float((intervals[:, 1] - intervals[:, 0]).sum()) / max(seen, 1.0)
+    # sorted: the rows come out of a group-by in no set order, and the nearest span of a
+    # time between two is the first of them
+    took = (
+        used.select(
+            "start_ns",
+            "end_ns",
+            share=pl.col("other") / (pl.col("rate_bps") / 8 * pl.col("span_s")),
+        )
+        .sort("start_ns", "end_ns", "share")
+        .to_numpy()
+    )
     return ForeignTraffic(
         {c: round(s, 4) for c, s in sorted(shares.iter_rows())},
         tuple(senders["sender"].to_list()),
@@ -120,6 +148,7 @@ def _measure(ctx: Context) -> ForeignTraffic | None:
         intervals,
         round(covered, 4),
         observed,
+        took.astype(np.float64),
     )
 
 
@@ -192,28 +221,40 @@ _COLUMNS = {
 
 
 def _nic_intervals(ctx: Context, window: tuple[int, int]) -> list[pl.DataFrame]:
-    """Each host's NIC windows (the busier direction's bytes, every NIC of the host
-    summed) as carriers named by the host."""
+    """Each host's NIC windows (each direction's bytes, every NIC of the host summed)
+    as carriers named by the host. A NIC that declares no speed (a veth of the
+    emulated fabric) is held to its host's link as the fabric's counters set it."""
     hosts = ctx.metrics.hosts
     if hosts is None or hosts.windows.height == 0 or hosts.nic.height == 0:
         return []
-    rates = hosts.nic.select("host", "device", "direction", "link_rate_bps")
+    # the rates set within the window (a fault's change in force), else over the run
+    fabric = host_link_rates(ctx.metrics.run, window) or host_link_rates(ctx.metrics.run, None)
+    declared = pl.col("link_rate_bps").cast(pl.Float64)
+    rates = hosts.nic.select("host", "device", "direction", "link_rate_bps").with_columns(
+        link_rate_bps=pl.when(declared > 0)
+        .then(declared)
+        .otherwise(pl.col("host").replace_strict(fabric, default=None, return_dtype=pl.Float64))
+    )
     t0, t1 = window
+    span_s = (pl.col("end_ns") - pl.col("start_ns")) / 1e9
+    counted = (
+        pl.col("bytes")
+        if "bytes" in hosts.windows.columns
+        else pl.col("util") * pl.col("link_rate_bps") / 8 * span_s
+    )
     w = (
         hosts.windows.filter(
             pl.col("device") != "lo", pl.col("end_ns") > t0, pl.col("start_ns") < t1
         )
         .join(rates, on=["host", "device", "direction"], how="inner")
-        .filter(pl.col("util").is_not_nan(), pl.col("link_rate_bps") > 0)
+        .with_columns(bytes=counted)
+        .filter(pl.col("bytes").is_not_nan(), pl.col("link_rate_bps") > 0)
     )
     if w.height == 0:
         return []
-    span_s = (pl.col("end_ns") - pl.col("start_ns")) / 1e9
     # each direction on its own: the busier of two in each window would be biased up
-    per = (
-        w.with_columns(bytes=pl.col("util") * pl.col("link_rate_bps") / 8 * span_s)
-        .group_by("host", "direction", "start_ns", "end_ns")
-        .agg(pl.col("bytes").sum(), rate_bps=pl.col("link_rate_bps").sum())
+    per = w.group_by("host", "direction", "start_ns", "end_ns").agg(
+        pl.col("bytes").sum(), rate_bps=pl.col("link_rate_bps").sum()
     )
     return [
         per.select(
@@ -275,11 +316,19 @@ def _link_intervals(
     return [pl.DataFrame(rows, schema=_COLUMNS, orient="row")]
 
 
+#: Iterations joined into one span of counters at least: the job's bytes come in bursts
+#: an even spread does not follow, and a host sampler starved of CPU reads its counters
+#: late (gaps of half a second on a loaded 2-core machine, its windows interpolated
+#: across them): a span of one iteration then reads the job's own burst as foreign.
+SPAN_ITERATIONS = 3
+
+
 def _per_iteration(rows: pl.DataFrame, t0: int, iteration_ns: float) -> pl.DataFrame:
-    """Each carrier's intervals joined into spans of at least an iteration: within one
-    the job's bytes come in bursts (a ring's steps, buckets) that an even spread over
-    each transfer does not follow, which a short interval would read as foreign."""
-    width = max(int(iteration_ns), 1)
+    """Each carrier's intervals joined into spans of at least ``SPAN_ITERATIONS``
+    iterations: within one the job's bytes come in bursts (a ring's steps, buckets)
+    that an even spread over each transfer does not follow, which a short interval
+    would read as foreign."""
+    width = max(int(SPAN_ITERATIONS * iteration_ns), 1)
     keys = ["carrier", "direction", "used", "sender", "receiving"]
     return (
         rows.with_columns(bin=(pl.col("start_ns") - t0) // width)
@@ -328,6 +377,32 @@ def _merged(spans: np.ndarray, window: tuple[int, int]) -> np.ndarray:
     return np.array(out, dtype=np.int64).reshape(-1, 2)
 
 
+#: The most of a link's rate foreign traffic is taken to leave the job none of: past it
+#: a call's bytes at the rate left would take without bound.
+MOST_TAKEN = 0.9
+
+
+def _at_capacity(ctx: Context, rate: nominal.Nominal, inside: pl.DataFrame) -> np.ndarray:
+    """Per transfer of ``inside`` (foreign traffic all run long): its time at the links'
+    capacity. At or past the latency knee, or where its bytes take at least the known
+    latency at that rate, the latency plus its bytes' time; below, where a latency the
+    capacity does not know is part of its time, its time less what the foreign bytes
+    took from its bytes: at the share ``f`` of the rate they took, its bytes' time at
+    the rate left (``1 / (1 - f)`` of it) against at the whole rate."""
+    prog = ctx.program
+    assert prog is not None
+    volume = nominal.volume_ns(ctx, prog, rate)
+    ids = inside["_id"].to_numpy()
+    at = rate.alpha_ns + volume[ids]
+    bulk = (inside["bytes"].to_numpy() >= ctx.thresholds.latency_knee_bytes) | (
+        (rate.alpha_ns > 0) & (volume[ids] >= rate.alpha_ns)
+    )
+    mid = ((inside["last_enter"] + inside["exit"]) // 2).to_numpy()
+    taken = np.clip(foreign_traffic(ctx).rate_share(mid), 0.0, MOST_TAKEN)  # type: ignore[union-attr]
+    left = inside["alone_ns"].to_numpy() - volume[ids] * taken / (1 - taken)
+    return np.where(bulk, at, np.fmax(at, left))
+
+
 #: Transfers of a class outside the foreign intervals needed to be its baseline.
 CLEAN_MIN = 3
 
@@ -348,9 +423,10 @@ class Beside:
 
 
 def slower_beside(ctx: Context, suspect: pl.DataFrame) -> Beside | None:
-    """``suspect``: the cross-node transfers (``_id``: their instance row, ``alone_ns``,
-    ``op``, ``n``, ``size_class``, ``last_enter``, ``exit``). ``None`` without foreign
-    traffic, with fewer than ``CLEAN_MIN`` transfers in it or no baseline for them."""
+    """``suspect``: the cross-node transfers of any size (``_id``: their instance row,
+    ``alone_ns``, ``op``, ``n``, ``bytes``, ``size_class``, ``last_enter``, ``exit``).
+    ``None`` without foreign traffic, with fewer than ``CLEAN_MIN`` transfers in it or
+    no baseline for them."""
     found = foreign_traffic(ctx)
     prog = ctx.program
     if found is None or prog is None or suspect.height == 0:
@@ -374,8 +450,7 @@ def slower_beside(ctx: Context, suspect: pl.DataFrame) -> Beside | None:
     if inside["clean_ns"].null_count() > inside.height // 2:
         if rate is None:
             return None  # other traffic all run long, and nothing to measure it against
-        at = rate.alpha_ns + nominal.volume_ns(ctx, prog, rate)
-        inside = inside.with_columns(clean_ns=pl.Series(at[inside["_id"].to_numpy()]))
+        inside = inside.with_columns(clean_ns=pl.Series(_at_capacity(ctx, rate, inside)))
         words = f"{rate.words}"
     inside = inside.filter(pl.col("clean_ns").is_not_null(), pl.col("clean_ns").is_not_nan())
     if inside.height < CLEAN_MIN:

@@ -44,8 +44,9 @@ def has_cross_node_group(ctx: Context) -> bool:
     return any(n > 1 for n in spans.values())
 
 
-def _sized(ctx: Context) -> pl.DataFrame:
-    """Instances with a trusted bandwidth at or above the latency knee, each with
+def _sized(ctx: Context, least_bytes: int | None = None) -> pl.DataFrame:
+    """Instances with a trusted bandwidth at or above the latency knee (or
+    ``least_bytes``), each with
     ``cross_node`` and its inflation: its service time per collective in service beside
     it (two buckets sharing a link each take twice as long) over the run's own best
     (5th percentile) for the same op, group size, size class (power of two) and
@@ -57,7 +58,8 @@ def _sized(ctx: Context) -> pl.DataFrame:
         return inst
     big = inst.with_row_index("_id").filter(
         pl.col("complete"),
-        pl.col("bytes") >= ctx.thresholds.latency_knee_bytes,
+        pl.col("bytes")
+        >= (ctx.thresholds.latency_knee_bytes if least_bytes is None else least_bytes),
         pl.col("busbw_gbps").is_not_null(),
     )
     big = big.with_columns(
@@ -159,10 +161,25 @@ def lagging_ranks(ctx: Context) -> list[int]:
     return sorted(ranks) if len(ranks) < lags.height else []
 
 
+def _judged(ctx: Context, beside: foreign.Beside | None) -> pl.DataFrame:
+    """The transfers the finding's figures are of: those at or above the knee, or,
+    where fewer than 8 of them cross nodes and foreign traffic is found beside the
+    job's, every size (a job of calls below the knee on a slow fabric)."""
+    sized = _sized(ctx)
+    if beside is not None and sized.filter(pl.col("cross_node")).height < 8:
+        return _sized(ctx, 0)
+    return sized
+
+
 def fabric_contention(ctx: Context) -> list[Finding]:
-    sized, th = _sized(ctx), ctx.thresholds
-    if sized.height < 8 or ctx.iteration_ns <= 0 or not has_cross_node_group(ctx):
+    th = ctx.thresholds
+    if ctx.iteration_ns <= 0 or not has_cross_node_group(ctx):
         return []  # loopback on a busy CPU is no fabric
+    # traffic that is not the job's on the links it uses, interval by interval, with
+    # its transfers slower there: contention however long it lasts (all run long, the
+    # run's best is no baseline and the inflation below cannot see it)
+    beside = foreign_contention(ctx)
+    sized = _judged(ctx, beside)
     suspect = sized.filter(pl.col("cross_node"))
     if suspect.height < 8:
         return []
@@ -179,10 +196,6 @@ def fabric_contention(ctx: Context) -> list[Finding]:
     if own_inflation < th.fabric_inflation and in_episode >= th.fabric_episode_share:
         own_inflation = during
     inflation = max(own_inflation, link_inflation if whole_run else 0.0)
-    # traffic that is not the job's on the links it uses, interval by interval, with
-    # its transfers slower there: contention however long it lasts (all run long, the
-    # run's best is no baseline and the inflation above cannot see it)
-    beside = foreign_contention(ctx)
     if inflation < th.fabric_inflation and beside is None:
         return []
     if beside is None and own_traffic_only(ctx, ctx.nodes_of(_cross_ranks(ctx))):
@@ -342,7 +355,11 @@ def foreign_contention(ctx: Context) -> foreign.Beside | None:
     their transfers slower there by at least ``foreign_inflation``; ``None`` else."""
 
     def compute() -> foreign.Beside | None:
-        sized = _sized(ctx)
+        # every size: the clean intervals' baseline is of the same size class, and
+        # against the links' capacity only the calls whose bytes outweigh the latency
+        # are judged (:func:`foreign.slower_beside`); on a slow fabric a 256 KiB call
+        # is far past the knee that ``latency_knee_bytes`` puts at 1 MiB
+        sized = _sized(ctx, 0)
         if sized.height == 0 or not has_cross_node_group(ctx):
             return None
         found = foreign.slower_beside(ctx, sized.filter(pl.col("cross_node")))
@@ -516,17 +533,21 @@ class SmallModel:
 
 
 def small_model(ctx: Context) -> SmallModel | None:
-    """The bucketing model measured on the run, or ``None`` where the run cannot tell
-    its calls' latency from their bytes' time: one size of calls (within
-    :data:`SIZE_SPAN`)."""
+    """The bucketing model measured on the run; for one size of calls (within
+    :data:`SIZE_SPAN`) from the links' known capacity (:func:`_one_size`); ``None``
+    where neither tells the calls' latency from their bytes' time."""
     inst = ctx.metrics.instances
     th = ctx.thresholds
     timed = pl.col("complete") & pl.col("service_ns").is_not_null() & (pl.col("service_ns") > 0)
     frame = inst.select(pl.col("bytes").cast(pl.Float64), ok=timed)
     # each call's time alone on the links: calls in flight together share them (two
     # buckets at once each take about twice their own)
-    sized = inst.filter(timed).with_columns(
-        alone=pl.col("service_ns") / pl.col("concurrent").fill_null(1).clip(lower_bound=1)
+    sized = (
+        inst.with_row_index("_id")
+        .filter(timed)
+        .with_columns(
+            alone=pl.col("service_ns") / pl.col("concurrent").fill_null(1).clip(lower_bound=1)
+        )
     )
     if sized.height == 0:
         return None
@@ -536,10 +557,7 @@ def small_model(ctx: Context) -> SmallModel | None:
     most = float(sized["bytes"].max())  # type: ignore[arg-type]
     nbytes = frame["bytes"].to_numpy()
     if most < SIZE_SPAN * least:
-        # one size of calls: a call's time may be its latency, or its bytes' on a slow
-        # link, or a starved host's threads' (a CPU-capped host makes 16 KiB calls take
-        # 8 ms); the links' capacity bounds the bytes, not what else slows a call
-        return None
+        return _one_size(ctx, sized, frame["ok"].to_numpy())
     largest = sized.filter(pl.col("bytes") >= most / 2)
     gbps = float((largest["bytes"] / largest["alone"]).median())  # type: ignore[arg-type]
     bytes_ns = nbytes / gbps
@@ -549,12 +567,69 @@ def small_model(ctx: Context) -> SmallModel | None:
     return SmallModel(alpha, bytes_ns, which, rate, int(alpha * gbps))
 
 
+#: With one size of calls, how far below their latency their bytes' time at the links'
+#: capacity must stay for the calls to count as latency-bound. Under load gloo moves
+#: bytes at a fraction of the capacity and a call's whole time reads as latency: in a
+#: clean phase of a drawn fabric job on a loaded machine its own 16 KiB buckets took
+#: 23.6 ms, 9.3 ms of "latency" beside 0.67 ms of bytes at 196 Mbit/s (14x); 64 B calls
+#: stand 1000x below their latency.
+ONE_SIZE_MARGIN = 64.0
+
+
+def _one_size(ctx: Context, sized: pl.DataFrame, ok: np.ndarray) -> SmallModel | None:
+    """One size of calls: their bytes at the links' known capacity (set, benchmarked,
+    or the hosts' line rate), the latency each call's time alone less that; ``None``
+    without a capacity, or where a slow link or a starved host may explain the calls'
+    time (a CPU-capped host makes 16 KiB calls take 8 ms: its threads', not latency).
+    The capacity is a ceiling the calls need not reach, so a call is bucketed only where
+    its bytes would stay below the latency even at ``1 / ONE_SIZE_MARGIN`` of it."""
+    rate = nominal.nominal(ctx)
+    prog = ctx.program
+    if rate is None or prog is None or _calls_slowed(ctx):
+        return None
+    bytes_ns = nominal.volume_ns(ctx, prog, rate)
+    ids = sized["_id"].to_numpy()
+    latency = sized["alone"].to_numpy() - bytes_ns[ids]
+    latency = latency[~np.isnan(latency)]
+    if len(latency) == 0:
+        return None  # no call crosses the links the capacity is of
+    alpha = max(float(np.median(latency)), 0.0)
+    nbytes = ctx.metrics.instances["bytes"].to_numpy().astype(np.float64)
+    which = (ONE_SIZE_MARGIN * bytes_ns < alpha) & (nbytes < ctx.thresholds.latency_knee_bytes)
+    which &= ok
+    per_byte = float(np.nanmedian(bytes_ns[ids] / np.maximum(nbytes[ids], 1.0)))
+    knee = int(alpha / per_byte) if per_byte > 0 else 0
+    words = f"{rate.words} (one size of calls: their latency is their time less that)"
+    return SmallModel(alpha, np.nan_to_num(bytes_ns), which, words, knee)
+
+
+def _calls_slowed(ctx: Context) -> bool:
+    """Whether something other than latency may slow every call alike: ranks lagging
+    next to a slow link, a host link the fabric's counters show set slow, or a host
+    whose CPU limit throttles the job or whose ranks wait for a CPU beyond the others'."""
+    th = ctx.thresholds
+    if lagging_ranks(ctx):
+        return True
+    rates = host_link_rates(ctx.metrics.run, run_window(ctx.metrics.rank_steps))
+    fastest = max(rates.values(), default=0.0)
+    if any(r < th.slow_link_rate_share * fastest for r in rates.values()):
+        return True
+    hosts = sorted(set(ctx.metrics.placement["node"].to_list()))
+    starved = cpu.starved_hosts(ctx, hosts)
+    return any(
+        (info.get("throttled_share") or 0.0) >= th.cpu_throttle_share
+        or cpu.stands_out(ctx, host, hosts)
+        for host, info in starved.items()
+    )
+
+
 def latency_bound(ctx: Context) -> list[Finding]:
     """Many small calls, or few whose bucketing the replay finds worth the reporting
     threshold. Where the run measures what bucketing would cost
     (:func:`small_model`), the calls bucketed are those whose bytes take less than
     their latency, at one latency and their bytes' time; where it cannot (one size of
-    calls), every call below ``latency_knee_bytes`` at the median latency with its
+    calls without a known capacity, or beside a slow link or a starved host), every
+    call below ``latency_knee_bytes`` at the median latency with its
     bytes free, and only ``latency_min_per_step`` of them a step or more are named
     (their bytes' time is unknown: free bytes overstate the saving of bucketing a few
     buckets of one size)."""
