@@ -31,8 +31,9 @@ def prometheus(
     interval_s: float = 0.25,
     rules: Path | None = None,
 ) -> Iterator[str]:
-    """Yield the server's base URL once it is ready; it scrapes ``targets`` and, with
-    ``rules``, evaluates that rules file at the scrape interval."""
+    """Yield the server's base URL once it is ready and has tried every one of
+    ``targets`` once (a job started before would go unscraped for its first seconds); it
+    scrapes them and, with ``rules``, evaluates that rules file at the scrape interval."""
     interval = f"{int(interval_s * 1000)}ms"
     config = workdir / "prometheus.yml"
     rule_files = f"rule_files: [{json.dumps(str(rules))}]\n" if rules is not None else ""
@@ -65,12 +66,8 @@ def prometheus(
         while True:
             if proc.poll() is not None:
                 raise RuntimeError(f"prometheus exited: {(workdir / 'prometheus.log').read_text()}")
-            try:
-                with urllib.request.urlopen(f"{url}/-/ready", timeout=1) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
+            if _scraping(url, len(targets)):
+                break
             if time.monotonic() > deadline:
                 raise RuntimeError("prometheus did not become ready within 30 s")
             time.sleep(0.1)
@@ -83,6 +80,22 @@ def prometheus(
             proc.kill()
             proc.wait()
         log.close()
+
+
+def _scraping(url: str, count: int) -> bool:
+    """Whether the server is ready and has tried to scrape all ``count`` targets (down
+    ones too: the job's are up only once it runs)."""
+    try:
+        with urllib.request.urlopen(f"{url}/-/ready", timeout=1) as r:
+            if r.status != 200:
+                return False
+        with urllib.request.urlopen(f"{url}/api/v1/targets", timeout=1) as r:
+            active = json.load(r)["data"]["activeTargets"]
+    except (OSError, ValueError, KeyError):
+        return False
+    # a target not tried yet has the zero time as its last scrape
+    tried = [t for t in active if not t.get("lastScrape", "0001").startswith("0001")]
+    return len(tried) >= count
 
 
 def query_range(url: str, query: str, start: float, end: float, step_s: float) -> list[dict]:
