@@ -3,10 +3,17 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from multirank import Restart, with_ranksite
+from suiteschedule import ALONE_FILE, AloneLastScheduling, read_alone, write_alone
 from suiteworkers import auto_workers
 from syncpace.report.browser import find_chromium
+
+# Hypothesis's deadline is wall time per example: a test sharing the CPU with other work
+# (a worker beside it, another job on the machine) would fail for the machine's load.
+settings.register_profile("suite", deadline=None)
+settings.load_profile("suite")
 
 # Every process a test starts (syncpace's commands, the ranks they launch, the demo's,
 # the fabric's) freezes its heap after its own exit handlers instead of collecting
@@ -24,15 +31,41 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         root = item.get_closest_marker("root") is not None
         browser = "chromium" in getattr(item, "fixturenames", ())
-        if root or browser or item.get_closest_marker("multirank"):
+        ranks = root or item.get_closest_marker("multirank") is not None
+        if ranks or browser:
             item.add_marker(pytest.mark.slow)
+        if ranks:  # they time real ranks and links: with -n, no other test beside them
+            item.add_marker(pytest.mark.alone)
         if root and os.geteuid() != 0:
             item.add_marker(skip)
+
+
+@pytest.hookimpl(tryfirst=True)  # before the worker tells the controller it collected
+def pytest_collection_finish(session):
+    alone_file = getattr(session.config, "workerinput", {}).get(ALONE_FILE)
+    if alone_file:
+        write_alone(alone_file, [i.nodeid for i in session.items if i.get_closest_marker("alone")])
 
 
 def pytest_xdist_auto_num_workers(config):
     """``-n auto``: :func:`suiteworkers.auto_workers`."""
     return auto_workers()
+
+
+def _alone_file(config) -> str:
+    return str(config._tmp_path_factory.getbasetemp() / "alone-tests.json")
+
+
+def pytest_configure_node(node):
+    """Where each worker writes its ``alone`` tests' ids (``suiteschedule.py``)."""
+    node.workerinput[ALONE_FILE] = _alone_file(node.config)
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """``-n`` without another ``--dist``: the ``alone`` tests last, one worker at a time."""
+    if config.getoption("dist") != "load":
+        return None
+    return AloneLastScheduling(config, log, alone=lambda: read_alone(_alone_file(config)))
 
 
 #: The demo's two runs as the demo recorded them (``tests/data/make_demo.py``).

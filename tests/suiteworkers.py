@@ -1,6 +1,6 @@
-"""How many workers the suite runs on with ``-n auto`` (the fast tier's way; the full
-suite runs in one process, pyproject.toml says why): ``tests/conftest.py`` asks
-:func:`auto_workers`."""
+"""How many workers the suite runs on with ``-n auto`` (CI's and the fast tier's way):
+``tests/conftest.py`` asks :func:`auto_workers`. Which test runs where:
+``tests/suiteschedule.py``."""
 
 from __future__ import annotations
 

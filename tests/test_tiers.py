@@ -1,5 +1,5 @@
-"""The test tiers: ``-m "not slow"`` is the fast one (on one worker per idle core); CI
-runs the whole suite, in one process."""
+"""The test tiers: ``-m "not slow"`` is the fast one; CI runs the whole suite. Both on
+one worker per idle core, the tests that time real ranks last and alone."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def test_the_slow_marker_is_registered(pytestconfig):
 def test_ci_runs_the_whole_suite(pytestconfig):
     words = shlex.split(ci_command())
     command = words[words.index("pytest") :]
-    assert command == ["pytest", "-q"], command  # no -m, -k, --deselect: every test
+    assert command == ["pytest", "-q", "-n", "auto"], command  # no -m, -k, --deselect
     assert "PYTEST_ADDOPTS" not in (ROOT / ".ci" / "run").read_text()
     assert not {"-m", "-k"} & {w[:2] for w in pytestconfig.getini("addopts")}  # pyproject's
     # ... and it is the README's quickstart command 2, word for word
@@ -36,6 +36,12 @@ def test_no_multirank_or_root_test_is_in_the_fast_tier(request):
     for item in request.session.items:
         if item.get_closest_marker("multirank") or item.get_closest_marker("root"):
             assert item.get_closest_marker("slow"), item.nodeid
+
+
+def test_every_multirank_or_root_test_runs_alone(request):
+    for item in request.session.items:
+        if item.get_closest_marker("multirank") or item.get_closest_marker("root"):
+            assert item.get_closest_marker("alone"), item.nodeid
 
 
 def test_no_test_that_starts_a_browser_is_in_the_fast_tier(request):
