@@ -140,7 +140,7 @@ BUILT_IN: tuple[Mode, ...] = (
         "latency_bound",
         "Latency-bound collectives",
         Role.CAUSE,
-        "network.latency_bound",
+        "latency.latency_bound",
         "latency_bound",
     ),
     Mode(

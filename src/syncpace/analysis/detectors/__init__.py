@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from syncpace.analysis.detectors import arrival, hang, network, overlap, quality
+from syncpace.analysis.detectors import arrival, hang, latency, network, overlap, quality
 from syncpace.analysis.detectors.context import Context
 from syncpace.analysis.findings import Finding
 
@@ -24,7 +24,7 @@ DETECTORS: tuple[Detector, ...] = (
     arrival.sync_amplification,
     network.fabric_contention,
     network.slow_link,
-    network.latency_bound,
+    latency.latency_bound,
     network.bandwidth_bound,
     overlap.poor_overlap,
     overlap.comm_dominated,
