@@ -24,20 +24,11 @@ from syncpace.fabric import build_spec, bulk
 from syncpace.fabric.backend import SystemBackend
 from syncpace.fabric.lifecycle import down, up
 from syncpace.fabric.runner import RunOptions, run_job
-from syncpace.fabric.state import STATE_DIR_ENV
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
 HERE = Path(__file__).resolve().parent
 STEPS, BASELINE, NBYTES = 60, 20, 256 << 10
-
-
-@pytest.fixture
-def state_dir(tmp_path, monkeypatch):
-    path = tmp_path / "fabric-state"
-    path.mkdir()
-    monkeypatch.setenv(STATE_DIR_ENV, str(path))
-    return path
 
 
 def test_udp_beside_256_kib_all_reduces_is_contention_named_by_its_sender(state_dir, tmp_path):

@@ -22,7 +22,6 @@ from syncpace.fabric.backend import SystemBackend
 from syncpace.fabric.faults import parse_fault
 from syncpace.fabric.lifecycle import down, up
 from syncpace.fabric.runner import RunOptions, run_job
-from syncpace.fabric.state import STATE_DIR_ENV
 
 pytestmark = pytest.mark.root
 
@@ -30,14 +29,6 @@ HERE = Path(__file__).resolve().parent
 STEPS = 14
 #: predicted saving over the saving measured against the healthy job
 RATIO = (0.75, 1.3)
-
-
-@pytest.fixture
-def state_dir(tmp_path, monkeypatch):
-    path = tmp_path / "fabric-state"
-    path.mkdir()
-    monkeypatch.setenv(STATE_DIR_ENV, str(path))
-    return path
 
 
 def traced(state, out: Path, faults: list[str]) -> Path:
