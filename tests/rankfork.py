@@ -173,6 +173,10 @@ class ForkServer:
             open(err_r, encoding="utf-8", errors="replace"),
         )
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def exit_code(self, pid: int, *, block: bool, timeout: float | None = None) -> int | None:
         with self._changed:
             if block:
@@ -232,6 +236,8 @@ def start(script: str, args: list[str], env: dict[str, str]) -> ForkedRank | Non
             return None
         server = _SERVERS[key] = ForkServer(env)
     if _shadows(env.get("PYTHONPATH", ""), server.modules):
+        return None
+    if server.closed:  # it died: every later rank starts as a new interpreter
         return None
     return server.start(script, args, env)
 

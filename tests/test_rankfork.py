@@ -91,3 +91,16 @@ def test_settings_read_at_start_up_or_a_shadowed_module_start_a_new_interpreter(
     assert "torch" in modules
     assert rankfork._shadows(str(shadow), modules)
     assert not rankfork._shadows(str(tmp_path / "missing"), modules)
+
+
+def test_a_dead_server_leaves_its_ranks_to_new_interpreters(monkeypatch):
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    monkeypatch.setattr(rankfork, "_SERVERS", {})
+    server = rankfork.ForkServer(env)
+    rankfork._SERVERS[rankfork._key(env)] = server
+    server._proc.kill()
+    server._proc.wait()
+    server._reader.join(timeout=30)
+    assert server.closed
+    assert rankfork.start(str(PROBE), ["normal"], env) is None
+    server.close()
