@@ -19,7 +19,7 @@ The ranks are real processes: their own pid, their own gloo connections, killed 
 signal like any other. What a fork cannot reproduce, it does not try: a rank whose
 environment would change what ``import torch`` did (``TORCH_*``, ``OMP_*``,
 ``LD_PRELOAD`` and the like, :data:`IMPORT_ENV`), or whose ``PYTHONPATH`` shadows a
-module the server imported, starts as a new interpreter instead (:func:`can_fork`).
+module the server imported, starts as a new interpreter instead (:func:`start`).
 ``SYNCPACE_TEST_FORK=0`` starts every rank as a new interpreter.
 
 The server is one process per test process (per worker under ``-n``), started on first
@@ -102,7 +102,6 @@ class ForkServer:
     """The caller's end of one server: forks ranks, collects their exit statuses."""
 
     def __init__(self, env: dict[str, str]) -> None:
-        self.env_key = import_env(env)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._proc = subprocess.Popen(
             [sys.executable, str(Path(__file__).resolve()), str(theirs.fileno())],
@@ -118,6 +117,7 @@ class ForkServer:
         self._exits: dict[int, int] = {}
         self._started: list[int] = []
         self._closed = False
+        self._modules: set[str] | None = None  # what the server imported, once it says
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
         self.modules = self._hello()
@@ -128,8 +128,6 @@ class ForkServer:
             if self._modules is None:
                 raise RuntimeError("the rank fork server did not start")
             return self._modules
-
-    _modules: set[str] | None = None
 
     def _read(self) -> None:
         while True:

@@ -60,12 +60,8 @@ class AloneLastScheduling(LoadFileScheduling):
         return next((s for s in self.workqueue if not self._is_alone(s)), None)
 
     def _give(self, node, scope: str) -> None:
-        work_unit = self.workqueue.pop(scope)
-        self.assigned_work.setdefault(node, {})[scope] = work_unit
-        collection = self.registered_collections[node]
-        node.send_runtest_some(
-            [collection.index(nodeid) for nodeid, done in work_unit.items() if not done]
-        )
+        self.workqueue.move_to_end(scope, last=False)  # loadfile assigns the first unit
+        super()._assign_work_unit(node)
 
     def _assign_work_unit(self, node) -> None:
         scope = self._shared_scope()
@@ -99,16 +95,6 @@ class AloneLastScheduling(LoadFileScheduling):
             self._give(node, next(iter(self.workqueue)))
         if not self.workqueue and not node.shutting_down:
             node.shutdown()
-
-    def _reschedule(self, node) -> None:
-        if node.shutting_down:
-            return
-        if not self.workqueue:
-            node.shutdown()
-            return
-        if self._pending_of(self.assigned_work[node]) > 2:
-            return
-        self._assign_work_unit(node)
 
     def mark_test_complete(self, node, item_index: int, duration: float = 0) -> None:
         super().mark_test_complete(node, item_index, duration)

@@ -58,25 +58,21 @@ def drive(files: dict[str, int], alone: set[str], workers: int = 2, seed: int = 
         sched.add_node(node)
         sched.add_node_collection(node, collection)
     sched.schedule()
-    ran, running = [], {}
+    ran = []
     for _ in range(10_000):
-        ready = [n for n in nodes if not n.left and n.can_run()]
         for n in nodes:  # a worker shut down with nothing left leaves
             if n.shutting_down and not n.queue and not n.left:
                 n.left = True
                 sched.remove_node(n)
+        ready = [n for n in nodes if not n.left and n.can_run()]
         if not ready:
             if all(n.left for n in nodes):
                 return ran
-            if not any(n.can_run() for n in nodes if not n.left):
-                raise AssertionError(f"deadlock: {[(n.gateway.id, n.queue) for n in nodes]}")
-            continue
+            raise AssertionError(f"deadlock: {[(n.gateway.id, n.queue) for n in nodes]}")
         node = rng.choice(ready)  # any ready worker may finish its test first
         index = node.queue.pop(0)
-        nodeid = collection[index]
-        others = [collection[n.queue[0]] for n in nodes if n is not node and n.queue and not n.left]
-        running[node.gateway.id] = nodeid
-        ran.append((node.gateway.id, nodeid, others))
+        others = [collection[n.queue[0]] for n in nodes if n is not node and n.queue]
+        ran.append((node.gateway.id, collection[index], others))
         sched.mark_test_complete(node, index)
     raise AssertionError("the run did not end")
 
