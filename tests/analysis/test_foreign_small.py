@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tests.analysis.test_mechanisms import job
+from tests.analysis.slowedring import slowed_ring
 from tests.linkcounters import Direction, star, write_links
 
 from syncpace.analysis import Thresholds, analyze
@@ -40,30 +40,20 @@ def run(root: Path, foreign: tuple[float, float] | None, alpha_ms: float = 0.0) 
     in ms; ``None``: never) taking its bytes at half the rate. Returns the job's own
     bytes per host by time, the foreign bytes by time, the end (ms) and the same job's
     mean iteration without foreign traffic (by construction)."""
-    sending = foreign or (-1.0, -1.0)
-    spans, t = [], 0.0
-    for _ in range(STEPS):
-        begin = t + COMPUTE_MS
-        slow = sending[0] <= begin + alpha_ms + SLOWER * BYTES_MS / 2 < sending[1]
-        spans.append((begin, begin + alpha_ms + BYTES_MS * (SLOWER if slow else 1.0)))
-        t = spans[-1][1] + AFTER_MS
-    job(
+    own, other, t = slowed_ring(
         root,
         hosts=HOSTS,
         steps=STEPS,
-        compute=lambda r, s: COMPUTE_MS,
-        transfer=lambda s: spans[s][1] - spans[s][0],
+        compute_ms=COMPUTE_MS,
+        after_ms=AFTER_MS,
         nbytes=NBYTES,
-        after=AFTER_MS,
+        per_host=PER_HOST,
+        bytes_ms=BYTES_MS,
+        slower=SLOWER,
+        foreign=foreign,
+        foreign_per_ms=FOREIGN_SHARE * RATE_BPS / 8 / 1e3,
+        alpha_ms=alpha_ms,
     )
-
-    def own(t_ms: float) -> float:
-        return sum(PER_HOST * np.clip((t_ms - a) / (b - a), 0, 1) for a, b in spans)
-
-    def other(t_ms: float) -> float:
-        inside = max(0.0, min(t_ms, sending[1]) - sending[0]) if foreign else 0.0
-        return FOREIGN_SHARE * RATE_BPS / 8 * inside / 1e3
-
     return own, other, t, COMPUTE_MS + alpha_ms + BYTES_MS + AFTER_MS
 
 

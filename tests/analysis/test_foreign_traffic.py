@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
-from tests.analysis.test_mechanisms import job
+from tests.analysis.slowedring import slowed_ring
 from tests.linkcounters import Direction, write_links
 
 from syncpace.analysis import analyze
@@ -51,30 +50,19 @@ def run(root: Path, foreign: tuple[float, float] | None) -> tuple[Path, float]:
     in ms, on the counters' 100 ms grid; ``None``: never) 2.5x slower; the link
     counters of every direction every 100 ms. Returns the run and the same job's mean
     iteration with no foreign traffic (by construction)."""
-    sending = foreign or (-1.0, -1.0)
-    spans, t = [], 0.0
-    for _ in range(STEPS):
-        begin = t + COMPUTE_MS
-        slow = sending[0] <= begin + SLOWER * AT_RATE_MS / 2 < sending[1]
-        spans.append((begin, begin + AT_RATE_MS * (SLOWER if slow else 1.0)))
-        t = spans[-1][1] + AFTER_MS  # the job helper starts each step at the last's end
-    job(
+    own, other, t = slowed_ring(
         root,
         hosts=HOSTS,
         steps=STEPS,
-        compute=lambda r, s: COMPUTE_MS,
-        transfer=lambda s: spans[s][1] - spans[s][0],
+        compute_ms=COMPUTE_MS,
+        after_ms=AFTER_MS,
         nbytes=NBYTES,
-        after=AFTER_MS,
+        per_host=PER_HOST,
+        bytes_ms=AT_RATE_MS,
+        slower=SLOWER,
+        foreign=foreign,
+        foreign_per_ms=FOREIGN_GBPS * 1e6,  # GB/s x ms
     )
-
-    def own(t_ms: float) -> float:
-        """One host's own bytes by ``t_ms``: each transfer's spread evenly over it."""
-        return sum(PER_HOST * np.clip((t_ms - a) / (b - a), 0, 1) for a, b in spans)
-
-    def other(t_ms: float) -> float:
-        inside = max(0.0, min(t_ms, sending[1]) - sending[0]) if foreign else 0.0
-        return FOREIGN_GBPS * 1e6 * inside  # GB/s x ms
 
     def nbytes(d: Direction, t_ns: int) -> int:
         _, src, dst, kind, _ = d
