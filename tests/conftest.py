@@ -6,7 +6,15 @@ import pytest
 from hypothesis import settings
 
 from multirank import Restart, with_ranksite
-from suiteschedule import ALONE_FILE, AloneLastScheduling, read_alone, write_alone
+from suiteschedule import (
+    TIMED_FILE,
+    TIMED_WORKER,
+    TimedFirstScheduling,
+    TimedSeat,
+    read_timed,
+    write_timed,
+    yield_the_cpu,
+)
 from suiteworkers import auto_workers
 from syncpace.report.browser import find_chromium
 
@@ -34,17 +42,25 @@ def pytest_collection_modifyitems(config, items):
         ranks = root or item.get_closest_marker("multirank") is not None
         if ranks or browser:
             item.add_marker(pytest.mark.slow)
-        if ranks:  # they time real ranks and links: with -n, no other test beside them
-            item.add_marker(pytest.mark.alone)
+        if ranks:  # they time real ranks and links: with -n, their own worker's CPU
+            item.add_marker(pytest.mark.timed)
         if root and os.geteuid() != 0:
             item.add_marker(skip)
 
 
 @pytest.hookimpl(tryfirst=True)  # before the worker tells the controller it collected
 def pytest_collection_finish(session):
-    alone_file = getattr(session.config, "workerinput", {}).get(ALONE_FILE)
-    if alone_file:
-        write_alone(alone_file, [i.nodeid for i in session.items if i.get_closest_marker("alone")])
+    timed_file = getattr(session.config, "workerinput", {}).get(TIMED_FILE)
+    if timed_file:
+        write_timed(timed_file, [i.nodeid for i in session.items if i.get_closest_marker("timed")])
+
+
+def pytest_configure(config):
+    """A worker without the timed seat yields the CPU to every normal process
+    (``suiteschedule.py``): the timed tests' ranks never wait for a core behind it."""
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None and not workerinput.get(TIMED_WORKER, True):
+        yield_the_cpu()
 
 
 def pytest_xdist_auto_num_workers(config):
@@ -52,20 +68,32 @@ def pytest_xdist_auto_num_workers(config):
     return auto_workers()
 
 
-def _alone_file(config) -> str:
-    return str(config._tmp_path_factory.getbasetemp() / "alone-tests.json")
+def _timed_file(config) -> str:
+    return str(config._tmp_path_factory.getbasetemp() / "timed-tests.json")
+
+
+_TIMED_SEAT = pytest.StashKey[TimedSeat]()
+
+
+def _seat(config) -> TimedSeat:
+    return config.stash.setdefault(_TIMED_SEAT, TimedSeat())
 
 
 def pytest_configure_node(node):
-    """Where each worker writes its ``alone`` tests' ids (``suiteschedule.py``)."""
-    node.workerinput[ALONE_FILE] = _alone_file(node.config)
+    """Where each worker writes its ``timed`` tests' ids, and whether it holds the timed
+    seat (``suiteschedule.py``): the first worker up, or the next once it is gone."""
+    node.workerinput[TIMED_FILE] = _timed_file(node.config)
+    loadfile = node.config.getoption("dist") == "load"
+    node.workerinput[TIMED_WORKER] = not loadfile or _seat(node.config).take(node)
 
 
 def pytest_xdist_make_scheduler(config, log):
-    """``-n`` without another ``--dist``: the ``alone`` tests last, one worker at a time."""
+    """``-n`` without another ``--dist``: the ``timed`` tests on one worker of normal CPU
+    priority from the start, the others beside them at idle priority."""
     if config.getoption("dist") != "load":
         return None
-    return AloneLastScheduling(config, log, alone=lambda: read_alone(_alone_file(config)))
+    timed = lambda: read_timed(_timed_file(config))  # noqa: E731
+    return TimedFirstScheduling(config, log, timed=timed, seat=_seat(config))
 
 
 #: The demo's two runs as the demo recorded them (``tests/data/make_demo.py``).

@@ -1,108 +1,135 @@
-"""Which test runs where with ``-n``: tests that share the CPU first, on every worker;
-then the tests that measure time, one worker at a time, the others idle.
+"""Which test runs where with ``-n``: the tests that measure time on one worker at the
+machine's normal CPU priority, from the start; every other test on workers that take
+only the CPU time no other process wants.
 
-A test marked ``alone`` (``tests/conftest.py`` marks every multi-rank and root test so:
+A test marked ``timed`` (``tests/conftest.py`` marks every multi-rank and root test so:
 they time real ranks and links against each other) gives wrong figures when another
-worker takes a core from its ranks. Run beside other tests on a 2-core machine, such
-tests failed in every run of the suite on two workers; run alone, never. So:
+test takes a core from its ranks. Run beside other tests of equal priority on a 2-core
+machine, such tests failed 1-4 a run; yet they leave a core idle most of the time
+(their ranks wait on emulated links and sleeps). So:
 
-* the test files without an ``alone`` test are spread over the workers first, a file
-  to a worker (as ``--dist loadfile``);
-* then the files with one run on one worker, the **alone worker**, while every other
-  worker has finished its files and left.
+* the **timed worker** (the first worker up, or the next one up once it is gone: a
+  :class:`TimedSeat`) runs the files holding a ``timed`` test first, one at a time,
+  then helps with the others;
+* every other worker runs at ``SCHED_IDLE`` (:func:`yield_the_cpu`, from the worker's
+  own ``pytest_configure``): the kernel gives it a core only where no process of
+  normal priority wants one, so a timed test's ranks never wait for a core behind it;
+* a file is a unit, as with ``--dist loadfile``.
 
-Each worker writes the ids of its ``alone`` tests where the controller said
-(:func:`write_alone`); the scheduler reads them once every worker has collected.
+Each worker writes the ids of its ``timed`` tests where the controller said
+(:func:`write_timed`); the scheduler reads them once every worker has collected. Timed
+files left when the timed worker is lost, with no worker to take its seat, run last on
+one worker with nothing beside them.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from xdist.scheduler import LoadFileScheduling
 
-#: The key of the workers' input naming the file for their ``alone`` test ids.
-ALONE_FILE = "syncpace_alone_file"
+#: The key of the workers' input naming the file for their ``timed`` test ids.
+TIMED_FILE = "syncpace_timed_file"
+#: The key of the workers' input saying whether the worker holds the timed seat.
+TIMED_WORKER = "syncpace_timed_worker"
 
 
-def write_alone(path: str, nodeids: list[str]) -> None:
-    """A worker's ``alone`` test ids, written whole or not at all."""
+def write_timed(path: str, nodeids: list[str]) -> None:
+    """A worker's ``timed`` test ids, written whole or not at all."""
     tmp = Path(f"{path}.tmp")
     tmp.write_text(json.dumps(sorted(nodeids)))
     tmp.replace(path)
 
 
-def read_alone(path: str) -> set[str]:
+def read_timed(path: str) -> set[str]:
     try:
         return set(json.loads(Path(path).read_text()))
-    except FileNotFoundError:  # no worker collected an alone test
+    except FileNotFoundError:  # no worker collected a timed test
         return set()
 
 
-class AloneLastScheduling(LoadFileScheduling):
-    """``--dist loadfile``, with the files holding an ``alone`` test kept to the end and
-    run on one worker once every other worker has finished (and been shut down)."""
+def yield_the_cpu() -> str:
+    """Put this process (and what it starts later) below every normal process: Linux's
+    ``SCHED_IDLE``, or ``nice 19`` where that is refused. Returns what it got."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+        return "SCHED_IDLE"
+    except (AttributeError, OSError):
+        pass
+    try:
+        os.nice(19 - os.nice(0))
+        return "nice 19"
+    except OSError:
+        return "unchanged"
 
-    def __init__(self, config, log=None, *, alone: Callable[[], set[str]]) -> None:
+
+@dataclass
+class TimedSeat:
+    """The one worker that runs the timed tests, shared by the controller's hooks (which
+    tell each worker whether it holds the seat) and the scheduler (which frees it when
+    that worker is gone)."""
+
+    holder: Any = None
+
+    def take(self, node: Any) -> bool:
+        if self.holder is None:
+            self.holder = node
+        return self.holder is node
+
+    def leave(self, node: Any) -> None:
+        if self.holder is node:
+            self.holder = None
+
+
+class TimedFirstScheduling(LoadFileScheduling):
+    """``--dist loadfile``, with the files holding a ``timed`` test given to the seat's
+    holder first and to no other worker while anything else runs."""
+
+    def __init__(self, config, log=None, *, timed: Callable[[], set[str]], seat: TimedSeat) -> None:
         super().__init__(config, log)
-        self._alone_ids = alone
-        self._alone_files: set[str] | None = None
-        self.alone_node = None
+        self._timed_ids = timed
+        self._timed_files: set[str] | None = None
+        self.seat = seat
 
-    def _is_alone(self, scope: str) -> bool:
-        if self._alone_files is None:
-            self._alone_files = {i.split("::", 1)[0] for i in self._alone_ids()}
-        return scope in self._alone_files
+    def _is_timed(self, scope: str) -> bool:
+        if self._timed_files is None:
+            self._timed_files = {i.split("::", 1)[0] for i in self._timed_ids()}
+        return scope in self._timed_files
 
-    def _shared_scope(self) -> str | None:
-        return next((s for s in self.workqueue if not self._is_alone(s)), None)
+    def _first(self, timed: bool) -> str | None:
+        return next((s for s in self.workqueue if self._is_timed(s) == timed), None)
 
-    def _give(self, node, scope: str) -> None:
-        self.workqueue.move_to_end(scope, last=False)  # loadfile assigns the first unit
-        super()._assign_work_unit(node)
+    def _idle_elsewhere(self, node) -> bool:
+        return all(self._pending_of(w) == 0 for n, w in self.assigned_work.items() if n is not node)
+
+    def _scope_for(self, node) -> str | None:
+        if node is self.seat.holder:
+            return self._first(True) or self._first(False)
+        scope = self._first(False)
+        if scope is None and self.seat.holder is None and self._idle_elsewhere(node):
+            return self._first(True)  # the seat is empty: they run with nothing beside
+        return scope
 
     def _assign_work_unit(self, node) -> None:
-        scope = self._shared_scope()
+        scope = self._scope_for(node)
         if scope is not None:
-            self._give(node, scope)
-            return
-        # only alone files are left: the first worker to ask runs them, the others
-        # finish what they hold and leave
-        if self.alone_node is None:
-            self.alone_node = node
-        if node is not self.alone_node:
-            if not node.shutting_down:
-                node.shutdown()
-            return
-        self._start_alone()
-
-    def _others_done(self) -> bool:
-        return all(
-            self._pending_of(work) == 0
-            for node, work in self.assigned_work.items()
-            if node is not self.alone_node
-        )
-
-    def _start_alone(self) -> None:
-        node = self.alone_node
-        if node is None or node.shutting_down or not self._others_done():
-            return
-        # two files' tests ahead at most, as loadfile keeps (a worker holds its last test
-        # until it knows the next one)
-        while self.workqueue and self._pending_of(self.assigned_work.get(node, {})) <= 2:
-            self._give(node, next(iter(self.workqueue)))
-        if not self.workqueue and not node.shutting_down:
+            if self._is_timed(scope):
+                self.seat.take(node)
+            self.workqueue.move_to_end(scope, last=False)  # loadfile assigns the first unit
+            super()._assign_work_unit(node)
+        # nothing more it may take: it runs what it holds (a worker holds its last test
+        # until it knows the next one or is shut down) and leaves
+        if self._scope_for(node) is None and not node.shutting_down:
             node.shutdown()
 
-    def mark_test_complete(self, node, item_index: int, duration: float = 0) -> None:
-        super().mark_test_complete(node, item_index, duration)
-        self._start_alone()  # the last test of the other workers may open the alone phase
-
     def remove_node(self, node):
-        if node is self.alone_node:  # it crashed: the next worker to ask takes over
-            self.alone_node = None
+        self.seat.leave(node)
         crashed = super().remove_node(node)
-        self._start_alone()
+        for other in self.nodes:  # an empty seat may open the timed files to another
+            self._reschedule(other)
         return crashed

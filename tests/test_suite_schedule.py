@@ -1,12 +1,14 @@
-"""The suite's schedule with ``-n`` (tests/suiteschedule.py): files without an ``alone``
-test spread over the workers first, then the ``alone`` ones on one worker with no other
-test running. Driven here as xdist drives it, with workers that behave as xdist's do
-(each runs its tests in order and holds its last one until it knows the next, or until
-it is shut down), and once for real, by pytest itself."""
+"""The suite's schedule with ``-n`` (tests/suiteschedule.py): the files holding a
+``timed`` test on one worker of normal CPU priority from the start, every other file
+beside them on workers that yield the CPU. Driven here as xdist drives it, with workers
+that behave as xdist's do (each runs its tests in order and holds its last one until it
+knows the next, or until it is shut down), and once for real, by pytest itself."""
 
 from __future__ import annotations
 
 import json
+import os
+import random
 import subprocess
 import sys
 import textwrap
@@ -14,14 +16,15 @@ from types import SimpleNamespace
 
 import pytest
 
-from suiteschedule import AloneLastScheduling
+from suiteschedule import TimedFirstScheduling, TimedSeat
 
 
 class Worker:
     """What the scheduler sees of an xdist worker, and what the worker does."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, seat: TimedSeat) -> None:
         self.gateway = SimpleNamespace(id=name)
+        self.normal = seat.take(self)  # as conftest's pytest_configure_node tells it
         self.queue: list[int] = []
         self.shutting_down = False
         self.left = False
@@ -44,21 +47,22 @@ def _config(workers: int):
     )
 
 
-def drive(files: dict[str, int], alone: set[str], workers: int = 2, seed: int = 0):
+def drive(files: dict[str, int], timed: set[str], workers: int = 2, seed: int = 0, crash=None):
     """Run a collection of ``files`` (name: number of tests) to the end; returns each
-    step's running tests, in order: ``[(worker, nodeid, alone tests running elsewhere)]``."""
-    import random
-
+    test run, in order: ``(worker, its priority normal, nodeid, tests running elsewhere
+    as (worker normal, nodeid))``. ``crash=k``: the timed worker dies at its k-th test
+    and a new worker comes up."""
     rng = random.Random(seed)
     collection = [f"{f}::test_{i}" for f, n in files.items() for i in range(n)]
-    alone_ids = {nid for nid in collection if nid.split("::")[0] in alone}
-    sched = AloneLastScheduling(_config(workers), alone=lambda: alone_ids)
-    nodes = [Worker(f"gw{i}") for i in range(workers)]
+    timed_ids = {nid for nid in collection if nid.split("::")[0] in timed}
+    seat = TimedSeat()
+    sched = TimedFirstScheduling(_config(workers), timed=lambda: timed_ids, seat=seat)
+    nodes = [Worker(f"gw{i}", seat) for i in range(workers)]
     for node in nodes:
         sched.add_node(node)
         sched.add_node_collection(node, collection)
     sched.schedule()
-    ran = []
+    ran, on_seat = [], 0
     for _ in range(10_000):
         for n in nodes:  # a worker shut down with nothing left leaves
             if n.shutting_down and not n.queue and not n.left:
@@ -70,9 +74,19 @@ def drive(files: dict[str, int], alone: set[str], workers: int = 2, seed: int = 
                 return ran
             raise AssertionError(f"deadlock: {[(n.gateway.id, n.queue) for n in nodes]}")
         node = rng.choice(ready)  # any ready worker may finish its test first
+        if crash is not None and node is seat.holder and on_seat == crash:
+            crash, node.left, node.queue = None, True, []
+            sched.remove_node(node)  # its running test is lost, the rest queued again
+            clone = Worker(f"gw{len(nodes)}", seat)
+            nodes.append(clone)
+            sched.add_node(clone)
+            sched.add_node_collection(clone, collection)
+            sched.schedule()
+            continue
+        on_seat += node is seat.holder
         index = node.queue.pop(0)
-        others = [collection[n.queue[0]] for n in nodes if n is not node and n.queue]
-        ran.append((node.gateway.id, collection[index], others))
+        others = [(n.normal, collection[n.queue[0]]) for n in nodes if n is not node and n.queue]
+        ran.append((node.gateway.id, node.normal, collection[index], others))
         sched.mark_test_complete(node, index)
     raise AssertionError("the run did not end")
 
@@ -86,55 +100,91 @@ FILES = {
     "tests/f_ranks.py": 3,
     "tests/g.py": 2,
 }
-ALONE = {"tests/d_root.py", "tests/f_ranks.py"}
+TIMED = {"tests/d_root.py", "tests/f_ranks.py"}
+
+
+def _timed(nodeid: str) -> bool:
+    return nodeid.split("::")[0] in TIMED
 
 
 @pytest.mark.parametrize("seed", range(20))
 @pytest.mark.parametrize("workers", [2, 3])
-def test_every_test_runs_once_and_alone_tests_run_with_nothing_beside_them(seed, workers):
-    ran = drive(FILES, ALONE, workers, seed)
-    nodeids = [nid for _, nid, _ in ran]
+def test_timed_tests_run_first_on_one_normal_worker_and_only_yielding_ones_beside(seed, workers):
+    ran = drive(FILES, TIMED, workers, seed)
+    nodeids = [nid for _, _, nid, _ in ran]
     assert sorted(nodeids) == sorted(f"{f}::test_{i}" for f, n in FILES.items() for i in range(n))
-    first_alone = min(i for i, (_, nid, _) in enumerate(ran) if nid.split("::")[0] in ALONE)
-    # every shared test came before the first alone one ...
-    assert all(nid.split("::")[0] not in ALONE for _, nid, _ in ran[:first_alone])
-    # ... and no test of another worker was waiting to run once the alone ones began
-    alone_part = ran[first_alone:]
-    assert all(nid.split("::")[0] in ALONE for _, nid, _ in alone_part)
-    assert len({worker for worker, _, _ in alone_part}) == 1
-    assert all(not others for _, _, others in alone_part)
-    # the shared files were spread over the workers, a file to one worker
+    timed_runs = [(w, normal, others) for w, normal, nid, others in ran if _timed(nid)]
+    # one worker of normal priority runs every timed test ...
+    assert {w for w, _, _ in timed_runs} == {"gw0"}
+    assert all(normal for _, normal, _ in timed_runs)
+    # ... before any other test it runs ...
+    on_gw0 = [nid for w, _, nid, _ in ran if w == "gw0"]
+    assert all(_timed(nid) for nid in on_gw0[: len(timed_runs)])
+    # ... and whatever runs beside a timed test is a shared one, on a yielding worker
+    for _, _, others in timed_runs:
+        assert all(not normal and not _timed(nid) for normal, nid in others), others
+    # the shared files were spread over the workers, a file to one worker, and ran while
+    # the timed ones did
     shared = {}
-    for worker, nid, _ in ran[:first_alone]:
-        shared.setdefault(nid.split("::")[0], set()).add(worker)
+    for worker, _, nid, _ in ran:
+        if not _timed(nid):
+            shared.setdefault(nid.split("::")[0], set()).add(worker)
     assert all(len(w) == 1 for w in shared.values())
     assert len(set().union(*shared.values())) > 1
+    assert any(others for _, _, others in timed_runs)
 
 
-def test_only_alone_tests_or_none_at_all():
-    ran = drive({"tests/d_root.py": 3, "tests/f_ranks.py": 2}, ALONE)
-    assert len({worker for worker, _, _ in ran}) == 1 and len(ran) == 5
+@pytest.mark.parametrize("seed", range(10))
+@pytest.mark.parametrize("crash", [0, 2, 4])
+def test_a_timed_worker_that_dies_leaves_its_seat_to_the_next_one_up(seed, crash):
+    ran = drive(FILES, TIMED, 2, seed, crash=crash)
+    nodeids = [nid for _, _, nid, _ in ran]
+    everything = {f"{f}::test_{i}" for f, n in FILES.items() for i in range(n)}
+    # loadfile queues the dead worker's files again, the test it died in included
+    assert len(nodeids) == len(set(nodeids)) and set(nodeids) == everything
+    for _, normal, nid, others in ran:
+        if _timed(nid):  # never two timed tests at once, and none beside an equal
+            assert normal or not others, (nid, others)
+            assert all(not n and not _timed(o) for n, o in others), (nid, others)
+
+
+def test_only_timed_tests_or_none_at_all():
+    ran = drive({"tests/d_root.py": 3, "tests/f_ranks.py": 2}, TIMED)
+    assert {worker for worker, _, _, _ in ran} == {"gw0"} and len(ran) == 5
     ran = drive({"tests/a.py": 3, "tests/b.py": 2}, set())
     assert len(ran) == 5
 
 
+def test_a_worker_that_yields_the_cpu_is_below_every_normal_process():
+    code = (
+        "import os, sys; sys.path.insert(0, sys.argv[1]); from suiteschedule import "
+        "yield_the_cpu; print(yield_the_cpu(), os.sched_getscheduler(0) == os.SCHED_IDLE)"
+    )
+    tests = os.path.dirname(__file__)
+    out = subprocess.run([sys.executable, "-c", code, tests], capture_output=True, text=True)
+    assert out.stdout.split() == ["SCHED_IDLE", "True"], out
+    assert os.sched_getscheduler(0) != os.SCHED_IDLE  # this process left as it was
+
+
 @pytest.mark.slow
-def test_pytest_with_two_workers_runs_alone_tests_by_themselves(tmp_path, pytestconfig):
+def test_pytest_with_two_workers_runs_timed_tests_beside_yielding_ones(tmp_path, pytestconfig):
     """The real thing: pytest -n 2 on a small suite whose tests log when they start and
-    end. No other test overlaps an alone one (marked by hand and by the multirank mark
-    that conftest turns into alone)."""
+    end, in which process and at which CPU priority. The timed tests (marked by hand and
+    by the multirank mark that conftest turns into timed) run one after the other in one
+    process at normal priority; the others run beside them at idle priority."""
     log = tmp_path / "log.jsonl"
     suite = tmp_path / "suite"
     suite.mkdir()
     body = textwrap.dedent(
         f"""
-        import json, time, pytest
+        import json, os, time, pytest
         def _log(name, what):
+            idle = os.sched_getscheduler(0) == os.SCHED_IDLE
             with open({str(log)!r}, "a") as f:
-                f.write(json.dumps([name, what, time.monotonic()]) + "\\n")
+                f.write(json.dumps([name, what, time.monotonic(), os.getpid(), idle]) + "\\n")
         """
     )
-    for name, mark in [("a", ""), ("b", ""), ("c", "alone"), ("d", "multirank"), ("e", "")]:
+    for name, mark in [("a", ""), ("b", ""), ("c", "timed"), ("d", "multirank"), ("e", "")]:
         tests = "".join(
             f"{('@pytest.mark.' + mark) if mark else ''}\n"
             f"def test_{name}{i}():\n"
@@ -154,7 +204,7 @@ def test_pytest_with_two_workers_runs_alone_tests_by_themselves(tmp_path, pytest
         "globals().update({k: v for k, v in vars(hooks).items() if k.startswith('pytest_')})\n"
     )
     (suite / "pytest.ini").write_text(
-        "[pytest]\nmarkers =\n    alone: x\n    multirank: x\n    slow: x\n    root: x\n"
+        "[pytest]\nmarkers =\n    timed: x\n    multirank: x\n    slow: x\n    root: x\n"
     )
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-n", "2", "-p", "no:cacheprovider", str(suite)],
@@ -165,21 +215,18 @@ def test_pytest_with_two_workers_runs_alone_tests_by_themselves(tmp_path, pytest
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "15 passed" in done.stdout
-    events = [json.loads(line) for line in log.read_text().splitlines()]
     spans = {}
-    for name, what, t in events:
-        spans.setdefault(name, {})[what] = t
-    alone = {n: s for n, s in spans.items() if n[0] in "cd"}
+    for name, what, t, pid, idle in map(json.loads, log.read_text().splitlines()):
+        spans.setdefault(name, {"pid": pid, "idle": idle})[what] = t
+    timed = {n: s for n, s in spans.items() if n[0] in "cd"}
     shared = {n: s for n, s in spans.items() if n[0] not in "cd"}
-    assert len(alone) == 6 and len(shared) == 9
-    for name, span in alone.items():
-        for other, o in spans.items():
-            if other != name:
-                assert o["end"] <= span["start"] or o["start"] >= span["end"], (name, other)
-    # the shared ones did run side by side
-    assert any(
-        o["start"] < s["end"] and s["start"] < o["end"]
-        for n, s in shared.items()
-        for m, o in shared.items()
-        if n < m
-    )
+    assert len(timed) == 6 and len(shared) == 9
+    assert len({s["pid"] for s in timed.values()}) == 1
+    assert not any(s["idle"] for s in timed.values())
+
+    def overlap(s, o):
+        return o["start"] < s["end"] and s["start"] < o["end"]
+
+    beside = [o for s in timed.values() for o in spans.values() if o is not s and overlap(s, o)]
+    assert beside, "nothing ran beside the timed tests"
+    assert all(o["idle"] and o["pid"] not in {s["pid"] for s in timed.values()} for o in beside)

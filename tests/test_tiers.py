@@ -1,5 +1,5 @@
 """The test tiers: ``-m "not slow"`` is the fast one; CI runs the whole suite. Both on
-one worker per idle core, the tests that time real ranks last and alone."""
+one worker per idle core, the tests that time real ranks on a worker of their own."""
 
 from __future__ import annotations
 
@@ -38,10 +38,10 @@ def test_no_multirank_or_root_test_is_in_the_fast_tier(request):
             assert item.get_closest_marker("slow"), item.nodeid
 
 
-def test_every_multirank_or_root_test_runs_alone(request):
+def test_every_multirank_or_root_test_is_timed(request):
     for item in request.session.items:
         if item.get_closest_marker("multirank") or item.get_closest_marker("root"):
-            assert item.get_closest_marker("alone"), item.nodeid
+            assert item.get_closest_marker("timed"), item.nodeid
 
 
 def test_no_test_that_starts_a_browser_is_in_the_fast_tier(request):
