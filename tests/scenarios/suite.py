@@ -176,8 +176,17 @@ def _run_local(sc: Scenario, out: Path, env: dict[str, str], log: Any) -> None:
     if log is not None:
         log.write(text)
     if proc.returncode != 0:
-        tail = " | ".join(line for line in text.splitlines()[-4:] if line.strip())
-        raise RuntimeError(f"{sc.name}: the job failed (exit {proc.returncode}): {tail}")
+        raise RuntimeError(f"{sc.name}: the job failed (exit {proc.returncode}): {_why(text)}")
+
+
+#: Lines of a rank's own output that say why it died (torchrun's summary only says how).
+_CAUSE = ("terminate called", "what():", "Error", "Exception", "Traceback", "Fatal")
+
+
+def _why(text: str) -> str:
+    lines = [line for line in text.splitlines() if line.strip()]
+    causes = [line.strip() for line in lines if any(c in line for c in _CAUSE)][:6]
+    return " | ".join(causes + lines[-4:])
 
 
 def _kill(proc: subprocess.Popen) -> None:
