@@ -42,7 +42,8 @@ def pytest_collection_modifyitems(config, items):
         ranks = root or item.get_closest_marker("multirank") is not None
         if ranks or browser:
             item.add_marker(pytest.mark.slow)
-        if ranks:  # they time real ranks and links: with -n, their own worker's CPU
+        untimed = item.get_closest_marker("untimed") is not None and not root
+        if ranks and not untimed:  # they time real ranks and links: a worker's CPU to them
             item.add_marker(pytest.mark.timed)
         if root and os.geteuid() != 0:
             item.add_marker(skip)

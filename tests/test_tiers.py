@@ -38,10 +38,13 @@ def test_no_multirank_or_root_test_is_in_the_fast_tier(request):
             assert item.get_closest_marker("slow"), item.nodeid
 
 
-def test_every_multirank_or_root_test_is_timed(request):
+def test_every_multirank_or_root_test_is_timed_unless_marked_untimed(request):
     for item in request.session.items:
-        if item.get_closest_marker("multirank") or item.get_closest_marker("root"):
+        if item.get_closest_marker("root"):
             assert item.get_closest_marker("timed"), item.nodeid
+        elif item.get_closest_marker("multirank"):
+            untimed = item.get_closest_marker("untimed") is not None
+            assert untimed != (item.get_closest_marker("timed") is not None), item.nodeid
 
 
 def test_no_test_that_starts_a_browser_is_in_the_fast_tier(request):
