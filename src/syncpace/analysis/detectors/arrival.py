@@ -480,11 +480,13 @@ def late_removal(ctx: Context, ranks: list[int]) -> Any:
     """A counterfactual maker: ``ranks`` without the extra time of the halves they were
     late in (each half's medians over that half, their variation kept), over the whole
     run for those late in neither half alone or step after step; those whose own
-    waiting for a CPU explains their lateness computing like the others in every step
-    (the CPU they lacked made their variation too); one-off stalls kept."""
-    # a rank its own waiting for a CPU explains is fed: every step like the others
-    # (its variation is the CPU's too); one late step after step, its whole run
+    waiting for a CPU explains their lateness without the time they waited beyond the
+    other ranks (:func:`cf.without_wait`); one-off stalls kept."""
+    # a rank its own waiting for a CPU explains is fed: without the time it waited
+    # beyond the others (its own variation stays); one late step after step, its
+    # whole run
     fed = [r for r in ranks if cpu_explained(ctx, r)]
+    waited = {r: cpu.extra_wait_ns(ctx, r) or 0.0 for r in fed}
     apart = set(_steady(ctx)) | set(fed)
     first, second = (sorted(set(h) & set(ranks) - apart) for h in late_by_half(ctx))
     steps = _half_steps(ctx)
@@ -493,7 +495,7 @@ def late_removal(ctx: Context, ranks: list[int]) -> Any:
         halves = zip((first, second), steps, strict=True)
         parts = [cf.without_excess(p, late, s) for late, s in halves if late]
         if fed:
-            parts.append(cf.compute_like_others(p, fed))
+            parts.append(cf.without_wait(p, waited))
         rest = [r for r in ranks if r not in first and r not in second and r not in fed]
         if rest:  # late over the run, in neither half by the margin
             parts.append(cf.without_excess(p, rest))
