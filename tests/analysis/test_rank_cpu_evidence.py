@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from planted import Planted, generate
@@ -166,3 +167,31 @@ def test_jitter_alone_on_a_loaded_host_names_no_straggler(tmp_path, seed):
     per-step evidence names no rank, over five seeds of the jitter."""
     analysis = _analyze(tmp_path, HEALTHY.replace(seed=seed), ALIKE)
     assert not [r for r in _named(analysis, "straggler") if r]
+
+
+def test_without_wait_removes_the_waiting_and_no_more(tmp_path):
+    """The counterfactual of a rank late by its CPU: its gaps of each step shorter by
+    the time it waited, shared by their length, never below the other ranks' median
+    for the same action; the other ranks untouched."""
+    from syncpace.analysis.metrics import compute_metrics
+    from syncpace.analysis.replay import counterfactuals as cf
+    from syncpace.trace import load_trace
+
+    prog = compute_metrics(load_trace(generate(STRONG, tmp_path / "run"))).program
+    assert prog is not None
+    waited = 1_000_000.0  # 1 ms an iteration, less than rank 1's 25 % more compute
+    gap = cf.without_wait(prog, {1: waited}).gap
+    mine = prog.rank == 1
+    assert np.array_equal(gap[~mine], prog.gap[~mine])
+    assert np.all(gap <= prog.gap)
+    removed = prog.gap[mine] - gap[mine]
+    per_step = np.bincount(np.searchsorted(prog.steps, prog.step[mine]), weights=removed)
+    # never more than it waited; rank 1 computes 25 % more than the others, under
+    # 10 % jitter: the full millisecond goes in nearly every step, less only where a
+    # gap of its was already near the others'
+    assert np.all(per_step <= waited * (1 + 1e-9))
+    assert np.mean(np.isclose(per_step, waited)) >= 0.9
+    # a wait longer than its lateness stops at the others' median, action by action
+    big = cf.without_wait(prog, {1: 1e9}).gap
+    typical = cf.compute_like_others(prog, [1]).gap
+    assert np.allclose(big[mine], typical[mine])
