@@ -23,7 +23,9 @@ lognormal:0.3`` or ``pareto:SHAPE[:SCALE]`` (per rank and step, seeded; extra co
 as a share of ``--compute-ms``: SCALE x a Lomax draw of that shape, 0.1 by default),
 ``--stall-step 20 --stall-rank 1 --stall-ms 3000`` (one-off). ``--ready-dir DIR``
 (with ``--phases``): each phase's steps wait for ``DIR/phase-K``, which the fabric
-harness makes once that phase's faults and flows are in force.
+harness makes once that phase's faults and flows are in force. ``--cap-ranks 1
+--cap-cgroup DIR``: those ranks move themselves into the cgroup DIR (its CPU limit set
+by the caller: a rank starved of CPU on its own).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import pathlib
 import time
 
@@ -102,6 +105,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--stall-rank", type=int, default=0)
     p.add_argument("--stall-ms", type=float, default=0.0)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--cap-ranks", default="")
+    p.add_argument("--cap-cgroup", default="")
     p.add_argument(
         "--ready-dir",
         default="",
@@ -201,6 +206,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parse(argv)
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=120))
     rank, world = dist.get_rank(), dist.get_world_size()
+    if rank in {int(r) for r in str(args.cap_ranks).split(",") if r.strip()}:
+        (pathlib.Path(args.cap_cgroup) / "cgroup.procs").write_text(str(os.getpid()))
     rng = np.random.default_rng([args.seed, rank])
     model = Model(args)
     plan = [(args.steps, args)]

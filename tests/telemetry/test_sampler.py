@@ -435,3 +435,61 @@ def test_a_cpu_cap_shows_as_throttling_of_the_capped_process(tmp_path):
         busy.kill()
         busy.wait()
         cg.remove(path)
+
+
+def test_every_rank_of_the_host_is_measured_on_its_own(tmp_path, host):
+    """Ranks register their pid in the run directory; the sampler reads each rank's
+    threads and main thread (``schedstat``) from then on: rank 1 registers two ticks
+    late and joins then, a pid with no process is left out. Each rank's waiting reads
+    back as what its schedstat counted."""
+    clock = Clock()
+    s = _sampler(tmp_path, host, clock, FakeQdiscs())
+    run = tmp_path / "run"
+    threads = {0: (5000, 5001), 1: (6000,)}  # rank 0: its main thread and another
+
+    def tick(n: int) -> None:
+        for rank, tids in threads.items():
+            for i, tid in enumerate(tids):
+                task = host.root / f"proc/{tids[0]}/task/{tid}"
+                task.mkdir(parents=True, exist_ok=True)
+                # 100 ms a tick: rank 0's main thread waits 20 ms of it, its other
+                # thread 5 ms; rank 1's main thread 50 ms
+                wait = {(0, 0): 20, (0, 1): 5, (1, 0): 50}[(rank, i)] * 1_000_000 * n
+                (task / "schedstat").write_text(f"{10_000_000 * n} {wait} 7\n")
+
+    (run / schema.rank_pid_name("node-a", 0)).write_text("5000")
+    (run / schema.rank_pid_name("node-a", 7)).write_text("999999")  # no such process
+    for n in range(6):
+        if n == 2:
+            (run / schema.rank_pid_name("node-a", 1)).write_text("6000")
+        tick(n)
+        s.step(slow=True)
+        clock.t += 100_000_000
+    s.close()
+    counters, hosts = load_host_files(run, [])
+    mine = counters.filter(pl.col("device").str.starts_with("rank"))
+    assert sorted(mine["device"].unique().to_list()) == ["rank0", "rank1"]
+    main0 = mine.filter(pl.col("device") == "rank0", pl.col("counter") == "rank_main_wait_ns")
+    assert main0.sort("time_ns")["value"].to_list()[-1] == 5 * 20_000_000
+    summary = host_metrics(counters, hosts, {}).hosts["node-a"]["cpu"]["ranks"]
+    # waited per ns of the sampled span: rank 0's main thread 20 %, its threads 25 %;
+    # rank 1, sampled from its third tick on, 50 %
+    assert summary["0"]["main_wait_rate"] == pytest.approx(0.2)
+    assert summary["0"]["wait_rate"] == pytest.approx(0.25)
+    assert summary["0"]["wait_share"] == pytest.approx(25 / 45, abs=1e-4)
+    assert summary["1"]["main_wait_rate"] == pytest.approx(0.5)
+    assert "7" not in summary
+
+
+def test_each_rank_registers_for_its_hosts_sampler(tmp_path):
+    """Every rank leaves its pid for the sampler, the one that samples and the others."""
+    config = TelemetryConfig(host_sampler="thread", counters_interval_s=0.005)
+    meta = tmp_path / "rank-00000.meta.json"
+    first = start_host_sampler(tmp_path, 0, config, LocalClock(), meta, lambda: 0)
+    second = start_host_sampler(tmp_path, 3, config, LocalClock(), meta, lambda: 0)
+    assert first is not None and second is None
+    first.stop()
+    host = socket.gethostname()
+    for rank in (0, 3):
+        path = tmp_path / schema.rank_pid_name(host, rank)
+        assert path.read_text() == str(os.getpid())

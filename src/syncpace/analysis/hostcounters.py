@@ -351,7 +351,36 @@ def _cpu(counters: pl.DataFrame, host: str) -> dict[str, Any] | None:
     groups = mine.filter(pl.col("source") == "cgroup")["device"].unique().to_list()
     if groups:
         out["cgroup"] = str(groups[0])
+    ranks = _rank_cpu(mine)
+    if ranks:
+        out["ranks"] = ranks
     return out or None
+
+
+def _rank_cpu(mine: pl.DataFrame) -> dict[str, dict[str, float]]:
+    """Each rank the sampler measured on its own (device ``rankR``, by rank as text):
+    the share of the sampled span its main thread, and its threads summed, waited for a
+    CPU (``main_wait_rate``, ``wait_rate``: ns waited per ns of the span), and the share
+    of the time its threads could run that they waited (``wait_share``)."""
+    part = mine.filter(pl.col("source") == "cpu", pl.col("device").str.starts_with("rank"))
+    out: dict[str, dict[str, float]] = {}
+    for (device,), frame in part.group_by("device", maintain_order=True):  # type: ignore[misc]
+        got: dict[str, tuple[int, int]] = {}
+        for (name,), f in frame.sort("time_ns").group_by("counter"):  # type: ignore[misc]
+            if f.height >= 2:
+                t = f["time_ns"].to_numpy()
+                got[str(name)] = (_increase(f["value"].to_numpy()), int(t[-1] - t[0]))
+        entry: dict[str, float] = {}
+        rates = (("rank_main_wait_ns", "main_wait_rate"), ("rank_wait_ns", "wait_rate"))
+        for counter, key in rates:
+            if counter in got and got[counter][1] > 0:
+                entry[key] = round(got[counter][0] / got[counter][1], 4)
+        run, wait = got.get("rank_run_ns"), got.get("rank_wait_ns")
+        if run is not None and wait is not None and run[0] + wait[0] > 0:
+            entry["wait_share"] = round(wait[0] / (run[0] + wait[0]), 4)
+        if entry:
+            out[str(device)[len("rank") :]] = entry
+    return out
 
 
 def _weighted_median(values: np.ndarray, weights: np.ndarray) -> float:

@@ -162,6 +162,21 @@ class Thresholds:
         "queue for a CPU at which the host is starved of CPU, whatever the other hosts "
         "show (a one-host job has no other to compare with).",
     )
+    cpu_explains_share: float = setting(
+        0.5,
+        "Where each rank's waiting for a CPU is measured on its own: a late rank whose "
+        "main thread waited for a CPU, beyond the faster half of the ranks, at least this "
+        "share of its extra compute per iteration is late by its host's CPU (CPU "
+        "starvation), not a straggler; below it, by its own doing.",
+    )
+    straggler_steady_t: float = setting(
+        3.5,
+        "Where each rank's waiting for a CPU is measured on its own: a rank whose compute "
+        "over the other ranks' median in the step averages at least this many standard "
+        "errors above zero, by straggler_min_share of the iteration on average, and whose "
+        "waiting for a CPU does not explain it, is a straggler though not late by the "
+        "margin in each half.",
+    )
 
     def __post_init__(self) -> None:
         check_numbers(
@@ -203,6 +218,8 @@ class Thresholds:
             gpu_throttle_share="[0, 1]",
             cpu_throttle_share="[0, 1]",
             cpu_wait_share="[0, 1]",
+            cpu_explains_share="[0, 1000]",
+            straggler_steady_t="[0, 1000]",
         )
         if self.warning_cost > self.critical_cost:
             raise ConfigError(

@@ -7,6 +7,10 @@ the host sampler reads (same contract as :mod:`syncpace.telemetry.netstats`).
   CPU (pressure stall information), host-wide, in µs, where the kernel has it.
 * :class:`JobSched`: the sampling rank's threads: how long they ran, and how long they
   were runnable but waited for a CPU.
+* :class:`RankSched`: every rank of the host on its own (each registers its process
+  in the run directory): its threads' run and wait times, and its main thread's, the
+  one that computes. A rank late because it waited for a CPU shows here; one late by
+  its own doing (sleeping, computing more) does not, whatever the host's load.
 * :class:`CgroupCpu`: the CPU controller of the sampler's own cgroup (the sampling
   rank's: a child process stays in its parent's cgroup): the scheduling periods, how
   many of them throttled the group at its quota and for how long, and the quota
@@ -125,6 +129,59 @@ class JobSched:
             ended_run + sum(run for run, _ in now.values()),
             ended_wait + sum(wait for _, wait in now.values()),
         ]
+
+    def close(self) -> None:
+        pass
+
+
+class RankSched:
+    """Each registered rank of the host: ``rank_run_ns`` and ``rank_wait_ns`` summed
+    over its threads, ``rank_main_run_ns`` and ``rank_main_wait_ns`` of its main thread
+    (device ``rankR``). Ranks register by a file in the run directory holding their
+    pid (``pattern`` finds them); ranks that start later join at a later read, so the
+    series grow (the sampler's group takes them as they come, in the same order)."""
+
+    def __init__(self, root: str | os.PathLike[str], run_dir: Path, pattern: str) -> None:
+        self.root = root
+        self.run_dir = Path(run_dir)
+        self.pattern = pattern
+        self.series: list[Series] = []
+        self._ranks: list[tuple[JobSched, Path]] = []
+        self._seen: set[str] = set()
+
+    def _discover(self) -> None:
+        for path in sorted(self.run_dir.glob(self.pattern)):
+            if path.name in self._seen:
+                continue
+            rank = path.name[: -len(".pid")].rpartition(".rank-")[2]
+            try:
+                pid = int(path.read_text(encoding="ascii").strip())
+            except (OSError, ValueError):  # half written: read again next time
+                continue
+            self._seen.add(path.name)
+            try:
+                sched = JobSched(self.root, pid)
+            except OSError:  # gone already, or not visible from here
+                continue
+            main = Path(self.root, f"proc/{pid}/task/{pid}/schedstat")
+            self._ranks.append((sched, main))
+            self.series += [
+                ("cpu", f"rank{rank}", NO_PORT, c)
+                for c in ("rank_run_ns", "rank_wait_ns", "rank_main_run_ns", "rank_main_wait_ns")
+            ]
+
+    def read(self) -> Values:
+        self._discover()
+        out: Values = []
+        for sched, main in self._ranks:
+            out.extend(sched.read())
+            try:
+                with open(main, "rb") as f:
+                    fields = f.read().split()
+                out.extend([int(fields[0]), int(fields[1])])
+            except (OSError, ValueError, IndexError):  # the rank has ended
+                out.extend([None, None])
+        return out
 
     def close(self) -> None:
         pass

@@ -76,6 +76,13 @@ class _Group:
             except Exception as exc:  # one failing source must not stop the others
                 self.errors.setdefault(type(source).__name__, f"{type(exc).__name__}: {exc}")
                 values.extend([None] * len(source.series))
+        if len(values) > self.size:  # a source's series grew (ranks registering)
+            more = len(values) - self.size
+            self.size = len(values)
+            self.prev += [None] * more
+            self.seen_t += [0] * more
+            self.seen_tick += [-1] * more
+            self.written_tick += [-1] * more
         prev, seen_t, seen_tick, written = self.prev, self.seen_t, self.seen_tick, self.written_tick
         first = self.first
         for i, v in enumerate(values):
@@ -190,9 +197,21 @@ class HostSampler:
         )
         self.fast = _Group(fast, 0, self.errors)
         self.slow = _Group(slow, self.fast.size, self.errors)
-        self.series: list[Series] = [s for src in (*fast, *slow) for s in src.series]
+        # last: its series grow as the host's ranks register
+        pattern = schema.rank_pid_name(host, "*")
+        self.ranks = _Group(
+            [cpustats.RankSched(root, Path(run_dir), pattern)],
+            self.fast.size + self.slow.size,
+            self.errors,
+        )
+        self.sources = [*fast, *slow, *self.ranks.sources]
         self.writer = CountersWriter(counters_path, host)
         self._write_meta()
+
+    @property
+    def series(self) -> list[Series]:
+        """Every series so far, in the order of their indices."""
+        return [s for src in self.sources for s in src.series]
 
     # Sources -----------------------------------------------------------------------
     def _sources(
@@ -293,6 +312,7 @@ class HostSampler:
         self.fast.sample(t, self._t, self._i, self._v)
         if slow:
             self.slow.sample(t, self._t, self._i, self._v)
+            self.ranks.sample(t, self._t, self._i, self._v)
 
     def run(self, stop: threading.Event, alive: Callable[[], bool] = lambda: True) -> None:
         """Tick every interval until ``stop`` is set or ``alive()`` turns false, then close."""
@@ -336,12 +356,14 @@ class HostSampler:
         try:
             self.fast.finish(self._t, self._i, self._v)
             self.slow.finish(self._t, self._i, self._v)
+            self.ranks.finish(self._t, self._i, self._v)
             self.flush()
             self.writer.close()
         except Exception as exc:
             self.errors.setdefault("close", f"{type(exc).__name__}: {exc}")
         self.fast.close()
         self.slow.close()
+        self.ranks.close()
         self.meta.update(
             finished=True,
             ticks=self.ticks,
@@ -388,6 +410,18 @@ def _take_host_lock(run_dir: Path, host: str) -> int | None:
         os.close(fd)
         return None
     return fd
+
+
+def _register(run_dir: Path, host: str, rank: int) -> None:
+    """This rank's pid where its host's sampler finds it (written whole, by a rename):
+    the sampler measures each rank's own waiting for a CPU."""
+    try:
+        path = run_dir / schema.rank_pid_name(host, rank)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(str(os.getpid()), encoding="ascii")
+        os.replace(tmp, path)
+    except OSError:  # the rank goes unmeasured on its own; its host's counters stay
+        pass
 
 
 class SamplerHandle:
@@ -467,6 +501,7 @@ def start_host_sampler(
     try:
         out = Path(run_dir)
         host = socket.gethostname()
+        _register(out, host, rank)
         lock = _take_host_lock(out, host)
         if lock is None:
             return None

@@ -230,7 +230,8 @@ def meta_checksum(meta: dict) -> str:
 # One sampler per host writes, next to the rank files (see docs/telemetry.md):
 #
 # * ``host-H.meta.json``      the host's facts: NICs, PCIe topology, GPUs, the sampler;
-# * ``host-H.counters.arrow`` counter series of the host (Arrow IPC stream).
+# * ``host-H.counters.arrow`` counter series of the host (Arrow IPC stream);
+# * ``host-H.rank-R.pid``     rank R's process id, for the sampler to measure each rank.
 #
 # ``H`` is the host name with every character outside ``[A-Za-z0-9._-]`` as ``_``; the
 # real name is in the file (``host`` key and column).
@@ -269,7 +270,8 @@ COUNTER_SOURCES = {
     "ib": "/sys/class/infiniband/*/ports/*/counters (data counters in 4-byte words)",
     "ib_hw": "/sys/class/infiniband/*/ports/*/hw_counters (RoCE congestion, retries)",
     "gpu": "NVML, per GPU (device = PCI bus id)",
-    "cpu": "/proc/stat CPU time by state (ns) and /proc/pressure/cpu, host-wide",
+    "cpu": "/proc/stat CPU time by state (ns) and /proc/pressure/cpu, host-wide; each "
+    "rank's threads' run and run-queue wait (device rankR)",
     "cgroup": "the sampling rank's cgroup CPU controller: periods, throttling, quota",
     "sampler": "the sampler itself: ticks, late ticks, its own CPU time",
 }
@@ -302,6 +304,12 @@ def host_stem(host: str) -> str:
     """``host-H``: the host name made safe as a file name."""
     safe = "".join(c if c.isalnum() and c.isascii() or c in "._-" else "_" for c in host)
     return HOST_PREFIX + (safe or "_")
+
+
+def rank_pid_name(host: str, rank: int | str) -> str:
+    """``host-H.rank-R.pid``: where rank ``rank`` leaves its process id for its host's
+    sampler (``rank`` ``*``: the glob of them all)."""
+    return f"{host_stem(host)}.rank-{rank}.pid"
 
 
 def events_table(values: Any) -> pa.Table:

@@ -33,8 +33,11 @@ from syncpace.analysis.replay.whatif import evaluate
 
 
 def rank_compute(ctx: Context, half: int | None = None) -> pl.DataFrame:
-    """Per rank: ``excess_ns`` (median over steps of its compute minus the fast half's),
-    ``compute_ns`` (its median compute per step) and the run's ``noise_ns`` (how far
+    """Per rank: ``excess_ns`` (median over steps of its compute minus the fast half's;
+    ``mean_excess_ns`` the mean), ``compute_ns`` (its median compute per step),
+    ``above`` (the steps it computed more than the step's median, of ``steps``),
+    ``steady_t`` (how many standard errors its mean compute over the other ranks'
+    median in the step lies above zero) and the run's ``noise_ns`` (how far
     the fast half's compute strays from its own median, see :func:`fast_noise`); over
     the whole run, or over its first (``half=0``) or second (``half=1``) half of steps."""
 
@@ -47,22 +50,61 @@ def rank_compute(ctx: Context, half: int | None = None) -> pl.DataFrame:
             .group_by("rank", "step")
             .agg(compute=pl.col("gap").sum())
         )
-        per = per.with_columns(
-            base=fast_half(pl.col("compute")).over("step"),
-            mid=pl.col("compute").median().over("step"),
+        per = _others_median(
+            per.with_columns(
+                base=fast_half(pl.col("compute")).over("step"),
+                mid=pl.col("compute").median().over("step"),
+            )
         )
         noise = fast_noise(per, "compute", "base", "mid")
         return (
             per.group_by("rank")
             .agg(
                 excess_ns=(pl.col("compute") - pl.col("base")).median(),
+                mean_excess_ns=(pl.col("compute") - pl.col("base")).mean(),
                 compute_ns=pl.col("compute").median(),
+                above=(pl.col("compute") > pl.col("mid")).sum(),
+                steps=pl.len(),
+                steady_t=_t_of(pl.col("compute") - pl.col("others")),
             )
             .with_columns(noise_ns=pl.lit(noise))
             .sort("rank")
         )
 
     return ctx.memo(f"rank_compute:{half}", compute)
+
+
+def _others_median(per: pl.DataFrame) -> pl.DataFrame:
+    """``per`` (rank, step, compute) with ``others``: the median of the other ranks'
+    compute in the same step (with two ranks, the other's). A rank's own value left
+    out, a late rank of a few is measured against the ranks it holds up."""
+    per = per.sort("step", "compute")
+    sizes = per.group_by("step", maintain_order=True).agg(n=pl.len())["n"].to_numpy()
+    values = per["compute"].to_numpy().astype(float)
+    others = np.full(len(values), np.nan)
+    start = 0
+    for n in sizes:  # a step's ranks, sorted: leaving out the k-th shifts the rest
+        a = values[start : start + n]
+        if n >= 2:
+            k = np.arange(n)
+            m = n - 1
+
+            def at(j: int, k: np.ndarray = k, a: np.ndarray = a) -> np.ndarray:
+                return a[np.where(j < k, j, j + 1)]
+
+            others[start : start + n] = at(m // 2) if m % 2 else (at(m // 2 - 1) + at(m // 2)) / 2
+        start += n
+    return per.with_columns(others=pl.Series(others)).fill_nan(None)
+
+
+def _t_of(values: pl.Expr) -> pl.Expr:
+    """How many standard errors the mean of ``values`` lies above zero (0 for fewer
+    than 3 values or none spread)."""
+    n = values.len()
+    spread = values.std() / n.sqrt()
+    return (
+        pl.when((n >= 3) & (spread > 0)).then(values.mean() / spread).otherwise(0.0).fill_null(0.0)
+    )
 
 
 def _in_half(ctx: Context, steps: Any, half: int | None) -> pl.Expr:
@@ -79,16 +121,89 @@ def late_ranks(ctx: Context) -> list[int]:
     """Stragglers: ranks late by their own doing (:func:`late_in`) over the whole run
     and in each of its halves. A rank late in one half only is not persistent: the
     late rank changes (CPU contention, other work on the host), and excluding its node
-    would not help. Runs too short to halve (fewer than 4 steps) are judged whole."""
+    would not help. Runs too short to halve (fewer than 4 steps) are judged whole.
+    Where each rank's waiting for a CPU is measured, also the ranks late step after
+    step by their own doing (:func:`steady_late`), though not by the margin in each
+    half (weak, or beside jitter)."""
 
     def compute() -> list[int]:
         whole = late_in(ctx)
         if len(_steps(ctx)) < 4:
             return whole
         first, second = late_by_half(ctx)
-        return sorted(set(whole) & set(first) & set(second))
+        return sorted(set(whole) & set(first) & set(second) | set(steady_late(ctx)))
 
     return ctx.memo("late_ranks", compute)
+
+
+def stable_late(ctx: Context) -> list[int]:
+    """The stragglers late by the margin over the run and in each of its halves."""
+    first, second = late_by_half(ctx)
+    if len(_steps(ctx)) < 4:
+        return late_in(ctx)
+    return sorted(set(late_in(ctx)) & set(first) & set(second))
+
+
+def typical_mean_excess(ctx: Context) -> float:
+    """The fast half of the ranks' mean compute excess: what every rank shows under
+    jitter alone."""
+    rc = rank_compute(ctx)
+    return float(rc.select(fast_half(pl.col("mean_excess_ns"))).item() or 0.0)
+
+
+def cpu_explained(ctx: Context, rank: int) -> bool | None:
+    """Whether ``rank``'s extra compute is its waiting for a CPU: its main thread
+    waited beyond the faster half of the ranks (:func:`cpu.extra_wait_ns`) at least
+    ``cpu_explains_share`` of its mean compute excess beyond theirs. None where the
+    sampler did not measure the ranks on their own, or the rank computes no more."""
+    if ctx.program is None:
+        return None
+    extra_wait = cpu.extra_wait_ns(ctx, rank)
+    if extra_wait is None:
+        return None
+    rc = rank_compute(ctx).filter(pl.col("rank") == rank)
+    if rc.height == 0:
+        return None
+    extra = float(rc["mean_excess_ns"][0]) - typical_mean_excess(ctx)
+    if extra <= 0:
+        return None
+    return extra_wait >= ctx.thresholds.cpu_explains_share * extra
+
+
+def steady_late(ctx: Context) -> list[int]:
+    """Stragglers by the per-step evidence, where every rank's waiting for a CPU is
+    measured on its own: a rank whose compute over the other ranks' median in the step
+    averages at least ``straggler_steady_t`` standard errors above zero (beyond the jitter every
+    rank shows), by ``straggler_min_share`` of the iteration on average beyond the
+    fast half of the ranks, and whose own waiting for a CPU does not explain it
+    (:func:`cpu_explained`). Without that measure, a rank of a machine shared with
+    other work is above the others as steadily (it waits for the CPU more than they
+    do): the per-step evidence alone cannot tell them apart."""
+
+    return [r for r in _steady(ctx) if cpu_explained(ctx, r) is False]
+
+
+def _steady(ctx: Context) -> list[int]:
+    """The ranks late step after step (:func:`steady_late`'s first two tests), where
+    every rank is measured on its own; whether their waiting explains it aside."""
+
+    def compute() -> list[int]:
+        th = ctx.thresholds
+        if ctx.program is None or ctx.iteration_ns <= 0 or len(_steps(ctx)) < 8:
+            return []
+        measured = cpu.rank_waits(ctx)
+        rc = rank_compute(ctx)
+        if rc.height < 2 or not set(rc["rank"].to_list()) <= set(measured):
+            return []
+        typical = typical_mean_excess(ctx)
+        margin = th.straggler_min_share * ctx.iteration_ns
+        steady = rc.filter(
+            (pl.col("steady_t") >= th.straggler_steady_t)
+            & (pl.col("mean_excess_ns") - typical >= margin)
+        )
+        return sorted(steady["rank"].to_list())
+
+    return ctx.memo("steady", compute)
 
 
 def late_by_half(ctx: Context) -> tuple[list[int], list[int]]:
@@ -99,9 +214,10 @@ def late_by_half(ctx: Context) -> tuple[list[int], list[int]]:
 
 def changing_late(ctx: Context) -> list[int]:
     """Ranks late over the run or in one of its halves but not stragglers: the late
-    rank changes."""
+    rank changes; and ranks late step after step whose own waiting for a CPU explains
+    it (:func:`steady_late`), which are their host's CPU's."""
     first, second = late_by_half(ctx)
-    anywhere = set(late_in(ctx)) | set(first) | set(second)
+    anywhere = set(late_in(ctx)) | set(first) | set(second) | set(_steady(ctx))
     return sorted(anywhere - set(late_ranks(ctx)))
 
 
@@ -237,9 +353,27 @@ def levels(ctx: Context, late: list[int]) -> list[list[int]]:
 
 
 def starved(ctx: Context) -> dict[str, dict[str, Any]]:
-    """The job's hosts starved of CPU (:func:`cpu.starved_hosts`), once a run."""
-    nodes = ctx.metrics.placement["node"].unique().sort().to_list()
-    return ctx.memo("starved", lambda: cpu.starved_hosts(ctx, nodes))
+    """The job's hosts starved of CPU (:func:`cpu.starved_hosts`), and the hosts of
+    late ranks whose own waiting for a CPU explains their lateness
+    (:func:`cpu_explained`; ``explained``: rank -> ms waited more per iteration), once
+    a run."""
+
+    def compute() -> dict[str, dict[str, Any]]:
+        nodes = ctx.metrics.placement["node"].unique().sort().to_list()
+        hosts = cpu.starved_hosts(ctx, nodes)
+        measured = ctx.metrics.hosts
+        for rank in sorted(set(late_ranks(ctx)) | set(changing_late(ctx))):
+            if not cpu_explained(ctx, rank):
+                continue
+            node = ctx.nodes_of([rank])[0]
+            own = ((measured.hosts.get(node) if measured else None) or {}).get("cpu") or {}
+            entry = dict(hosts.get(node) or own)
+            waited = cpu.extra_wait_ns(ctx, rank) or 0.0
+            entry["explained"] = {**(entry.get("explained") or {}), rank: ms(waited)}
+            hosts[node] = entry
+        return hosts
+
+    return ctx.memo("starved", compute)
 
 
 def starvation(ctx: Context) -> Finding | None:
@@ -281,6 +415,16 @@ def _explained(ctx: Context, hosts: dict[str, Any]) -> list[int]:
             out |= ranks & changing
         if ranks <= stable and beyond:
             out |= ranks
+    # each rank's own waiting, where measured, says it: a straggler that waited no
+    # more than the others is slow by its own doing, one that did is its host's CPU
+    # (a rank late in one half only is left to its host's counters: over the span,
+    # the half it waited in is diluted by the half it did not)
+    for rank in stable | changing:
+        said = cpu_explained(ctx, rank)
+        if said:
+            out.add(rank)
+        elif said is False and rank in stable:
+            out.discard(rank)
     return sorted(out)
 
 
@@ -335,14 +479,24 @@ def _half_steps(ctx: Context) -> tuple[list[int], list[int]]:
 def late_removal(ctx: Context, ranks: list[int]) -> Any:
     """A counterfactual maker: ``ranks`` without the extra time of the halves they were
     late in (each half's medians over that half, their variation kept), over the whole
-    run for those late in neither half alone; one-off stalls kept."""
-    first, second = (sorted(set(h) & set(ranks)) for h in late_by_half(ctx))
+    run for those late in neither half alone or step after step; those whose own
+    waiting for a CPU explains their lateness without the time they waited beyond the
+    other ranks (:func:`cf.without_wait`); one-off stalls kept."""
+    # a rank its own waiting for a CPU explains is fed: without the time it waited
+    # beyond the others (its own variation stays); one late step after step, its
+    # whole run
+    fed = [r for r in ranks if cpu_explained(ctx, r)]
+    waited = {r: cpu.extra_wait_ns(ctx, r) or 0.0 for r in fed}
+    apart = set(_steady(ctx)) | set(fed)
+    first, second = (sorted(set(h) & set(ranks) - apart) for h in late_by_half(ctx))
     steps = _half_steps(ctx)
 
     def change(p: Any) -> Change:
         halves = zip((first, second), steps, strict=True)
         parts = [cf.without_excess(p, late, s) for late, s in halves if late]
-        rest = [r for r in ranks if r not in first and r not in second]
+        if fed:
+            parts.append(cf.without_wait(p, waited))
+        rest = [r for r in ranks if r not in first and r not in second and r not in fed]
         if rest:  # late over the run, in neither half by the margin
             parts.append(cf.without_excess(p, rest))
         gap = np.minimum.reduce([c.gap for c in parts if c.gap is not None])
@@ -462,12 +616,13 @@ def _straggler_finding(ctx: Context, late: list[int]) -> Finding:
     side = device.sides(ctx, late)  # on device time: its CPU late, or its GPU slow
     if device.sentence(side):
         more += " — " + device.sentence(side)
+    stable = set(late) <= set(stable_late(ctx))
     return ctx.finding(
         "straggler",
         wait,
         max(share, 0.5 if excess else 0.0),
-        f"{where} {more} (last in {share:.0%} of iterations, late in both halves of the "
-        f"run); without its extra time each iteration would be {cost:.1%} shorter",
+        f"{where} {more} (last in {share:.0%} of iterations, {_persistence(ctx, late, stable)}"
+        f"); without its extra time each iteration would be {cost:.1%} shorter",
         replay=replay,
         ranks=tuple(late),
         nodes=tuple(whole) if whole else nodes,
@@ -483,11 +638,54 @@ def _straggler_finding(ctx: Context, late: list[int]) -> Finding:
             "iteration_ms": ms(ctx.iteration_ns),
             "late_ranks_first_half": late_by_half(ctx)[0],
             "late_ranks_second_half": late_by_half(ctx)[1],
-            "stable": True,
+            "stable": stable,
+            **({} if stable else _steady_evidence(ctx, late)),
             **device.evidence(side),
             **(cpu.evidence(starved) if starved else {}),
         },
         actions=advice.straggler(list(starved), device.actions(side)),
+    )
+
+
+def _steps_above(ctx: Context, ranks: list[int]) -> dict[int, list[int]]:
+    """Per rank: the steps it computed more than the step's median, and the steps."""
+    rc = rank_compute(ctx).filter(pl.col("rank").is_in(ranks))
+    return {
+        int(r): [int(a), int(n)]
+        for r, a, n in zip(rc["rank"], rc["above"], rc["steps"], strict=True)
+    }
+
+
+def _steady_t(ctx: Context, ranks: list[int]) -> dict[int, float]:
+    rc = rank_compute(ctx).filter(pl.col("rank").is_in(ranks))
+    return {int(r): round(float(t), 2) for r, t in zip(rc["rank"], rc["steady_t"], strict=True)}
+
+
+def _waited(ctx: Context, ranks: list[int]) -> dict[int, float]:
+    """Per rank: how much longer per iteration (ms) its main thread waited for a CPU
+    than the faster half of the ranks'."""
+    return {r: ms(cpu.extra_wait_ns(ctx, r) or 0.0) for r in ranks}
+
+
+def _steady_evidence(ctx: Context, late: list[int]) -> dict[str, Any]:
+    return {
+        "steps_above_median": _steps_above(ctx, late),
+        "steady_t": _steady_t(ctx, late),
+        "cpu_extra_wait_ms": _waited(ctx, late),
+    }
+
+
+def _persistence(ctx: Context, late: list[int], stable: bool) -> str:
+    """How the straggler was seen: late in both halves, or step after step with its
+    main thread waiting for a CPU no longer than its compute's excess explains."""
+    if stable:
+        return "late in both halves of the run"
+    above, t = _steps_above(ctx, late), _steady_t(ctx, late)
+    counts = ", ".join(f"{a} of {n}" for a, n in above.values())
+    ts = ", ".join(f"{v:.1f}" for v in t.values())
+    return (
+        f"computing more than the step's median in {counts} steps, {ts} standard errors "
+        "beyond the others' jitter; its main thread's waiting for a CPU does not explain it"
     )
 
 

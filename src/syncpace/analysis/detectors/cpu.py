@@ -6,6 +6,11 @@ the cgroup's CPU limit held them throttled. Either share past its threshold star
 the host, whatever the other hosts show: a one-host job on a shared machine has no
 other host to compare with, and its ranks take turns arriving late as the CPU goes to
 one or the other, a straggler that changes from rerun to rerun.
+
+Where the sampler measured each rank on its own (every rank of the host registers its
+process), a late rank's lateness is weighed against its own main thread's waiting for a
+CPU: a rank late because it waited is its host's CPU, a rank late while waiting no more
+than the others is late by its own doing, whatever the host's load.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 from syncpace.analysis.detectors import advice
@@ -41,6 +47,33 @@ def starved_hosts(ctx: Context, nodes: Sequence[str]) -> dict[str, dict[str, Any
     return out
 
 
+def rank_waits(ctx: Context) -> dict[int, float]:
+    """Each rank measured on its own: the share of the sampled span its main thread
+    waited for a CPU (ns per ns); empty where the sampler measured no rank alone."""
+    hosts = ctx.metrics.hosts
+    if hosts is None:
+        return {}
+    out: dict[int, float] = {}
+    for summary in hosts.hosts.values():
+        for rank, entry in ((summary.get("cpu") or {}).get("ranks") or {}).items():
+            if "main_wait_rate" in entry and str(rank).isdigit():
+                out[int(rank)] = float(entry["main_wait_rate"])
+    return out
+
+
+def extra_wait_ns(ctx: Context, rank: int) -> float | None:
+    """How much longer per iteration ``rank``'s main thread waited for a CPU than the
+    faster half of the measured ranks' (the median of those at or below the median);
+    None where it, or no other rank, was measured on its own."""
+    waits = rank_waits(ctx)
+    if rank not in waits or len(waits) < 2:
+        return None
+    values = sorted(waits.values())
+    mid = float(np.median(values))
+    base = float(np.median([v for v in values if v <= mid]))
+    return (waits[rank] - base) * ctx.iteration_ns
+
+
 def stands_out(ctx: Context, node: str, others: Sequence[str]) -> bool:
     """Whether ``node`` is starved beyond the hosts ``others`` (those of the ranks on
     time): its throttled share, or its waiting share, past its threshold and above
@@ -65,17 +98,31 @@ def stands_out(ctx: Context, node: str, others: Sequence[str]) -> bool:
 
 
 def note(node: str, cpu: dict[str, Any], th: Any) -> str:
-    """The host's starvation in words: its limit when it throttled, else its waiting."""
+    """The host's starvation in words: its limit when it throttled, else its waiting;
+    and its late ranks' own waiting where it explains them (``explained``: rank -> ms
+    more per iteration than the faster half of the ranks)."""
+    explained = cpu.get("explained") or {}
+    own = ", ".join(f"rank {r} {w:.1f} ms" for r, w in sorted(explained.items()))
+    own = (
+        f"the late ranks' main threads waited for a CPU longer per iteration than the "
+        f"others' ({own})"
+        if explained
+        else ""
+    )
     if (cpu.get("throttled_share") or 0.0) >= th.cpu_throttle_share:
         quota = f" ({cpu['quota_cpus']:g} CPU)" if cpu.get("quota_cpus") else ""
-        return (
+        text = (
             f"host {node}'s CPU limit{quota} held its ranks throttled "
             f"{cpu['throttled_share']:.0%} of the time"
         )
-    return (
-        f"host {node}'s ranks waited for a CPU {cpu.get('job_wait_share', 0.0):.0%} of the "
-        "time they could run"
-    )
+    elif (cpu.get("job_wait_share") or 0.0) >= th.cpu_wait_share or not own:
+        text = (
+            f"host {node}'s ranks waited for a CPU {cpu.get('job_wait_share', 0.0):.0%} of "
+            "the time they could run"
+        )
+    else:
+        return f"on host {node} {own}"
+    return f"{text}; {own}" if own else text
 
 
 def ranks_on(ctx: Context, nodes: Sequence[str]) -> list[int]:
@@ -103,8 +150,11 @@ def links_allow(ctx: Context, prog: Any, ranks: Sequence[int]) -> Change:
 
 
 def evidence(starved: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """The starved hosts' CPU counters, by host."""
+    """The starved hosts' CPU counters, by host; the late ranks each host's CPU
+    explains by their own waiting, with the ms more they waited per iteration."""
+    explained = {n: c["explained"] for n, c in starved.items() if c.get("explained")}
     return {
+        **({"cpu_extra_wait_ms_by_rank": explained} if explained else {}),
         "cpu_wait_share_by_host": {n: c.get("job_wait_share") for n, c in starved.items()},
         "cpu_throttled_share_by_host": {n: c.get("throttled_share") for n, c in starved.items()},
         "cpu_quota_by_host": {n: c.get("quota_cpus") for n, c in starved.items()},

@@ -53,6 +53,28 @@ def compute_like_others(prog: Program, ranks: Iterable[int]) -> Change:
     return Change(gap=gap)
 
 
+def without_wait(prog: Program, waits: dict[int, float]) -> Change:
+    """These ranks without the time they waited for a CPU: rank ``r``'s gaps of each
+    step shorter by ``waits[r]`` ns (its waiting beyond the other ranks' per iteration),
+    shared among them by their length, none shorter than the other ranks' median for
+    the same action (or than it was). What the rank computes, its own variation
+    included, stays; only the waiting goes."""
+    chosen = np.isin(prog.rank, list(waits))
+    if not chosen.any():
+        return Change(gap=prog.gap)
+    typical = _median_by(action_keys(prog), prog.gap, ~chosen)
+    frame = pl.DataFrame({"rank": prog.rank, "step": prog.step, "gap": prog.gap})
+    total = frame.select(pl.col("gap").sum().over("rank", "step")).to_series().to_numpy()
+    by_rank = np.zeros(int(max(prog.rank.max(), max(waits))) + 1)
+    by_rank[list(waits)] = list(waits.values())
+    wait = by_rank[prog.rank]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        cut = np.where(total > 0, wait * prog.gap / total, 0.0)
+    floor = np.where(np.isnan(typical), prog.gap, np.minimum(prog.gap, typical))
+    gap = np.where(chosen, np.maximum(prog.gap - cut, floor), prog.gap)
+    return Change(gap=gap.astype(prog.gap.dtype))
+
+
 def without_excess(
     prog: Program, ranks: Iterable[int], steps: Iterable[int] | None = None
 ) -> Change:
