@@ -25,7 +25,8 @@ JOB = Path(__file__).with_name("job.py")
 STEPS = 40
 BASE = ["--comm", "sync", "--compute-ms", "15", "--burn-ms", "8", "--buckets", "2"]
 BASE += ["--bucket-bytes", str(64 * 1024), "--steps", str(STEPS)]
-pytestmark = pytest.mark.slow
+# real ranks timed against each other: the timed worker runs them (tests/suiteschedule.py)
+pytestmark = pytest.mark.multirank
 
 
 def _burners() -> list[subprocess.Popen]:
