@@ -11,9 +11,13 @@ the links are the fabric's rate, α the benchmark's (0 at 4 ranks, 2.9 ms per
 collective at 8).
 
     python benchmarks/packet_grid.py [--samples 8] [--tcp bbr] [--shaper tbf] [--json out.json]
+    python benchmarks/packet_grid.py --grid runs/validate/validation.json
 
 The fabric's hosts are network namespaces, which take the machine's congestion control
-(`sysctl net.ipv4.tcp_congestion_control`): ``--tcp`` defaults to it. ``--shaper tbf``
+(`sysctl net.ipv4.tcp_congestion_control`) unless the fabric pins it: ``--tcp`` defaults
+to the machine's. ``--grid`` takes a grid run's ``validation.json`` instead: each point's
+real median transfer and the congestion control its fabric's hosts ran, as recorded
+there (``--tcp`` then only where a row has none). ``--shaper tbf``
 shapes every link as the fabric's tbf does (a rested link passes its bucket at once);
 ``wire`` sends every packet at the link's rate.
 """
@@ -28,11 +32,13 @@ from pathlib import Path
 
 import numpy as np
 
+from syncpace.errors import ConfigError
 from syncpace.sim.collectives import plan
 from syncpace.sim.flownet import FlowNetwork
 from syncpace.sim.network import NetworkSpec
 from syncpace.sim.packet.net import PacketNetwork
 from syncpace.sim.topology import Topology, TopologySpec
+from syncpace.validate.model import PACKET_TCP, packet_tcp
 
 MBIT = 50.0
 STAR = {"kind": "switch"}
@@ -62,11 +68,32 @@ def hosts_tcp() -> str:
         name = Path("/proc/sys/net/ipv4/tcp_congestion_control").read_text().strip()
     except OSError:
         return "cubic"
-    return name if name in ("cubic", "bbr") else "cubic"
+    return PACKET_TCP.get(name, "cubic")
 
 
-def point(name: str, samples: int, tcp: str, shaper: str, warm: int = 2) -> dict:
-    topo_kw, ranks, flows, delack, real = POINTS[name]
+def recorded(path: str) -> dict[str, tuple[float, str]]:
+    """Per point of a grid run: its real median transfer (ms) and the packet tier's
+    name of the congestion control its hosts ran (empty where not recorded)."""
+    try:
+        rows = json.loads(Path(path).read_text())["rows"]
+        return {
+            r["point"]: (
+                float(r["real"]["transfer_ms"]),
+                packet_tcp(r["setup"]["fabric"]["congestion_control"])
+                if "fabric" in r["setup"]
+                else "",
+            )
+            for r in rows
+        }
+    except (OSError, ValueError, KeyError, TypeError, ConfigError) as exc:
+        raise SystemExit(f"{path}: not a validation grid's output: {exc}") from None
+
+
+def point(
+    name: str, samples: int, tcp: str, shaper: str, warm: int = 2, real: float | None = None
+) -> dict:
+    topo_kw, ranks, flows, delack, table_real = POINTS[name]
+    real = table_real if real is None else real
     topo = Topology(
         TopologySpec(
             nodes=ranks, gpus_per_node=1, nics_per_node=1, nic_gbps=MBIT * 1e6 / 8e9, **topo_kw
@@ -94,6 +121,7 @@ def point(name: str, samples: int, tcp: str, shaper: str, warm: int = 2) -> dict
     med = float(np.median(packet))
     return {
         "point": name,
+        "tcp": tcp,
         "real_ms": real,
         "packet_ms": med,
         "packet_err": med / real - 1,
@@ -113,20 +141,26 @@ def main() -> int:
     parser.add_argument("--shaper", default="tbf", choices=["tbf", "wire"])
     parser.add_argument("--warm", type=int, default=2, help="collectives before the measured")
     parser.add_argument("--json", help="write the rows here")
+    parser.add_argument("--grid", help="a grid run's validation.json: real medians and TCP")
     args = parser.parse_args()
+    runs = recorded(args.grid) if args.grid else {}
     rows = []
     print(
-        f"tcp {args.tcp}, shaper {args.shaper}, {args.warm} warm collectives, "
-        f"{args.samples} offsets per contended point"
+        f"tcp {'as each point recorded' if runs else args.tcp}, shaper {args.shaper}, "
+        f"{args.warm} warm collectives, {args.samples} offsets per contended point"
     )
-    print("| point | real ms | packet ms | err | p10–p90 | per bucket | flow ms | err | drops |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for name in POINTS:
-        r = point(name, args.samples, args.tcp, args.shaper, args.warm)
+    print(
+        "| point | tcp | real ms | packet ms | err | p10–p90 | per bucket | flow ms | err | drops |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for name in [n for n in POINTS if not runs or n in runs]:
+        real, tcp = runs.get(name, (None, ""))
+        r = point(name, args.samples, tcp or args.tcp, args.shaper, args.warm, real)
         rows.append(r)
         lo, hi = r["packet_p10_p90_ms"]
         print(
-            f"| {name} | {r['real_ms']:.1f} | {r['packet_ms']:.1f} | {r['packet_err']:+.1%} | "
+            f"| {name} | {r['tcp']} | {r['real_ms']:.1f} | {r['packet_ms']:.1f} | "
+            f"{r['packet_err']:+.1%} | "
             f"{lo:.0f}–{hi:.0f} | {' / '.join(f'{b:.1f}' for b in r['packet_bucket_ms'])} | "
             f"{r['flow_ms']:.1f} | {r['flow_err']:+.1%} | {r['drops']} |",
             flush=True,

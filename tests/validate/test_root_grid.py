@@ -78,6 +78,21 @@ def test_the_grid_writes_its_table_and_plot(grid, chromium):
     assert dom.count("star4-udp") >= 3
 
 
+def test_the_grid_records_the_congestion_control_its_hosts_ran(grid):
+    _, report, _ = grid
+    # what a fresh network namespace takes here, read outside the grid's code
+    default = subprocess.run(
+        ["unshare", "-n", "sysctl", "-n", "net.ipv4.tcp_congestion_control"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert report["congestion_control"] == [default]
+    for row in report["rows"]:
+        assert row["setup"]["fabric"]["congestion_control"] == default
+        assert row["setup"]["fabric"]["rate_bps"] == 50_000_000
+
+
 def test_a_clean_star_is_predicted_within_the_threshold(grid):
     _, report, _ = grid
     (row,) = [r for r in report["rows"] if r["point"] == "star4"]

@@ -242,7 +242,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _print_fabric(fabric) -> None:  # Fabric
 
     console = make_console()
-    hosts = Table("host", "namespace", "address", "switch", title=f"fabric {fabric.name}")
+    tcp = f", TCP {fabric.congestion_control}" if fabric.congestion_control else ""
+    hosts = Table("host", "namespace", "address", "switch", title=f"fabric {fabric.name}{tcp}")
     for h in fabric.hosts:
         hosts.add_row(h.name, h.namespace, f"{h.address}/{fabric.prefixlen}", h.leaf)
     console.print(hosts)

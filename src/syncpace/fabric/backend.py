@@ -76,7 +76,9 @@ class RecordingBackend:
 
     It tracks namespaces added and deleted so ``ip netns list`` answers like the
     real one; ``fail_at`` makes the n-th command (0-based) fail, to rehearse a
-    crash half-way through ``up``; ``responses`` answers other queries by prefix.
+    crash half-way through ``up``; ``responses`` answers other queries by prefix. A
+    namespace's ``sysctl`` of the TCP congestion control reads what was written to it,
+    or ``congestion_control`` (the kernel's default here) before that.
     """
 
     fail_at: int | None = None
@@ -86,6 +88,8 @@ class RecordingBackend:
     commands: list[tuple[str, ...]] = field(default_factory=list)
     killed: list[int] = field(default_factory=list)
     namespaces: list[str] = field(default_factory=list)
+    congestion_control: str = "cubic"
+    sysctls: dict[str, str] = field(default_factory=dict)  # namespace -> congestion control
 
     def run(self, argv: Sequence[str], *, check: bool = True) -> Result:
         argv = tuple(argv)
@@ -109,11 +113,20 @@ class RecordingBackend:
             return Result(0, "".join(f"{ns}\n" for ns in self.namespaces), "")
         elif argv[:3] == ("ip", "netns", "pids"):
             return Result(0, "".join(f"{p}\n" for p in self.pids.get(argv[3], [])), "")
+        elif argv[:3] == ("ip", "netns", "exec") and argv[4:5] == ("sysctl",):
+            return self._sysctl(argv)
         text = " ".join(argv)
         for prefix, out in self.responses.items():
             if text.startswith(prefix):
                 return Result(0, out, "")
         return Result(0, "", "")
+
+    def _sysctl(self, argv: tuple[str, ...]) -> Result:
+        namespace, setting = argv[3], argv[-1]
+        if "=" in setting:
+            self.sysctls[namespace] = setting.split("=", 1)[1]
+            return Result(0, "", "")
+        return Result(0, self.sysctls.get(namespace, self.congestion_control) + "\n", "")
 
     def _fail(self, argv: tuple[str, ...], message: str, check: bool) -> Result:
         if check:

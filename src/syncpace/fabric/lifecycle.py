@@ -6,7 +6,7 @@ import dataclasses
 from pathlib import Path
 
 from syncpace.errors import FabricError
-from syncpace.fabric import cgroup
+from syncpace.fabric import cgroup, tcp
 from syncpace.fabric.backend import Backend
 from syncpace.fabric.plan import down_plan, up_plan
 from syncpace.fabric.spec import FabricSpec
@@ -42,9 +42,13 @@ def up(spec: FabricSpec, backend: Backend, directory: Path | None = None) -> Fab
                 state.namespaces.append(command.creates)
                 state.save()
             backend.run(command.argv)
+        # what the hosts run, asked or the kernel's, read back and recorded
+        hosts = tuple(h.namespace for h in fabric.hosts)
+        running = tcp.read_hosts(hosts, backend, fabric.congestion_control)
     except BaseException:
         down(state, backend)
         raise
+    state.fabric = dataclasses.replace(fabric, congestion_control=running)
     state.complete = True
     state.save()
     return state

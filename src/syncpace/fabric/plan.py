@@ -1,7 +1,8 @@
 """Fabric → the exact ``ip``/``tc`` commands that build, change and remove it. Pure.
 
-Every command names its namespace with ``ip -n``/``tc -n`` (nothing runs in the
-caller's namespace). A command that creates a namespace says so in ``creates``,
+Every command names its namespace with ``ip -n``/``tc -n``, or ``ip netns exec`` for
+the one sysctl that pins a host's TCP congestion control (nothing runs in the caller's
+namespace). A command that creates a namespace says so in ``creates``,
 so the state file can record it *before* it runs: ``down`` then removes exactly
 what exists of it, even after a crash half-way through ``up``.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
+from syncpace.fabric import tcp
 from syncpace.fabric.topology import End, Fabric, Link
 
 #: Smallest tbf bucket: ten full-size frames, so a bucket never starves a frame.
@@ -78,6 +80,9 @@ def up_plan(fabric: Fabric) -> list[Command]:
             ns = host.namespace
             plan.append(Command(("ip", "netns", "add", ns), creates=ns))
             plan.append(_ip(ns, "link", "set", "lo", "up"))
+            if fabric.congestion_control:
+                # before any socket of the host: a connection keeps the one it opened with
+                plan.append(Command(tcp.set_argv(ns, fabric.congestion_control)))
             plan.append(
                 _ip(sw, "link", "add", "name", link.b.dev, "type", "veth")
                 + ("peer", "name", link.a.dev, "netns", ns)

@@ -16,6 +16,7 @@ from typing import Any
 
 from syncpace.config import check_numbers, load_toml, setting
 from syncpace.errors import FabricError
+from syncpace.fabric import tcp
 
 TOPOLOGIES = ("star", "leaf-spine")
 
@@ -91,6 +92,12 @@ class FabricSpec:
         "Hosts acknowledge TCP segments at once (route option quickack) instead of "
         "Linux's delayed ACKs, which can stall small transfers by 40 ms and more.",
     )
+    congestion_control: str = setting(
+        "",
+        "TCP congestion control of every host (net.ipv4.tcp_congestion_control), one of "
+        "/proc/sys/net/ipv4/tcp_available_congestion_control (default: the kernel's, "
+        "read back from the hosts and recorded).",
+    )
     name: str = setting("", "Fabric name, 1-8 of [a-z0-9] (default: random 'spXXXX').")
 
     def __post_init__(self) -> None:
@@ -115,6 +122,8 @@ class FabricSpec:
             raise FabricError("give uplink_rate or oversubscription, not both")
         if self.uplink_rate:
             parse_rate(self.uplink_rate, "uplink_rate")
+        if self.congestion_control:
+            tcp.check(self.congestion_control)
         if self.name and not _NAME.match(self.name):
             raise FabricError(f"name {self.name!r}: use 1-8 characters of [a-z0-9], a letter first")
         network = self.network

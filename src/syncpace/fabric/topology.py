@@ -64,6 +64,9 @@ class Fabric:
     links: tuple[Link, ...]
     queue_ms: float
     quickack: bool = False
+    # the hosts' TCP congestion control: what the spec asked (empty: the kernel's) until
+    # ``up`` reads it back from the hosts, then what they run
+    congestion_control: str = ""
 
     @property
     def namespaces(self) -> tuple[str, ...]:
@@ -107,6 +110,7 @@ class Fabric:
             links=links,
             queue_ms=float(data["queue_ms"]),
             quickack=bool(data.get("quickack", False)),
+            congestion_control=str(data.get("congestion_control", "")),
         )
 
 
@@ -165,4 +169,5 @@ def build_fabric(spec: FabricSpec, name: str | None = None) -> Fabric:
         links=tuple(links),
         queue_ms=spec.queue_ms,
         quickack=spec.quickack,
+        congestion_control=spec.congestion_control,
     )

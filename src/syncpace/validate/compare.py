@@ -64,6 +64,7 @@ class Comparison:
     transfer_err: float  # relative, signed
     mean_ok: bool
     cv_ok: bool
+    tier: str = "analytical"  # the simulator's tier
 
     @property
     def passed(self) -> bool:
@@ -80,7 +81,13 @@ def _rel(sim: float, real: float) -> float:
     return (sim - real) / real if real > 0 else float("nan")
 
 
-def compare(point: str, real: Stats, sim: Stats, limits: Thresholds | None = None) -> Comparison:
+def compare(
+    point: str,
+    real: Stats,
+    sim: Stats,
+    limits: Thresholds | None = None,
+    tier: str = "analytical",
+) -> Comparison:
     limits = limits or Thresholds()
     mean_err = _rel(sim.iteration_ms, real.iteration_ms)
     cv_err = sim.cv - real.cv
@@ -94,4 +101,5 @@ def compare(point: str, real: Stats, sim: Stats, limits: Thresholds | None = Non
         transfer_err=_rel(sim.transfer_ms, real.transfer_ms),
         mean_ok=bool(abs(mean_err) <= limits.mean_rel),
         cv_ok=bool(abs(cv_err) <= limits.cv_abs),
+        tier=tier,
     )

@@ -13,6 +13,11 @@ planted straggler, greedy TCP or fixed-rate UDP background flows, and delayed AC
 4. compares mean iteration time, CV, p99 and the median transfer time (:mod:`.compare`),
    writing ``validation.json`` and ``validation.html``. Needs root. See
    docs/validation.md.
+
+Each point is simulated on its tier (``--tiers``; analytical by default), the packet
+tier with the congestion control read back from the point's fabric.
+:func:`resimulate_grid` simulates an earlier grid's measured points again on other
+tiers (:mod:`.measured`), without root.
 """
 
 from __future__ import annotations
@@ -41,10 +46,16 @@ from syncpace.fabric.runner import RunOptions, run_job
 from syncpace.fabric.spec import parse_rate
 from syncpace.ports import free_port
 from syncpace.sim.calibrate import from_bench
-from syncpace.sim.engine import simulate
 from syncpace.trace.reader import load_trace
-from syncpace.validate.compare import Comparison, Thresholds, compare
-from syncpace.validate.model import Point, real_stats, sim_config, sim_stats
+from syncpace.validate.compare import Comparison, Thresholds
+from syncpace.validate.measured import (
+    Measured,
+    load_measured,
+    setup_json,
+    simulate_point,
+    tiers_of,
+)
+from syncpace.validate.model import Fabric, Point, real_stats
 from syncpace.validate.settings import GridSettings
 
 WORKER = "syncpace.validate.worker"
@@ -112,7 +123,7 @@ GRID = [
 ]
 
 
-def fabric_spec(point: Point, rate: str) -> Any:
+def fabric_spec(point: Point, rate: str, congestion_control: str = "") -> Any:
     name = "va" + secrets.token_hex(3)
     if point.topology == "star":
         values = {"topology": "star", "hosts": point.ranks, "host_rate": rate}
@@ -124,6 +135,7 @@ def fabric_spec(point: Point, rate: str) -> Any:
             "host_rate": rate,
             "oversubscription": point.oversub,
         }
+    values["congestion_control"] = congestion_control
     return build_spec({**values, "name": name, "quickack": point.quickack})
 
 
@@ -177,11 +189,21 @@ def complete(run_dir: Path, ranks: int, steps: int) -> bool:
     return done.height == ranks and int(done["len"].min()) >= steps
 
 
-def run_point(point: Point, rate: str, steps: int, out: Path, log: Any, notes: list[str]) -> Path:
-    """The traced job on a fresh fabric; background flows from its first step on."""
+def run_point(
+    point: Point, args: GridSettings, out: Path, log: Any, notes: list[str]
+) -> tuple[Path, Fabric]:
+    """The traced job on a fresh fabric, background flows from its first step on; its
+    run directory and the fabric as the simulator needs it (what its hosts ran)."""
 
+    rate, steps = args.rate, args.steps
     backend = SystemBackend()
-    state = up(fabric_spec(point, rate), backend)
+    spec = fabric_spec(point, rate, args.congestion_control)
+    state = up(spec, backend)
+    fabric = Fabric(
+        rate_bps=parse_rate(rate),
+        congestion_control=state.fabric.congestion_control,
+        queue_ms=spec.queue_ms,
+    )
     run_dir = out / point.name
     flows: list[bulk.Flow] = []
     try:
@@ -213,12 +235,13 @@ def run_point(point: Point, rate: str, steps: int, out: Path, log: Any, notes: l
         for flow in flows:
             flow.stop()
         down(state, backend)
-    return run_dir
+    return run_dir, fabric
 
 
-def bench_for(ranks: int, rate: str, out: Path, log: Any) -> Path:
+def bench_for(ranks: int, args: GridSettings, out: Path, log: Any) -> Path:
     backend = SystemBackend()
-    state = up(fabric_spec(Point(name="bench", topology="star", ranks=ranks), rate), backend)
+    bench = Point(name="bench", topology="star", ranks=ranks)
+    state = up(fabric_spec(bench, args.rate, args.congestion_control), backend)
     run_dir = out / f"bench-{ranks}"
     try:
         bench_on_fabric(state, BENCH, run_dir, echo=log)
@@ -249,6 +272,7 @@ def table(rows: list[Comparison], limits: Thresholds, gaps: frozenset[str] = fro
     )
     for col in (
         "point",
+        "tier",
         "iter ms real",
         "sim",
         "err",
@@ -268,6 +292,7 @@ def table(rows: list[Comparison], limits: Thresholds, gaps: frozenset[str] = fro
         r, s = c.real, c.sim
         t.add_row(
             c.point,
+            c.tier,
             f"{r.iteration_ms:.1f}",
             f"{s.iteration_ms:.1f}",
             f"{c.mean_err:+.1%}",
@@ -324,8 +349,11 @@ def select(names: str) -> list[Point]:
 
 def run_grid(args: GridSettings, console: Console) -> int:
     """Run the grid ``args`` describes; 0 when every point outside the known gaps meets
-    the thresholds (:func:`verdict`)."""
+    the thresholds (:func:`verdict`). With ``args.resimulate``, :func:`resimulate_grid`."""
+    if args.resimulate:
+        return resimulate_grid(args, console)
     grid = select(args.points)
+    tiers = tiers_of(args.tiers, grid)
     require_root("the validation grid")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -341,38 +369,34 @@ def run_grid(args: GridSettings, console: Console) -> int:
         for point in grid:
             if point.ranks not in benches:
                 progress.update(task, description=f"bench, {point.ranks} ranks")
-                benches[point.ranks] = bench_for(point.ranks, args.rate, out, log)
+                benches[point.ranks] = bench_for(point.ranks, args, out, log)
             cal = from_bench(benches[point.ranks])
             progress.update(task, description=f"{point.name}: real run")
             try:
                 notes: list[str] = []
-                run_dir = run_point(point, args.rate, args.steps, out, log, notes)
+                run_dir, fabric = run_point(point, args, out, log, notes)
             except Exception as exc:  # reported, and the grid goes on
                 failures[point.name] = str(exc)
                 progress.console.print(f"[red]{point.name}: {exc}[/]")
                 progress.advance(task)
                 continue
             real, profile = real_stats(run_dir, WARMUP)
-            progress.update(task, description=f"{point.name}: simulation")
-            cfg = sim_config(point, cal, profile, args.sim_steps, args.seed)
-            c = compare(point.name, real, sim_stats(simulate(cfg)), limits)
+            m = Measured(point=point, real=real, bench=cal, profile=profile, fabric=fabric)
+            progress.update(task, description=f"{point.name}: simulation, {tiers[point.name]}")
+            c, cfg = simulate_point(m, tiers[point.name], args.sim_steps, args.seed, limits)
             rows.append(c)
-            extra[point.name] = {
-                "point": point.__dict__,
-                "notes": notes,
-                "bench": cal.to_json(),
-                "profile": profile.__dict__,
-                "sim_config": cfg.to_json(),
-            }
+            extra[point.name] = {**setup_json(m, cfg), "notes": notes}
             progress.console.print(table([c], limits, known_gaps))
             progress.advance(task)
     wall = time.monotonic() - began
     console.print(table(rows, limits, known_gaps))
+    ran = sorted({e["fabric"]["congestion_control"] for e in extra.values()})
     report = {
         "rate": args.rate,
         "steps": args.steps,
         "sim_steps": args.sim_steps,
         "warmup": WARMUP,
+        "congestion_control": ran,
         "thresholds": limits.__dict__,
         "wall_s": wall,
         "rows": [{**c.to_json(), "setup": extra[c.point]} for c in rows],
@@ -383,7 +407,48 @@ def run_grid(args: GridSettings, console: Console) -> int:
     code, lines = verdict(rows, {pt.name: pt for pt in grid}, len(failures))
     for line in lines:
         console.print(line, markup=False)
+    console.print(f"the hosts ran {', '.join(ran) or 'nothing'} (read back from each fabric)")
     console.print(f"{wall:.0f} s; {out / 'validation.json'}, {out / 'validation.html'}")
     for name, why in failures.items():
         console.print(f"[red]not run: {name}: {why}[/]")
+    return code
+
+
+def resimulate_grid(args: GridSettings, console: Console) -> int:
+    """An earlier grid's measured points simulated again on ``args.tiers`` (no root, no
+    real run); the table, ``resimulated.json`` in ``args.out``, and :func:`verdict`."""
+    wanted = {pt.name for pt in select(args.points)}
+    every = load_measured(args.resimulate, {pt.name: pt for pt in GRID})
+    measured = [m for m in every if m.point.name in wanted]
+    if not measured:
+        raise ConfigError(f"{args.resimulate}: none of the points asked for was measured")
+    tiers = tiers_of(args.tiers, [m.point for m in measured])
+    limits = Thresholds()
+    known_gaps = frozenset(m.point.name for m in measured if m.point.gap)
+    rows: list[Comparison] = []
+    extra: dict[str, Any] = {}
+    began = time.monotonic()
+    for m in measured:
+        tier = tiers[m.point.name]
+        took = time.monotonic()
+        c, cfg = simulate_point(m, tier, args.sim_steps, args.seed, limits)
+        rows.append(c)
+        extra[c.point] = {**setup_json(m, cfg), "sim_wall_s": time.monotonic() - took}
+        console.print(table([c], limits, known_gaps))
+    console.print(table(rows, limits, known_gaps))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    report = {
+        "resimulated": str(args.resimulate),
+        "sim_steps": args.sim_steps,
+        "seed": args.seed,
+        "thresholds": limits.__dict__,
+        "wall_s": time.monotonic() - began,
+        "rows": [{**c.to_json(), "setup": extra[c.point]} for c in rows],
+    }
+    (out / "resimulated.json").write_text(json.dumps(report, indent=1, default=str))
+    code, lines = verdict(rows, {m.point.name: m.point for m in measured}, 0)
+    for line in lines:
+        console.print(line, markup=False)
+    console.print(f"{report['wall_s']:.0f} s; {out / 'resimulated.json'}")
     return code

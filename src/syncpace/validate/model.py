@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -101,18 +102,76 @@ def real_stats(run_dir: str | Path, warmup: int) -> tuple[Stats, ComputeProfile]
 UDP_WIRE = 1442 / 1400
 
 
+#: The hosts' congestion control (Linux's name) as the packet tier's ``packet_tcp``.
+PACKET_TCP = {"bbr": "bbr", "cubic": "cubic", "reno": "newreno"}
+#: What the packet tier runs for a grid point, the emulated fabric's links and TCP:
+#: its tbf shaper, connections carrying two steps before the measured one (the grid's
+#: steps rest under the 200 ms minimum RTO, so a job's connections keep their state),
+#: and 8 offsets against background flows; docs/validation.md, "The packet tier".
+PACKET_WARM = 2
+PACKET_SAMPLES = 8
+TIERS = ("analytical", "flow", "packet")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Fabric:
+    """What the real run's fabric was, as the packet tier needs it."""
+
+    rate_bps: int  # every host link
+    congestion_control: str  # read back from the hosts and recorded
+    queue_ms: float = 50.0
+
+
+def packet_tcp(congestion_control: str) -> str:
+    """The packet tier's TCP for the hosts' recorded congestion control."""
+    try:
+        return PACKET_TCP[congestion_control]
+    except KeyError:
+        known = ", ".join(PACKET_TCP)
+        raise ConfigError(
+            f"the hosts ran {congestion_control or 'an unrecorded'} congestion control; "
+            f"the packet tier models {known}"
+        ) from None
+
+
 def sim_config(
-    point: Point, bench: Calibration, profile: ComputeProfile, steps: int, seed: int = 0
+    point: Point,
+    bench: Calibration,
+    profile: ComputeProfile,
+    steps: int,
+    seed: int = 0,
+    *,
+    tier: str = "analytical",
+    fabric: Fabric | None = None,
 ) -> SimConfig:
-    """The simulator set up for ``point`` from the bench fit and the measured compute."""
+    """The simulator set up for ``point`` from the bench fit and the measured compute,
+    on ``tier``. The packet tier needs the ``fabric``: it sends TCP's own headers over
+    links of the fabric's rate (β, which has paid them, would count them twice), shaped
+    as the fabric shapes them, with the congestion control its hosts ran."""
     if bench.bandwidth_gbps is None:
         raise ConfigError(f"{bench.source}: the bench fit has no bandwidth")
+    if tier not in TIERS:
+        raise ConfigError(f"{point.name}: tier {tier!r} is not one of {', '.join(TIERS)}")
+    if tier == "packet" and fabric is None:
+        raise ConfigError(f"{point.name}: the packet tier needs the fabric's rate and TCP")
+    packet: dict[str, Any] = {}
+    nic_gbps = bench.bandwidth_gbps
+    if tier == "packet" and fabric is not None:
+        nic_gbps = fabric.rate_bps / 8e9  # GB/s, as the topology counts
+        packet = {
+            "packet_tcp": packet_tcp(fabric.congestion_control),
+            "packet_shaper": "tbf",
+            "packet_queue_ms": fabric.queue_ms,
+            "packet_delayed_ack": 1 if point.quickack else 2,
+            "packet_warm": PACKET_WARM,
+            "packet_samples": PACKET_SAMPLES,
+        }
     topo = TopologySpec(
         kind="switch" if point.topology == "star" else "leafspine",
         nodes=point.ranks,
         gpus_per_node=1,
         nics_per_node=1,
-        nic_gbps=bench.bandwidth_gbps,
+        nic_gbps=nic_gbps,
         nodes_per_leaf=max(point.ranks // 2, 1),
         spines=1,
         oversub=point.oversub if point.topology == "leafspine" else 1.0,
@@ -134,10 +193,11 @@ def sim_config(
         slow_factors=tuple(max(f, 1.0) for f in profile.slow_factors),
     )
     network = NetworkSpec(
-        tier="analytical",
+        tier=tier,
         algorithm="ring",
         alpha_us=bench.alpha_us or 0.0,
         background_flows=point.background_flows,
+        **packet,
     )
     return SimConfig(
         name=point.name,

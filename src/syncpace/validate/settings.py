@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from syncpace.config import check_numbers, setting
+from syncpace.fabric import tcp
 from syncpace.fabric.spec import parse_rate
 
 
@@ -18,10 +19,27 @@ class GridSettings:
     steps: int = setting(40, "Steps of each real run (the first 5 are warm-up).")
     sim_steps: int = setting(400, "Iterations of each simulation.")
     seed: int = setting(0, "Seed of the simulations.")
+    tiers: str = setting(
+        "",
+        "Simulator tier per point: one tier for every point (analytical, flow, packet) or "
+        "POINT=TIER,... for those named (default: analytical).",
+    )
+    congestion_control: str = setting(
+        "",
+        "TCP congestion control of the fabrics' hosts (default: the kernel's; what the "
+        "hosts ran is read back and recorded either way).",
+    )
+    resimulate: str = setting(
+        "",
+        "validation.json of an earlier grid: simulate its measured points again on --tiers "
+        "(no root, no real runs); writes resimulated.json into --out.",
+    )
 
     def __post_init__(self) -> None:
         check_numbers(self, steps="[10, 100000]", sim_steps="[20, 10000000]", seed="[0, 1e18]")
         parse_rate(self.rate, "rate")
+        if self.congestion_control:
+            tcp.check(self.congestion_control)
 
 
 @dataclass(kw_only=True, slots=True)
