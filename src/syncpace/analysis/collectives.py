@@ -8,6 +8,11 @@ with fewer members than expected is kept and flagged incomplete.
 
 The matching runs on numpy arrays with a dense instance index (see ``kernels``): it is
 the one pass over every event, so it has to be fast.
+
+One module of ~600 lines: the matching and what is derived from matched instances
+(gaps, queueing, concurrency, arrivals per step) work on the same arrays (the dense
+instance index, :class:`EventTimes`) that the one pass builds; apart, each would take
+those arrays through its every call.
 """
 
 from __future__ import annotations

@@ -19,6 +19,11 @@ NVML, the sampler's own cost). A series is written only where its value changes,
 both ends of every span in which it stays the same (see ``trace/schema.py``), so idle
 counters cost nothing and intervals are exact. Every failure is recorded in the host's
 facts and never raised: a source that fails is left out, a sampler that fails stops.
+
+One module of ~640 lines: the sampler's whole life (which rank samples and which ranks
+it measures, the thread or child that samples, how each ends within its bound) is read
+side by side, since a training job must never wait on it; its sources are in
+:mod:`.cpustats`, :mod:`.netstats`, :mod:`.nvml` and :mod:`.pcie`.
 """
 
 from __future__ import annotations

@@ -8,6 +8,13 @@ late because their previous collective ended late for them (next to a slow link)
 not stragglers (see ``network.slow_link``). Baselines are the median of the faster
 half of the ranks, so a pattern that covers half the ranks (one local rank of two on
 every node) still stands out. Costs are what the replay saves with the cause removed.
+
+One module of ~900 lines: stragglers, locality patterns, CPU starvation, stalls and
+jitter share one account of each rank's lateness and split it between them (each
+claims its part and is costed on what the others leave: a straggler's removal keeps
+the stalls, the jitter's keeps the starved hosts' turns), so the rules that decide
+which cause owns a late step are read together. The CPU and device evidence they
+weigh is in :mod:`.cpu` and :mod:`.device`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,11 @@
-"""Network findings: contention on the fabric, latency-bound and bandwidth-bound collectives."""
+"""Network findings: contention on the fabric, slow links and bandwidth-bound collectives.
+
+One module of ~640 lines: the three judge the same cross-node transfers (their lags
+against the fast half, the link counters, the share that is not the job's) and each
+is costed against what the others claim, so the rules that decide which owns a slow
+transfer are read together. Latency-bound calls are in :mod:`.latency`, traffic that
+is not the job's in :mod:`.foreign`, nominal link rates in :mod:`.nominal`.
+"""
 
 from __future__ import annotations
 
