@@ -158,6 +158,9 @@ FROZEN_AT_EXIT = (
     "sys.exit(3)\n"
 )
 
+# launches, restarts and exits counted, never timed: they hold at any CPU load
+pytestmark = pytest.mark.untimed
+
 
 @pytest.mark.parametrize("bootstrap", [False, True])
 def test_a_rank_freezes_its_heap_after_its_own_exit_handlers(bootstrap):
