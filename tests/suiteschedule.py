@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,10 +41,13 @@ TIMED_WORKER = "syncpace_timed_worker"
 
 
 def write_timed(path: str, nodeids: list[str]) -> None:
-    """A worker's ``timed`` test ids, written whole or not at all."""
-    tmp = Path(f"{path}.tmp")
-    tmp.write_text(json.dumps(sorted(nodeids)))
-    tmp.replace(path)
+    """A worker's ``timed`` test ids, written whole or not at all. Every worker writes
+    the same ids at about the same time: each through a file of its own, renamed into
+    place (one shared temporary name let a worker rename the other's away)."""
+    fd, tmp = tempfile.mkstemp(dir=Path(path).parent, prefix=".timed-")
+    with os.fdopen(fd, "w") as f:
+        f.write(json.dumps(sorted(nodeids)))
+    os.replace(tmp, path)
 
 
 def read_timed(path: str) -> set[str]:

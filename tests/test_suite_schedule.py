@@ -155,6 +155,25 @@ def test_only_timed_tests_or_none_at_all():
     assert len(ran) == 5
 
 
+def test_workers_writing_their_timed_ids_at_once_never_fail(tmp_path):
+    """Every worker writes its timed ids when it has collected, the same moment for
+    all: writers racing on one file each finish, and the file is one writer's whole."""
+    target = tmp_path / "timed-tests.json"
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]); from suiteschedule import write_timed\n"
+        "for i in range(300): write_timed(sys.argv[2], [f'tests/t.py::test_{i % 7}', 'a'])"
+    )
+    tests = os.path.dirname(__file__)
+    writers = [
+        subprocess.Popen([sys.executable, "-c", code, tests, str(target)], stderr=subprocess.PIPE)
+        for _ in range(4)
+    ]
+    errors = [w.communicate(timeout=120)[1].decode() for w in writers]
+    assert [w.returncode for w in writers] == [0] * 4, errors
+    assert json.loads(target.read_text())[0] == "a"
+    assert [p.name for p in tmp_path.iterdir()] == [target.name]  # no temporary left
+
+
 def _at_normal_priority() -> None:
     """A child's start: the normal policy, whatever this test's worker runs at (a
     yielding worker's children inherit SCHED_IDLE; leaving it needs root)."""
