@@ -134,20 +134,17 @@ def late_ranks(ctx: Context) -> list[int]:
     half (weak, or beside jitter)."""
 
     def compute() -> list[int]:
-        whole = late_in(ctx)
-        if len(_steps(ctx)) < 4:
-            return whole
-        first, second = late_by_half(ctx)
-        return sorted(set(whole) & set(first) & set(second) | set(steady_late(ctx)))
+        return sorted(set(stable_late(ctx)) | set(steady_late(ctx)))
 
     return ctx.memo("late_ranks", compute)
 
 
 def stable_late(ctx: Context) -> list[int]:
-    """The stragglers late by the margin over the run and in each of its halves."""
-    first, second = late_by_half(ctx)
+    """The stragglers late by the margin over the run and in each of its halves (runs
+    too short to halve judged whole)."""
     if len(_steps(ctx)) < 4:
         return late_in(ctx)
+    first, second = late_by_half(ctx)
     return sorted(set(late_in(ctx)) & set(first) & set(second))
 
 
@@ -624,11 +621,12 @@ def _straggler_finding(ctx: Context, late: list[int]) -> Finding:
     if device.sentence(side):
         more += " — " + device.sentence(side)
     stable = set(late) <= set(stable_late(ctx))
+    steady = {} if stable else _steady_evidence(ctx, late)
     return ctx.finding(
         "straggler",
         wait,
         max(share, 0.5 if excess else 0.0),
-        f"{where} {more} (last in {share:.0%} of iterations, {_persistence(ctx, late, stable)}"
+        f"{where} {more} (last in {share:.0%} of iterations, {_persistence(steady)}"
         f"); without its extra time each iteration would be {cost:.1%} shorter",
         replay=replay,
         ranks=tuple(late),
@@ -646,7 +644,7 @@ def _straggler_finding(ctx: Context, late: list[int]) -> Finding:
             "late_ranks_first_half": late_by_half(ctx)[0],
             "late_ranks_second_half": late_by_half(ctx)[1],
             "stable": stable,
-            **({} if stable else _steady_evidence(ctx, late)),
+            **steady,
             **device.evidence(side),
             **(cpu.evidence(starved) if starved else {}),
         },
@@ -682,14 +680,14 @@ def _steady_evidence(ctx: Context, late: list[int]) -> dict[str, Any]:
     }
 
 
-def _persistence(ctx: Context, late: list[int], stable: bool) -> str:
-    """How the straggler was seen: late in both halves, or step after step with its
-    main thread waiting for a CPU no longer than its compute's excess explains."""
-    if stable:
+def _persistence(steady: dict[str, Any]) -> str:
+    """How the straggler was seen: late in both halves (no ``steady`` evidence), or
+    step after step with its main thread waiting for a CPU no longer than its
+    compute's excess explains (:func:`_steady_evidence`)."""
+    if not steady:
         return "late in both halves of the run"
-    above, t = _steps_above(ctx, late), _steady_t(ctx, late)
-    counts = ", ".join(f"{a} of {n}" for a, n in above.values())
-    ts = ", ".join(f"{v:.1f}" for v in t.values())
+    counts = ", ".join(f"{a} of {n}" for a, n in steady["steps_above_median"].values())
+    ts = ", ".join(f"{v:.1f}" for v in steady["steady_t"].values())
     return (
         f"computing more than the step's median in {counts} steps, {ts} standard errors "
         "beyond the others' jitter; its main thread's waiting for a CPU does not explain it"

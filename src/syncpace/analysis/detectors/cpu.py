@@ -49,16 +49,21 @@ def starved_hosts(ctx: Context, nodes: Sequence[str]) -> dict[str, dict[str, Any
 
 def rank_waits(ctx: Context) -> dict[int, float]:
     """Each rank measured on its own: the share of the sampled span its main thread
-    waited for a CPU (ns per ns); empty where the sampler measured no rank alone."""
-    hosts = ctx.metrics.hosts
-    if hosts is None:
-        return {}
-    out: dict[int, float] = {}
-    for summary in hosts.hosts.values():
-        for rank, entry in ((summary.get("cpu") or {}).get("ranks") or {}).items():
-            if "main_wait_rate" in entry and str(rank).isdigit():
-                out[int(rank)] = float(entry["main_wait_rate"])
-    return out
+    waited for a CPU (ns per ns); empty where the sampler measured no rank alone.
+    Read once a run: every late rank's judgement asks for it."""
+
+    def compute() -> dict[int, float]:
+        hosts = ctx.metrics.hosts
+        if hosts is None:
+            return {}
+        out: dict[int, float] = {}
+        for summary in hosts.hosts.values():
+            for rank, entry in ((summary.get("cpu") or {}).get("ranks") or {}).items():
+                if "main_wait_rate" in entry and str(rank).isdigit():
+                    out[int(rank)] = float(entry["main_wait_rate"])
+        return out
+
+    return ctx.memo("rank_waits", compute)
 
 
 def extra_wait_ns(ctx: Context, rank: int) -> float | None:
