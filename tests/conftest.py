@@ -84,8 +84,9 @@ def pytest_configure_node(node):
     """Where each worker writes its ``timed`` tests' ids, and whether it holds the timed
     seat (``suiteschedule.py``): the first worker up, or the next once it is gone."""
     node.workerinput[TIMED_FILE] = _timed_file(node.config)
-    loadfile = node.config.getoption("dist") == "load"
-    node.workerinput[TIMED_WORKER] = not loadfile or _seat(node.config).take(node)
+    # only where TimedFirstScheduling runs the suite (pytest_xdist_make_scheduler)
+    scheduled_here = node.config.getoption("dist") == "load"
+    node.workerinput[TIMED_WORKER] = not scheduled_here or _seat(node.config).take(node)
 
 
 def pytest_xdist_make_scheduler(config, log):
