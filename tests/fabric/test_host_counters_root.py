@@ -44,7 +44,7 @@ SHAPED = 30_000_000  # h0's link, reshaped below the others
 @pytest.fixture(scope="module")
 def shaped_run(tmp_path_factory):
     """Two hosts on one switch; h0's link shaped to 30 Mbit/s for the whole run; a
-    traced 2-rank job of 1 MiB all-reduces; after 6 clean steps a greedy TCP flow from
+    traced 2-rank job of 1 MiB all-reduces (26 steps); after 6 clean steps a greedy TCP flow from
     h1 into h0 crosses the shaped link until the job ends."""
     state_dir = tmp_path_factory.mktemp("state")
     previous = os.environ.get(STATE_DIR_ENV)
@@ -56,7 +56,7 @@ def shaped_run(tmp_path_factory):
         env = traced_env(
             out, TraceConfig(dir=str(out)), None, TelemetryConfig(counters_interval_s=0.01)
         )
-        command = [sys.executable, str(HERE / "steps_job.py"), str(out), "36", "6"]
+        command = [sys.executable, str(HERE / "steps_job.py"), str(out), "26", "6"]
         options = RunOptions(
             timeout_s=120, grace_s=5, faults=[parse_fault("rate h0-sw 30mbit at=0")]
         )

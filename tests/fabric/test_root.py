@@ -13,7 +13,6 @@ import os
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -284,9 +283,13 @@ def _run(state, out, command, faults, timeout=90.0, env=None, grace=5.0):
     )
 
 
+#: ~0.3 s a step: the steps outlast the outage (8-10 s after the launch) by seconds
+#: however slowly the ranks start; before the outage is the start's own question
+FLAP_STEPS = 40
+
+
 def test_a_link_flap_during_a_job_is_survived_or_reported(fabric, tmp_path):
-    # long enough that the outage falls among the steps however slowly the ranks start
-    command = [sys.executable, str(HERE / "steps_job.py"), str(tmp_path), "60", "1"]
+    command = [sys.executable, str(HERE / "steps_job.py"), str(tmp_path), str(FLAP_STEPS), "1"]
     start = time.monotonic()
     result = _run(fabric, tmp_path, command, ["flap h1-leaf0 at=8 for=2"], timeout=90)
     assert time.monotonic() - start < 90 + 15
@@ -300,7 +303,7 @@ def test_a_link_flap_during_a_job_is_survived_or_reported(fabric, tmp_path):
     down, up = log[0]["applied_ns"], log[1]["time_ns"]
     assert log[0]["time_ns"] <= down and up <= log[1]["applied_ns"]
     spans = json.loads((tmp_path / "step-spans.json").read_text())
-    assert len(spans) == 60
+    assert len(spans) == FLAP_STEPS
     assert spans[0][0] < down and up < spans[-1][1], "the outage fell outside the steps"
     # no step completes while the link is down (one in flight may have sent its share
     # already), so the outage is one long step
@@ -335,58 +338,3 @@ def test_a_cpu_straggler_is_slower(fabric, tmp_path):
     assert wall[3] >= 0.9 * 0.5 / 0.1
     assert wall[3] > max(wall[0], wall[1], wall[2])
     assert not list(Path("/sys/fs/cgroup").glob(f"*/syncpace-{fabric.name}"))
-
-
-@pytest.fixture(scope="module")
-def contended_run(fabric, tmp_path_factory):
-    """A traced job whose cross-leaf traffic meets fixed-rate flows after a clean baseline.
-
-    Four UDP flows of 15 Mbit/s, two each way across the spine, leave 20 of the
-    uplink's 50 Mbit/s to the job: its cross-leaf transfers slow ~2.5x, every run
-    (greedy TCP flows took 1.3x to 3.3x, varying with who won the queue)."""
-    from syncpace.capture.config import TraceConfig
-    from syncpace.capture.launch import traced_env
-
-    out = tmp_path_factory.mktemp("contended")
-    env = traced_env(out, TraceConfig(dir=str(out)))
-    command = [sys.executable, str(HERE / "steps_job.py"), str(out), "30", "8"]
-    box: dict = {}
-    job = threading.Thread(target=lambda: box.update(r=_run(fabric, out, command, [], env=env)))
-    job.start()
-    flows = []
-    try:
-        deadline = time.monotonic() + 60
-        while not (out / "baseline-done").exists() and job.is_alive():
-            assert time.monotonic() < deadline, "the job never finished its baseline"
-            time.sleep(0.05)
-        # every host sends across the spine, in both directions
-        pairs = [("h0", "h2"), ("h1", "h3"), ("h2", "h0"), ("h3", "h1")]
-        flows = bulk.start_flows(fabric.fabric, pairs, 30.0, 5301, rate_bps=15_000_000)
-        job.join(timeout=120)
-    finally:
-        for flow in flows:
-            flow.stop()
-    assert box["r"].returncode == 0
-    return out
-
-
-def test_a_background_flow_shows_in_the_trace(contended_run):
-    from syncpace.trace import load_trace
-
-    events = load_trace(contended_run).events.filter(pl.col("op") == "all_reduce")
-    transfer = (
-        events.group_by("seq")
-        .agg((pl.col("exit_ns").max() - pl.col("enter_ns").max()).alias("ns"), pl.col("step").min())
-        .sort("seq")
-    )
-    before = transfer.filter(pl.col("step").is_between(1, 7))["ns"].median()
-    during = transfer.filter(pl.col("step") >= 10)["ns"].median()
-    print(f"all-reduce transfer median before {before / 1e6:.0f} ms, during {during / 1e6:.0f} ms")
-    assert during > 1.8 * before
-
-
-def test_a_background_flow_is_diagnosed_as_contention(contended_run):
-    from syncpace.analysis.api import analyze
-
-    findings = {f.mode: f for f in analyze(contended_run).findings}
-    assert "fabric_contention" in findings, [f.summary for f in findings.values()]
