@@ -87,16 +87,24 @@ def _check(stdout: str) -> tuple[float, float, float]:
     return float(found.group(3)) / 100, float(found.group(4)), float(found.group(5))
 
 
-def _findings(run_dir: Path) -> dict[str, dict]:
-    diag = _syncpace("diagnose", str(run_dir), "--json", timeout=120)
+@pytest.fixture(scope="module")
+def diagnosis(demo) -> dict:
+    """``syncpace diagnose --json`` of the demo's traced run, run once for the tests
+    that read it."""
+    out, _ = demo
+    diag = _syncpace("diagnose", str(out / "trace"), "--json", timeout=120)
     assert diag.returncode == 0, diag.stderr[-2000:]
-    return {f["mode"]: f for f in json.loads(diag.stdout)["findings"]}
+    return json.loads(diag.stdout)
+
+
+def _findings(diagnosis: dict) -> dict[str, dict]:
+    return {f["mode"]: f for f in diagnosis["findings"]}
 
 
 @pytest.mark.multirank
-def test_the_planted_straggler_is_named(demo):
-    out, stdout = demo
-    straggler = _findings(out / "trace")["straggler"]
+def test_the_planted_straggler_is_named(demo, diagnosis):
+    _, stdout = demo
+    straggler = _findings(diagnosis)["straggler"]
     assert straggler["ranks"] == [2]
     assert straggler["severity"] in ("warning", "critical")
     if ON_FABRIC:
@@ -116,23 +124,19 @@ def test_the_contended_uplink_shows_in_the_link_counters(demo):
 @pytest.mark.multirank
 @pytest.mark.root
 @pytest.mark.skipif(not ON_FABRIC, reason="the emulated fabric needs root, ip and tc")
-def test_the_contended_uplink_is_named(demo):
-    out, _ = demo
-    findings = _findings(out / "trace")
+def test_the_contended_uplink_is_named(diagnosis):
+    findings = _findings(diagnosis)
     assert "fabric_contention" in findings, sorted(findings)
     assert findings["fabric_contention"]["evidence"]["median_inflation"] >= 1.5
 
 
 @pytest.mark.multirank
-def test_the_findings_are_ranked_by_their_replayed_saving(demo):
+def test_the_findings_are_ranked_by_their_replayed_saving(diagnosis):
     """Each finding's cost is the saving the replay finds with it removed (the what-if
     row of that cause): never more than the iteration, a cause's never more than all
     causes removed at once, and findings of one severity come in the order of their
     savings."""
-    out, _ = demo
-    diag = _syncpace("diagnose", str(out / "trace"), "--json", timeout=120)
-    assert diag.returncode == 0, diag.stderr[-2000:]
-    data = json.loads(diag.stdout)
+    data = diagnosis
     (table,) = data["what_if"]
     # the plain replay gives the run back (measured: 0.0-1.03 % on the demo, whose
     # flows come and go); the costs below are savings against it
