@@ -60,6 +60,22 @@ class HostMetrics:
     windows: pl.DataFrame
     hosts: dict[str, dict[str, Any]] = field(default_factory=dict)
     ranks: dict[int, dict[str, Any]] = field(default_factory=dict)
+    #: the CPU and cgroup rows as sampled, for the CPU over a part of the run
+    cpu_rows: pl.DataFrame = field(default_factory=pl.DataFrame, compare=False)
+
+    def cpu_within(self, window: tuple[int, int]) -> dict[str, dict[str, Any]]:
+        """Per host, its CPU summary (as ``hosts[h]["cpu"]``) over ``window`` (ns) only:
+        what a part of the run shows, for judging whether a host stands out in each
+        part. Hosts with fewer than two samples of a counter there have none of it."""
+        if self.cpu_rows.height == 0:
+            return {}
+        rows = self.cpu_rows.filter(pl.col("time_ns").is_between(window[0], window[1]))
+        out = {}
+        for host in sorted(rows["host"].unique().to_list()):
+            got = _cpu(rows, host)
+            if got:
+                out[str(host)] = got
+        return out
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -503,4 +519,5 @@ def host_metrics(
         host = str(meta[r].get("host"))
         if pci and pci in summary.get(host, {}).get("gpus", {}):
             loc["gpu_state"] = summary[host]["gpus"][pci]
-    return HostMetrics(window_ns, nic, windows, summary, ranks)
+    cpu_rows = counters.filter(pl.col("source").is_in(["cpu", "cgroup"]))
+    return HostMetrics(window_ns, nic, windows, summary, ranks, cpu_rows)

@@ -25,7 +25,7 @@ import numpy as np
 import polars as pl
 
 from syncpace.analysis import costs
-from syncpace.analysis.detectors import advice, cpu, device
+from syncpace.analysis.detectors import advice, cpu, device, halves
 from syncpace.analysis.detectors.context import (
     Context,
     confidence_of,
@@ -53,7 +53,7 @@ def rank_compute(ctx: Context, half: int | None = None) -> pl.DataFrame:
         assert prog is not None
         per = (
             pl.DataFrame({"rank": prog.rank, "step": prog.step, "gap": prog.gap})
-            .filter(_in_half(ctx, prog.steps, half))
+            .filter(halves.in_half(prog.steps, half))
             .group_by("rank", "step")
             .agg(compute=pl.col("gap").sum())
         )
@@ -114,16 +114,6 @@ def _t_of(values: pl.Expr) -> pl.Expr:
     )
 
 
-def _in_half(ctx: Context, steps: Any, half: int | None) -> pl.Expr:
-    """The rows of ``half`` of the run's steps (all rows for None)."""
-    if half is None:
-        return pl.lit(True)
-    ordered = np.unique(np.asarray(steps))
-    middle = len(ordered) // 2
-    chosen = ordered[:middle] if half == 0 else ordered[middle:]
-    return pl.col("step").is_in(chosen.tolist())
-
-
 def late_ranks(ctx: Context) -> list[int]:
     """Stragglers: ranks late by their own doing (:func:`late_in`) over the whole run
     and in each of its halves. A rank late in one half only is not persistent: the
@@ -142,10 +132,7 @@ def late_ranks(ctx: Context) -> list[int]:
 def stable_late(ctx: Context) -> list[int]:
     """The stragglers late by the margin over the run and in each of its halves (runs
     too short to halve judged whole)."""
-    if len(_steps(ctx)) < 4:
-        return late_in(ctx)
-    first, second = late_by_half(ctx)
-    return sorted(set(late_in(ctx)) & set(first) & set(second))
+    return halves.in_each_half(ctx, lambda half: late_in(ctx, half))
 
 
 def typical_mean_excess(ctx: Context) -> float:
@@ -193,7 +180,7 @@ def _steady(ctx: Context) -> list[int]:
 
     def compute() -> list[int]:
         th = ctx.thresholds
-        if ctx.program is None or ctx.iteration_ns <= 0 or len(_steps(ctx)) < 8:
+        if ctx.program is None or ctx.iteration_ns <= 0 or len(halves.steps(ctx)) < 8:
             return []
         measured = cpu.rank_waits(ctx)
         rc = rank_compute(ctx)
@@ -225,12 +212,6 @@ def changing_late(ctx: Context) -> list[int]:
     return sorted(anywhere - set(late_ranks(ctx)))
 
 
-def _steps(ctx: Context) -> np.ndarray:
-    if ctx.program is not None:
-        return np.unique(ctx.program.steps)
-    return np.unique(ctx.metrics.rank_step["step"].to_numpy())
-
-
 def late_in(ctx: Context, half: int | None = None) -> list[int]:
     """Ranks that are slow by their own doing, over the run or ``half`` of it: with a
     replay, their compute excess exceeds the fast half of the ranks' by
@@ -253,7 +234,7 @@ def late_in(ctx: Context, half: int | None = None) -> list[int]:
         late = rc.filter(pl.col("excess_ns") - typical >= need)
         return sorted(late["rank"].to_list())
     rs = ctx.metrics.rank_step.drop_nulls("lateness_ns")
-    rs = rs.filter(_in_half(ctx, _steps(ctx), half))
+    rs = rs.filter(halves.in_half(halves.steps(ctx), half))
     per_rank = rs.group_by("rank").agg(lateness_p50_ns=pl.col("lateness_ns").median())
     if per_rank.height < 2:
         return []
@@ -476,7 +457,7 @@ def _changing(ctx: Context) -> Finding | None:
 
 
 def _half_steps(ctx: Context) -> tuple[list[int], list[int]]:
-    ordered = _steps(ctx).tolist()
+    ordered = halves.steps(ctx).tolist()
     return ordered[: len(ordered) // 2], ordered[len(ordered) // 2 :]
 
 
@@ -496,8 +477,8 @@ def late_removal(ctx: Context, ranks: list[int]) -> Any:
     steps = _half_steps(ctx)
 
     def change(p: Any) -> Change:
-        halves = zip((first, second), steps, strict=True)
-        parts = [cf.without_excess(p, late, s) for late, s in halves if late]
+        both = zip((first, second), steps, strict=True)
+        parts = [cf.without_excess(p, late, s) for late, s in both if late]
         if fed:
             parts.append(cf.without_wait(p, waited))
         rest = [r for r in ranks if r not in first and r not in second and r not in fed]
