@@ -66,10 +66,12 @@ class HostMetrics:
     def cpu_within(self, window: tuple[int, int]) -> dict[str, dict[str, Any]]:
         """Per host, its CPU summary (as ``hosts[h]["cpu"]``) over ``window`` (ns) only:
         what a part of the run shows, for judging whether a host stands out in each
-        part. Hosts with fewer than two samples of a counter there have none of it."""
+        part: each series cut at the window's ends, its value there read between its
+        rows (a series is written only where it changes, with both ends of an unchanged
+        span). A series that does not span the window has none of it."""
         if self.cpu_rows.height == 0:
             return {}
-        rows = self.cpu_rows.filter(pl.col("time_ns").is_between(window[0], window[1]))
+        rows = _within(self.cpu_rows, window)
         out = {}
         for host in sorted(rows["host"].unique().to_list()):
             got = _cpu(rows, host)
@@ -84,6 +86,27 @@ class HostMetrics:
             "hosts": self.hosts,
             "ranks": {str(k): v for k, v in self.ranks.items()},
         }
+
+
+def _within(rows: pl.DataFrame, window: tuple[int, int]) -> pl.DataFrame:
+    """``rows`` (counter samples) of each series that spans ``window`` (ns), cut to it:
+    its rows inside, and its value at each end read linearly between the rows around
+    it (a cumulative counter grows evenly between two samples; a gauge holds)."""
+    t0, t1 = window
+    keys = ["host", "source", "device", "counter"]
+    parts = []
+    for _key, series in rows.sort("time_ns").group_by(keys, maintain_order=True):
+        t = series["time_ns"].to_numpy()
+        if len(t) < 2 or t[0] > t0 or t[-1] < t1:
+            continue
+        v = series["value"].to_numpy().astype(np.float64)
+        inside = series.filter(pl.col("time_ns").is_between(t0, t1, closed="none"))
+        ends = series.head(2).with_columns(
+            time_ns=pl.Series([t0, t1]).cast(series["time_ns"].dtype),
+            value=pl.Series(np.interp([t0, t1], t, v)).cast(series["value"].dtype),
+        )
+        parts.append(pl.concat([ends.head(1), inside, ends.tail(1)]))
+    return pl.concat(parts) if parts else rows.clear()
 
 
 def _series(counters: pl.DataFrame, source: str, counter: str) -> pl.DataFrame:

@@ -318,6 +318,22 @@ def cpu_starvation(hosts: Sequence[str]) -> tuple[str, ...]:
     )
 
 
+def cpu_machine(hosts: Sequence[str]) -> tuple[str, ...]:
+    """The job's ranks wait for a CPU on every host alike, or the starved host moves:
+    the machine's share of CPUs, not one host."""
+    return (
+        f"Run fewer ranks per core: the job's ranks (and what else runs on "
+        f"{', '.join(hosts)}) want more CPUs than the machine has; no one host is the "
+        "cause.",
+        "Pin each rank's threads to cores of its own (taskset, numactl, the launcher's "
+        "CPU binding) and reduce the threads each rank runs (OMP_NUM_THREADS, "
+        "torch.set_num_threads, data-loader workers) to the cores it has.",
+        "Find the other work on the machine that takes the CPUs (top, the container's "
+        "CPU share) and move it.",
+        "The late rank moves from host to host: excluding a node does not help.",
+    )
+
+
 def locality_variance(local_rank: int) -> tuple[str, ...]:
     """One local rank slow on most nodes: its placement."""
     return (

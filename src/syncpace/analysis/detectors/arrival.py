@@ -142,20 +142,23 @@ def typical_mean_excess(ctx: Context) -> float:
     return float(rc.select(fast_half(pl.col("mean_excess_ns"))).item() or 0.0)
 
 
-def cpu_explained(ctx: Context, rank: int) -> bool | None:
+def cpu_explained(ctx: Context, rank: int, half: int | None = None) -> bool | None:
     """Whether ``rank``'s extra compute is its waiting for a CPU: its main thread
     waited beyond the faster half of the ranks (:func:`cpu.extra_wait_ns`) at least
-    ``cpu_explains_share`` of its mean compute excess beyond theirs. None where the
-    sampler did not measure the ranks on their own, or the rank computes no more."""
+    ``cpu_explains_share`` of its mean compute excess beyond theirs (over the run or
+    ``half`` of it). None where the sampler did not measure the ranks on their own, or
+    the rank computes no more."""
     if ctx.program is None:
         return None
-    extra_wait = cpu.extra_wait_ns(ctx, rank)
+    extra_wait = cpu.extra_wait_ns(ctx, rank, half)
     if extra_wait is None:
         return None
-    rc = rank_compute(ctx).filter(pl.col("rank") == rank)
-    if rc.height == 0:
+    rc = rank_compute(ctx, half)
+    mine = rc.filter(pl.col("rank") == rank)
+    if mine.height == 0:
         return None
-    extra = float(rc["mean_excess_ns"][0]) - typical_mean_excess(ctx)
+    typical = float(rc.select(fast_half(pl.col("mean_excess_ns"))).item() or 0.0)
+    extra = float(mine["mean_excess_ns"][0]) - typical
     if extra <= 0:
         return None
     return extra_wait >= ctx.thresholds.cpu_explains_share * extra
@@ -369,11 +372,43 @@ def starvation(ctx: Context) -> Finding | None:
         if not hosts:
             return None
         late = _explained(ctx, hosts)
+        # a host is named only where it stands out in each half of the run; the late
+        # ranks of hosts that do not are the machine's, named on no host
+        named = {ctx.nodes_of([r])[0] for r in late}
+        placed = named & set(starved_places(ctx))
+        if named and not placed:
+            return cpu.machine_finding(ctx, late, late_by_half(ctx), late_removal(ctx, late))
+        late = [r for r in late if ctx.nodes_of([r])[0] in placed] if named else late
         apart = sorted(set(late_ranks(ctx)) - set(late))
         removal = late_removal(ctx, late)
         return cpu.finding(ctx, hosts, late, late_by_half(ctx), removal, apart)
 
     return ctx.memo("starvation", compute)
+
+
+def starved_places(ctx: Context) -> list[str]:
+    """The hosts a CPU starvation finding may name: those that stand out over the run
+    and in each of its halves (:func:`halves.in_each_half`), by their own counters
+    beyond the job's hosts not starved (:func:`cpu.stands_out`; beyond every other
+    host where all are; a one-host job by its own counters alone), or by a rank late
+    by the straggler's margin (:func:`late_in`) whose own waiting for a CPU explains it
+    (:func:`cpu_explained`). A half the host counters do not cover (a host's series
+    not spanning it: a sampler slower than half the run) is judged as the whole run."""
+    every = ctx.metrics.placement["node"].unique().sort().to_list()
+
+    def judge(half: int | None) -> set[str]:
+        if half is not None and not cpu.covered(ctx, every, half):
+            half = None  # no counters of this half: it says nothing apart from the run
+        # beyond the hosts not starved on their own counters (every other host where
+        # all are): hosts starved alike beside fed ones stand out together
+        fed = [n for n in every if n not in cpu.starved_hosts(ctx, every, half)]
+        out = {n for n in every if cpu.stands_out(ctx, n, fed or every, half)}
+        for rank in late_in(ctx, half):
+            if cpu_explained(ctx, rank, half):
+                out.add(ctx.nodes_of([rank])[0])
+        return out
+
+    return halves.in_each_half(ctx, judge)
 
 
 def _explained(ctx: Context, hosts: dict[str, Any]) -> list[int]:
@@ -416,7 +451,10 @@ def _explained(ctx: Context, hosts: dict[str, Any]) -> list[int]:
 def _taken(ctx: Context) -> set[int]:
     """The ranks the starvation finding speaks for."""
     hungry = starvation(ctx)
-    return set(hungry.ranks) if hungry is not None else set()
+    if hungry is None:
+        return set()
+    # the machine's finding names no rank but speaks for the late ranks it explains
+    return set(hungry.ranks) | set(hungry.evidence.get("late_ranks") or ())
 
 
 def stragglers_and_locality(ctx: Context) -> list[Finding]:
