@@ -388,6 +388,20 @@ def slow_link(nodes: Sequence[str]) -> tuple[str, ...]:
     )
 
 
+def slow_fabric(nodes: Sequence[str]) -> tuple[str, ...]:
+    """Collectives ending late on hosts that change, or on every host: no one link."""
+    return (
+        "No one host's link stands out: collectives end late on hosts that change, or "
+        f"on every host ({', '.join(nodes)}) alike; do not move the job off one host.",
+        "Run syncpace bench with the pair matrix: if every pair reaches the links' "
+        "rate, the transfers are slowed by the job's side (CPU for the threads that "
+        "drive them, other work on the machine), not the fabric.",
+        "If every pair is slow alike, the fabric's capacity (switch, oversubscription, "
+        "other jobs' traffic) is what the job's transfers get: fewer, larger transfers "
+        "or more overlap help more than any one link.",
+    )
+
+
 # The trace's quality, and health -----------------------------------------------------
 
 
