@@ -68,7 +68,7 @@ class HostMetrics:
         what a part of the run shows, for judging whether a host stands out in each
         part: each series cut at the window's ends, its value there read between its
         rows (a series is written only where it changes, with both ends of an unchanged
-        span). A series that does not span the window has none of it."""
+        span). A series that saw less than half of the window has none of it."""
         if self.cpu_rows.height == 0:
             return {}
         rows = _within(self.cpu_rows, window)
@@ -89,15 +89,19 @@ class HostMetrics:
 
 
 def _within(rows: pl.DataFrame, window: tuple[int, int]) -> pl.DataFrame:
-    """``rows`` (counter samples) of each series that spans ``window`` (ns), cut to it:
-    its rows inside, and its value at each end read linearly between the rows around
-    it (a cumulative counter grows evenly between two samples; a gauge holds)."""
-    t0, t1 = window
+    """``rows`` (counter samples) of each series that saw at least half of ``window``
+    (ns), cut to the part it saw: its rows inside, and its value at each end read
+    linearly between the rows around it (a cumulative counter grows evenly between two
+    samples; a gauge holds). Shares are of the span, so the part stands for the whole."""
     keys = ["host", "source", "device", "counter"]
     parts = []
     for _key, series in rows.sort("time_ns").group_by(keys, maintain_order=True):
         t = series["time_ns"].to_numpy()
-        if len(t) < 2 or t[0] > t0 or t[-1] < t1:
+        if len(t) < 2:
+            continue
+        # the part of the window the series saw; at least half of it, or none
+        t0, t1 = max(window[0], int(t[0])), min(window[1], int(t[-1]))
+        if 2 * (t1 - t0) < window[1] - window[0]:
             continue
         v = series["value"].to_numpy().astype(np.float64)
         inside = series.filter(pl.col("time_ns").is_between(t0, t1, closed="none"))

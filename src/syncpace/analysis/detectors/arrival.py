@@ -142,23 +142,20 @@ def typical_mean_excess(ctx: Context) -> float:
     return float(rc.select(fast_half(pl.col("mean_excess_ns"))).item() or 0.0)
 
 
-def cpu_explained(ctx: Context, rank: int, half: int | None = None) -> bool | None:
+def cpu_explained(ctx: Context, rank: int) -> bool | None:
     """Whether ``rank``'s extra compute is its waiting for a CPU: its main thread
     waited beyond the faster half of the ranks (:func:`cpu.extra_wait_ns`) at least
-    ``cpu_explains_share`` of its mean compute excess beyond theirs (over the run or
-    ``half`` of it). None where the sampler did not measure the ranks on their own, or
-    the rank computes no more."""
+    ``cpu_explains_share`` of its mean compute excess beyond theirs. None where the
+    sampler did not measure the ranks on their own, or the rank computes no more."""
     if ctx.program is None:
         return None
-    extra_wait = cpu.extra_wait_ns(ctx, rank, half)
+    extra_wait = cpu.extra_wait_ns(ctx, rank)
     if extra_wait is None:
         return None
-    rc = rank_compute(ctx, half)
-    mine = rc.filter(pl.col("rank") == rank)
-    if mine.height == 0:
+    rc = rank_compute(ctx).filter(pl.col("rank") == rank)
+    if rc.height == 0:
         return None
-    typical = float(rc.select(fast_half(pl.col("mean_excess_ns"))).item() or 0.0)
-    extra = float(mine["mean_excess_ns"][0]) - typical
+    extra = float(rc["mean_excess_ns"][0]) - typical_mean_excess(ctx)
     if extra <= 0:
         return None
     return extra_wait >= ctx.thresholds.cpu_explains_share * extra
@@ -387,13 +384,14 @@ def starvation(ctx: Context) -> Finding | None:
 
 
 def starved_places(ctx: Context) -> list[str]:
-    """The hosts a CPU starvation finding may name: those that stand out over the run
-    and in each of its halves (:func:`halves.in_each_half`), by their own counters
-    beyond the job's hosts not starved (:func:`cpu.stands_out`; beyond every other
-    host where all are; a one-host job by its own counters alone), or by a rank late
-    by the straggler's margin (:func:`late_in`) whose own waiting for a CPU explains it
-    (:func:`cpu_explained`). A half the host counters do not cover (a host's series
-    not spanning it: a sampler slower than half the run) is judged as the whole run."""
+    """The hosts a CPU starvation finding may name: those whose CPU evidence stands
+    out over the run and in each of its halves (:func:`halves.in_each_half`): their
+    own counters beyond the job's hosts not starved (:func:`cpu.stands_out`; beyond
+    every other host where all are; a one-host job by its own counters alone), or
+    their ranks' own waiting beyond every other host's ranks'
+    (:func:`cpu.ranks_stand_out`). A half the host counters do not cover (a host's
+    series not spanning it: a sampler slower than half the run) is judged as the
+    whole run."""
     every = ctx.metrics.placement["node"].unique().sort().to_list()
 
     def judge(half: int | None) -> set[str]:
@@ -403,10 +401,7 @@ def starved_places(ctx: Context) -> list[str]:
         # all are): hosts starved alike beside fed ones stand out together
         fed = [n for n in every if n not in cpu.starved_hosts(ctx, every, half)]
         out = {n for n in every if cpu.stands_out(ctx, n, fed or every, half)}
-        for rank in late_in(ctx, half):
-            if cpu_explained(ctx, rank, half):
-                out.add(ctx.nodes_of([rank])[0])
-        return out
+        return out | {n for n in every if cpu.ranks_stand_out(ctx, n, half)}
 
     return halves.in_each_half(ctx, judge)
 

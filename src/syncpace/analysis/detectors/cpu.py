@@ -131,6 +131,27 @@ def stands_out(ctx: Context, node: str, others: Sequence[str], half: int | None 
     ) or (wait >= th.cpu_wait_share and wait >= most_wait + th.cpu_wait_share)
 
 
+def ranks_stand_out(ctx: Context, node: str, half: int | None = None) -> bool:
+    """Whether the ranks of ``node`` measured on their own waited for a CPU, on
+    average, beyond the ranks of every other host of the job (their average, host by
+    host) by at least ``warning_cost`` of the time (over the run or ``half`` of it):
+    waiting that alone could cost the reporting threshold of each iteration, on that
+    host and not the others. On a machine whose ranks all wait, the host that waited
+    most moves from host to host (measured on healthy drawn jobs: at most 0.04 beyond
+    the next host); a host capped below its ranks' needs waits 0.11-0.3 beyond."""
+    waits = rank_waits(ctx, half)
+    place = ctx.metrics.placement
+    by_host: dict[str, list[float]] = {}
+    for rank, host in zip(place["rank"].to_list(), place["node"].to_list(), strict=True):
+        if rank in waits:
+            by_host.setdefault(str(host), []).append(waits[rank])
+    if node not in by_host or len(by_host) < 2:
+        return False
+    mean = {h: float(np.mean(v)) for h, v in by_host.items()}
+    rest = max(v for h, v in mean.items() if h != node)
+    return mean[node] - rest >= ctx.thresholds.warning_cost
+
+
 def note(node: str, cpu: dict[str, Any], th: Any) -> str:
     """The host's starvation in words: its limit when it throttled, else its waiting;
     and its late ranks' own waiting where it explains them (``explained``: rank -> ms
