@@ -390,8 +390,8 @@ def starved_places(ctx: Context) -> list[str]:
     every other host where all are; a one-host job by its own counters alone), or
     their ranks' own waiting beyond every other host's ranks'
     (:func:`cpu.ranks_stand_out`). A half the host counters do not cover (a host's
-    series not spanning it: a sampler slower than half the run) is judged as the
-    whole run."""
+    series seeing less than half of it: a sampler slower than the run's halves) is
+    judged as the whole run."""
     every = ctx.metrics.placement["node"].unique().sort().to_list()
 
     def judge(half: int | None) -> set[str]:
