@@ -1,7 +1,7 @@
 """CPU starvation names a host only where that host stands out in each half of the run.
 
-Six ranks' worth of a loaded machine, built: three hosts whose job threads all wait for
-a CPU alike, each rank measured on its own. The late rank's own main thread waits for
+A loaded machine, built: three hosts of one rank each whose job threads all wait for a
+CPU alike, each rank measured on its own. The late rank's own main thread waits for
 its lateness, on node1 in the first half of the run and on node2 in the second: the
 starved place moves, so no host is the cause (a rerun would name another) and the
 finding is the machine's. With the same late rank waiting in both halves the host
