@@ -60,6 +60,24 @@ class HostMetrics:
     windows: pl.DataFrame
     hosts: dict[str, dict[str, Any]] = field(default_factory=dict)
     ranks: dict[int, dict[str, Any]] = field(default_factory=dict)
+    #: the CPU and cgroup rows as sampled, for the CPU over a part of the run
+    cpu_rows: pl.DataFrame = field(default_factory=pl.DataFrame, compare=False)
+
+    def cpu_within(self, window: tuple[int, int]) -> dict[str, dict[str, Any]]:
+        """Per host, its CPU summary (as ``hosts[h]["cpu"]``) over ``window`` (ns) only:
+        what a part of the run shows, for judging whether a host stands out in each
+        part: each series cut at the window's ends, its value there read between its
+        rows (a series is written only where it changes, with both ends of an unchanged
+        span). A series that saw less than half of the window has none of it."""
+        if self.cpu_rows.height == 0:
+            return {}
+        rows = _within(self.cpu_rows, window)
+        out = {}
+        for host in sorted(rows["host"].unique().to_list()):
+            got = _cpu(rows, host)
+            if got:
+                out[str(host)] = got
+        return out
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -68,6 +86,31 @@ class HostMetrics:
             "hosts": self.hosts,
             "ranks": {str(k): v for k, v in self.ranks.items()},
         }
+
+
+def _within(rows: pl.DataFrame, window: tuple[int, int]) -> pl.DataFrame:
+    """``rows`` (counter samples) of each series that saw at least half of ``window``
+    (ns), cut to the part it saw: its rows inside, and its value at each end read
+    linearly between the rows around it (a cumulative counter grows evenly between two
+    samples; a gauge holds). Shares are of the span, so the part stands for the whole."""
+    keys = ["host", "source", "device", "counter"]
+    parts = []
+    for _key, series in rows.sort("time_ns").group_by(keys, maintain_order=True):
+        t = series["time_ns"].to_numpy()
+        if len(t) < 2:
+            continue
+        # the part of the window the series saw; at least half of it, or none
+        t0, t1 = max(window[0], int(t[0])), min(window[1], int(t[-1]))
+        if 2 * (t1 - t0) < window[1] - window[0]:
+            continue
+        v = series["value"].to_numpy().astype(np.float64)
+        inside = series.filter(pl.col("time_ns").is_between(t0, t1, closed="none"))
+        ends = series.head(2).with_columns(
+            time_ns=pl.Series([t0, t1]).cast(series["time_ns"].dtype),
+            value=pl.Series(np.interp([t0, t1], t, v)).cast(series["value"].dtype),
+        )
+        parts.append(pl.concat([ends.head(1), inside, ends.tail(1)]))
+    return pl.concat(parts) if parts else rows.clear()
 
 
 def _series(counters: pl.DataFrame, source: str, counter: str) -> pl.DataFrame:
@@ -503,4 +546,5 @@ def host_metrics(
         host = str(meta[r].get("host"))
         if pci and pci in summary.get(host, {}).get("gpus", {}):
             loc["gpu_state"] = summary[host]["gpus"][pci]
-    return HostMetrics(window_ns, nic, windows, summary, ranks)
+    cpu_rows = counters.filter(pl.col("source").is_in(["cpu", "cgroup"]))
+    return HostMetrics(window_ns, nic, windows, summary, ranks, cpu_rows)

@@ -318,6 +318,22 @@ def cpu_starvation(hosts: Sequence[str]) -> tuple[str, ...]:
     )
 
 
+def cpu_machine(hosts: Sequence[str]) -> tuple[str, ...]:
+    """The job's ranks wait for a CPU on every host alike, or the starved host moves:
+    the machine's share of CPUs, not one host."""
+    return (
+        f"Run fewer ranks per core: the job's ranks (and what else runs on "
+        f"{', '.join(hosts)}) want more CPUs than the machine has; no one host is the "
+        "cause.",
+        "Pin each rank's threads to cores of its own (taskset, numactl, the launcher's "
+        "CPU binding) and reduce the threads each rank runs (OMP_NUM_THREADS, "
+        "torch.set_num_threads, data-loader workers) to the cores it has.",
+        "Find the other work on the machine that takes the CPUs (top, the container's "
+        "CPU share) and move it.",
+        "The late rank moves from host to host: excluding a node does not help.",
+    )
+
+
 def locality_variance(local_rank: int) -> tuple[str, ...]:
     """One local rank slow on most nodes: its placement."""
     return (
@@ -369,6 +385,20 @@ def slow_link(nodes: Sequence[str]) -> tuple[str, ...]:
         "and drops, a bad cable or port, other traffic through the same NIC.",
         "Run syncpace bench with the pair matrix to see which pair is slow.",
         "Move the job off the slow host or link; rings place it in every step.",
+    )
+
+
+def slow_fabric(nodes: Sequence[str]) -> tuple[str, ...]:
+    """Collectives ending late on hosts that change, or on every host: no one link."""
+    return (
+        "No one host's link stands out: collectives end late on hosts that change, or "
+        f"on every host ({', '.join(nodes)}) alike; do not move the job off one host.",
+        "Run syncpace bench with the pair matrix: if every pair reaches the links' "
+        "rate, the transfers are slowed by the job's side (CPU for the threads that "
+        "drive them, other work on the machine), not the fabric.",
+        "If every pair is slow alike, the fabric's capacity (switch, oversubscription, "
+        "other jobs' traffic) is what the job's transfers get: fewer, larger transfers "
+        "or more overlap help more than any one link.",
     )
 
 

@@ -25,7 +25,7 @@ import numpy as np
 import polars as pl
 
 from syncpace.analysis import costs
-from syncpace.analysis.detectors import advice, cpu, device
+from syncpace.analysis.detectors import advice, cpu, device, halves
 from syncpace.analysis.detectors.context import (
     Context,
     confidence_of,
@@ -53,7 +53,7 @@ def rank_compute(ctx: Context, half: int | None = None) -> pl.DataFrame:
         assert prog is not None
         per = (
             pl.DataFrame({"rank": prog.rank, "step": prog.step, "gap": prog.gap})
-            .filter(_in_half(ctx, prog.steps, half))
+            .filter(halves.in_half(prog.steps, half))
             .group_by("rank", "step")
             .agg(compute=pl.col("gap").sum())
         )
@@ -114,16 +114,6 @@ def _t_of(values: pl.Expr) -> pl.Expr:
     )
 
 
-def _in_half(ctx: Context, steps: Any, half: int | None) -> pl.Expr:
-    """The rows of ``half`` of the run's steps (all rows for None)."""
-    if half is None:
-        return pl.lit(True)
-    ordered = np.unique(np.asarray(steps))
-    middle = len(ordered) // 2
-    chosen = ordered[:middle] if half == 0 else ordered[middle:]
-    return pl.col("step").is_in(chosen.tolist())
-
-
 def late_ranks(ctx: Context) -> list[int]:
     """Stragglers: ranks late by their own doing (:func:`late_in`) over the whole run
     and in each of its halves. A rank late in one half only is not persistent: the
@@ -142,10 +132,7 @@ def late_ranks(ctx: Context) -> list[int]:
 def stable_late(ctx: Context) -> list[int]:
     """The stragglers late by the margin over the run and in each of its halves (runs
     too short to halve judged whole)."""
-    if len(_steps(ctx)) < 4:
-        return late_in(ctx)
-    first, second = late_by_half(ctx)
-    return sorted(set(late_in(ctx)) & set(first) & set(second))
+    return halves.in_each_half(ctx, lambda half: late_in(ctx, half))
 
 
 def typical_mean_excess(ctx: Context) -> float:
@@ -193,7 +180,7 @@ def _steady(ctx: Context) -> list[int]:
 
     def compute() -> list[int]:
         th = ctx.thresholds
-        if ctx.program is None or ctx.iteration_ns <= 0 or len(_steps(ctx)) < 8:
+        if ctx.program is None or ctx.iteration_ns <= 0 or len(halves.steps(ctx)) < 8:
             return []
         measured = cpu.rank_waits(ctx)
         rc = rank_compute(ctx)
@@ -225,12 +212,6 @@ def changing_late(ctx: Context) -> list[int]:
     return sorted(anywhere - set(late_ranks(ctx)))
 
 
-def _steps(ctx: Context) -> np.ndarray:
-    if ctx.program is not None:
-        return np.unique(ctx.program.steps)
-    return np.unique(ctx.metrics.rank_step["step"].to_numpy())
-
-
 def late_in(ctx: Context, half: int | None = None) -> list[int]:
     """Ranks that are slow by their own doing, over the run or ``half`` of it: with a
     replay, their compute excess exceeds the fast half of the ranks' by
@@ -253,7 +234,7 @@ def late_in(ctx: Context, half: int | None = None) -> list[int]:
         late = rc.filter(pl.col("excess_ns") - typical >= need)
         return sorted(late["rank"].to_list())
     rs = ctx.metrics.rank_step.drop_nulls("lateness_ns")
-    rs = rs.filter(_in_half(ctx, _steps(ctx), half))
+    rs = rs.filter(halves.in_half(halves.steps(ctx), half))
     per_rank = rs.group_by("rank").agg(lateness_p50_ns=pl.col("lateness_ns").median())
     if per_rank.height < 2:
         return []
@@ -388,11 +369,41 @@ def starvation(ctx: Context) -> Finding | None:
         if not hosts:
             return None
         late = _explained(ctx, hosts)
+        # a host is named only where it stands out in each half of the run; the late
+        # ranks of hosts that do not are the machine's, named on no host
+        named = {ctx.nodes_of([r])[0] for r in late}
+        placed = named & set(starved_places(ctx))
+        if named and not placed:
+            return cpu.machine_finding(ctx, late, late_by_half(ctx), late_removal(ctx, late))
+        late = [r for r in late if ctx.nodes_of([r])[0] in placed] if named else late
         apart = sorted(set(late_ranks(ctx)) - set(late))
         removal = late_removal(ctx, late)
         return cpu.finding(ctx, hosts, late, late_by_half(ctx), removal, apart)
 
     return ctx.memo("starvation", compute)
+
+
+def starved_places(ctx: Context) -> list[str]:
+    """The hosts a CPU starvation finding may name: those whose CPU evidence stands
+    out over the run and in each of its halves (:func:`halves.in_each_half`): their
+    own counters beyond the job's hosts not starved (:func:`cpu.stands_out`; beyond
+    every other host where all are; a one-host job by its own counters alone), or
+    their ranks' own waiting beyond every other host's ranks'
+    (:func:`cpu.ranks_stand_out`). A half the host counters do not cover (a host's
+    series seeing less than half of it: a sampler slower than the run's halves) is
+    judged as the whole run."""
+    every = ctx.metrics.placement["node"].unique().sort().to_list()
+
+    def judge(half: int | None) -> set[str]:
+        if half is not None and not cpu.covered(ctx, every, half):
+            half = None  # no counters of this half: it says nothing apart from the run
+        # beyond the hosts not starved on their own counters (every other host where
+        # all are): hosts starved alike beside fed ones stand out together
+        fed = [n for n in every if n not in cpu.starved_hosts(ctx, every, half)]
+        out = {n for n in every if cpu.stands_out(ctx, n, fed or every, half)}
+        return out | {n for n in every if cpu.ranks_stand_out(ctx, n, half)}
+
+    return halves.in_each_half(ctx, judge)
 
 
 def _explained(ctx: Context, hosts: dict[str, Any]) -> list[int]:
@@ -435,7 +446,10 @@ def _explained(ctx: Context, hosts: dict[str, Any]) -> list[int]:
 def _taken(ctx: Context) -> set[int]:
     """The ranks the starvation finding speaks for."""
     hungry = starvation(ctx)
-    return set(hungry.ranks) if hungry is not None else set()
+    if hungry is None:
+        return set()
+    # the machine's finding names no rank but speaks for the late ranks it explains
+    return set(hungry.ranks) | set(hungry.evidence.get("late_ranks") or ())
 
 
 def stragglers_and_locality(ctx: Context) -> list[Finding]:
@@ -476,7 +490,7 @@ def _changing(ctx: Context) -> Finding | None:
 
 
 def _half_steps(ctx: Context) -> tuple[list[int], list[int]]:
-    ordered = _steps(ctx).tolist()
+    ordered = halves.steps(ctx).tolist()
     return ordered[: len(ordered) // 2], ordered[len(ordered) // 2 :]
 
 
@@ -496,8 +510,8 @@ def late_removal(ctx: Context, ranks: list[int]) -> Any:
     steps = _half_steps(ctx)
 
     def change(p: Any) -> Change:
-        halves = zip((first, second), steps, strict=True)
-        parts = [cf.without_excess(p, late, s) for late, s in halves if late]
+        both = zip((first, second), steps, strict=True)
+        parts = [cf.without_excess(p, late, s) for late, s in both if late]
         if fed:
             parts.append(cf.without_wait(p, waited))
         rest = [r for r in ranks if r not in first and r not in second and r not in fed]

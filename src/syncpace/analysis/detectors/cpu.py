@@ -21,25 +21,54 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from syncpace.analysis.detectors import advice
+from syncpace.analysis.detectors import advice, halves
 from syncpace.analysis.detectors.context import Context, confidence_of, ms
 from syncpace.analysis.findings import Finding
 from syncpace.analysis.replay import Change
 from syncpace.analysis.replay import counterfactuals as cf
 
 
-def starved_hosts(ctx: Context, nodes: Sequence[str]) -> dict[str, dict[str, Any]]:
-    """Of ``nodes``, the hosts starved of CPU on their own evidence: their CPU limit
-    held the job's ranks throttled for at least ``cpu_throttle_share`` of the sampled
-    span, or their sampled rank's threads waited for a CPU at least ``cpu_wait_share``
-    of the time they could run."""
+def host_cpu(ctx: Context, half: int | None = None) -> dict[str, dict[str, Any]]:
+    """Per host, its CPU summary (``hostcounters``: waiting and throttled shares, each
+    rank measured on its own) over the run, or over ``half`` of it (0, 1) alone."""
     hosts = ctx.metrics.hosts
     if hosts is None:
         return {}
+    if half is None:
+        return {n: (h.get("cpu") or {}) for n, h in hosts.hosts.items()}
+
+    def compute() -> dict[str, dict[str, Any]]:
+        span = halves.window(ctx, half)
+        return hosts.cpu_within(span) if span is not None else {}
+
+    return ctx.memo(f"host_cpu:{half}", compute)
+
+
+def covered(ctx: Context, nodes: Sequence[str], half: int) -> bool:
+    """Whether the host counters measured every host of ``nodes`` over ``half`` of the
+    run: its waiting (or its throttling) and, where the run measured its ranks on
+    their own, theirs."""
+    whole, part = host_cpu(ctx), host_cpu(ctx, half)
+    for node in nodes:
+        have, had = part.get(node) or {}, whole.get(node) or {}
+        for key in ("job_wait_share", "throttled_share", "ranks"):
+            if key in had and key not in have:
+                return False
+    return True
+
+
+def starved_hosts(
+    ctx: Context, nodes: Sequence[str], half: int | None = None
+) -> dict[str, dict[str, Any]]:
+    """Of ``nodes``, the hosts starved of CPU on their own evidence: their CPU limit
+    held the job's ranks throttled for at least ``cpu_throttle_share`` of the sampled
+    span, or their sampled rank's threads waited for a CPU at least ``cpu_wait_share``
+    of the time they could run; over the run or ``half`` of it."""
     th = ctx.thresholds
+    by_host = host_cpu(ctx, half)
     out = {}
     for node in nodes:
-        cpu = (hosts.hosts.get(node) or {}).get("cpu") or {}
+        cpu = by_host.get(node) or {}
         wait = cpu.get("job_wait_share") or 0.0
         share = cpu.get("throttled_share") or 0.0
         if share >= th.cpu_throttle_share or wait >= th.cpu_wait_share:
@@ -47,30 +76,29 @@ def starved_hosts(ctx: Context, nodes: Sequence[str]) -> dict[str, dict[str, Any
     return out
 
 
-def rank_waits(ctx: Context) -> dict[int, float]:
-    """Each rank measured on its own: the share of the sampled span its main thread
-    waited for a CPU (ns per ns); empty where the sampler measured no rank alone.
-    Read once a run: every late rank's judgement asks for it."""
+def rank_waits(ctx: Context, half: int | None = None) -> dict[int, float]:
+    """Each rank measured on its own: the share of the sampled span (of the run or
+    ``half`` of it) its main thread waited for a CPU (ns per ns); empty where the
+    sampler measured no rank alone. Read once a run: every late rank's judgement asks
+    for it."""
 
     def compute() -> dict[int, float]:
-        hosts = ctx.metrics.hosts
-        if hosts is None:
-            return {}
         out: dict[int, float] = {}
-        for summary in hosts.hosts.values():
-            for rank, entry in ((summary.get("cpu") or {}).get("ranks") or {}).items():
+        for summary in host_cpu(ctx, half).values():
+            for rank, entry in (summary.get("ranks") or {}).items():
                 if "main_wait_rate" in entry and str(rank).isdigit():
                     out[int(rank)] = float(entry["main_wait_rate"])
         return out
 
-    return ctx.memo("rank_waits", compute)
+    return ctx.memo(f"rank_waits:{half}", compute)
 
 
-def extra_wait_ns(ctx: Context, rank: int) -> float | None:
+def extra_wait_ns(ctx: Context, rank: int, half: int | None = None) -> float | None:
     """How much longer per iteration ``rank``'s main thread waited for a CPU than the
-    faster half of the measured ranks' (the median of those at or below the median);
-    None where it, or no other rank, was measured on its own."""
-    waits = rank_waits(ctx)
+    faster half of the measured ranks' (the median of those at or below the median),
+    over the run or ``half`` of it; None where it, or no other rank, was measured on
+    its own."""
+    waits = rank_waits(ctx, half)
     if rank not in waits or len(waits) < 2:
         return None
     values = sorted(waits.values())
@@ -79,18 +107,19 @@ def extra_wait_ns(ctx: Context, rank: int) -> float | None:
     return (waits[rank] - base) * ctx.iteration_ns
 
 
-def stands_out(ctx: Context, node: str, others: Sequence[str]) -> bool:
+def stands_out(ctx: Context, node: str, others: Sequence[str], half: int | None = None) -> bool:
     """Whether ``node`` is starved beyond the hosts ``others`` (those of the ranks on
     time): its throttled share, or its waiting share, past its threshold and above
-    theirs by that threshold again. Hosts starved alike cannot explain why one host's
-    ranks are late and the others' are not; with no other host, its own evidence does."""
-    hosts = ctx.metrics.hosts
-    if hosts is None:
+    theirs by that threshold again (over the run or ``half`` of it). Hosts starved
+    alike cannot explain why one host's ranks are late and the others' are not; with no
+    other host, its own evidence does."""
+    by_host = host_cpu(ctx, half)
+    if not by_host:
         return False
     th = ctx.thresholds
 
     def shares(name: str) -> tuple[float, float]:
-        cpu = (hosts.hosts.get(name) or {}).get("cpu") or {}
+        cpu = by_host.get(name) or {}
         return cpu.get("throttled_share") or 0.0, cpu.get("job_wait_share") or 0.0
 
     throttled, wait = shares(node)
@@ -100,6 +129,27 @@ def stands_out(ctx: Context, node: str, others: Sequence[str]) -> bool:
     return (
         throttled >= th.cpu_throttle_share and throttled >= most_throttled + th.cpu_throttle_share
     ) or (wait >= th.cpu_wait_share and wait >= most_wait + th.cpu_wait_share)
+
+
+def ranks_stand_out(ctx: Context, node: str, half: int | None = None) -> bool:
+    """Whether the ranks of ``node`` measured on their own waited for a CPU, on
+    average, beyond the ranks of every other host of the job (their average, host by
+    host) by at least ``warning_cost`` of the time (over the run or ``half`` of it):
+    waiting that alone could cost the reporting threshold of each iteration, on that
+    host and not the others. On a machine whose ranks all wait, the host that waited
+    most moves from host to host (measured on healthy drawn jobs: at most 0.04 beyond
+    the next host); a host capped below its ranks' needs waits 0.11-0.3 beyond."""
+    waits = rank_waits(ctx, half)
+    place = ctx.metrics.placement
+    by_host: dict[str, list[float]] = {}
+    for rank, host in zip(place["rank"].to_list(), place["node"].to_list(), strict=True):
+        if rank in waits:
+            by_host.setdefault(str(host), []).append(waits[rank])
+    if node not in by_host or len(by_host) < 2:
+        return False
+    mean = {h: float(np.mean(v)) for h, v in by_host.items()}
+    rest = max(v for h, v in mean.items() if h != node)
+    return mean[node] - rest >= ctx.thresholds.warning_cost
 
 
 def note(node: str, cpu: dict[str, Any], th: Any) -> str:
@@ -239,6 +289,67 @@ def finding(
             **evidence(starved),
         },
         actions=advice.cpu_starvation(list(starved)),
+    )
+
+
+def machine_finding(
+    ctx: Context,
+    late: Sequence[int],
+    by_half: tuple[list[int], list[int]],
+    removal: Any,
+) -> Finding | None:
+    """CPU starvation of the machine, not of a host: the job's late ranks wait for a
+    CPU, but no host stands out beyond the others in each half of the run (every host
+    waits alike, or the starved place moves from host to host). Names no host and no
+    rank: a user told "h1 is starved" acts on h1, and the next run names h2. Its cost
+    is the same replay as a host's (the late ranks fed), the transfers at what the
+    links allow only where some host of the job is not starved; its severity the
+    shared rule on that saving."""
+    if not late:
+        return None
+    th = ctx.thresholds
+    every = sorted(ctx.metrics.placement["node"].unique().to_list())
+    replay = fed(ctx, list(late), removal, peers_fed(ctx, list(starved_hosts(ctx, every))))
+    cost = replay.saving if replay is not None else 0.0
+    by_host = host_cpu(ctx)
+    shares = {
+        n: by_host[n]["job_wait_share"] for n in every if "job_wait_share" in (by_host.get(n) or {})
+    }
+    said = ", ".join(f"{n} {v:.0%}" for n, v in shares.items())
+    where = (
+        f"the job's ranks wait for a CPU on every host ({said} of the time they could run)"
+        if len(shares) == len(every) and all(v >= th.cpu_wait_share for v in shares.values())
+        else "the job's late ranks waited for a CPU"
+    )
+    first, second = (sorted(set(h) & set(late)) for h in by_half)
+    hosts_of = {r: ctx.nodes_of([r])[0] for r in late}
+
+    def at(ranks: list[int]) -> str:
+        if not ranks:
+            return "none"
+        return f"{_names(ranks)} ({', '.join(sorted({hosts_of[r] for r in ranks}))})"
+
+    return ctx.finding(
+        "cpu_starvation",
+        cost,
+        confidence_of(max(shares.values(), default=0.0), th.cpu_wait_share),
+        f"CPU starvation of the machine, not of one host: {where}; the late ranks were "
+        f"{at(first)} in the first half of the run, {at(second)} in the second, and no "
+        f"host stands out beyond the others in both halves; with the CPU they need each "
+        f"iteration would be {cost:.1%} shorter",
+        replay=replay,
+        ranks=(),
+        nodes=tuple(every),
+        evidence={
+            "placed": False,
+            "late_ranks": sorted(late),
+            "late_ranks_first_half": first,
+            "late_ranks_second_half": second,
+            "late_hosts": {str(r): h for r, h in sorted(hosts_of.items())},
+            "cpu_wait_share_by_host": shares,
+            "iteration_ms": ms(ctx.iteration_ns),
+        },
+        actions=advice.cpu_machine(every),
     )
 
 

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from syncpace.analysis.detectors import advice, cpu, foreign, nominal
+from syncpace.analysis.detectors import advice, cpu, fabricwide, foreign, halves, nominal
 from syncpace.analysis.detectors.arrival import fast_half, fast_noise
 from syncpace.analysis.detectors.context import Context, ms
 from syncpace.analysis.detectors.overlap import overlap_fix
@@ -100,10 +100,11 @@ def _cross_ids(ctx: Context) -> np.ndarray:
     return inst.select(cross_node(ctx)).to_series().to_numpy()
 
 
-def transfer_lags(ctx: Context) -> pl.DataFrame:
+def transfer_lags(ctx: Context, half: int | None = None) -> pl.DataFrame:
     """Per rank: ``lag_ns``, the median over cross-node collectives of how long after
     the fast half of their members it saw them end (ring positions next to a slow link
-    end last), and the run's ``noise_ns``. Empty without a replay."""
+    end last), and the run's ``noise_ns``; over the run or ``half`` of its steps.
+    Empty without a replay."""
 
     def compute() -> pl.DataFrame:
         prog = ctx.program
@@ -117,9 +118,20 @@ def transfer_lags(ctx: Context) -> pl.DataFrame:
         seen &= cross[np.where(prog.inst >= 0, prog.inst, 0)]
         if not seen.any():
             return empty
-        frame = pl.DataFrame(
-            {"rank": prog.rank[seen], "inst": prog.inst[seen], "delta": prog.delta[seen]}
-        ).unique(["rank", "inst"])
+        frame = (
+            pl.DataFrame(
+                {
+                    "rank": prog.rank[seen],
+                    "inst": prog.inst[seen],
+                    "delta": prog.delta[seen],
+                    "step": prog.step[seen],
+                }
+            )
+            .filter(halves.in_half(prog.steps, half))
+            .unique(["rank", "inst"])
+        )
+        if frame.height == 0:
+            return empty
         frame = frame.with_columns(
             late=pl.col("delta") - fast_half(pl.col("delta")).over("inst"),
             mid=pl.col("delta").median().over("inst"),
@@ -134,7 +146,7 @@ def transfer_lags(ctx: Context) -> pl.DataFrame:
             .sort("rank")
         )
 
-    return ctx.memo("transfer_lags", compute)
+    return ctx.memo(f"transfer_lags:{half}", compute)
 
 
 #: A rank sits next to a slow link when its collectives end late in this share of them.
@@ -143,7 +155,7 @@ PERSISTENT = 0.8
 SECOND_LINK = 0.5
 
 
-def lagging_ranks(ctx: Context) -> list[int]:
+def lagging_ranks(ctx: Context, half: int | None = None) -> list[int]:
     """Ranks whose cross-node collectives end later than the others' by
     ``lag_min_share`` of the iteration and three times the run's noise (the median of
     their lags), persistently (by half that in 80 % of them): a slow link next to them.
@@ -153,8 +165,9 @@ def lagging_ranks(ctx: Context) -> list[int]:
     collectives sits next to a second one: with two slow links in a ring, each
     collective ends at the slower of the two paths, so the second link's end is last
     in fewer of them (measured: both leaf uplinks of a leaf-spine at a quarter of the
-    hosts' rate, 100 % and 74 %). Without the first, such a rank is contention's."""
-    lags = transfer_lags(ctx)
+    hosts' rate, 100 % and 74 %). Without the first, such a rank is contention's.
+    Over the run, or ``half`` of it."""
+    lags = transfer_lags(ctx, half)
     if lags.height < 2 or ctx.iteration_ns <= 0:
         return []
     noise = float(lags["noise_ns"][0])
@@ -429,11 +442,19 @@ def slow_link(ctx: Context) -> list[Finding]:
     # transfer crosses both host links, and the ring's last hop decides who lags)
     rates = host_link_rates(ctx.metrics.run, run_window(ctx.metrics.rank_steps))
     fastest = max(rates.values(), default=0.0)
-    slower = {h: r for h, r in rates.items() if r < th.slow_link_rate_share * fastest}
+    slower = _slower_links(ctx, rates)
     lagging = late
     on_slower = cpu.ranks_on(ctx, list(slower))
     if on_slower:
         late = on_slower
+    every = sorted(set(ctx.metrics.placement["node"].to_list()))
+    at = set(ctx.nodes_of(late))
+    # a host is named only where it stands out in each half of the run, and a slow
+    # link on every host at once is no host's: the fabric's, or the job's transfers
+    if not at <= set(slow_places(ctx)) or (at == set(every) and not slower):
+        change = _fabric_lag_fixed(ctx, lagging)
+        by_half = (lagging_ranks(ctx, 0), lagging_ranks(ctx, 1))
+        return [fabricwide.finding(ctx, lagging, by_half, rates, change)]
     lags = transfer_lags(ctx).filter(pl.col("rank").is_in(lagging))
     label = ",".join(map(str, late))  # the counterfactual's name
     named = ", ".join(map(str, late))  # as every text names ranks
@@ -488,6 +509,37 @@ def slow_link(ctx: Context) -> list[Finding]:
             actions=advice.slow_link(nodes),
         )
     ]
+
+
+def _slower_links(ctx: Context, rates: dict[str, float]) -> dict[str, float]:
+    """The hosts whose own link the counters show set below ``slow_link_rate_share``
+    of the fastest host link's rate (``rates``: bit/s by host)."""
+    fastest = max(rates.values(), default=0.0)
+    share = ctx.thresholds.slow_link_rate_share
+    return {h: r for h, r in rates.items() if r < share * fastest}
+
+
+def slow_places(ctx: Context) -> list[str]:
+    """The hosts a slow link finding may name: over the run and in each of its halves
+    alone (:func:`halves.in_each_half`), those whose own link the counters show set
+    slower than the others' over it, else (no counters there, or none slower) the
+    hosts of the ranks lagging in it (:func:`lagging_ranks`)."""
+
+    def judge(half: int | None) -> set[str]:
+        rates = host_link_rates(ctx.metrics.run, halves.window(ctx, half))
+        slower = _slower_links(ctx, rates)
+        if slower:
+            return set(slower)
+        return set(ctx.nodes_of(lagging_ranks(ctx, half)))
+
+    return halves.in_each_half(ctx, judge)
+
+
+def _fabric_lag_fixed(ctx: Context, lagging: list[int]) -> Any:
+    """Collectives ending at ``lagging`` with the others', nothing more: with no host's
+    link slower than the others' the links' capacity is no baseline of this cause (the
+    generic row, every link at the rate, holds what the transfers lose beyond it)."""
+    return lambda p: cf.exits_aligned(p, lagging)
 
 
 def _slow_link_fixed(ctx: Context, late: list[int]) -> Any:
