@@ -18,6 +18,10 @@ CPU seconds is not run and says so.
     python benchmarks/tier_check.py --out runs/tier_check [--nodes 16,32,64]
         [--oversub 1,4] [--steps 20] [--samples 2] [--settle 0.2] [--span 0.2]
 
+``--packet-from FILE`` takes the packet tier's rows from an earlier run's
+``tier_check.json`` where it has the point, so a change to the fast tiers is measured
+against the same ns-3 runs without running them again.
+
 ``--speed TIERS`` measures instead each tier's speed on the reference scenario
 (examples/scenarios/reference_study.toml, ``--steps`` iterations, unpaced arm only):
 nodes doubled from 4 until a run takes more than a minute of CPU (ns-3 included), with
@@ -72,6 +76,17 @@ def config(nodes: int, oversub: float, greedy: bool, tier: str, args: argparse.N
     )
     data["run"].update(steps=args.steps, warmup=min(5, args.steps - 1))
     return from_dict(data, source=str(JOB)).config
+
+
+def reference_rows(path: Path | None) -> dict[tuple[float, int, bool], dict]:
+    """An earlier run's rows by point, for their packet tier; empty without ``path``."""
+    if path is None:
+        return {}
+    try:
+        rows = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise SystemExit(f"{path}: not a tier_check.json ({err})") from None
+    return {(float(r["oversub"]), int(r["nodes"]), bool(r["greedy"])): r for r in rows}
 
 
 def cpu_s() -> float:
@@ -228,6 +243,12 @@ def main() -> int:
     parser.add_argument("--packet-budget", type=float, default=1800.0, help="CPU s per point")
     parser.add_argument("--speed", help="measure these tiers' speed instead, e.g. analytical,flow")
     parser.add_argument("--max-nodes", type=int, default=1 << 14)
+    parser.add_argument(
+        "--packet-from",
+        type=Path,
+        help="an earlier run's tier_check.json: its packet rows stand in for ns-3 at the "
+        "same points (the fast tiers simulated again against the same reference)",
+    )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     if args.speed:
@@ -241,6 +262,7 @@ def main() -> int:
     ]
     rows: list[dict] = []
     console = Console()
+    earlier = reference_rows(args.packet_from)
     with Progress(console=console) as progress:
         task = progress.add_task("tier check", total=len(points) * len(TIERS))
         for oversub, nodes, greedy in points:
@@ -248,6 +270,12 @@ def main() -> int:
             for tier in TIERS:
                 progress.update(task, description=f"{nodes} nodes o{oversub:g} {tier}")
                 cfg = config(nodes, oversub, greedy, tier, args)
+                known = earlier.get((oversub, nodes, greedy), {})
+                if tier == "packet" and "packet" in known:
+                    row.update({k: known[k] for k in ("packet", "packet_estimate_cpu_s")})
+                    row["packet_from"] = str(args.packet_from)
+                    progress.advance(task)
+                    continue
                 if tier == "packet":
                     row["packet_estimate_cpu_s"] = estimate_packet_cpu_s(cfg)
                     if row["packet_estimate_cpu_s"] > args.packet_budget:

@@ -35,11 +35,16 @@ LEAFSPINE = dict(
 RAILS = dict(kind="switch", nodes=4, gpus_per_node=2, nics_per_node=2)
 
 
-def durations(topo_kw: dict, flows: tuple[str, ...], op: str = "all_reduce") -> tuple[float, float]:
-    """(analytical, flow-level) seconds of one 64 MiB ``op`` (ring, no α)."""
+def durations(
+    topo_kw: dict, flows: tuple[str, ...], op: str = "all_reduce", standing_queue: bool = False
+) -> tuple[float, float]:
+    """(analytical, flow-level) seconds of one 64 MiB ``op`` (ring, no α); the bandwidth
+    share alone unless ``standing_queue`` (tests/sim/test_standing.py has the queues)."""
     topo = Topology(TopologySpec(**topo_kw))
     p = plan(op, "ring", 64 << 20, np.arange(topo.spec.world_size), topo.spec.gpus_per_node)
-    spec = NetworkSpec(algorithm="ring", alpha_us=0.0, background_flows=flows)
+    spec = NetworkSpec(
+        algorithm="ring", alpha_us=0.0, background_flows=flows, standing_queue=standing_queue
+    )
     analytical = AnalyticalNetwork(topo, spec, 1, 0).durations([p])[0, 0]
     return float(analytical), FlowNetwork(topo, spec, 0).run(p, 0.0, 0)
 
@@ -80,6 +85,9 @@ def test_a_flow_off_the_collective_leaves_it_unchanged(flows) -> None:
     """A broadcast chain 0->1->2->3 never uses node 3's nic_up nor node 0's nic_dn."""
     base = durations(SWITCH, (), op="broadcast")
     assert durations(SWITCH, flows, op="broadcast") == pytest.approx(base, rel=1e-9)
+    # nor the queue a greedy flow keeps in front of node 3's nic_up
+    queued = durations(SWITCH, flows, op="broadcast", standing_queue=True)
+    assert queued == pytest.approx(base, rel=1e-9)
     assert durations(SWITCH, ("2->3",), op="broadcast")[0] > 1.5 * base[0]  # on the chain: slower
 
 

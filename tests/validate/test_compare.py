@@ -107,10 +107,20 @@ def test_background_flows_map_hosts_to_nodes_and_udp_to_its_wire_share(share, fl
     assert point.background_flows == expected
 
 
-@pytest.mark.parametrize(("share", "factor"), [(0.0, 2.0), (0.5, 1 / (1 - 0.5 * 1442 / 1400))])
-def test_a_flow_into_a_ranks_host_slows_its_simulated_transfers(share, factor):
+# A greedy flow out of h1 with no congestion control recorded: loss-based by default,
+# it keeps h1's 80 Mbit/s queue full, 50 ms of the rate plus the tbf bucket (5 ms of it),
+# and each of the ring's 6 steps crosses it once (ring flow h1->h2).
+QUEUE_MS = 6 * (50 + 5)
+
+
+@pytest.mark.parametrize(
+    ("share", "factor", "queue_ms"),
+    [(0.0, 2.0, QUEUE_MS), (0.5, 1 / (1 - 0.5 * 1442 / 1400), 0.0)],
+)
+def test_a_flow_into_a_ranks_host_slows_its_simulated_transfers(share, factor, queue_ms):
     """On a 4-host star, a greedy flow h1->h0 halves the ring's rate (it shares h1's
-    and h0's links with the ring); a UDP flow at 50 % leaves its wire share's rest."""
+    and h0's links with the ring) and adds its standing queue to every ring step; a UDP
+    flow at 50 % leaves its wire share's rest and no queue."""
     prof = compute_profile(_table([100.0] * 4, jitter=0.0))
     cal = Calibration(source="synthetic", alpha_us=0.0, bandwidth_gbps=0.01)
 
@@ -119,7 +129,7 @@ def test_a_flow_into_a_ranks_host_slows_its_simulated_transfers(share, factor):
         return sim_stats(simulate(sim_config(point, cal, prof, steps=30))).transfer_ms
 
     flowing = transfer(flows=(("h1", "h0"),), flow_share=share)
-    assert flowing == pytest.approx(factor * transfer(), rel=0.01)
+    assert flowing == pytest.approx(factor * transfer() + queue_ms, rel=0.01)
 
 
 def test_points_refuse_a_flow_share_of_the_whole_link():

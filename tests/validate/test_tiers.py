@@ -11,16 +11,18 @@ from __future__ import annotations
 import importlib.util
 import json
 import shutil
+from dataclasses import replace
 
 import pytest
 
 from syncpace.cli.main import main
 from syncpace.errors import ConfigError
 from syncpace.sim.calibrate import Calibration, ComputeProfile
+from syncpace.sim.engine import simulate
 from syncpace.validate.compare import Stats
 from syncpace.validate.grid import GRID
 from syncpace.validate.measured import Measured, load_measured, setup_json, tiers_of
-from syncpace.validate.model import Fabric, sim_config
+from syncpace.validate.model import Fabric, sim_config, sim_stats
 
 needs_ns3 = pytest.mark.skipif(
     shutil.which("g++") is None or importlib.util.find_spec("ns3") is None,
@@ -177,3 +179,26 @@ def test_a_congestion_control_the_hosts_cannot_run_is_refused_before_any_run(
     assert code == 2 and err.count("\n") == 1
     assert "'cubic' is available but not allowed in a network namespace" in err
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize(
+    ("cc", "tcp", "added_ms"),
+    # h1's queue behind greedy h1->h0 at β = 48.5 Mbit/s, 6 ring steps crossing it:
+    # reno fills the 50 ms queue and the tbf bucket (5 ms of the rate, above 15 kB); bbr
+    # keeps 7 ms of the rate
+    [("reno", "newreno", 6 * (50 + 5)), ("bbr", "bbr", 6 * 7)],
+)
+@pytest.mark.parametrize("tier", ["analytical", "flow"])
+def test_the_fast_tiers_take_the_hosts_congestion_control_for_the_standing_queue(
+    cc, tcp, added_ms, tier
+):
+    m = measured("star4-contended", cc)
+    cfg = sim_config(m.point, m.bench, m.profile, 40, tier=tier, fabric=m.fabric)
+    assert (cfg.network.packet_tcp, cfg.network.packet_queue_ms) == (tcp, 50.0)
+    assert cfg.network.packet_warm == 0  # the packet tier's own settings stay its own
+    share = replace(cfg, network=replace(cfg.network, standing_queue=False))
+    ring_ms = RING4_BYTES / (BETA_GBPS * 1e9) * 1e3
+    alone = sim_stats(simulate(share)).transfer_ms
+    queued = sim_stats(simulate(cfg)).transfer_ms
+    assert alone == pytest.approx(2 * ring_ms, rel=1e-3)
+    assert queued - alone == pytest.approx(added_ms, rel=1e-3)

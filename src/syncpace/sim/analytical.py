@@ -11,7 +11,9 @@ traffic is a two-state (on/off) Markov occupancy per switch uplink and iteration
 Persistent flows between the job's own nodes (``background_flows``) load NIC links as
 well as uplinks: a fixed-rate one takes its rate off the capacity of every link on its
 route (at least 5 % of a link stays); a greedy one counts as one more coflow of weight 1
-on every link of its route, so it takes its bottleneck share like the job's coflows do.
+on every link of its route, so it takes its bottleneck share like the job's coflows do,
+and keeps the queue of the link it saturates standing: each phase also pays its steps
+times the worst flow's waits in those queues (:mod:`syncpace.sim.standing`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import numpy as np
 
 from syncpace.sim.collectives import Phase, Plan
 from syncpace.sim.network import NetworkSpec, host_traffic, latency_s, phase_hashes
+from syncpace.sim.standing import standing_queues
 from syncpace.sim.topology import Topology
 
 _CHUNK = 64  # iterations per vectorised block: bounds memory at thousands of ranks
@@ -50,6 +53,7 @@ class AnalyticalNetwork:
         hosts = host_traffic(topo, spec)
         self.capacity = hosts.capacity  # the topology's own array when no flow is fixed-rate
         self.greedy = hosts.greedy_count()  # None without greedy flows: nothing to add
+        self.queues = standing_queues(topo, spec, hosts)  # None: nothing to wait for
         self.uplink_index = np.full(topo.n_links, -1, dtype=np.int64)
         self.uplink_index[topo.uplinks()] = np.arange(topo.uplinks().size)
 
@@ -64,7 +68,21 @@ class AnalyticalNetwork:
         for phase in plans[0].phases:
             out += latency_s(phase, self.topo, self.spec)
             out += self._seconds_per_unit(phase, k) * scale[None, :]
+            if self.queues is not None:
+                out += self._queue_s(phase, k)
         return out
+
+    def _queue_s(self, phase: Phase, buckets: int) -> np.ndarray | float:
+        """The phase's waits in greedy flows' standing queues: one figure on static
+        routes, (I, K) when every collective hashes its own."""
+        topo, queues = self.topo, self.queues
+        assert queues is not None
+        if topo.spec.ecmp != "per_collective":
+            return queues.phase_s(topo, phase, phase_hashes(topo, phase, 0)[0])
+        iters = self.bg.shape[0]
+        salts = np.arange(iters * buckets)
+        waits = [queues.phase_s(topo, phase, h) for h in phase_hashes(topo, phase, salts)]
+        return np.array(waits).reshape(iters, buckets)
 
     def _seconds_per_unit(self, phase: Phase, buckets: int) -> np.ndarray:
         """(I, K): time of the phase's transfer for the first plan's bytes."""

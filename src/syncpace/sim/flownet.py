@@ -11,7 +11,9 @@ Persistent flows between the job's own nodes (``background_flows``) load NIC lin
 well as uplinks: a fixed-rate one takes its rate off the capacity of every link on its
 route for the whole run (at least 5 % of a link stays); a greedy one is an entity of
 infinite size (weight 1 on every link of its route) present from time 0, sharing max-min
-with the job's coflows and other jobs' flows and never finishing.
+with the job's coflows and other jobs' flows and never finishing, and keeps the queue of
+the link it saturates standing: each phase also pays its steps times the worst flow's
+waits in those queues (:mod:`syncpace.sim.standing`), before its coflows start.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import numpy as np
 from syncpace.sim.collectives import Plan
 from syncpace.sim.flows import FluidNetwork, incidence
 from syncpace.sim.network import NetworkSpec, host_traffic, latency_s, phase_hashes
+from syncpace.sim.standing import standing_queues
 from syncpace.sim.topology import Topology
 
 _MIB = 1 << 20
@@ -33,6 +36,7 @@ class FlowNetwork:
         self.fluid = FluidNetwork(hosts.capacity.copy())
         for links in hosts.greedy:  # infinite demand: never finishes, never awaited
             self.fluid.add(0.0, links, np.ones(links.size), np.inf, "host")
+        self.queues = standing_queues(topo, spec, hosts)  # None: nothing to wait for
         self.rng = np.random.default_rng(np.random.SeedSequence([seed, 202]))
         self._bg_until = 0.0
         ups = topo.uplinks()
@@ -50,7 +54,10 @@ class FlowNetwork:
         self._advance(t)
         for phase in plan.phases:
             t += latency_s(phase, self.topo, self.spec)
-            routes = self.topo.route(phase.src, phase.dst, phase_hashes(self.topo, phase, salt)[0])
+            hashes = phase_hashes(self.topo, phase, salt)[0]
+            if self.queues is not None:
+                t += self.queues.phase_s(self.topo, phase, hashes)
+            routes = self.topo.route(phase.src, phase.dst, hashes)
             link, ent, weight, biggest = incidence(routes, phase.nbytes, phase.coflow)
             ids = set()
             for c in range(biggest.size):

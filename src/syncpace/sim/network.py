@@ -17,6 +17,10 @@ TCP_VARIANTS = ("cubic", "newreno", "bbr")
 SHAPERS = ("wire", "tbf")
 _FLOW = re.compile(r"\s*(\d+)\s*->\s*(\d+)\s*(?:@\s*(\S+?)\s*)?")
 _FLOW_SYNTAX = "expected 'SRC->DST' (greedy) or 'SRC->DST@F' (F of the NIC rate, 0 < F < 1)"
+#: ``Topology.route``'s columns of a flow between nodes in the order its packets cross
+#: them (NIC up, leaf up, pod up, pod down, leaf down, NIC down), without the far-GPU
+#: detours (columns 2 and 3: host traffic does not start at a GPU).
+PATH_ORDER = [0, 4, 6, 7, 5, 1]
 MIN_LEFT = 0.05  # share of a link fixed-rate traffic always leaves (on_load caps at 0.95)
 
 
@@ -76,14 +80,27 @@ class NetworkSpec:
     )
     packet_tcp: str = setting(
         "cubic",
-        "packet: TCP congestion control, cubic (Linux's default), newreno or bbr "
-        "(net.ipv4.tcp_congestion_control of the hosts modelled).",
+        "TCP congestion control, cubic (Linux's default), newreno or bbr "
+        "(net.ipv4.tcp_congestion_control of the hosts modelled): the packet tier runs it; "
+        "the fast tiers take from it how full greedy background_flows keep their queue.",
     )
     packet_delayed_ack: int = setting(
         2, "packet: segments per delayed ACK (2: Linux's default; 1: an ACK per segment)."
     )
     packet_queue_ms: float = setting(
-        50.0, "packet: each link's FIFO holds this much of its rate plus a tbf bucket."
+        50.0,
+        "Each link's FIFO holds this much of its rate plus a tbf bucket: the packet tier's "
+        "queues, and the most a greedy flow's standing queue holds in the fast tiers.",
+    )
+    standing_queue: bool = setting(
+        True,
+        "analytical, flow: a greedy background flow keeps the queue of the link it saturates "
+        "standing, and every job transfer crossing it waits its drain time per step.",
+    )
+    bbr_queue_ms: float = setting(
+        7.0,
+        "analytical, flow: the standing queue one greedy bbr flow keeps, in ms of its "
+        "bottleneck's rate (loss-based flows fill the queue up to their socket buffer).",
     )
     packet_shaper: str = setting(
         "wire",
@@ -125,6 +142,7 @@ class NetworkSpec:
             service_quantiles="(0, 1000]",
             packet_delayed_ack="[1, 64]",
             packet_queue_ms="(0, 10000]",
+            bbr_queue_ms="[0, 10000]",
             packet_mtu="[576, 9000]",
             packet_warm="[0, 100]",
             packet_samples="[1, 1000]",
@@ -180,7 +198,7 @@ class HostTraffic:
     and the links of every greedy flow."""
 
     capacity: np.ndarray  # (L,) bytes/s
-    greedy: list[np.ndarray]  # link ids of each greedy flow
+    greedy: list[np.ndarray]  # link ids of each greedy flow, in path order
 
     def greedy_count(self) -> np.ndarray | None:
         """(L,) number of greedy flows on each link, None when there are none."""
@@ -209,8 +227,7 @@ def host_traffic(topo: Topology, spec: NetworkSpec) -> HostTraffic:
     g = topo.spec.gpus_per_node
     src = np.array([f.src for f in flows], dtype=np.int64) * g
     dst = np.array([f.dst for f in flows], dtype=np.int64) * g
-    routes = topo.route(src, dst, topo.flow_hash(src, dst, 0))
-    routes[:, 2:4] = -1  # far_up / far_dn: a GPU's own detour to its NIC
+    routes = topo.route(src, dst, topo.flow_hash(src, dst, 0))[:, PATH_ORDER]
     nic = topo.spec.nic_gbps * GB
     fixed = np.zeros(topo.n_links)
     greedy = []

@@ -147,7 +147,9 @@ def sim_config(
     """The simulator set up for ``point`` from the bench fit and the measured compute,
     on ``tier``. The packet tier needs the ``fabric``: it sends TCP's own headers over
     links of the fabric's rate (β, which has paid them, would count them twice), shaped
-    as the fabric shapes them, with the congestion control its hosts ran."""
+    as the fabric shapes them, with the congestion control its hosts ran. The fast tiers
+    take the hosts' congestion control and queue from it too, for the standing queue of
+    a greedy flow (a congestion control the tiers do not model leaves the default)."""
     if bench.bandwidth_gbps is None:
         raise ConfigError(f"{bench.source}: the bench fit has no bandwidth")
     if tier not in TIERS:
@@ -156,6 +158,12 @@ def sim_config(
         raise ConfigError(f"{point.name}: the packet tier needs the fabric's rate and TCP")
     packet: dict[str, Any] = {}
     nic_gbps = bench.bandwidth_gbps
+    if fabric is not None and fabric.congestion_control in PACKET_TCP:
+        # the fast tiers' standing queue of a greedy flow: the hosts' TCP and queues
+        packet = {
+            "packet_tcp": PACKET_TCP[fabric.congestion_control],
+            "packet_queue_ms": fabric.queue_ms,
+        }
     if tier == "packet" and fabric is not None:
         nic_gbps = fabric.rate_bps / 8e9  # GB/s, as the topology counts
         packet = {
