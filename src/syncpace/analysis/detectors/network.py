@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from syncpace.analysis.detectors import advice, cpu, fabricwide, foreign, halves, nominal
+from syncpace.analysis.detectors import advice, counted, cpu, fabricwide, foreign, halves, nominal
 from syncpace.analysis.detectors.arrival import fast_half, fast_noise
 from syncpace.analysis.detectors.context import Context, ms
 from syncpace.analysis.detectors.overlap import overlap_fix
@@ -432,7 +432,9 @@ def slow_link(ctx: Context) -> list[Finding]:
     if not has_cross_node_group(ctx) or ctx.program is None:
         return []
     late = lagging_ranks(ctx)
-    if not late or contended_hosts(ctx, ctx.nodes_of(late)):
+    if not late:
+        return _counted_only(ctx)
+    if contended_hosts(ctx, ctx.nodes_of(late)):
         return []  # other flows on those hosts' links: contention, not a slow link
     if foreign_contention(ctx) is not None:
         return []  # other traffic on the links the job uses: contention's ranks ending late
@@ -509,6 +511,20 @@ def slow_link(ctx: Context) -> list[Finding]:
             actions=advice.slow_link(nodes),
         )
     ]
+
+
+def _counted_only(ctx: Context) -> list[Finding]:
+    """No rank lags, yet the counters show one host's link slower than its peers' and
+    busier against its own rate (:mod:`.counted`): every transfer of the ring crosses
+    it, so every rank waits alike. Other traffic on the links is contention's first."""
+    hosts = counted.places(ctx)
+    if not hosts or contended_hosts(ctx, hosts) or foreign_contention(ctx) is not None:
+        return []
+    traffic = link_traffic(ctx)
+    others = traffic.foreign if traffic is not None else {}
+    if any(h in (a, b) for h in hosts for a, b in (n.split(" ")[-1].split("→") for n in others)):
+        return []  # the link counters carry others' bytes on that host's link
+    return [counted.finding(ctx, hosts, _slow_link_fixed(ctx, cpu.ranks_on(ctx, hosts)))]
 
 
 def _slower_links(ctx: Context, rates: dict[str, float]) -> dict[str, float]:
