@@ -84,10 +84,14 @@ def test_a_slow_host_link_no_rank_lags_behind_is_named_from_the_counters(tmp_pat
     slow_ms = COMPUTE_MS + _at(PEER_BPS // SLOW) + AFTER_MS
     healthy_ms = COMPUTE_MS + _at(PEER_BPS) + AFTER_MS
     assert found.cost == pytest.approx(1 - healthy_ms / slow_ms, abs=0.01)
+    # the bytes' own time at the peers' rate is bandwidth's, the rest the link's: each
+    # claimed once
+    (bandwidth,) = [f for f in analyze(path).findings if f.mode == "bandwidth_bound"]
+    assert bandwidth.cost == pytest.approx(_at(PEER_BPS) / slow_ms, abs=0.01)
     assert found.severity == Severity.CRITICAL
     assert found.summary.startswith("host link of h0 set to 1.25 Gbit/s")
     assert "the other hosts' links at 5 Gbit/s" in found.summary
-    assert "every rank waits alike" in found.summary
+    assert "every rank waits alike; ranks 0, 1 (h0) behind it" in found.summary
     assert "at the hosts' link rate, 5 Gbit/s" in found.summary
 
 

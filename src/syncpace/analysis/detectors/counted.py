@@ -87,7 +87,8 @@ def finding(ctx: Context, hosts: list[str], change: Any) -> Finding:
         0.75,
         f"{words}; the other hosts' links at {rate_words(max(peers.values()) / 8e9)}, at most "
         f"{peer_busy:.0%} busy (link counters): every transfer of the ring crosses it, so "
-        f"every rank waits alike; ranks {named} ({', '.join(hosts)}) behind it; fixed, each "
+        f"every rank waits alike; rank{'s' * (len(ranks) > 1)} {named} ({', '.join(hosts)}) "
+        f"behind it; fixed, each "
         f"iteration would be {replay.saving:.1%} shorter{baseline}",
         replay=replay,
         ranks=tuple(ranks),

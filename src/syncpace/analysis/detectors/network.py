@@ -516,15 +516,35 @@ def slow_link(ctx: Context) -> list[Finding]:
 def _counted_only(ctx: Context) -> list[Finding]:
     """No rank lags, yet the counters show one host's link slower than its peers' and
     busier against its own rate (:mod:`.counted`): every transfer of the ring crosses
-    it, so every rank waits alike. Other traffic on the links is contention's first."""
-    hosts = counted.places(ctx)
-    if not hosts or contended_hosts(ctx, hosts) or foreign_contention(ctx) is not None:
+    it, so every rank waits alike."""
+    hosts = counted_hosts(ctx)
+    if not hosts:
         return []
-    traffic = link_traffic(ctx)
-    others = traffic.foreign if traffic is not None else {}
-    if any(h in (a, b) for h in hosts for a, b in (n.split(" ")[-1].split("→") for n in others)):
-        return []  # the link counters carry others' bytes on that host's link
     return [counted.finding(ctx, hosts, _slow_link_fixed(ctx, cpu.ranks_on(ctx, hosts)))]
+
+
+def counted_hosts(ctx: Context) -> list[str]:
+    """The hosts :func:`counted.places` finds, unless other traffic shares the links
+    (the hosts' NIC counters, the link counters, or transfers slower beside foreign
+    bytes): that is contention's, checked first."""
+
+    def compute() -> list[str]:
+        hosts = counted.places(ctx)
+        if not hosts or contended_hosts(ctx, hosts) or foreign_contention(ctx) is not None:
+            return []
+        traffic = link_traffic(ctx)
+        others = traffic.foreign if traffic is not None else {}
+        ends = [n.split(" ")[-1].split("→") for n in others]
+        return [] if any(h in pair for h in hosts for pair in ends) else hosts
+
+    return ctx.memo("counted_hosts", compute)
+
+
+def fixed_link_ranks(ctx: Context) -> list[int]:
+    """The ranks whose slow link a fix of it frees: those lagging, else those on the
+    hosts the counters alone name (:func:`counted_hosts`)."""
+    lagging = lagging_ranks(ctx)
+    return lagging if lagging else cpu.ranks_on(ctx, counted_hosts(ctx))
 
 
 def _slower_links(ctx: Context, rates: dict[str, float]) -> dict[str, float]:
@@ -637,7 +657,7 @@ def bandwidth_bound(ctx: Context) -> list[Finding]:
         # what the bytes cost once overlap is as good as it can be (ideal, or the
         # communication after compute re-bucketed during it) and any slow link is fixed:
         # those are poor overlap's and slow_link's costs, not claimed twice
-        lagging = lagging_ranks(ctx)
+        lagging = fixed_link_ranks(ctx)
         fix = overlap_fix(ctx)
 
         def others(p: Any) -> Any:
