@@ -1,10 +1,11 @@
 """Network findings: contention on the fabric, slow links and bandwidth-bound collectives.
 
-One module of ~640 lines: the three judge the same cross-node transfers (their lags
+One module of ~730 lines: the three judge the same cross-node transfers (their lags
 against the fast half, the link counters, the share that is not the job's) and each
 is costed against what the others claim, so the rules that decide which owns a slow
 transfer are read together. Latency-bound calls are in :mod:`.latency`, traffic that
-is not the job's in :mod:`.foreign`, nominal link rates in :mod:`.nominal`.
+is not the job's in :mod:`.foreign`, nominal link rates in :mod:`.nominal`, the slow
+link no rank lags behind (named from the counters alone) in :mod:`.counted`.
 """
 
 from __future__ import annotations
