@@ -37,12 +37,21 @@ def host_loads(ctx: Context, half: int | None) -> dict[str, float]:
     return loads
 
 
+def _job_rates(ctx: Context, half: int | None) -> dict[str, float]:
+    """The job's hosts' own link rates (bit/s) over ``half`` of the run, as the
+    counters record them: a fabric's other hosts carry none of its bytes."""
+    job = set(ctx.metrics.placement["node"].to_list())
+    rates = host_link_rates(ctx.metrics.run, halves.window(ctx, half))
+    return {h: r for h, r in rates.items() if h in job}
+
+
 def slower_and_busier(ctx: Context, half: int | None) -> dict[str, float]:
     """The hosts (with their link's rate, bit/s) whose own link the counters show set
     below ``slow_link_rate_share`` of the fastest peer's and busier against its own
-    rate than every peer's by the same margin: the link the job's bytes wait on."""
+    rate than every peer's by the same margin: the link the job's bytes wait on, of
+    the job's hosts only."""
     share = ctx.thresholds.slow_link_rate_share
-    rates = host_link_rates(ctx.metrics.run, halves.window(ctx, half))
+    rates = _job_rates(ctx, half)
     loads = host_loads(ctx, half)
     found = {}
     for host, rate in rates.items():
@@ -64,8 +73,8 @@ def finding(ctx: Context, hosts: list[str], change: Any) -> Finding:
     """The slow link of ``hosts``, named from the counters alone; ``change`` its
     counterfactual (the transfers crossing it at the nominal capacity)."""
     ranks = cpu.ranks_on(ctx, hosts)
-    rates = host_link_rates(ctx.metrics.run, halves.window(ctx, None))
-    loads = host_loads(ctx, None)
+    rates = _job_rates(ctx, None)
+    loads = {h: u for h, u in host_loads(ctx, None).items() if h in rates}
     rate = nominal.nominal(ctx)
     named = ", ".join(map(str, ranks))
     what = f"links of ranks {named} at {rate.source}" if rate is not None else f"ranks {named}"
