@@ -76,7 +76,8 @@ class Thresholds:
     slow_link_rate_share: float = setting(
         0.9,
         "A host link the fabric's counters show set below this share of the fastest host "
-        "link's rate is the slow link a lagging rank points to.",
+        "link's rate is the slow link a lagging rank points to; where no rank lags, it is "
+        "named when also busier than every peer's by the same margin.",
     )
     fabric_inflation: float = setting(
         1.5, "Median transfer time over the run's own best at that size that means contention."

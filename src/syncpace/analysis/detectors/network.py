@@ -1,10 +1,11 @@
 """Network findings: contention on the fabric, slow links and bandwidth-bound collectives.
 
-One module of ~640 lines: the three judge the same cross-node transfers (their lags
+One module of ~730 lines: the three judge the same cross-node transfers (their lags
 against the fast half, the link counters, the share that is not the job's) and each
 is costed against what the others claim, so the rules that decide which owns a slow
 transfer are read together. Latency-bound calls are in :mod:`.latency`, traffic that
-is not the job's in :mod:`.foreign`, nominal link rates in :mod:`.nominal`.
+is not the job's in :mod:`.foreign`, nominal link rates in :mod:`.nominal`, the slow
+link no rank lags behind (named from the counters alone) in :mod:`.counted`.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from syncpace.analysis.detectors import advice, cpu, fabricwide, foreign, halves, nominal
+from syncpace.analysis.detectors import advice, counted, cpu, fabricwide, foreign, halves, nominal
 from syncpace.analysis.detectors.arrival import fast_half, fast_noise
 from syncpace.analysis.detectors.context import Context, ms
 from syncpace.analysis.detectors.overlap import overlap_fix
@@ -432,7 +433,9 @@ def slow_link(ctx: Context) -> list[Finding]:
     if not has_cross_node_group(ctx) or ctx.program is None:
         return []
     late = lagging_ranks(ctx)
-    if not late or contended_hosts(ctx, ctx.nodes_of(late)):
+    if not late:
+        return _counted_only(ctx)
+    if contended_hosts(ctx, ctx.nodes_of(late)):
         return []  # other flows on those hosts' links: contention, not a slow link
     if foreign_contention(ctx) is not None:
         return []  # other traffic on the links the job uses: contention's ranks ending late
@@ -509,6 +512,40 @@ def slow_link(ctx: Context) -> list[Finding]:
             actions=advice.slow_link(nodes),
         )
     ]
+
+
+def _counted_only(ctx: Context) -> list[Finding]:
+    """No rank lags, yet the counters show one host's link slower than its peers' and
+    busier against its own rate (:mod:`.counted`): every transfer of the ring crosses
+    it, so every rank waits alike."""
+    hosts = counted_hosts(ctx)
+    if not hosts:
+        return []
+    return [counted.finding(ctx, hosts, _slow_link_fixed(ctx, cpu.ranks_on(ctx, hosts)))]
+
+
+def counted_hosts(ctx: Context) -> list[str]:
+    """The hosts :func:`counted.places` finds, unless other traffic shares the links
+    (the hosts' NIC counters, the link counters, or transfers slower beside foreign
+    bytes): that is contention's, checked first."""
+
+    def compute() -> list[str]:
+        hosts = counted.places(ctx)
+        if not hosts or contended_hosts(ctx, hosts) or foreign_contention(ctx) is not None:
+            return []
+        traffic = link_traffic(ctx)
+        others = traffic.foreign if traffic is not None else {}
+        ends = [n.split(" ")[-1].split("→") for n in others]
+        return [] if any(h in pair for h in hosts for pair in ends) else hosts
+
+    return ctx.memo("counted_hosts", compute)
+
+
+def fixed_link_ranks(ctx: Context) -> list[int]:
+    """The ranks whose slow link a fix of it frees: those lagging, else those on the
+    hosts the counters alone name (:func:`counted_hosts`)."""
+    lagging = lagging_ranks(ctx)
+    return lagging if lagging else cpu.ranks_on(ctx, counted_hosts(ctx))
 
 
 def _slower_links(ctx: Context, rates: dict[str, float]) -> dict[str, float]:
@@ -621,7 +658,7 @@ def bandwidth_bound(ctx: Context) -> list[Finding]:
         # what the bytes cost once overlap is as good as it can be (ideal, or the
         # communication after compute re-bucketed during it) and any slow link is fixed:
         # those are poor overlap's and slow_link's costs, not claimed twice
-        lagging = lagging_ranks(ctx)
+        lagging = fixed_link_ranks(ctx)
         fix = overlap_fix(ctx)
 
         def others(p: Any) -> Any:
