@@ -6,6 +6,7 @@ import argparse
 
 from syncpace.cli.diagnose import add_analysis_arguments, analysis_from_args
 from syncpace.cli.output import add_force_flag, refuse_existing
+from syncpace.console import visible
 from syncpace.report.html import write_html
 
 
@@ -35,5 +36,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     refuse_existing(args.output, args.force)  # before the analysis, which takes a while
     path = write_html(analysis_from_args(args), args.output, shared_plotly=args.shared_plotly)
-    print(f"wrote {path}")
+    print(f"wrote {visible(path)}")  # a name may hold terminal escapes
     return 0

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from syncpace.cli.output import add_force_flag, refuse_existing, refuse_existing_trace
 from syncpace.config import add_flags, from_flags
-from syncpace.console import make_console
+from syncpace.console import make_console, visible
 from syncpace.report import format as fmt
 from syncpace.report import jsonout
 from syncpace.report.scaling_page import write_scaling_page
@@ -118,7 +118,8 @@ def _single(settings: SimulateSettings, sim: Simulation) -> int:
         )
     )
     if out:
-        print(f"trace: {out}  (syncpace diagnose {out})")
+        shown = visible(out)  # a name may hold terminal escapes
+        print(f"trace: {shown}  (syncpace diagnose {shown})")
     return 0
 
 
