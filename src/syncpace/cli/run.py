@@ -13,6 +13,7 @@ from syncpace.capture.launch import Tracing, armed_env, prepare_run_dir, run_com
 from syncpace.cli.output import add_force_flag
 from syncpace.cli.trace_info import print_trace_info
 from syncpace.config import add_flags, from_flags
+from syncpace.console import visible
 from syncpace.control.config import ControllerConfig, PacingConfig
 from syncpace.errors import ConfigError
 from syncpace.monitor import MonitorConfig
@@ -79,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     tracing = tracing_from_flags(args)  # bad values fail before anything is created
     run_dir = prepare_run_dir(args.out, args.force, args.join)
     code = run_command(command, armed_env(run_dir, tracing))
-    print(f"syncpace run: trace in {run_dir}", file=sys.stderr)
+    print(f"syncpace run: trace in {visible(run_dir)}", file=sys.stderr)
     if not args.quiet and any(run_dir.glob(f"rank-*{schema.META_SUFFIX}")):
         print_trace_info(load_trace(run_dir))
     elif not any(run_dir.glob(f"rank-*{schema.META_SUFFIX}")):
