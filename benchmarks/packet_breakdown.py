@@ -7,10 +7,11 @@ and fast recoveries; every link direction that dropped packets or queued more th
 megabyte, with its fullest queue; the transfers on the critical path (from the last
 one to end back through the dependency that ended last) that took longest, with their
 connection and ring step. ``--warm N`` runs N steps first on the same connections
-(``network.packet_warm``), to see which part of the time is the connections' start.
+(``network.packet_warm``), to see which part of the time is the connections' start;
+``--no-hystart`` turns cubic's hybrid slow start off (on in ns-3 and Linux).
 
     python benchmarks/packet_breakdown.py --out runs/breakdown --nodes 16 [--oversub 1]
-        [--greedy yes] [--warm 0] [--samples 2] [--settle 0.2] [--span 0.2]
+        [--greedy yes] [--warm 0] [--no-hystart] [--samples 2] [--settle 0.2] [--span 0.2]
 """
 
 from __future__ import annotations
@@ -91,7 +92,7 @@ def breakdown(args: argparse.Namespace) -> dict:
     samples = []
     for w in offsets:
         cpu = children_cpu_s()
-        r = net.statistics(out, w)
+        r = net.statistics(out, w, hystart=not args.no_hystart)
         begin, ends = measured[0]
         duration = max(r["done"][i] for i in ends) - r["done"][begin]
         conns = []
@@ -153,6 +154,7 @@ def breakdown(args: argparse.Namespace) -> dict:
         "oversub": args.oversub,
         "greedy": args.greedy,
         "warm": args.warm,
+        "hystart": not args.no_hystart,
         "samples": samples,
     }
 
@@ -164,6 +166,7 @@ def main() -> int:
     parser.add_argument("--oversub", type=float, default=1.0)
     parser.add_argument("--greedy", default="yes", choices=("yes", "no"))
     parser.add_argument("--warm", type=int, default=0, help="packet_warm: steps run before")
+    parser.add_argument("--no-hystart", action="store_true", help="cubic's HyStart off")
     parser.add_argument("--samples", type=int, default=2, help="offsets, as tier_check.py")
     parser.add_argument("--settle", type=float, default=0.2)
     parser.add_argument("--span", type=float, default=0.2)
@@ -172,7 +175,8 @@ def main() -> int:
     args.greedy = args.greedy == "yes"
     args.out.mkdir(parents=True, exist_ok=True)
     result = breakdown(args)
-    name = f"n{args.nodes}_o{args.oversub:g}_g{int(args.greedy)}_w{args.warm}"
+    hystart = "_nohystart" if args.no_hystart else ""
+    name = f"n{args.nodes}_o{args.oversub:g}_g{int(args.greedy)}_w{args.warm}{hystart}"
     (args.out / f"{name}.json").write_text(json.dumps(result, indent=1))
     print(json.dumps(result, indent=1))
     return 0

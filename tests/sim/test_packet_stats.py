@@ -76,11 +76,18 @@ def test_a_connection_whose_acks_cross_a_greedy_queue_has_it_in_its_round_trip()
     mbit = 50.0
     net = star(3, mbit, background_flows=("1->0",))
     full_s = queue_bytes(mbit * 1e6, net.spec.packet_queue_ms) * 8 / (mbit * 1e6)
-    out = Transfers()
-    crossing, clear = out.conn(0, 1, 0), out.conn(0, 2, 0)
-    a = out.add(crossing, 256 << 10, 0.0, [])
-    b = out.add(clear, 256 << 10, 0.0, [a])  # after a: host 0's up link is its own
-    r = net.statistics(out, warm_s=1.0)
+
+    def transfers() -> Transfers:
+        out = Transfers()
+        crossing, clear = out.conn(0, 1, 0), out.conn(0, 2, 0)
+        a = out.add(crossing, 256 << 10, 0.0, [])
+        out.add(clear, 256 << 10, 0.0, [a])  # after a: host 0's up link is its own
+        return out
+
+    crossing, clear, a, b = 0, 1, 0, 1
+    r = net.statistics(transfers(), warm_s=1.0)
+    # the statistics only watch: the same run without them ends every transfer alike
+    assert net.transfer_times(transfers(), warm_s=1.0) == r["done"]
     up = direction(net, 1, net.fabric.links[1][1])
     assert r["dirs"][up][1] > 0.9 * queue_bytes(mbit * 1e6, net.spec.packet_queue_ms)
     # a loss-based flow keeps the queue between full and what is left after it backs
@@ -93,3 +100,24 @@ def test_a_connection_whose_acks_cross_a_greedy_queue_has_it_in_its_round_trip()
     wire = (256 << 10) / SEGMENT * 1502 * 8 / (mbit * 1e6)
     assert r["done"][b] - r["start"][b] < 1.2 * wire
     assert r["done"][a] - r["start"][a] > 2 * full_s
+
+
+def test_hybrid_slow_start_alone_sets_a_lossless_connections_threshold() -> None:
+    """Without a loss only cubic's HyStart moves ssthresh from its initial (unbounded)
+    value: a transfer whose round trip grows behind the greedy flow's queue leaves slow
+    start early with it on, and keeps the initial threshold with it off."""
+    net = star(3, 50.0, background_flows=("1->0",))
+
+    def ssthresh(hystart: bool) -> tuple[list[int], int]:
+        out = Transfers()
+        c = out.conn(0, 1, 0)
+        out.add(c, 256 << 10, 0.0, [])
+        r = net.statistics(out, warm_s=1.0, hystart=hystart)
+        return r["conns"][c][:3], r["conns"][c][4]
+
+    repairs, on = ssthresh(True)
+    assert repairs == [0, 0, 0]
+    assert on < 256 << 10  # left slow start before the transfer's bytes were in flight
+    repairs, off = ssthresh(False)
+    assert repairs == [0, 0, 0]
+    assert off >= 1 << 31  # ns-3's initial threshold: never lowered

@@ -11,6 +11,7 @@
 //   minrto S                 the retransmission timer's floor
 //   warm S                   time from the start (handshakes, background flows) to the job
 //   stop S                   simulated time after which the run gives up
+//   hystart 0|1              cubic's hybrid slow start (1, as ns-3 and Linux default)
 //   stats                    also print where the time went: each transfer's start, each
 //                            connection's retransmissions, timeouts (RTO) and fast
 //                            recoveries, each link direction's drops and fullest queue
@@ -277,6 +278,7 @@ int main()
     PointToPointHelper p2p;
     bool configured = false;
     bool routed = false;
+    bool hystart = true;
     std::vector<uint32_t> roots;
 
     auto configure = [&]() {
@@ -293,6 +295,7 @@ int main()
         Config::SetDefault("ns3::TcpSocket::SndBufSize", UintegerValue(buffer));
         Config::SetDefault("ns3::TcpSocket::RcvBufSize", UintegerValue(buffer));
         Config::SetDefault("ns3::TcpSocketBase::MinRto", TimeValue(Seconds(minRto)));
+        Config::SetDefault("ns3::TcpCubic::HyStart", BooleanValue(hystart));
         Config::SetDefault("ns3::TcpSocketBase::ClockGranularity", TimeValue(MilliSeconds(1)));
         // Linux's net.ipv4.tcp_sack, tcp_timestamps and tcp_window_scaling (all 1), set here
         // so that another ns-3 default cannot change them
@@ -340,6 +343,10 @@ int main()
         else if (key == "stop")
         {
             in >> stop;
+        }
+        else if (key == "hystart")
+        {
+            in >> hystart;
         }
         else if (key == "stats")
         {

@@ -164,15 +164,17 @@ class PacketNetwork:
         self.add_host_flows(out)
         return list(self._run_all([self.describe(out, warm_s)])[0]["done"])
 
-    def statistics(self, out: Transfers, warm_s: float = HANDSHAKE_S) -> dict:
+    def statistics(self, out: Transfers, warm_s: float = HANDSHAKE_S, hystart: bool = True) -> dict:
         """One run of ``out`` (host flows added) with the driver's statistics: ``done``
         and ``start`` per transfer (seconds after the job's start); per connection
         (``out``'s ids) ``[retransmissions, timeouts, fast recoveries, largest cwnd
         bytes, last ssthresh bytes, largest smoothed RTT s]``; per link direction
         (``2 x link + end``, the fabric's links in order) ``[drops, fullest queue
-        bytes]``."""
+        bytes]``. ``hystart=False`` turns cubic's hybrid slow start off (ns-3 and Linux
+        have it on), to see what it costs."""
         self.add_host_flows(out)
-        return self._execute(self.describe(out, warm_s, stats=True))
+        text = self.describe(out, warm_s, stats=True)
+        return self._execute(text if hystart else text.replace("stats\n", "stats\nhystart 0\n"))
 
     def offsets(self) -> list[float]:
         """The warm-up times (simulated seconds of the host flows before the job) of
