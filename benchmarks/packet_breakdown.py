@@ -44,21 +44,23 @@ def node_name(net: PacketNetwork, node: int) -> str:
     return f"rank {node}" if node < world else f"switch {node}"
 
 
-def parse_xfers(lines: list[str]) -> list[tuple[int, list[int]]]:
-    """(connection, dependencies) of every transfer line."""
+def parse_xfers(lines: list[str]) -> list[tuple[int, int, list[int]]]:
+    """(connection, bytes, dependencies) of every transfer line."""
     out = []
     for line in lines:
         f = line.split()
-        out.append((int(f[2]), [int(d) for d in f[6:]]))
+        out.append((int(f[2]), int(f[3]), [int(d) for d in f[6:]]))
     return out
 
 
-def critical_path(result: dict, xfers: list[tuple[int, list[int]]], ends: list[int]) -> list[int]:
+def critical_path(
+    result: dict, xfers: list[tuple[int, int, list[int]]], ends: list[int]
+) -> list[int]:
     done, path = result["done"], []
     cur = max(ends, key=lambda i: done[i])
     while True:
         path.append(cur)
-        deps = xfers[cur][1]
+        deps = xfers[cur][2]
         if not deps:
             return path[::-1]
         cur = max(deps, key=lambda i: done[i])
@@ -83,8 +85,9 @@ def breakdown(args: argparse.Namespace) -> dict:
     first = measured[0][0]
     step_of: dict[int, int] = {}
     seen: dict[int, int] = {}
-    for i, (c, _) in enumerate(xfers):
-        if i > first and c in conn_of and conn_of[c][3] == "job":
+    for i, (c, nbytes, _) in enumerate(xfers):
+        # zero-byte transfers mark a collective's start and its phases' boundaries
+        if i > first and nbytes and conn_of[c][3] == "job":
             step_of[i] = seen.get(c, 0)
             seen[c] = step_of[i] + 1
     segment = cfg.network.packet_mtu - HEADERS
