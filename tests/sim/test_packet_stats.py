@@ -121,3 +121,15 @@ def test_hybrid_slow_start_alone_sets_a_lossless_connections_threshold() -> None
     repairs, off = ssthresh(False)
     assert repairs == [0, 0, 0]
     assert off >= 1 << 31  # ns-3's initial threshold: never lowered
+
+
+def test_the_same_transfers_run_twice_give_the_same_run() -> None:
+    """A fixed-rate flow 2->1 at half the rate beside transfer 0->1: running the same
+    transfers again (another offset) must not add the flow a second time, which would
+    fill host 1's port and slow the transfer."""
+    net = star(3, 50.0, background_flows=("2->1@0.5",))
+    out = Transfers()
+    out.add(out.conn(0, 1, 0), 256 << 10, 0.0, [])
+    first = net.statistics(out, warm_s=0.1)
+    assert out.extra == []  # the caller's transfers are left as they were
+    assert net.statistics(out, warm_s=0.1)["done"] == first["done"]

@@ -30,6 +30,7 @@ import subprocess
 import threading
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 import numpy as np
 
@@ -172,9 +173,10 @@ class PacketNetwork:
         (``2 x link + end``, the fabric's links in order) ``[drops, fullest queue
         bytes]``. ``hystart=False`` turns cubic's hybrid slow start off (ns-3 and Linux
         have it on), to see what it costs."""
+        # a copy: the caller may run the same transfers again (another offset)
+        out = replace(out, conns=dict(out.conns), xfers=list(out.xfers), extra=list(out.extra))
         self.add_host_flows(out)
-        text = self.describe(out, warm_s, stats=True)
-        return self._execute(text if hystart else text.replace("stats\n", "stats\nhystart 0\n"))
+        return self._execute(self.describe(out, warm_s, stats=True, hystart=hystart))
 
     def offsets(self) -> list[float]:
         """The warm-up times (simulated seconds of the host flows before the job) of
@@ -189,7 +191,9 @@ class PacketNetwork:
         draws = s.packet_settle_s + self.rng.uniform(0, s.packet_span_s, s.packet_samples)
         return list(np.maximum(draws, HANDSHAKE_S))
 
-    def describe(self, out: Transfers, warm_s: float, stats: bool = False) -> str:
+    def describe(
+        self, out: Transfers, warm_s: float, stats: bool = False, hystart: bool = True
+    ) -> str:
         """The driver's input; with ``stats`` it also reports each transfer's start and
         TCP's repairs and drops (``benchmarks/packet_breakdown.py`` reads them)."""
         s = self.spec
@@ -203,6 +207,7 @@ class PacketNetwork:
             f"warm {warm_s:.9g}",
             f"stop {STOP_S}",
             *(["stats"] if stats else []),
+            *([] if hystart else ["hystart 0"]),
             *self.fabric.lines(),
         ]
         lines += out.conn_lines() + out.extra + out.xfers + ["end"]
