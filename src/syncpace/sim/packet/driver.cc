@@ -11,6 +11,10 @@
 //   minrto S                 the retransmission timer's floor
 //   warm S                   time from the start (handshakes, background flows) to the job
 //   stop S                   simulated time after which the run gives up
+//   hystart 0|1              cubic's hybrid slow start (1, as ns-3 and Linux default)
+//   stats                    also print where the time went: each transfer's start, each
+//                            connection's retransmissions, timeouts (RTO) and fast
+//                            recoveries, each link direction's drops and fullest queue
 //   nodes N
 //   link A B RATE_BPS DELAY_S QUEUE_BYTES [TBF_BPS BURST_BYTES]
 //                                              a full-duplex link, a FIFO of that size each
@@ -57,6 +61,13 @@ struct Transfer
     std::vector<uint32_t> next; // transfers that wait on this one
     uint32_t waiting = 0;       // dependencies not yet ended
     double done = -1;
+    double start = -1;
+};
+
+struct DirStats
+{
+    uint64_t drops = 0;
+    uint32_t maxBytes = 0;
 };
 
 struct Conn
@@ -69,6 +80,9 @@ struct Conn
     uint64_t queued = 0;   // bytes the job asked for so far
     uint64_t received = 0; // bytes the receiver has read
     bool greedy = false;
+    uint32_t retx = 0, rto = 0, recoveries = 0; // with stats: TCP's repairs
+    uint32_t maxCwnd = 0, ssthresh = 0;             // with stats: its window, bytes
+    double maxRtt = 0;                              // with stats: its smoothed RTT, s
     std::deque<std::pair<uint64_t, uint32_t>> ends; // (running count, transfer) in order
 };
 
@@ -77,6 +91,8 @@ std::vector<Conn> g_conns;
 double g_warm = 0;
 uint32_t g_left = 0;
 uint64_t g_drops = 0;
+bool g_stats = false;
+std::vector<DirStats> g_dirs; // with stats: per link, 2 x link + the sending end
 
 void Start(uint32_t id);
 
@@ -149,6 +165,7 @@ void Start(uint32_t id)
 {
     Transfer& x = g_xfers[id];
     Conn& c = g_conns[x.conn];
+    x.start = Simulator::Now().GetSeconds() - g_warm;
     c.queued += x.bytes;
     c.ends.emplace_back(c.queued, id);
     if (x.bytes == 0)
@@ -158,6 +175,50 @@ void Start(uint32_t id)
         return;
     }
     Fill(c);
+}
+
+void OnRetx(uint32_t conn, Ptr<const Packet>, const TcpHeader&, const Address&, const Address&,
+            Ptr<const TcpSocketBase>)
+{
+    ++g_conns[conn].retx;
+}
+
+void OnCongState(uint32_t conn, TcpSocketState::TcpCongState_t, TcpSocketState::TcpCongState_t now)
+{
+    // CA_LOSS is entered on a retransmission timeout, CA_RECOVERY on three duplicate ACKs
+    if (now == TcpSocketState::CA_LOSS)
+    {
+        ++g_conns[conn].rto;
+    }
+    else if (now == TcpSocketState::CA_RECOVERY)
+    {
+        ++g_conns[conn].recoveries;
+    }
+}
+
+void OnCwnd(uint32_t conn, uint32_t, uint32_t now)
+{
+    g_conns[conn].maxCwnd = std::max(g_conns[conn].maxCwnd, now);
+}
+
+void OnSsthresh(uint32_t conn, uint32_t, uint32_t now)
+{
+    g_conns[conn].ssthresh = now;
+}
+
+void OnRtt(uint32_t conn, Time, Time now)
+{
+    g_conns[conn].maxRtt = std::max(g_conns[conn].maxRtt, now.GetSeconds());
+}
+
+void OnDirDrop(uint32_t dir, Ptr<const QueueDiscItem>)
+{
+    ++g_dirs[dir].drops;
+}
+
+void OnDirBytes(uint32_t dir, uint32_t, uint32_t now)
+{
+    g_dirs[dir].maxBytes = std::max(g_dirs[dir].maxBytes, now);
 }
 
 void Open(Ptr<Node> src, Ptr<Node> dst, uint32_t i)
@@ -171,6 +232,14 @@ void Open(Ptr<Node> src, Ptr<Node> dst, uint32_t i)
     c.tx = Socket::CreateSocket(src, TcpSocketFactory::GetTypeId());
     c.tx->Bind(InetSocketAddress(c.srcAddr, 0));
     c.tx->SetSendCallback(MakeBoundCallback(&OnRoom, i));
+    if (g_stats)
+    {
+        c.tx->TraceConnectWithoutContext("Retransmission", MakeBoundCallback(&OnRetx, i));
+        c.tx->TraceConnectWithoutContext("CongState", MakeBoundCallback(&OnCongState, i));
+        c.tx->TraceConnectWithoutContext("CongestionWindow", MakeBoundCallback(&OnCwnd, i));
+        c.tx->TraceConnectWithoutContext("SlowStartThreshold", MakeBoundCallback(&OnSsthresh, i));
+        c.tx->TraceConnectWithoutContext("RTT", MakeBoundCallback(&OnRtt, i));
+    }
     c.tx->Connect(InetSocketAddress(c.dstAddr, c.port));
     if (c.greedy)
     {
@@ -209,6 +278,7 @@ int main()
     PointToPointHelper p2p;
     bool configured = false;
     bool routed = false;
+    bool hystart = true;
     std::vector<uint32_t> roots;
 
     auto configure = [&]() {
@@ -225,6 +295,7 @@ int main()
         Config::SetDefault("ns3::TcpSocket::SndBufSize", UintegerValue(buffer));
         Config::SetDefault("ns3::TcpSocket::RcvBufSize", UintegerValue(buffer));
         Config::SetDefault("ns3::TcpSocketBase::MinRto", TimeValue(Seconds(minRto)));
+        Config::SetDefault("ns3::TcpCubic::HyStart", BooleanValue(hystart));
         Config::SetDefault("ns3::TcpSocketBase::ClockGranularity", TimeValue(MilliSeconds(1)));
         // Linux's net.ipv4.tcp_sack, tcp_timestamps and tcp_window_scaling (all 1), set here
         // so that another ns-3 default cannot change them
@@ -272,6 +343,14 @@ int main()
         else if (key == "stop")
         {
             in >> stop;
+        }
+        else if (key == "hystart")
+        {
+            in >> hystart;
+        }
+        else if (key == "stats")
+        {
+            g_stats = true;
         }
         else if (key == "nodes")
         {
@@ -326,6 +405,14 @@ int main()
             {
                 Ptr<NetDevice> dev = devs.Get(k);
                 discs.Get(k)->TraceConnectWithoutContext("Drop", MakeCallback(&OnDiscDrop));
+                if (g_stats)
+                {
+                    uint32_t dir = 2 * links.size() + k;
+                    g_dirs.resize(dir + 1);
+                    discs.Get(k)->TraceConnectWithoutContext("Drop", MakeBoundCallback(&OnDirDrop, dir));
+                    discs.Get(k)->TraceConnectWithoutContext("BytesInQueue",
+                                                             MakeBoundCallback(&OnDirBytes, dir));
+                }
                 Ptr<Ipv4> ip = dev->GetNode()->GetObject<Ipv4>();
                 uint32_t iface = ip->AddInterface(dev);
                 end.addr[k] = Ipv4Address(base + 1 + k);
@@ -482,7 +569,29 @@ int main()
         out << (i ? ", " : "") << g_xfers[i].done;
     }
     out << "], \"unfinished\": " << g_left << ", \"drops\": " << g_drops
-        << ", \"simulated_s\": " << now << "}";
+        << ", \"simulated_s\": " << now;
+    if (g_stats)
+    {
+        out << ", \"start\": [";
+        for (size_t i = 0; i < g_xfers.size(); ++i)
+        {
+            out << (i ? ", " : "") << g_xfers[i].start;
+        }
+        out << "], \"conns\": [";
+        for (size_t i = 0; i < g_conns.size(); ++i)
+        {
+            const Conn& c = g_conns[i];
+            out << (i ? ", " : "") << "[" << c.retx << ", " << c.rto << ", " << c.recoveries << ", "
+                << c.maxCwnd << ", " << c.ssthresh << ", " << c.maxRtt << "]";
+        }
+        out << "], \"dirs\": [";
+        for (size_t i = 0; i < g_dirs.size(); ++i)
+        {
+            out << (i ? ", " : "") << "[" << g_dirs[i].drops << ", " << g_dirs[i].maxBytes << "]";
+        }
+        out << "]";
+    }
+    out << "}";
     std::cout << out.str() << std::endl;
     return 0;
 }

@@ -30,6 +30,7 @@ import subprocess
 import threading
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 import numpy as np
 
@@ -129,6 +130,22 @@ class PacketNetwork:
         next."""
         if not any(p.phases for p in plans):
             return np.zeros((1, len(plans)))
+        out, measured = self.step_transfers(plans, salt)
+        self.add_host_flows(out)
+        offsets = self.offsets()
+        results = self._run_all([self.describe(out, w) for w in offsets])
+        return np.array(
+            [
+                [max(r["done"][i] for i in ends) - r["done"][b] for b, ends in measured]
+                for r in results
+            ]
+        )
+
+    def step_transfers(
+        self, plans: list[Plan], salt: int = 0
+    ) -> tuple[Transfers, list[tuple[int, list[int]]]]:
+        """The job's transfers :meth:`sequence` runs: the warm steps and the measured one,
+        and per plan of the measured step (its start, its ends)."""
         out = Transfers()
         last: list[int] = []
         measured: list[tuple[int, list[int]]] = []
@@ -140,15 +157,7 @@ class PacketNetwork:
                 begin = out.add(0, 0, 0.0, last)  # the collective's start: its end
                 last = expand(p, self.topo, self.spec, salt, out, after=[begin])
                 measured.append((begin, last))
-        self.add_host_flows(out)
-        offsets = self._offsets()
-        results = self._run_all([self.describe(out, w) for w in offsets])
-        return np.array(
-            [
-                [max(r["done"][i] for i in ends) - r["done"][b] for b, ends in measured]
-                for r in results
-            ]
-        )
+        return out, measured
 
     def transfer_times(self, out: Transfers, warm_s: float = HANDSHAKE_S) -> list[float]:
         """Each transfer's end (seconds after the job's start) in one run: the tests'
@@ -156,7 +165,22 @@ class PacketNetwork:
         self.add_host_flows(out)
         return list(self._run_all([self.describe(out, warm_s)])[0]["done"])
 
-    def _offsets(self) -> list[float]:
+    def statistics(self, out: Transfers, warm_s: float = HANDSHAKE_S, hystart: bool = True) -> dict:
+        """One run of ``out`` (host flows added) with the driver's statistics: ``done``
+        and ``start`` per transfer (seconds after the job's start); per connection
+        (``out``'s ids) ``[retransmissions, timeouts, fast recoveries, largest cwnd
+        bytes, last ssthresh bytes, largest smoothed RTT s]``; per link direction
+        (``2 x link + end``, the fabric's links in order) ``[drops, fullest queue
+        bytes]``. ``hystart=False`` turns cubic's hybrid slow start off (ns-3 and Linux
+        have it on), to see what it costs."""
+        # a copy: the caller may run the same transfers again (another offset)
+        out = replace(out, conns=dict(out.conns), xfers=list(out.xfers), extra=list(out.extra))
+        self.add_host_flows(out)
+        return self._execute(self.describe(out, warm_s, stats=True, hystart=hystart))
+
+    def offsets(self) -> list[float]:
+        """The warm-up times (simulated seconds of the host flows before the job) of
+        the samples :meth:`sequence` runs; each call draws new ones."""
         if not self._flows:
             return [HANDSHAKE_S]
         # a loss-based TCP's window saws up and down for as long as it runs: the
@@ -167,7 +191,11 @@ class PacketNetwork:
         draws = s.packet_settle_s + self.rng.uniform(0, s.packet_span_s, s.packet_samples)
         return list(np.maximum(draws, HANDSHAKE_S))
 
-    def describe(self, out: Transfers, warm_s: float) -> str:
+    def describe(
+        self, out: Transfers, warm_s: float, stats: bool = False, hystart: bool = True
+    ) -> str:
+        """The driver's input; with ``stats`` it also reports each transfer's start and
+        TCP's repairs and drops (``benchmarks/packet_breakdown.py`` reads them)."""
         s = self.spec
         segment = s.packet_mtu - HEADERS
         lines = [
@@ -178,6 +206,8 @@ class PacketNetwork:
             f"minrto {MIN_RTO_S}",
             f"warm {warm_s:.9g}",
             f"stop {STOP_S}",
+            *(["stats"] if stats else []),
+            *([] if hystart else ["hystart 0"]),
             *self.fabric.lines(),
         ]
         lines += out.conn_lines() + out.extra + out.xfers + ["end"]
