@@ -43,7 +43,7 @@ def test_collectives_ending_late_on_every_host_are_no_hosts_link(tmp_path: Path)
     assert found.evidence["placed"] is False
     assert found.evidence["lagging_ranks"] == [0, 2, 4]
     assert found.summary.startswith("slow transfers, not one host's link")
-    assert "on every host at once" in found.summary
+    assert "on every host at once — ranks 0, 2, 4 (h0, h1, h2) over the run" in found.summary
     assert "every host's link at 8 Gbit/s (link counters)" in found.summary
     assert found.severity == costs.severity(found.cost, found.cost_error, Thresholds())
     assert "do not move the job off one host" in " ".join(found.actions)

@@ -324,17 +324,13 @@ def machine_finding(
     first, second = (sorted(set(h) & set(late)) for h in by_half)
     hosts_of = {r: ctx.nodes_of([r])[0] for r in late}
 
-    def at(ranks: list[int]) -> str:
-        if not ranks:
-            return "none"
-        return f"{_names(ranks)} ({', '.join(sorted({hosts_of[r] for r in ranks}))})"
-
     return ctx.finding(
         "cpu_starvation",
         cost,
         confidence_of(max(shares.values(), default=0.0), th.cpu_wait_share),
         f"CPU starvation of the machine, not of one host: {where}; the late ranks were "
-        f"{at(first)} in the first half of the run, {at(second)} in the second, and no "
+        f"{halves.ranks_where(ctx, first)} in the first half of the run, "
+        f"{halves.ranks_where(ctx, second)} in the second, and no "
         f"host stands out beyond the others in both halves; with the CPU they need each "
         f"iteration would be {cost:.1%} shorter",
         replay=replay,

@@ -15,7 +15,7 @@ from typing import Any
 
 import polars as pl
 
-from syncpace.analysis.detectors import advice, nominal
+from syncpace.analysis.detectors import advice, halves, nominal
 from syncpace.analysis.detectors.context import Context, ms
 from syncpace.analysis.findings import Finding
 from syncpace.analysis.limits import rate_words
@@ -46,12 +46,6 @@ def finding(
         r: ctx.nodes_of([r])[0] for r in sorted(set(lagging) | set(by_half[0] + by_half[1]))
     }
 
-    def at(ranks: list[int]) -> str:
-        if not ranks:
-            return "none"
-        where = ", ".join(sorted({hosts_of[r] for r in ranks}))
-        return f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))} ({where})"
-
     moving = by_half[0] != by_half[1] or not set(ctx.nodes_of(lagging)) < set(every)
     why = (
         "on every host at once"
@@ -64,8 +58,10 @@ def finding(
         "slow_link",
         0.0,
         min(1.0, 0.5 + last / 2),
-        f"slow transfers, not one host's link: collectives end late {why} — {at(lagging)} "
-        f"over the run, {at(by_half[0])} in its first half, {at(by_half[1])} in the "
+        f"slow transfers, not one host's link: collectives end late {why} — "
+        f"{halves.ranks_where(ctx, lagging)} over the run, "
+        f"{halves.ranks_where(ctx, by_half[0])} in its first half, "
+        f"{halves.ranks_where(ctx, by_half[1])} in the "
         f"second{links}; the fabric's or the job's transfers, no host to check; with "
         f"them ending together each iteration would be {replay.saving:.1%} shorter",
         replay=replay,

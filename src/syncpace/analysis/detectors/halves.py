@@ -65,3 +65,12 @@ def in_each_half(ctx: Context, judge: Callable[[int | None], Iterable[T]]) -> li
     if not halved(ctx) or not whole:
         return sorted(whole)  # type: ignore[type-var]
     return sorted(whole & set(judge(0)) & set(judge(1)))  # type: ignore[type-var]
+
+
+def ranks_where(ctx: Context, ranks: list[int]) -> str:
+    """Ranks with their hosts, as the findings that name no place say where the late
+    ranks were in each half: "ranks 1, 4 (h0, h2)", or "none"."""
+    if not ranks:
+        return "none"
+    hosts = ", ".join(sorted({ctx.nodes_of([r])[0] for r in ranks}))
+    return f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))} ({hosts})"
