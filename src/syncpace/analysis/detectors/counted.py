@@ -45,21 +45,26 @@ def _job_rates(ctx: Context, half: int | None) -> dict[str, float]:
     return {h: r for h, r in rates.items() if h in job}
 
 
+def slower_links(ctx: Context, rates: dict[str, float]) -> dict[str, float]:
+    """The hosts whose own link the counters show set below ``slow_link_rate_share``
+    of the fastest host link's rate (``rates``: bit/s by host), with their rate."""
+    fastest = max(rates.values(), default=0.0)
+    share = ctx.thresholds.slow_link_rate_share
+    return {h: r for h, r in rates.items() if r < share * fastest}
+
+
 def slower_and_busier(ctx: Context, half: int | None) -> dict[str, float]:
     """The hosts (with their link's rate, bit/s) whose own link the counters show set
-    below ``slow_link_rate_share`` of the fastest peer's and busier against its own
-    rate than every peer's by the same margin: the link the job's bytes wait on, of
-    the job's hosts only."""
+    below ``slow_link_rate_share`` of the fastest peer's (:func:`slower_links`) and
+    busier against its own rate than every peer's by the same margin: the link the
+    job's bytes wait on, of the job's hosts only."""
     share = ctx.thresholds.slow_link_rate_share
     rates = _job_rates(ctx, half)
     loads = host_loads(ctx, half)
     found = {}
-    for host, rate in rates.items():
-        peers = [r for h, r in rates.items() if h != host]
-        busy = [loads.get(h, 0.0) for h in rates if h != host]
-        if not peers or rate >= share * max(peers):
-            continue
-        if loads.get(host, 0.0) * share > max(busy):
+    for host, rate in slower_links(ctx, rates).items():
+        busy = max(loads.get(h, 0.0) for h in rates if h != host)  # a slower host has peers
+        if loads.get(host, 0.0) * share > busy:
             found[host] = rate
     return found
 

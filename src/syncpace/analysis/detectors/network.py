@@ -445,7 +445,7 @@ def slow_link(ctx: Context) -> list[Finding]:
     # transfer crosses both host links, and the ring's last hop decides who lags)
     rates = host_link_rates(ctx.metrics.run, run_window(ctx.metrics.rank_steps))
     fastest = max(rates.values(), default=0.0)
-    slower = _slower_links(ctx, rates)
+    slower = counted.slower_links(ctx, rates)
     lagging = late
     on_slower = cpu.ranks_on(ctx, list(slower))
     if on_slower:
@@ -548,14 +548,6 @@ def fixed_link_ranks(ctx: Context) -> list[int]:
     return lagging if lagging else cpu.ranks_on(ctx, counted_hosts(ctx))
 
 
-def _slower_links(ctx: Context, rates: dict[str, float]) -> dict[str, float]:
-    """The hosts whose own link the counters show set below ``slow_link_rate_share``
-    of the fastest host link's rate (``rates``: bit/s by host)."""
-    fastest = max(rates.values(), default=0.0)
-    share = ctx.thresholds.slow_link_rate_share
-    return {h: r for h, r in rates.items() if r < share * fastest}
-
-
 def slow_places(ctx: Context) -> list[str]:
     """The hosts a slow link finding may name: over the run and in each of its halves
     alone (:func:`halves.in_each_half`), those whose own link the counters show set
@@ -564,7 +556,7 @@ def slow_places(ctx: Context) -> list[str]:
 
     def judge(half: int | None) -> set[str]:
         rates = host_link_rates(ctx.metrics.run, halves.window(ctx, half))
-        slower = _slower_links(ctx, rates)
+        slower = counted.slower_links(ctx, rates)
         if slower:
             return set(slower)
         return set(ctx.nodes_of(lagging_ranks(ctx, half)))
