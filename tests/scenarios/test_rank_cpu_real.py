@@ -95,6 +95,8 @@ def test_a_rank_sleeping_longer_beside_busy_processes_is_a_straggler(tmp_path):
     _print(analysis)
     stragglers = [f for f in analysis.findings if f.mode == "straggler" and f.ranks]
     assert [f.ranks for f in stragglers] == [(1,)]
+    # its extra compute is the time the job's code makes it sleep longer
+    assert stragglers[0].evidence["compute_excess_ms"][1] == pytest.approx(12, rel=0.35)
     assert all(
         1 not in f.evidence.get("late_ranks", [])
         for f in analysis.findings
