@@ -44,9 +44,14 @@ def imported(profiled, tmp_path_factory):
     out = {}
     for phase in PHASES:
         target = tmp_path_factory.mktemp(f"imported-{phase}")
-        convert("kineto", [profiled.kineto_root / phase], target)
+        CONVERTED[phase] = convert("kineto", [profiled.kineto_root / phase], target)
         out[phase] = target
     return out
+
+
+#: Each phase's conversion result: what the converter counted and left out is the first
+#: thing to read when a comparison below fails.
+CONVERTED: dict = {}
 
 
 def calls(events: pl.DataFrame) -> list[dict]:
@@ -91,7 +96,7 @@ def test_same_collectives_as_the_syncpace_trace(phase, profiled, imported):
     assert ours.warnings == ()  # every row and file passes the reader's validation
     got, want = calls(window(ours, ours)), calls(window(theirs, ours))
     assert sum(row["len"] for row in got) >= WORLD * (STEPS - 2) * 4
-    assert got == want
+    assert got == want, CONVERTED[phase].warnings
     assert set(ours.events["group"].unique()) == {"0", "1"}
     for rank, meta in ours.meta.items():
         assert {g: s["ranks"] for g, s in meta["groups"].items()} == {
@@ -147,7 +152,7 @@ def test_calls_line_up_with_the_tracer_timestamps(phase, profiled, imported):
 
     mine, tracer = numbered(window(ours, ours)), numbered(window(theirs, ours))
     both = mine.join(tracer, on=[*key, "k"], suffix="_sp")
-    assert both.height == tracer.height == mine.height
+    assert both.height == tracer.height == mine.height, CONVERTED[phase].warnings
     for rank, group in both.group_by("rank"):
         delta = (group["enter_ns"] - group["enter_ns_sp"]).abs()
         assert delta.median() < 1_000_000 + offsets[rank[0]][1], (rank, delta.describe())
