@@ -56,3 +56,15 @@ def test_a_link_slow_all_run_long_still_names_its_ranks(tmp_path: Path) -> None:
     (found,) = _slow_link(job(tmp_path, hosts=FOUR_HOSTS, lag=lag))
     assert found.ranks == (0, 1) and found.nodes == ("node0", "node1")
     assert "placed" not in found.evidence
+
+
+def test_on_two_hosts_the_rank_ending_last_names_no_link(tmp_path: Path) -> None:
+    """Four ranks on two hosts, rank 1 seeing every collective end 8 ms late, the link
+    counters showing both host links at one rate: every cross-node transfer crosses
+    both links, so the rank ending last is the ring's shape, not a slow link's. No
+    slow link (the same lag on four hosts names one: the test above)."""
+    hosts = ["h0", "h0", "h1", "h1"]
+    lag = lambda r, s: LAG_MS if r == 1 else 0.0  # noqa: E731
+    path = job(tmp_path, hosts=hosts, lag=lag)
+    write_links(path, star(["h0", "h1"], lambda h: 8_000_000_000), range(0, 10**10, 10**9))
+    assert _slow_link(path) == []

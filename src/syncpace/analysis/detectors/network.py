@@ -167,7 +167,17 @@ def lagging_ranks(ctx: Context, half: int | None = None) -> list[int]:
     collective ends at the slower of the two paths, so the second link's end is last
     in fewer of them (measured: both leaf uplinks of a leaf-spine at a quarter of the
     hosts' rate, 100 % and 74 %). Without the first, such a rank is contention's.
-    Over the run, or ``half`` of it."""
+    Over the run, or ``half`` of it.
+
+    None on a job of two hosts: every cross-node transfer there crosses both host
+    links, so a slow one slows each hop of the ring alike, and which ranks end last is
+    the ring's shape (the ranks its cross-host hops reach), not a link's. Measured on
+    drawn jobs of 4 ranks on 2 hosts, healthy links: ranks 1 and 3 lagged, one per
+    host, and a slow link was named at one host or the other from phase to phase
+    (aligning their ends saving 7-28 %). There only the counters can say which host
+    link is slower (:mod:`.counted`)."""
+    if ctx.metrics.placement["node"].n_unique() == 2:
+        return []
     lags = transfer_lags(ctx, half)
     if lags.height < 2 or ctx.iteration_ns <= 0:
         return []
