@@ -55,7 +55,9 @@ def test_periodic_re_estimation_follows_a_drifting_clock(tmp_path):
     assert len(clock["samples"]) >= 5
     # the offset is at most 0.5 s x 2 ms/s = 1 ms stale between estimates
     assert np.median(spread) < 1.5
-    assert spread.max() < 4.0  # a descheduled rank can add a few ms to one exit
+    # a rank descheduled at an exit adds a few ms to that one (4.6 ms once, in a whole-
+    # suite run); drift would hold every exit apart, as the test below shows (> 4 ms)
+    assert np.quantile(spread, 0.9) < 2.5
     # the estimates themselves follow the drift: ~ -2 ms per second
     local = np.array([s["local_ns"] for s in clock["samples"]], dtype=float)
     offset = np.array([s["offset_ns"] for s in clock["samples"]], dtype=float)
