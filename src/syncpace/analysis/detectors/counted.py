@@ -24,25 +24,39 @@ from syncpace.analysis.limits import rate_words
 from syncpace.analysis.links import busiest_links, host_link_rates
 
 
+def link_rates(ctx: Context, half: int | None) -> dict[str, float]:
+    """Each host's own link rate (bit/s) over ``half`` of the run (None: all of it), as
+    the counters record it (:func:`host_link_rates`); empty without counters. Read
+    once a run and half: the slow link's judgements each ask for it."""
+    return ctx.memo(
+        f"link_rates:{half}",
+        lambda: host_link_rates(ctx.metrics.run, halves.window(ctx, half)),
+    )
+
+
 def host_loads(ctx: Context, half: int | None) -> dict[str, float]:
     """Per host: its own link's mean utilisation against its own rate over ``half``
     of the run (None: all of it), the busier direction; empty without counters."""
-    loads: dict[str, float] = {}
-    rates = host_link_rates(ctx.metrics.run, halves.window(ctx, half))
-    for load in busiest_links(ctx.metrics.run, halves.window(ctx, half), top=None, min_util=0):
-        if load.kind != "host":
-            continue
-        host = load.src if load.src in rates else load.dst
-        loads[host] = max(loads.get(host, 0.0), load.util)
-    return loads
+
+    def compute() -> dict[str, float]:
+        loads: dict[str, float] = {}
+        rates = link_rates(ctx, half)
+        window = halves.window(ctx, half)
+        for load in busiest_links(ctx.metrics.run, window, top=None, min_util=0):
+            if load.kind != "host":
+                continue
+            host = load.src if load.src in rates else load.dst
+            loads[host] = max(loads.get(host, 0.0), load.util)
+        return loads
+
+    return ctx.memo(f"host_loads:{half}", compute)
 
 
 def _job_rates(ctx: Context, half: int | None) -> dict[str, float]:
     """The job's hosts' own link rates (bit/s) over ``half`` of the run, as the
     counters record them: a fabric's other hosts carry none of its bytes."""
     job = set(ctx.metrics.placement["node"].to_list())
-    rates = host_link_rates(ctx.metrics.run, halves.window(ctx, half))
-    return {h: r for h, r in rates.items() if h in job}
+    return {h: r for h, r in link_rates(ctx, half).items() if h in job}
 
 
 def slower_links(ctx: Context, rates: dict[str, float]) -> dict[str, float]:

@@ -13,11 +13,10 @@ import numpy as np
 import polars as pl
 
 from syncpace.analysis import costs
-from syncpace.analysis.detectors import advice, cpu, nominal
+from syncpace.analysis.detectors import advice, counted, cpu, nominal
 from syncpace.analysis.detectors.context import Context, confidence_of
 from syncpace.analysis.detectors.network import lagging_ranks
 from syncpace.analysis.findings import Finding
-from syncpace.analysis.links import host_link_rates, run_window
 from syncpace.analysis.replay import counterfactuals as cf
 
 #: The run's largest calls measure its rate only where they are this many times the
@@ -120,9 +119,7 @@ def _calls_slowed(ctx: Context) -> bool:
     th = ctx.thresholds
     if lagging_ranks(ctx):
         return True
-    rates = host_link_rates(ctx.metrics.run, run_window(ctx.metrics.rank_steps))
-    fastest = max(rates.values(), default=0.0)
-    if any(r < th.slow_link_rate_share * fastest for r in rates.values()):
+    if counted.slower_links(ctx, counted.link_rates(ctx, None)):
         return True
     hosts = sorted(set(ctx.metrics.placement["node"].to_list()))
     starved = cpu.starved_hosts(ctx, hosts)

@@ -29,7 +29,6 @@ from syncpace.analysis.detectors.traffic import (
 )
 from syncpace.analysis.findings import Finding
 from syncpace.analysis.limits import rate_words
-from syncpace.analysis.links import host_link_rates, run_window
 from syncpace.analysis.replay import counterfactuals as cf
 from syncpace.analysis.replay.program import JOIN, WAIT
 from syncpace.analysis.replay.whatif import Outcome
@@ -453,7 +452,7 @@ def slow_link(ctx: Context) -> list[Finding]:
     # the lag says which ranks sit next to a slow link; where the fabric's counters show
     # which host link is set slow, that link's host is named (on two hosts every
     # transfer crosses both host links, and the ring's last hop decides who lags)
-    rates = host_link_rates(ctx.metrics.run, run_window(ctx.metrics.rank_steps))
+    rates = counted.link_rates(ctx, None)
     fastest = max(rates.values(), default=0.0)
     slower = counted.slower_links(ctx, rates)
     lagging = late
@@ -565,7 +564,7 @@ def slow_places(ctx: Context) -> list[str]:
     hosts of the ranks lagging in it (:func:`lagging_ranks`)."""
 
     def judge(half: int | None) -> set[str]:
-        rates = host_link_rates(ctx.metrics.run, halves.window(ctx, half))
+        rates = counted.link_rates(ctx, half)
         slower = counted.slower_links(ctx, rates)
         if slower:
             return set(slower)
