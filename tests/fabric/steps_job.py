@@ -2,7 +2,9 @@
 
 ``python steps_job.py OUT STEPS BASELINE [BYTES]``: BYTES the all-reduce's size (1 MiB
 when not given); after BASELINE steps rank 0 creates
-OUT/baseline-done (a test may then start background traffic); rank 0 writes the
+OUT/baseline-done (a test may then start background traffic) and, where
+``STEPS_JOB_GATE_S`` is set, waits up to that many seconds for OUT/traffic-on (the
+test's word that its traffic is on) before the next step; rank 0 writes the
 per-step times to OUT/steps.json at the end, and when each step began and ended
 (wall clock, ns) to OUT/step-spans.json. One rank per host.
 """
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import pathlib
 import sys
 import time
@@ -36,6 +39,9 @@ def main() -> int:
         spans.append((wall, time.time_ns()))
         if rank == 0 and step + 1 == baseline:
             (out / "baseline-done").touch()
+            gate = time.monotonic() + float(os.environ.get("STEPS_JOB_GATE_S", "0"))
+            while not (out / "traffic-on").exists() and time.monotonic() < gate:
+                time.sleep(0.01)
     if rank == 0:
         (out / "steps.json").write_text(json.dumps(times))
         (out / "step-spans.json").write_text(json.dumps(spans))

@@ -45,7 +45,8 @@ SHAPED = 30_000_000  # h0's link, reshaped below the others
 def shaped_run(tmp_path_factory):
     """Two hosts on one switch; h0's link shaped to 30 Mbit/s for the whole run; a
     traced 2-rank job of 1 MiB all-reduces (26 steps); after 6 clean steps a greedy TCP flow from
-    h1 into h0 crosses the shaped link until the job ends."""
+    h1 into h0 starts, the job waiting for it, and crosses the shaped link until the job
+    ends."""
     state_dir = tmp_path_factory.mktemp("state")
     previous = os.environ.get(STATE_DIR_ENV)
     os.environ[STATE_DIR_ENV] = str(state_dir)
@@ -56,6 +57,7 @@ def shaped_run(tmp_path_factory):
         env = traced_env(
             out, TraceConfig(dir=str(out)), None, TelemetryConfig(counters_interval_s=0.01)
         )
+        env["STEPS_JOB_GATE_S"] = "30"
         command = [sys.executable, str(HERE / "steps_job.py"), str(out), "26", "6"]
         options = RunOptions(
             timeout_s=120, grace_s=5, faults=[parse_fault("rate h0-sw 30mbit at=0")]
@@ -72,7 +74,10 @@ def shaped_run(tmp_path_factory):
             while not (out / "baseline-done").exists() and job.is_alive():
                 assert time.monotonic() < deadline, "the job never finished its baseline"
                 time.sleep(0.05)
-            flows = bulk.start_flows(state.fabric, [("h1", "h0")], 60.0, 5401)
+            # the job goes on once the sender sends: the flow's start-up on a busy
+            # machine can outlast the job's last steps
+            flows = bulk.start_flows(state.fabric, [("h1", "h0")], 60.0, 5401, sending=True)
+            (out / "traffic-on").touch()
             job.join(timeout=150)
         finally:
             for flow in flows:
@@ -155,10 +160,15 @@ def test_loss_shows_in_the_hosts_counters(shaped_run):
     switch_drops = int(into_h0.max() - into_h0.min())
     retrans = _host_counter(trace, "h1", "tcp", "", "RetransSegs")["value"]
     sent_retrans = int(retrans.max() - retrans.min())
-    print(f"switch -> h0 dropped {switch_drops} packets; h1 retransmitted {sent_retrans}")
-    assert switch_drops > 0
+    h0 = _host_counter(trace, "h0", "tcp", "", "RetransSegs")["value"]
+    seen = (
+        f"switch -> h0 dropped {switch_drops} packets; h1 retransmitted {sent_retrans}, "
+        f"h0 {int(h0.max() - h0.min())}; h1's samples {len(retrans)}"
+    )
+    print(seen)
+    assert switch_drops > 0, seen
     # every segment the switch dropped on the way to h0 was sent by h1, and sent again
-    assert sent_retrans >= 0.5 * switch_drops
+    assert sent_retrans >= 0.5 * switch_drops, seen
     # the shaped rate is what the host measures its link against
     rate = _host_counter(trace, "h0", "nic", "eth0", "link_rate_bps")["value"]
     assert rate.to_list()[0] == SHAPED
