@@ -120,11 +120,17 @@ def busiest_links(
     return [LinkLoad(**row) for row in per.iter_rows(named=True)]
 
 
-def host_ends(pairs: Iterable[tuple[str, str]]) -> frozenset[str]:
-    """The hosts among the ends of host links given as one (src, dst) pair per link: a
-    host is the end of exactly one host link; a switch ends several."""
-    ends = Counter(end for pair in pairs for end in pair)
-    return frozenset(end for end, n in ends.items() if n == 1)
+def host_ends(links: Iterable[tuple[str, str, str]]) -> frozenset[str]:
+    """The hosts among the fabric's links given as ``(kind, src, dst)``, each link in
+    either direction or both: the ends of host links that end no other link. A host
+    ends exactly one link; a switch ends a host link and at least one more (another
+    host's, or an uplink: a leaf with one host below it ends one host link, like a
+    host, and its uplink)."""
+    pairs = {(kind, *sorted((a, b))) for kind, a, b in links}
+    ends = Counter(end for _, a, b in pairs for end in (a, b))
+    return frozenset(
+        end for kind, a, b in pairs if kind == "host" for end in (a, b) if ends[end] == 1
+    )
 
 
 def host_link_rates(run_dir: str | Path, window: tuple[int, int] | None) -> dict[str, float]:
@@ -134,12 +140,12 @@ def host_link_rates(run_dir: str | Path, window: tuple[int, int] | None) -> dict
     series = window_series(run_dir, window)
     if series is None or series.height == 0:
         return {}
+    own = host_ends(series.select("kind", "src", "dst").unique().iter_rows())
     per_link = (
         series.filter(pl.col("kind") == "host")
         .group_by("link", "src", "dst")
         .agg(rate=pl.col("rate_bps").median())
     )
-    own = host_ends({link: (a, b) for link, a, b, _ in per_link.iter_rows()}.values())
     rates: dict[str, float] = {}
     for _, src, dst, rate in per_link.iter_rows():
         host = src if src in own else dst

@@ -22,7 +22,6 @@ the detector's to judge (:mod:`syncpace.analysis.detectors.network`).
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -31,7 +30,7 @@ import polars as pl
 from syncpace.analysis.detectors import nominal
 from syncpace.analysis.detectors.context import Context
 from syncpace.analysis.detectors.traffic import FOREIGN_RATE, FOREIGN_SHARE, job_bytes
-from syncpace.analysis.links import host_link_rates, link_intervals, link_name
+from syncpace.analysis.links import host_ends, host_link_rates, link_intervals, link_name
 from syncpace.analysis.replay.program import POST
 from syncpace.trace.busbw import bus_factor
 
@@ -283,18 +282,11 @@ def _link_intervals(
     if loads is None or loads.height == 0:
         return []
     loads = loads.filter(pl.col("rate_bps") > 0)
-    pairs = {
-        link: (a, b)
-        for link, a, b in loads.filter(pl.col("kind") == "host")
-        .select("link", "src", "dst")
-        .iter_rows()
+    own = host_ends(loads.select("kind", "src", "dst").unique().iter_rows())
+    switch_of = {
+        (a if a in own else b): (b if a in own else a)
+        for a, b in loads.filter(pl.col("kind") == "host").select("src", "dst").iter_rows()
     }
-    # a host is the end of exactly one host link; a switch ends several
-    ends = Counter(end for pair in pairs.values() for end in pair)
-    switch_of = {}
-    for a, b in pairs.values():
-        host, switch = (a, b) if ends[a] == 1 else (b, a)
-        switch_of[host] = switch
     below: dict[str, list[str]] = {}
     for host, switch in switch_of.items():
         if host in job_hosts:

@@ -159,9 +159,8 @@ def link_traffic(ctx: Context) -> LinkTraffic | None:
         if loads is None or loads.height == 0:
             return None
         span_ns = t1 - t0
+        own = host_ends(loads.select("kind", "src", "dst").unique().iter_rows())
         hosts = loads.filter(pl.col("kind") == "host", pl.col("rate_bps") > 0)
-        pairs = {link: (a, b) for link, a, b in hosts.select("link", "src", "dst").iter_rows()}
-        own = host_ends(pairs.values())
         span = (t1 - t0) / 1e9
         foreign: dict[str, float] = {}
         senders: list[tuple[str, str]] = []
@@ -270,7 +269,7 @@ def link_source(ctx: Context) -> LinkSource | None:
     def compute() -> LinkSource | None:
         window = run_window(ctx.metrics.rank_steps)
         loads = busiest_links(ctx.metrics.run, window, top=None, min_util=0.0)
-        own = host_ends({x.link: (x.src, x.dst) for x in loads if x.kind == "host"}.values())
+        own = host_ends((x.kind, x.src, x.dst) for x in loads)
         sending = [x for x in loads if x.kind == "host" and x.src in own]
         usual = float(np.median([x.util for x in sending])) if sending else 0.0
         senders = tuple(
