@@ -13,7 +13,8 @@ runs are); ``--rescore`` diagnoses the saved run directories again, running noth
 ``--repeat 2`` runs each draw twice (the stability score). Prints, per place and
 together, the scores of every draw in ``OUT/SET`` (``tests/scenarios/drawscore.py``)
 and writes them to ``OUT/SET/summary.json``. Fabric draws are diagnosed with the link
-of an all-reduce benchmark on a star of the same hosts and rate (``--no-bench``: none).
+of an all-reduce benchmark on a fabric of the draw's own shape, one rank a host, as a
+user benchmarks the fabric a job runs on (``--no-bench``: none).
 Takes about half a minute a localhost draw on 2 cores.
 """
 
@@ -110,12 +111,10 @@ def _links_file(out: Path) -> dict[str, tuple[float, float]]:
 
 def _link(d: draws.Draw, links: dict, out: Path, log, console: Console) -> tuple[float, float]:  # noqa: ANN001
     assert d.fabric is not None
-    key = f"{d.hosts}x{d.fabric['host_rate']}"
+    key = suite.fabric_key(d.fabric)
     if key not in links:
-        console.print(
-            f"benchmark: all-reduce on a star of {d.hosts} hosts at {d.fabric['host_rate']}"
-        )
-        links[key] = suite.bench_link(d.hosts, d.fabric["host_rate"], out / f"bench-{key}", log)
+        console.print(f"benchmark: all-reduce on the draw's fabric, {key}")
+        links[key] = suite.bench_link(d.fabric, out / f"bench-{key}", log)
         (out / "links.json").write_text(json.dumps({k: list(v) for k, v in links.items()}))
     return links[key]
 

@@ -19,8 +19,8 @@ Prints, and writes to ``OUT/scenarios.json``:
   it: the same job without the cause, seconds apart, under the same load of the
   machine, and the error.
 
-Fabric scenarios are diagnosed with the link of an all-reduce benchmark on a star of
-the same hosts (what ``syncpace diagnose --bench`` does); ``--no-bench`` leaves it out.
+Fabric scenarios are diagnosed with the link of an all-reduce benchmark on a fabric of
+the same shape (what ``syncpace diagnose --bench`` does); ``--no-bench`` leaves it out.
 Takes many minutes.
 """
 
@@ -127,10 +127,10 @@ def main() -> int:
 def _link(sc, links, out, log, console, skip) -> tuple[float, float] | None:
     if sc.fabric is None or skip:
         return None
-    key = (sc.hosts, str(sc.fabric.get("host_rate")))
+    key = suite.fabric_key(sc.fabric)
     if key not in links:
-        console.print(f"benchmark: all-reduce on a star of {key[0]} hosts at {key[1]}")
-        links[key] = suite.bench_link(key[0], key[1], out / f"bench-{key[0]}-{key[1]}", log)
+        console.print(f"benchmark: all-reduce on the scenario's fabric, {key}")
+        links[key] = suite.bench_link(sc.fabric, out / f"bench-{key}", log)
         console.print(f"  alpha {links[key][0]:.0f} us, busbw {links[key][1] * 8e3:.1f} Mbit/s")
     return links[key]
 

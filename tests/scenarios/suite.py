@@ -600,9 +600,20 @@ def confusion_text(outcomes: list[Outcome]) -> str:
     return "\n".join(lines)
 
 
-def bench_link(hosts: int, rate: str, out: Path, log: Any = None) -> tuple[float, float]:
-    """(alpha_us, busbw GB/s) of an all-reduce benchmark on a star of ``hosts`` at
-    ``rate``: what ``syncpace diagnose --bench`` would use as the link."""
+def fabric_key(fabric: dict[str, Any]) -> str:
+    """A fabric's shape in a few characters: ``star-2x200mbit``,
+    ``leaf-spine-2x1x200mbit-2:1`` (leaves x hosts per leaf, oversubscription)."""
+    if fabric["topology"] == "star":
+        return f"star-{fabric['hosts']}x{fabric['host_rate']}"
+    over = f"{float(fabric.get('oversubscription', 1.0)):g}:1"
+    return f"{fabric['topology']}-{fabric['leaves']}x{fabric['hosts']}x{fabric['host_rate']}-{over}"
+
+
+def bench_link(fabric: dict[str, Any], out: Path, log: Any = None) -> tuple[float, float]:
+    """(alpha_us, busbw GB/s) of an all-reduce benchmark across every host of
+    ``fabric`` (a fabric spec: topology, hosts, rates, oversubscription), one rank a
+    host: what ``syncpace diagnose --bench`` would use as the link of a job there, its
+    shared links' capacity included."""
     from syncpace.bench.config import BenchConfig
     from syncpace.bench.on_fabric import bench_on_fabric
     from syncpace.bench.results import main_fit
@@ -611,7 +622,7 @@ def bench_link(hosts: int, rate: str, out: Path, log: Any = None) -> tuple[float
     from syncpace.fabric.lifecycle import down, up
 
     name = "pb" + secrets.token_hex(3)
-    spec = build_spec({"topology": "star", "hosts": hosts, "host_rate": rate, "name": name})
+    spec = build_spec({**fabric, "name": name})
     state = up(spec, SystemBackend())
     config = BenchConfig(
         ops="all_reduce",
