@@ -65,6 +65,8 @@ class RunMetrics:
     comm: dict[str, float]
     quality: dict[str, Any]
     group_nodes: dict[str, int]
+    #: process group -> its global ranks in group-rank order
+    group_ranks: dict[str, tuple[int, ...]] = field(default_factory=dict)
     pacing: dict[str, Any] | None = None  # the pacer's account, when the run was paced
     #: calls after the last iteration boundary, kept out of every figure above
     trailing: dict[str, Any] = field(default_factory=dict)
@@ -236,7 +238,8 @@ def from_parts(
         per_rank = per_rank.join(timebase.run_ahead(rank_step), on="rank", how="left")
     place = locality.placement(trace.meta)
     uncertainty = _clock_uncertainty(trace, base)
-    group_nodes = _group_nodes(trace.meta, place)
+    group_ranks = _group_ranks(trace.meta, place)
+    group_nodes = _group_nodes(group_ranks, place)
     hosts = hostcounters.host_metrics(trace.counters, trace.hosts, trace.meta)
     link = limits.link_rate(Path(trace.path), hosts.nic if hosts is not None else None)
     inst, unmeasurable = limits.flag_instances(
@@ -272,6 +275,7 @@ def from_parts(
         comm=overlap.summary(ovl),
         quality=_quality(trace, inst, uncertainty, dropped, global_steps.height, events, warnings),
         group_nodes=group_nodes,
+        group_ranks=group_ranks,
         pacing=pacing,
         trailing=trailing,
         other_kinds=other_kinds or [],
@@ -300,21 +304,28 @@ def _kinds(
     return found, kinds.describe(found, signatures, kinds.step_times(steps))
 
 
-def _group_nodes(meta: dict[int, dict[str, Any]], place: pl.DataFrame) -> dict[str, int]:
-    """Process group -> how many nodes its ranks span (from the metadata's ``groups``)."""
-    node_of = dict(zip(place["rank"].to_list(), place["node"].to_list(), strict=True))
-    spans: dict[str, int] = {}
+def _group_ranks(
+    meta: dict[int, dict[str, Any]], place: pl.DataFrame
+) -> dict[str, tuple[int, ...]]:
+    """Process group -> its global ranks in group-rank order (from the metadata's
+    ``groups``; the default group ``0``: every placed rank, where no rank lists it)."""
+    out: dict[str, tuple[int, ...]] = {}
     for m in meta.values():
         groups = m.get("groups")
         if not isinstance(groups, dict):
             continue
         for name, spec in groups.items():
             ranks = spec.get("ranks") if isinstance(spec, dict) else None
-            if isinstance(ranks, list) and name not in spans:
-                nodes = {node_of.get(r) for r in ranks if isinstance(r, int)}
-                spans[str(name)] = len(nodes - {None})
-    spans.setdefault("0", place["node"].n_unique())
-    return spans
+            if isinstance(ranks, list) and str(name) not in out:
+                out[str(name)] = tuple(r for r in ranks if isinstance(r, int))
+    out.setdefault("0", tuple(sorted(place["rank"].to_list())))
+    return out
+
+
+def _group_nodes(groups: dict[str, tuple[int, ...]], place: pl.DataFrame) -> dict[str, int]:
+    """Process group -> how many nodes its ranks span."""
+    node_of = dict(zip(place["rank"].to_list(), place["node"].to_list(), strict=True))
+    return {name: len({node_of.get(r) for r in ranks} - {None}) for name, ranks in groups.items()}
 
 
 def _clock_uncertainty(trace: Trace, base: TimeBase | None = None) -> int | None:

@@ -3,7 +3,9 @@
 Per counter interval — each NIC window of the hosts' counters, each sampling interval
 of the emulated fabric's link counters — the bytes counted minus the job's own in it:
 each collective's bytes × nccl-tests' bus factor, per member rank, spread evenly over
-its transfer (last arrival to completion), summed over the ranks of the host (an upper
+its transfer (last arrival to completion), summed over the ranks of the host that send
+across its link: of a ring op (all-reduce, all-gather, reduce-scatter) the ranks whose
+successor in the group is on another host, of any other op every rank (an upper
 bound: bytes between ranks of one host never leave it, so the foreign bytes are a
 lower bound). An interval carries foreign traffic when those bytes reach
 ``FOREIGN_SHARE`` of what was counted and ``FOREIGN_RATE`` of the link's rate.
@@ -156,13 +158,43 @@ def _measure(ctx: Context) -> ForeignTraffic | None:
 Curve = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
+#: Ops a ring carries: each rank sends all its bus bytes to the next rank of the group.
+RING_OPS = frozenset({"all_reduce", "all_gather", "reduce_scatter"})
+
+
+def _leaves_host(ctx: Context, groups: list[str]) -> np.ndarray:
+    """(group index, rank): whether the rank's successor in the group's ring is on
+    another host (``True`` where the group's ranks are not known: an upper bound)."""
+    place = ctx.metrics.placement
+    node = dict(zip(place["rank"].to_list(), place["node"].to_list(), strict=True))
+    world = max([ctx.metrics.world_size, *(r + 1 for r in node)])
+    out = np.ones((len(groups), world), dtype=bool)
+    for g, name in enumerate(groups):
+        ranks = ctx.metrics.group_ranks.get(name)
+        if not ranks or any(r not in node or r >= world for r in ranks):
+            continue
+        out[g, :] = False
+        for r, after in zip(ranks, (*ranks[1:], ranks[0]), strict=True):
+            out[g, r] = node[r] != node[after]
+    return out
+
+
 def _own_curves(ctx: Context) -> dict[str, Curve]:
     """Per host: what its ranks posted, each collective's bytes x bus factor spread
-    evenly over its transfer, as a curve :func:`_at` reads at any time."""
+    evenly over its transfer, as a curve :func:`_at` reads at any time. Of a ring op,
+    only a rank whose successor in the group is on another host sends across the
+    host's link (a ring leaves a host as often as it enters it: the same count holds
+    for what the host receives)."""
     prog = ctx.program
     inst = ctx.metrics.instances
     if prog is None or inst.height == 0:
         return {}
+    groups = inst["group"].cast(pl.String).to_list()
+    names = sorted(set(groups))
+    leaves = _leaves_host(ctx, names)
+    index = {name: k for k, name in enumerate(names)}
+    group_of = np.array([index[g] for g in groups], dtype=np.int64)
+    ring = np.array([op in RING_OPS for op in inst["op"].to_list()])
     factor = np.array(
         [
             bus_factor(op, int(n)) or 0.0
@@ -176,6 +208,8 @@ def _own_curves(ctx: Context) -> dict[str, Curve]:
     place = ctx.metrics.placement
     node = dict(zip(place["rank"].to_list(), place["node"].to_list(), strict=True))
     ranks, ids = prog.rank[posts], prog.inst[posts]
+    crosses = ~ring[ids] | leaves[group_of[ids], np.clip(ranks, 0, leaves.shape[1] - 1)]
+    ranks, ids = ranks[crosses], ids[crosses]
     out: dict[str, Curve] = {}
     for host in sorted(set(node.values())):
         mine = ids[np.isin(ranks, [r for r, h in node.items() if h == host])]
