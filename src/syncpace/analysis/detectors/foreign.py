@@ -162,16 +162,15 @@ Curve = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.nda
 RING_OPS = frozenset({"all_reduce", "all_gather", "reduce_scatter"})
 
 
-def _leaves_host(ctx: Context, groups: list[str]) -> np.ndarray:
+def _leaves_host(ctx: Context, groups: list[str], node: dict[int, str]) -> np.ndarray:
     """(group index, rank): whether the rank's successor in the group's ring is on
-    another host (``True`` where the group's ranks are not known: an upper bound)."""
-    place = ctx.metrics.placement
-    node = dict(zip(place["rank"].to_list(), place["node"].to_list(), strict=True))
+    another host (``node``: each placed rank's host; ``True`` where the group's ranks
+    are not all placed: an upper bound)."""
     world = max([ctx.metrics.world_size, *(r + 1 for r in node)])
     out = np.ones((len(groups), world), dtype=bool)
     for g, name in enumerate(groups):
         ranks = ctx.metrics.group_ranks.get(name)
-        if not ranks or any(r not in node or r >= world for r in ranks):
+        if not ranks or any(r not in node for r in ranks):
             continue
         out[g, :] = False
         for r, after in zip(ranks, (*ranks[1:], ranks[0]), strict=True):
@@ -189,9 +188,11 @@ def _own_curves(ctx: Context) -> dict[str, Curve]:
     inst = ctx.metrics.instances
     if prog is None or inst.height == 0:
         return {}
+    place = ctx.metrics.placement
+    node = dict(zip(place["rank"].to_list(), place["node"].to_list(), strict=True))
     groups = inst["group"].cast(pl.String).to_list()
     names = sorted(set(groups))
-    leaves = _leaves_host(ctx, names)
+    leaves = _leaves_host(ctx, names, node)
     index = {name: k for k, name in enumerate(names)}
     group_of = np.array([index[g] for g in groups], dtype=np.int64)
     ring = np.array([op in RING_OPS for op in inst["op"].to_list()])
@@ -205,8 +206,6 @@ def _own_curves(ctx: Context) -> dict[str, Curve]:
     start = inst["last_enter"].fill_null(-1).to_numpy().astype(np.float64)
     end = inst["exit"].fill_null(-1).to_numpy().astype(np.float64)
     posts = (prog.kind == POST) & (prog.inst >= 0)
-    place = ctx.metrics.placement
-    node = dict(zip(place["rank"].to_list(), place["node"].to_list(), strict=True))
     ranks, ids = prog.rank[posts], prog.inst[posts]
     crosses = ~ring[ids] | leaves[group_of[ids], np.clip(ranks, 0, leaves.shape[1] - 1)]
     ranks, ids = ranks[crosses], ids[crosses]
