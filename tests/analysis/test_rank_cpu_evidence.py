@@ -18,7 +18,7 @@ import pytest
 from planted import Planted, generate
 from syncpace.analysis.api import analyze
 from syncpace.analysis.thresholds import Thresholds
-from syncpace.trace import schema
+from syncpace.trace import load_trace, schema
 from sysfs_trees import (
     JOB_PID,
     sample_host,
@@ -41,10 +41,19 @@ TICK_NS = 100_000_000
 PID0 = 5000
 
 
-def _host(run: Path, root: Path, main_wait: dict[int, float], host_wait: float = 0.6) -> None:
-    """node0's sampler over a host whose sampled rank's threads wait ``host_wait`` of
-    the time they could run and whose rank ``r``'s main thread waits for a CPU
-    ``main_wait[r]`` ns per ns; every rank registered as the tracer registers it."""
+def _host(
+    run: Path,
+    root: Path,
+    main_wait: dict[int, float],
+    host_wait: float = 0.6,
+    ticks: int = 6,
+    later: tuple[int, dict[int, float]] | None = None,
+) -> None:
+    """node0's sampler, ``ticks`` samples 100 ms apart from the run's first step on,
+    over a host whose sampled rank's threads wait ``host_wait`` of the time they could
+    run and whose rank ``r``'s main thread waits for a CPU ``main_wait[r]`` ns per ns
+    (from tick ``later[0]`` on, ``later[1][r]``); every rank registered as the tracer
+    registers it."""
     tree = switch_host(root)
     write_netdev(tree, {"eth0": {}})
     write_snmp(tree, {})
@@ -60,12 +69,15 @@ def _host(run: Path, root: Path, main_wait: dict[int, float], host_wait: float =
             job_wait_ns=int(host_wait * ns),
         )
         for rank, wait in main_wait.items():
+            waited = wait * ns
+            if later is not None and tick > later[0]:
+                waited = wait * TICK_NS * later[0] + later[1][rank] * TICK_NS * (tick - later[0])
             pid = PID0 + rank
             task = tree.root / f"proc/{pid}/task/{pid}"
             task.mkdir(parents=True, exist_ok=True)
-            (task / "schedstat").write_text(f"{int(0.2 * ns)} {int(wait * ns)} 10\n")
+            (task / "schedstat").write_text(f"{int(0.2 * ns)} {int(waited)} 10\n")
 
-    sample_host(run, "node0", tree, 6, script, job_pid=JOB_PID, use_nvml=False)
+    sample_host(run, "node0", tree, ticks, script, job_pid=JOB_PID, use_nvml=False)
 
 
 def _analyze(tmp_path: Path, scenario: Planted, main_wait: dict[int, float] | None):
@@ -159,6 +171,28 @@ def test_a_strong_straggler_waiting_for_its_lateness_is_its_hosts_cpu(tmp_path):
     assert waiting.findings[0].mode == "cpu_starvation"
     assert 1 in waiting.findings[0].evidence["late_ranks"]
     assert not any("Exclude or replace" in a for a in waiting.findings[0].actions)
+
+
+def test_waiting_outside_the_iterations_explains_no_straggler(tmp_path):
+    """The sampler runs for the job's whole life; the trace holds its iterations (a
+    window of them, or a job that exports, evaluates or shuts down after). Rank 1
+    computes 25 % more every step while every rank's main thread waits alike; after the
+    last step, rank 1's waits for a CPU 90 % of the time (over the whole sampled span,
+    more than its lateness per iteration). What it waited outside the iterations
+    explains nothing in them: rank 1 is a straggler, not its host's CPU."""
+    run = generate(STRONG, tmp_path / "run")
+    last = load_trace(run).steps["end_ns"].max()
+    # the sampler's first tick is at the first step's start (1 s), 100 ms apart
+    end_tick = -(-(last - 1_000_000_000) // TICK_NS)
+    _host(run, tmp_path / "host", ALIKE, ticks=2 * end_tick, later=(end_tick, {**ALIKE, 1: 0.9}))
+    analysis = analyze(run)
+    for f in analysis.findings:
+        print(f.mode, round(f.cost, 4), f.ranks, f.summary)
+    (straggler,) = [f for f in analysis.findings if f.mode == "straggler" and f.ranks]
+    assert straggler.ranks == (1,)
+    assert straggler.evidence["stable"] is True
+    hungry = [f for f in analysis.findings if f.mode == "cpu_starvation"]
+    assert all(1 not in f.evidence.get("late_ranks", ()) for f in hungry)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3, 4])

@@ -346,13 +346,12 @@ def starved(ctx: Context) -> dict[str, dict[str, Any]]:
     def compute() -> dict[str, dict[str, Any]]:
         nodes = ctx.metrics.placement["node"].unique().sort().to_list()
         hosts = cpu.starved_hosts(ctx, nodes)
-        measured = ctx.metrics.hosts
+        measured = cpu.host_cpu(ctx)
         for rank in sorted(set(late_ranks(ctx)) | set(changing_late(ctx))):
             if not cpu_explained(ctx, rank):
                 continue
             node = ctx.nodes_of([rank])[0]
-            own = ((measured.hosts.get(node) if measured else None) or {}).get("cpu") or {}
-            entry = dict(hosts.get(node) or own)
+            entry = dict(hosts.get(node) or measured.get(node) or {})
             waited = cpu.extra_wait_ns(ctx, rank) or 0.0
             entry["explained"] = {**(entry.get("explained") or {}), rank: ms(waited)}
             hosts[node] = entry

@@ -30,16 +30,25 @@ from syncpace.analysis.replay import counterfactuals as cf
 
 def host_cpu(ctx: Context, half: int | None = None) -> dict[str, dict[str, Any]]:
     """Per host, its CPU summary (``hostcounters``: waiting and throttled shares, each
-    rank measured on its own) over the run, or over ``half`` of it (0, 1) alone."""
+    rank measured on its own) over the run's iterations, or over ``half`` of them (0, 1)
+    alone.
+
+    The sampler runs for the job's whole life: start-up, phases the trace does not
+    hold (a window of it, an export, an evaluation), shutdown. A rank's waiting there
+    says nothing of its iterations, and weighed against their compute it would explain
+    a straggler by waiting it did elsewhere; so the run is the span of its iterations.
+    A host whose series saw less than half of that span keeps its summary over all it
+    saw (a sampler slower than the run)."""
     hosts = ctx.metrics.hosts
     if hosts is None:
         return {}
-    if half is None:
-        return {n: (h.get("cpu") or {}) for n, h in hosts.hosts.items()}
 
     def compute() -> dict[str, dict[str, Any]]:
         span = halves.window(ctx, half)
-        return hosts.cpu_within(span) if span is not None else {}
+        within = hosts.cpu_within(span) if span is not None else {}
+        if half is not None:
+            return within
+        return {n: within.get(n) or (h.get("cpu") or {}) for n, h in hosts.hosts.items()}
 
     return ctx.memo(f"host_cpu:{half}", compute)
 
