@@ -186,6 +186,88 @@ def test_the_real_cgroup_of_this_process_is_found():
     assert cgroup.name.lstrip("/") in own
 
 
+def test_the_cgroup_is_found_through_a_parent_outside_a_fresh_sysfs(tmp_path):
+    """A process started by ``ip netns exec`` sees a sysfs without the cgroup
+    filesystems, and in a container the first process's root may be unreadable: the
+    cgroup is found as the parent that started it sees it."""
+    root = tmp_path
+    (root / "proc/self").mkdir(parents=True)
+    (root / "proc/self/cgroup").write_text("2:cpuacct:/fab/h1\n1:cpu:/fab/h1\n0::/\n")
+    (root / "proc/self/status").write_text("Name:\tpython\nPPid:\t77\n")
+    (root / "proc/77").mkdir()
+    (root / "proc/77/status").write_text("Name:\tlauncher\nPPid:\t40\n")
+    (root / "proc/40").mkdir()
+    (root / "proc/40/status").write_text("Name:\trunner\nPPid:\t1\n")
+    (root / "sys/fs/cgroup").mkdir(parents=True)  # the fresh sysfs: nothing mounted
+    (root / "proc/77/root/sys/fs/cgroup").mkdir(parents=True)  # the launcher's: alike
+    mounts = root / "proc/40/root/sys/fs/cgroup"
+    cpu, acct = mounts / "cpu/fab/h1", mounts / "cpuacct/fab/h1"
+    cpu.mkdir(parents=True)
+    acct.mkdir(parents=True)
+    (cpu / "cpu.stat").write_text("nr_periods 10\nnr_throttled 7\nthrottled_time 7000000\n")
+    (cpu / "cpu.cfs_quota_us").write_text("30000\n")
+    (cpu / "cpu.cfs_period_us").write_text("100000\n")
+    (acct / "cpuacct.usage").write_text("3000000\n")
+    cgroup = cpustats.CgroupCpu(root)
+    assert (cgroup.path, cgroup.version, cgroup.name) == (cpu, 1, "/fab/h1")
+    assert cgroup.read() == [10, 7, 7_000_000, 3_000_000]
+    assert cpustats.CgroupQuota(cgroup).read() == [300]
+    # no parent outside: not found, said
+    (root / "proc/self/status").write_text("Name:\tpython\nPPid:\t1\n")
+    with pytest.raises(FileNotFoundError, match="no cgroup CPU controller"):
+        cpustats.CgroupCpu(root)
+
+
+@pytest.mark.root
+def test_a_capped_cgroup_is_measured_from_inside_a_network_namespace(tmp_path):
+    """On this machine's kernel, as the fabric starts a host's job: a process in a
+    cgroup capped at a tenth of a CPU, started in a network namespace by ``ip netns
+    exec``, burning CPU for half a second; its sampler source finds the cgroup and
+    counts it throttled."""
+    from syncpace.fabric import cgroup as cg
+
+    name = "t" + os.urandom(3).hex()
+    path = cg.base_dir(name)
+    cg.create(path)
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    probe = textwrap.dedent(
+        """
+        import json, time
+        from syncpace.telemetry import cpustats
+        cgroup = cpustats.CgroupCpu("/")
+        before = cgroup.read()
+        end = time.monotonic() + 0.5
+        while time.monotonic() < end:
+            pass
+        after = cgroup.read()
+        quota = cpustats.CgroupQuota(cgroup).read()[0]
+        print(json.dumps({"name": cgroup.name, "before": before, "after": after, "quota": quota}))
+        """
+    )
+    try:
+        cg.set_cpu_limit(path, 0.1)
+        procs = cg.procs_file(path)
+        proc = subprocess.run(
+            ["ip", "netns", "exec", name, sys.executable, "-c", probe],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            # the child joins the cgroup before it execs: the job inherits it
+            preexec_fn=lambda: procs.write_text(str(os.getpid())),
+        )
+    finally:
+        subprocess.run(["ip", "netns", "del", name], check=False)
+        cg.remove(path)
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout)
+    print(got)
+    assert got["name"].endswith(f"syncpace-{name}")
+    assert got["quota"] == 100
+    periods, throttled = (got["after"][i] - got["before"][i] for i in (0, 1))
+    # half a second of 100 ms periods, throttled in each: the cap held it
+    assert periods >= 4 and throttled >= periods // 2
+
+
 def test_speed_is_the_rate_without_a_shaper_and_a_setting_beats_both(tmp_path, host):
     clock, qdiscs = Clock(), FakeQdiscs()
     sampler = _sampler(tmp_path, host, clock, qdiscs, link_rates={"eth2": 5_000_000})

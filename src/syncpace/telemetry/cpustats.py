@@ -187,15 +187,25 @@ class RankSched:
         pass
 
 
-def own_cgroup_dir(root: str | os.PathLike[str], proc_cgroup: str) -> tuple[Path, int, Path] | None:
+def own_cgroup_dir(
+    root: str | os.PathLike[str], proc_cgroup: str, pid: int | None = None
+) -> tuple[Path, int, Path] | None:
     """The directory of the CPU controller of the cgroup ``proc_cgroup`` (the text of
     ``/proc/PID/cgroup``) names, its version (2 or 1) and where the cgroup filesystems
     are mounted; None when there is none.
 
-    Looked for under ``/sys/fs/cgroup``, then as the first process sees it
-    (``/proc/1/root``): a process started in a network namespace by ``ip netns exec``
-    gets a sysfs of its own, without the cgroup filesystems."""
-    for base in (Path(root, "sys/fs/cgroup"), Path(root, "proc/1/root/sys/fs/cgroup")):
+    Looked for under ``/sys/fs/cgroup``, then as each ancestor of process ``pid`` (this
+    one for None) sees it (``/proc/PPID/root``), nearest first, then as the first process
+    does (``/proc/1/root``): a process started in a network namespace by ``ip netns
+    exec`` gets a sysfs of its own, without the cgroup filesystems, and in a container
+    the first process's root may not be readable while the parent that started the
+    namespace's command is."""
+    bases = [
+        Path(root, "sys/fs/cgroup"),
+        *(Path(root, f"proc/{a}/root/sys/fs/cgroup") for a in _ancestors(root, pid)),
+        Path(root, "proc/1/root/sys/fs/cgroup"),
+    ]
+    for base in bases:
         try:
             found = _cgroup_dir(base, proc_cgroup)
         except OSError:  # another namespace's root may not be ours to read
@@ -203,6 +213,28 @@ def own_cgroup_dir(root: str | os.PathLike[str], proc_cgroup: str) -> tuple[Path
         if found is not None:
             return (*found, base)
     return None
+
+
+#: Ancestors looked through at most: a job's launcher chain is a handful deep.
+MAX_ANCESTORS = 32
+
+
+def _ancestors(root: str | os.PathLike[str], pid: int | None) -> list[int]:
+    """The process ids of the ancestors of ``pid`` (this process for None), nearest
+    first, the first process left out; as far as their ``status`` files can be read."""
+    out: list[int] = []
+    current: int | str = pid or "self"
+    for _ in range(MAX_ANCESTORS):
+        try:
+            status = Path(root, f"proc/{current}/status").read_text()
+        except OSError:
+            break
+        ppid = next((ln.split()[1] for ln in status.splitlines() if ln.startswith("PPid:")), "0")
+        if not ppid.isdigit() or int(ppid) <= 1:
+            break
+        current = int(ppid)
+        out.append(current)
+    return out
 
 
 def _cgroup_dir(base: Path, proc_cgroup: str) -> tuple[Path, int] | None:
@@ -234,7 +266,7 @@ class CgroupCpu:
 
     def __init__(self, root: str | os.PathLike[str], pid: int | None = None) -> None:
         own = Path(root, f"proc/{pid or 'self'}/cgroup").read_text()
-        found = own_cgroup_dir(root, own)
+        found = own_cgroup_dir(root, own, pid)
         if found is None:
             raise FileNotFoundError("no cgroup CPU controller for this process")
         self.path, self.version, mounts = found
