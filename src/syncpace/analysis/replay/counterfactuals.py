@@ -54,24 +54,38 @@ def compute_like_others(prog: Program, ranks: Iterable[int]) -> Change:
 
 
 def without_wait(prog: Program, waits: dict[int, float]) -> Change:
-    """These ranks without the time they waited for a CPU: rank ``r``'s gaps of each
-    step shorter by ``waits[r]`` ns (its waiting beyond the other ranks' per iteration),
-    shared among them by their length, none shorter than the other ranks' median for
-    the same action (or than it was). What the rank computes, its own variation
-    included, stays; only the waiting goes."""
+    """These ranks without the time they waited for a CPU: rank ``r``'s gaps shorter
+    by ``waits[r]`` ns per iteration on average (its waiting beyond the other ranks'),
+    none shorter than the other ranks' median for the same action (or than it was).
+
+    The sampler measures the waiting over the run, not step by step; it is put where
+    the rank's extra time is: each step takes its share of the run's waiting in
+    proportion to the rank's extra time in it (its gaps beyond those floors), and
+    within the step each gap in proportion to its own. Waiting comes in bursts (a CPU
+    limit throttles a period at a time, another process takes turns): a step that
+    waited twice as long is twice as late, and a flat share per step would leave the
+    bursts' steps late and cut nothing from the others, which are at their floor.
+    At most the rank's extra time goes: what it computes stays."""
     chosen = np.isin(prog.rank, list(waits))
     if not chosen.any():
         return Change(gap=prog.gap)
     typical = _median_by(action_keys(prog), prog.gap, ~chosen)
-    frame = pl.DataFrame({"rank": prog.rank, "step": prog.step, "gap": prog.gap})
-    total = frame.select(pl.col("gap").sum().over("rank", "step")).to_series().to_numpy()
-    by_rank = np.zeros(int(max(prog.rank.max(), max(waits))) + 1)
-    by_rank[list(waits)] = list(waits.values())
-    wait = by_rank[prog.rank]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        cut = np.where(total > 0, wait * prog.gap / total, 0.0)
     floor = np.where(np.isnan(typical), prog.gap, np.minimum(prog.gap, typical))
-    gap = np.where(chosen, np.maximum(prog.gap - cut, floor), prog.gap)
+    extra = np.where(chosen, prog.gap - floor, 0.0)
+    # each rank's mean extra time per step, over the steps it ran
+    per_rank = (
+        pl.DataFrame({"rank": prog.rank, "step": prog.step, "extra": extra})
+        .group_by("rank")
+        .agg(mean=pl.col("extra").sum() / pl.col("step").n_unique())
+    )
+    size = int(max(prog.rank.max(), max(waits))) + 1
+    waited, mean = np.zeros(size), np.zeros(size)
+    waited[list(waits)] = list(waits.values())
+    mean[per_rank["rank"].to_numpy()] = per_rank["mean"].to_numpy()
+    with np.errstate(invalid="ignore", divide="ignore"):
+        # the share of its extra time the rank waited: the same in every step
+        share = np.where(mean > 0, np.clip(waited / mean, 0.0, 1.0), 0.0)[prog.rank]
+    gap = np.where(chosen, prog.gap - share * extra, prog.gap)
     return Change(gap=gap.astype(prog.gap.dtype))
 
 
