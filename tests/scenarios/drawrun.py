@@ -148,14 +148,18 @@ def predicted(d: draws.Draw, analysis: Analysis) -> tuple[float | None, str]:
     """The iteration (ms) the replay of a planted phase predicts without the planted
     cause, and the what-if row it comes from: the row of the planted mode when the
     diagnosis has one (the cause's own counterfactual), else the same counterfactual
-    built for the planted ranks or links (:func:`suite.predict`); both causes at once
-    for two."""
+    built for the planted ranks or links (:func:`suite.predict`); for two, both
+    causes' together (:func:`suite.predict_together`)."""
     table = analysis.what_if[0] if analysis.what_if else None
     if table is None or not d.causes:
         return None, ""
     if len(d.causes) > 1:
-        row = table.row("all")
-        return (row.iteration_ns / 1e6, "all") if row is not None else (None, "")
+        # the planted causes' own counterfactuals together, not "all causes found
+        # removed": the rerun without the plants keeps the job's own shape
+        parts = [
+            (c.mode, c.kind if c.kind in ("jitter", "stall") else _fallback(d, c)) for c in d.causes
+        ]
+        return suite.predict_together(analysis, parts), "planted"
     cause = d.causes[0]
     if cause.kind in ("jitter", "stall"):  # their tail removed as well (suite.predict)
         return suite.predict(analysis, cause.kind), cause.kind

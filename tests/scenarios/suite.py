@@ -655,10 +655,22 @@ def predict(analysis: Analysis, name: str) -> float | None:
     row = table.row(name)
     if row is not None and name != "jitter":
         return row.iteration_ns / 1e6
+    change = planted_change(analysis, name)
+    if change is None:
+        return None
+    from syncpace.analysis.replay.whatif import evaluate
+
+    prog = analysis.runs[0].program
+    return evaluate(prog, table.base, name, name, change).iteration_ns / 1e6
+
+
+def planted_change(analysis: Analysis, name: str) -> Any:
+    """The counterfactual :func:`predict` builds for ``name`` (a cause kind, optionally
+    with its ranks: ``straggler:2``) when no what-if row of that name stands for it;
+    None for a name it cannot build or without a replay."""
     # The jitter row keeps the one-off stalls (the stall finding's); a planted heavy
     # tail makes some, and the job without the plant has neither: both are removed.
     from syncpace.analysis.replay import counterfactuals as cf
-    from syncpace.analysis.replay.whatif import evaluate
 
     run = analysis.runs[0]
     prog, th = run.program, analysis.thresholds
@@ -667,20 +679,70 @@ def predict(analysis: Analysis, name: str) -> float | None:
     kind, _, rest = name.partition(":")
     chosen = [int(r) for r in rest.split(",") if r.isdigit()]
     if kind in ("straggler", "locality_variance"):
-        change = cf.without_excess(prog, chosen)
-    elif kind == "cpu_starvation":
-        change = cf.combine([cf.without_excess(prog, chosen), cf.without_jitter(prog)])
-    elif kind == "slow_link":
+        return cf.without_excess(prog, chosen)
+    if kind == "cpu_starvation":
+        return cf.combine([cf.without_excess(prog, chosen), cf.without_jitter(prog)])
+    if kind == "slow_link":
         change = cf.exits_aligned(prog, chosen)
         if th.link_gbps > 0:
             rate = cf.transfers_at_rate(prog, th.link_gbps, th.link_alpha_us * 1e3)
             change = cf.combine([change, rate])
-    elif kind == "links" and th.link_gbps > 0:
-        change = cf.transfers_at_rate(prog, th.link_gbps, th.link_alpha_us * 1e3)
-    elif kind == "links":
-        change = cf.transfers_at_best(prog)
-    elif kind in ("jitter", "stall"):
-        change = cf.without_jitter(prog)
-    else:
+        return change
+    if kind == "links" and th.link_gbps > 0:
+        return cf.transfers_at_rate(prog, th.link_gbps, th.link_alpha_us * 1e3)
+    if kind == "links":
+        return cf.transfers_at_best(prog)
+    if kind in ("jitter", "stall"):
+        return cf.without_jitter(prog)
+    return None
+
+
+def row_changes(analysis: Analysis) -> dict[str, Any]:
+    """Every what-if row's counterfactual change by row name, as the diagnosis built
+    them (its detectors and generic rows run again on the first run's metrics: the
+    what-if table keeps outcomes, not changes)."""
+    from syncpace.analysis.detectors import DETECTORS, Context
+    from syncpace.analysis.diagnosis import generic_counterfactuals
+
+    ctx = Context(analysis.runs[0], analysis.thresholds, None)
+    for detector in DETECTORS:
+        detector(ctx)
+    generic_counterfactuals(ctx)
+    return {name: change for name, (_, change) in ctx.replays.items()}
+
+
+def predict_together(analysis: Analysis, parts: list[tuple[str, str]]) -> float | None:
+    """The mean iteration (ms) the replay predicts with several planted causes removed
+    at once. Each part is (mode, fallback): the costliest what-if row of that cause
+    mode (the finding's own counterfactual), else the counterfactual :func:`predict`
+    builds for ``fallback``; their changes combined. Only the planted causes go: the
+    job's own shape (its overlap, its bytes), which the rerun without the plants keeps,
+    stays, where "all causes found removed" would take it too."""
+    from syncpace.analysis.replay import counterfactuals as cf
+    from syncpace.analysis.replay.whatif import evaluate
+
+    table = analysis.what_if[0] if analysis.what_if else None
+    prog = analysis.runs[0].program
+    if table is None or prog is None:
         return None
-    return evaluate(prog, table.base, name, name, change).iteration_ns / 1e6
+    built = row_changes(analysis)
+    changes = []
+    for mode, fallback in parts:
+        # as predict() does for one cause: planted jitter with its tail, the rest by
+        # the finding's own row, else the row or counterfactual of the planted place
+        own = [r for r in table.rows if r.cause == mode and r.name in built]
+        if fallback == "jitter":
+            change = planted_change(analysis, fallback)
+        elif own:
+            change = built[max(own, key=lambda r: r.saving).name]
+        elif fallback in built:
+            change = built[fallback]
+        else:
+            change = planted_change(analysis, fallback) if fallback else None
+        if change is None:
+            return None
+        changes.append(change)
+    made = cf.combine(changes)
+    return (
+        evaluate(prog, table.base, "planted", "the planted causes removed", made).iteration_ns / 1e6
+    )
