@@ -161,3 +161,21 @@ def test_the_nics_speeds_recorded_by_the_host_sampler_are_a_capacity_too(tmp_pat
     slow_ms = COMPUTE_MS + SLOW * HEALTHY_MS + LAG_MS + AFTER_MS
     healthy_ms = COMPUTE_MS + HEALTHY_MS + AFTER_MS
     assert top.cost == pytest.approx(1 - healthy_ms / slow_ms, abs=0.01)
+
+
+def test_a_benchmark_faster_than_the_line_is_held_to_the_line(tmp_path: Path) -> None:
+    """A benchmark on shaped links fits the shaper's burst: here a bus bandwidth half
+    again the hosts' declared 1 GB/s. No ring moves its bytes faster than its hosts'
+    links carry them: the slow link is costed against the line rate, as with no
+    benchmark at all, not against the benchmark's faster rate."""
+    root = slow_link_run(tmp_path, declared=True)
+    fast_bench = 1.5 * RATE_BPS / 8e9  # GB/s of bus bandwidth: one rank a host
+    analysis = analyze(root, Thresholds(link_gbps=fast_bench))
+    top = analysis.top
+    assert top.mode == "slow_link", [f.summary for f in analysis.findings]
+    slow_ms = COMPUTE_MS + SLOW * HEALTHY_MS + LAG_MS + AFTER_MS
+    healthy_ms = COMPUTE_MS + HEALTHY_MS + AFTER_MS
+    at_bench_ms = COMPUTE_MS + HEALTHY_MS / 1.5 + AFTER_MS
+    print(top.cost, 1 - healthy_ms / slow_ms, 1 - at_bench_ms / slow_ms)
+    assert top.cost == pytest.approx(1 - healthy_ms / slow_ms, abs=0.01)
+    assert 1 - at_bench_ms / slow_ms > top.cost + 0.03  # the two are told apart

@@ -66,10 +66,7 @@ def nominal(ctx: Context) -> Nominal | None:
     th = ctx.thresholds
     if th.link_gbps > 0:
         return Nominal(th.link_gbps, "the link rate set", True, th.link_alpha_us * 1e3)
-    link = ctx.metrics.link
-    if link is None or link.gbps <= 0:
-        return None
-    return Nominal(link.gbps, "the hosts' link rate", False, origin=link.source)
+    return line_rate(ctx)
 
 
 def volume_ns(ctx: Context, prog: Program, rate: Nominal) -> np.ndarray:
@@ -88,24 +85,49 @@ def volume_ns(ctx: Context, prog: Program, rate: Nominal) -> np.ndarray:
     return out * inst["bytes"].to_numpy().astype(np.float64)
 
 
+def line_rate(ctx: Context) -> Nominal | None:
+    """The hosts' line rate, as the fabric's or the hosts' counters declare it (the
+    fastest host link), whatever rate was set or benchmarked; ``None`` when unknown."""
+    link = ctx.metrics.link
+    if link is None or link.gbps <= 0:
+        return None
+    return Nominal(link.gbps, "the hosts' link rate", False, origin=link.source)
+
+
+def _alone_ns(ctx: Context, prog: Program, rate: Nominal) -> np.ndarray:
+    """Per instance: its bytes' time alone at ``rate`` beyond α, and no shorter than
+    at the hosts' line rate where a set or benchmarked bus bandwidth is faster than
+    that line allows. A benchmark on shaped links measures the shaper's burst (a token
+    bucket lets its first kilobytes through at the wire's speed: 140 Mbit/s of bus
+    bandwidth fitted on 100 Mbit/s links), and no ring moves its bytes faster than its
+    hosts' links carry them."""
+    alone = volume_ns(ctx, prog, rate)
+    wire = line_rate(ctx) if rate.bus else None
+    if wire is None:
+        return alone
+    return np.fmax(alone, volume_ns(ctx, prog, wire) - rate.alpha_ns)
+
+
 def at_capacity(ctx: Context, prog: Program, which: np.ndarray | None = None) -> Change | None:
-    """The ``which`` transfers at the nominal capacity: α + their bytes at the rate,
-    times the collectives they would share the links with at that speed
+    """The ``which`` transfers at the nominal capacity: α + their bytes at the rate
+    (never faster than the hosts' line rate allows), times the collectives they would
+    share the links with at that speed
     (:func:`~syncpace.analysis.replay.counterfactuals.shared_model`). ``None`` when
     no capacity is known."""
     rate = nominal(ctx)
     if rate is None:
         return None
-    return cf.transfers_within(prog, volume_ns(ctx, prog, rate), rate.alpha_ns, which)
+    return cf.transfers_within(prog, _alone_ns(ctx, prog, rate), rate.alpha_ns, which)
 
 
 def ceiling(ctx: Context, prog: Program) -> np.ndarray | None:
     """Per instance: the shortest time the known capacity allows (α + its bytes at
-    the rate; nan where it does not bound it); ``None`` when no capacity is known."""
+    the rate, never faster than the hosts' line rate allows; nan where it does not
+    bound it); ``None`` when no capacity is known."""
     rate = nominal(ctx)
     if rate is None:
         return None
-    return rate.alpha_ns + volume_ns(ctx, prog, rate)
+    return rate.alpha_ns + _alone_ns(ctx, prog, rate)
 
 
 def held_to(change: Change, prog: Program, floor: np.ndarray | None) -> Change:
