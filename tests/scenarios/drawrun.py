@@ -163,9 +163,8 @@ def predicted(d: draws.Draw, analysis: Analysis) -> tuple[float | None, str]:
     cause = d.causes[0]
     if cause.kind in ("jitter", "stall"):  # their tail removed as well (suite.predict)
         return suite.predict(analysis, cause.kind), cause.kind
-    own = [r for r in table.rows if r.cause == cause.mode]
-    if own:
-        row = max(own, key=lambda r: r.saving)
+    row = suite.costliest_row(table, cause.mode)
+    if row is not None:
         return row.iteration_ns / 1e6, row.name
     name = _fallback(d, cause)
     if not name:

@@ -711,6 +711,14 @@ def row_changes(analysis: Analysis) -> dict[str, Any]:
     return {name: change for name, (_, change) in ctx.replays.items()}
 
 
+def costliest_row(table: Any, mode: str, among: Any = None) -> Any:
+    """The what-if row of cause ``mode`` that saves most (the finding's own
+    counterfactual), of the rows named in ``among`` where given; None where there is
+    none. One pick for one planted cause and for several."""
+    own = [r for r in table.rows if r.cause == mode and (among is None or r.name in among)]
+    return max(own, key=lambda r: r.saving) if own else None
+
+
 def predict_together(analysis: Analysis, parts: list[tuple[str, str]]) -> float | None:
     """The mean iteration (ms) the replay predicts with several planted causes removed
     at once. Each part is (mode, fallback): the costliest what-if row of that cause
@@ -730,11 +738,11 @@ def predict_together(analysis: Analysis, parts: list[tuple[str, str]]) -> float 
     for mode, fallback in parts:
         # as predict() does for one cause: planted jitter with its tail, the rest by
         # the finding's own row, else the row or counterfactual of the planted place
-        own = [r for r in table.rows if r.cause == mode and r.name in built]
+        own = costliest_row(table, mode, built)
         if fallback == "jitter":
             change = planted_change(analysis, fallback)
-        elif own:
-            change = built[max(own, key=lambda r: r.saving).name]
+        elif own is not None:
+            change = built[own.name]
         elif fallback in built:
             change = built[fallback]
         else:
