@@ -815,7 +815,8 @@ def _standing_apart(
     """The steps holding long gaps ``big``, longest first, split in two: those whose
     longest gap stands ``factor`` times beyond the next step's (events no tail reaches,
     however much the other steps vary), and the rest."""
-    longest = {int(s): float(excess[big & (prog.step == s)].max()) for s in np.unique(prog.step[big])}
+    steps = np.unique(prog.step[big])
+    longest = {int(s): float(excess[big & (prog.step == s)].max()) for s in steps}
     order = sorted(longest, key=longest.__getitem__, reverse=True)
     k = 0
     while k + 1 < len(order) and longest[order[k]] >= factor * longest[order[k + 1]]:
