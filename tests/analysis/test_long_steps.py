@@ -116,3 +116,47 @@ def test_a_stall_far_beyond_the_jitters_tail_stays_a_stall(tmp_path) -> None:
     _, longest = _iteration_ms(path)
     assert longest > 1000, f"the stall's step took {longest:.0f} ms"  # 30 x 40 ms
     assert np.isfinite(stalls[0].cost)
+
+
+def test_the_two_longest_draws_of_a_heavy_tail_on_two_ranks_are_jitter(tmp_path) -> None:
+    """Three ranks, Lomax jitter of shape 3 on every step: seed 126 draws the two longest
+    extra forwards on different ranks in different steps, each over five times the third
+    longest. Measured against the rest of the steps alone, each looks like a stall; read
+    together they are the one tail's two longest draws, and a report naming "a one-off
+    stall of ranks 0 and 1" sends its reader after two events that never happened."""
+    sc = JOB.replace(name="jitter_tail3", gpus_per_node=3, seed=126, tail=(3.0, 0.4))
+    draws = np.random.default_rng([sc.seed, 1]).pareto(3.0, (sc.steps, 3))[1:] * 0.4
+    order = np.argsort(draws, axis=None)[::-1]
+    (s1, r1), (s2, r2) = (np.unravel_index(i, draws.shape) for i in order[:2])
+    longest = draws.ravel()[order]
+    assert s1 != s2 and r1 != r2, "the two longest draws share a rank or a step"
+    assert longest[1] > 5 * longest[2], f"the draws {longest[:3]} are not the case"
+
+    without, _ = _iteration_ms(_run(tmp_path, sc.replace(tail=None), "clean"))
+    jittery = _run(tmp_path, sc, "jittery")
+    mean, _ = _iteration_ms(jittery)
+    cost = (mean - without) / mean
+    analysis = analyze(jittery, Thresholds())
+    found = [(f.mode, f.severity.name, f.ranks, round(f.cost, 3)) for f in analysis.findings]
+    assert analysis.findings[0].mode == "sync_amplification", found
+    assert not [f for f in analysis.findings if f.mode == "stall"], found
+    first = analysis.findings[0]
+    assert first.cost == pytest.approx(cost, abs=0.03), f"measured {cost:.1%}: {found}"
+
+
+def test_two_stalls_of_very_different_length_are_not_one_tail(tmp_path) -> None:
+    """The same jitter, and rank 2 stopped for 20 steps' compute in step 5: its gap
+    stands far beyond the tail's longest draws, so it is a stall at its rank and step
+    alone, and those draws stay the jitter's."""
+    sc = JOB.replace(
+        name="jitter_tail3", gpus_per_node=3, seed=126, tail=(3.0, 0.4), stalls=((2, 5, 800.0),)
+    )
+    without, _ = _iteration_ms(_run(tmp_path, sc.replace(stalls=()), "jittery"))
+    both = _run(tmp_path, sc, "both")
+    mean, _ = _iteration_ms(both)
+    cost = (mean - without) / mean
+    analysis = analyze(both, Thresholds())
+    found = [(f.mode, f.severity.name, f.ranks, round(f.cost, 3)) for f in analysis.findings]
+    first = analysis.findings[0]
+    assert (first.mode, first.ranks, first.evidence["steps"]) == ("stall", (2,), [5]), found
+    assert first.cost == pytest.approx(cost, abs=0.03), f"measured {cost:.1%}: {found}"

@@ -117,6 +117,10 @@ class Draw:
         argv: list[str] = []
         for key, value in self.job.items():
             argv += [f"--{key.replace('_', '-')}", str(value)]
+        # the job's own noise (a jitter plant's draws) from the draw's seed: else every
+        # draw would share one sequence, and its few longest draws would fall on the same
+        # ranks and steps of every jittery draw
+        argv += ["--seed", str(self.seed)]
         first = self.causes[0] if self.causes else None
         return Scenario(
             name=self.name,
