@@ -120,7 +120,6 @@ def test_a_draw_becomes_a_scenario_of_clean_and_planted_phases() -> None:
     assert [k for k, _, _ in healthy.scenario().phases()][1:] == [suite.CLEAN] * 4
 
 
-
 def test_each_draw_seeds_its_jobs_own_noise() -> None:
     """A jitter plant's extra compute is drawn in the job, per rank and step: from the
     draw's seed, so two jittery draws do not share their longest steps."""
