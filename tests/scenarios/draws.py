@@ -65,7 +65,9 @@ def seeds(which: str, count: int, start: int = 0) -> list[int]:
 @dataclass(frozen=True)
 class Cause:
     """One planted cause: its kind, its strength in [0, 1] (0 barely measurable, 1
-    dominant), and what it plants (job plants or fabric faults and flows)."""
+    dominant), what it plants (job plants or fabric faults and flows), and what the
+    clean phases run instead where the fix is not simply its absence (``fixed``: the
+    rerun whose time is the ground truth of the cause's cost)."""
 
     kind: str
     strength: float
@@ -75,6 +77,7 @@ class Cause:
     flow_rate: str = ""
     ranks: tuple[int, ...] = ()  # the ranks it must be named at (empty: not checked)
     nodes: tuple[str, ...] = ()  # ... the hosts
+    fixed: dict[str, Any] = field(default_factory=dict)
 
     @property
     def mode(self) -> str:
@@ -127,6 +130,7 @@ class Draw:
             plant=self.describe(),
             job=tuple(argv),
             plants=plants,
+            clean_plants={k: v for c in self.causes for k, v in c.fixed.items()},
             ranks=self.ranks,
             hosts=self.hosts,
             fabric=self.fabric,
@@ -223,7 +227,10 @@ def _plant(
         plants = {"stall_step": int(rng.integers(2, draw["steps"] - 2)), "stall_rank": r}
         return Cause(kind, s, {**plants, "stall_ms": stall}, ranks=(r,)), {}
     if kind == "small":
-        return Cause(kind, s, {"small": round(_log_between(rng, 2, 120, s))}), {}
+        # the data of the small syncs still has to be reduced: the fix coalesces them
+        # into one call, and the rerun makes that one call
+        calls = round(_log_between(rng, 2, 120, s))
+        return Cause(kind, s, {"small": calls}, fixed={"small_fused": calls}), {}
     if kind == "overlap":
         # the buckets issued after backward instead of during it: their transfer time is
         # what is exposed, so the strength sets backward's length and the buckets' size

@@ -16,7 +16,8 @@ Communication, ``--comm``:
   (``--overlap poor``: all after it) and waited on at its end (late waits: the trace
   only bounds their completions);
 * ``--small K`` adds K blocking all-reduces of ``--small-bytes`` per step (loss and
-  metric syncs, unbucketed).
+  metric syncs, unbucketed); ``--small-fused K`` the same K tensors' worth in one
+  blocking all-reduce (those syncs coalesced: the fix a small-calls plant's rerun runs).
 
 Plants: ``--slow-ranks 1,3 --slow-ms 10`` (persistent compute straggler), ``--jitter
 lognormal:0.3`` or ``pareto:SHAPE[:SCALE]`` (per rank and step, seeded; extra compute
@@ -98,6 +99,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--bucket-bytes", type=int, default=256 * 1024)
     p.add_argument("--small", type=int, default=0)
     p.add_argument("--small-bytes", type=int, default=64)
+    p.add_argument("--small-fused", type=int, default=0)
     p.add_argument("--slow-ranks", default="")
     p.add_argument("--slow-ms", type=float, default=0.0)
     p.add_argument("--jitter", default="")
@@ -197,6 +199,8 @@ def one_step(args: argparse.Namespace, model: Model, rank: int, rng, step: int) 
             dist.all_reduce(g[: args.bucket_bytes // 4])
     for _ in range(int(args.small)):
         dist.all_reduce(model.small)
+    if int(args.small_fused):
+        dist.all_reduce(model.small.repeat(int(args.small_fused)))
     if model.ddp is None:
         model.param.grad = torch.zeros(1)
     model.optimizer.step()  # the step boundary the tracer records

@@ -120,6 +120,21 @@ def test_a_draw_becomes_a_scenario_of_clean_and_planted_phases() -> None:
     assert [k for k, _, _ in healthy.scenario().phases()][1:] == [suite.CLEAN] * 4
 
 
+def test_a_small_calls_rerun_makes_them_as_one_call() -> None:
+    """The fix of many small syncs is one coalesced call, not none (their data still has
+    to be reduced): the clean phases of a small-calls draw make that call, so the
+    measured cost is what coalescing saves."""
+    d = next(d for d in map(draws.draw, range(200)) if [c.kind for c in d.causes] == ["small"])
+    calls = d.causes[0].plants["small"]
+    for kind, _, plants in d.scenario().phases():
+        if kind == suite.PLANTED:
+            assert plants.get("small") == calls and not plants.get("small_fused")
+        else:
+            assert plants == {"small_fused": calls}
+    healthy = next(d for d in map(draws.draw, range(100)) if d.healthy)
+    assert all(not p for _, _, p in healthy.scenario().phases())
+
+
 def test_each_draw_seeds_its_jobs_own_noise() -> None:
     """A jitter plant's extra compute is drawn in the job, per rank and step: from the
     draw's seed, so two jittery draws do not share their longest steps."""
