@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import polars as pl
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scenarios"))
@@ -29,6 +30,7 @@ import suite  # noqa: E402
 from multirank import run_ranks  # noqa: E402
 from syncpace.analysis import Analysis, analyze  # noqa: E402
 from syncpace.analysis.replay import rebucket, run  # noqa: E402
+from syncpace.trace import load_trace  # noqa: E402
 
 pytestmark = pytest.mark.multirank
 
@@ -41,14 +43,42 @@ TOLERANCE = 0.2
 
 
 @pytest.fixture(scope="module")
-def phases(tmp_path_factory) -> tuple[list[Analysis], list[Analysis], float]:
+def job_dir(tmp_path_factory) -> tuple[Path, float]:
     work = tmp_path_factory.mktemp("rebucket")
     env = {"TRACE_DIR": str(work / "trace"), "OMP_NUM_THREADS": "1"}
     load = os.getloadavg()[0]
     run_ranks(WORKER, 2, [str(STEPS), str(PAIRS), *JOB], timeout=300, env=env)
-    traces = suite.phase_traces(work / "trace", [STEPS] * (1 + 2 * PAIRS))
+    return work / "trace", max(load, os.getloadavg()[0])
+
+
+@pytest.fixture(scope="module")
+def phases(job_dir) -> tuple[list[Analysis], list[Analysis], float]:
+    trace_dir, load = job_dir
+    traces = suite.phase_traces(trace_dir, [STEPS] * (1 + 2 * PAIRS))
     analyses = [analyze(t) for t in traces[1:]]  # the first phase warms up
-    return analyses[0::2], analyses[1::2], max(load, os.getloadavg()[0])
+    return analyses[0::2], analyses[1::2], load
+
+
+def test_each_step_marks_when_its_backward_pass_began(job_dir) -> None:
+    """The job sleeps its 20 ms forward, then calls backward, whose 200 ms of compute
+    come before the one-bucket model's only bucket: every step's mark lies at least the
+    forward after its start, and in one-bucket steps, at least the backward before the
+    step's first all-reduce (that bucket)."""
+    trace = load_trace(job_dir[0])
+    steps = trace.steps.filter(pl.col("step") >= STEPS)  # past the warm-up phase
+    first = trace.events.group_by("rank", "step").agg(pl.col("enter_ns").min().alias("first"))
+    rows = steps.join(first, on=["rank", "step"]).with_columns(
+        fwd_ms=(pl.col("backward_ns") - pl.col("start_ns")) / 1e6,
+        bwd_ms=(pl.col("first") - pl.col("backward_ns")) / 1e6,
+        one=((pl.col("step") // STEPS) % 2) == 1,
+    )
+    assert rows.height == 2 * 2 * PAIRS * STEPS, rows
+    assert rows["fwd_ms"].min() >= 19.5, rows.sort("fwd_ms").head(3)
+    one = rows.filter(pl.col("one"))
+    assert one["bwd_ms"].min() >= 0.9 * 200, one.sort("bwd_ms").head(3)
+    # bucketed steps reduce a bucket during backward: their first call comes sooner
+    bucketed = rows.filter(~pl.col("one"))
+    assert bucketed["bwd_ms"].median() < 0.5 * one["bwd_ms"].median(), bucketed.head(3)
 
 
 def measured_ms(a: Analysis) -> np.ndarray:

@@ -30,7 +30,8 @@ def write(
     one_host: bool = False,
 ) -> Path:
     """Event rows: (step, seq, bytes, enter, exit, timing, wait_ns); steps (step, start,
-    end). A host per rank, or every rank on one host (``one_host``: no fabric to blame)."""
+    end[, backward: when its first backward pass began]). A host per rank, or every rank
+    on one host (``one_host``: no fabric to blame)."""
     world = len(steps)
     for rank in range(world):
         meta = {
@@ -45,8 +46,8 @@ def write(
         for step, seq, nbytes, enter, exit_, timing, wait in events.get(rank, []):
             row = (rank, step, "0", world, seq, "all_reduce", nbytes, "float32", -1)
             w.add_event((*row, enter, exit_, timing, "completed", None, wait))
-        for step, start, end in steps[rank]:
-            w.add_step((rank, step, start, end, 0))
+        for step, start, end, *backward in steps[rank]:
+            w.add_step((rank, step, start, end, 0, 0, backward[0] if backward else -1))
         w.close()
     return root
 
@@ -294,6 +295,33 @@ def test_ideal_overlap_spreads_a_burst_over_the_compute_before_it(tmp_path: Path
     base = baseline(prog)
     out = evaluate(prog, base, "overlap", "ideal overlap", cf.ideal_overlap(prog))
     assert out.iteration_ns == pytest.approx(46 * MS, rel=1e-3)
+
+
+@pytest.mark.parametrize("marked", [False, True])
+def test_ideal_overlap_spreads_a_burst_over_backward_where_the_trace_marks_it(
+    tmp_path: Path, marked: bool
+) -> None:
+    """The job above, its 40 ms compute 30 ms of forward and 10 ms of backward, the
+    backward's start marked in the trace. Gradients exist from then on: issued during
+    backward, at 2.5 ms intervals, the four 5 ms transfers queue on the link; the last
+    ends 52.5 ms in, the step at 53.5 ms. Unmarked, the whole compute is taken for
+    backward: 46 ms, an upper bound."""
+    events: dict[int, list] = {0: [], 1: []}
+    steps: dict[int, list] = {0: [], 1: []}
+    t = 0.0
+    for s in range(5):
+        for r in (0, 1):
+            at = t + 40
+            for k in range(4):
+                e = int((at + 5 * k) * MS)
+                events[r].append((s, 4 * s + k, 1_000_000, e, e + 5 * MS, "wait", e + 1000))
+            mark = [int((t + 30) * MS)] if marked else []
+            steps[r].append((s, int(t * MS), int((t + 61) * MS), *mark))
+        t += 61
+    _, prog = program_of(write(tmp_path, events, steps))
+    assert np.isfinite(prog.backward).all() == marked
+    out = evaluate(prog, baseline(prog), "overlap", "ideal overlap", cf.ideal_overlap(prog))
+    assert out.iteration_ns == pytest.approx((53.5 if marked else 46) * MS, rel=1e-3)
 
 
 def test_ideal_overlap_lets_spread_transfers_run_alone(tmp_path: Path) -> None:

@@ -127,7 +127,7 @@ def test_every_event_column_round_trips_through_the_journal(tmp_path: Path) -> N
 
 
 def test_a_step_round_trips_through_the_journal(tmp_path: Path) -> None:
-    step = (3, 5, 1_000, 4_000, 250, 200)
+    step = (3, 5, 1_000, 4_000, 250, 200, 2_500)
     j = journal.Journal(tmp_path / "rank-00003.journal", 3, ring_slots=8, inflight_slots=4)
     assert j.step(step)
     records, _ = j.take()
@@ -141,8 +141,14 @@ def test_a_step_round_trips_through_the_journal(tmp_path: Path) -> None:
             "end_ns": 4_010,
             "pacing_delay_ns": 250,
             "device_delay_ns": 200,
+            "backward_ns": 2_510,
         }
     ]
+    j = journal.Journal(tmp_path / "rank-00004.journal", 4, ring_slots=8, inflight_slots=4)
+    assert j.step(step[:6])  # a step row of an older length: no backward pass seen
+    records, _ = j.take()
+    j.close()
+    assert journal.steps_table(records, 4, offset_ns=10).to_pylist()[0]["backward_ns"] == -1
 
 
 def test_importers_hand_over_the_event_columns() -> None:

@@ -55,7 +55,7 @@ def test_events_and_steps_round_trip_through_the_journal(tmp_path):
     assert not (tmp_path / "run" / "rank-00000.journal").exists()  # a clean close removes it
     trace = load_trace(tmp_path / "run")
     assert trace.events.rows() == [complete_event(row) for row in rows]  # no device times
-    assert trace.steps.rows() == [(0, 0, 10, 3000, 7, 0)]
+    assert trace.steps.rows() == [(0, 0, 10, 3000, 7, 0, -1)]
 
 
 def test_a_dead_rank_is_recovered_exactly_once_across_streams_and_journal(tmp_path):
@@ -76,7 +76,7 @@ def test_a_dead_rank_is_recovered_exactly_once_across_streams_and_journal(tmp_pa
     w.close()
     assert trace.events["seq"].to_list() == list(range(45))
     assert trace.events["enter_ns"].to_list() == [1000 * i + 5 for i in range(45)]
-    assert trace.steps.rows() == [(0, 0, 5, 9005, 0, 0)]
+    assert trace.steps.rows() == [(0, 0, 5, 9005, 0, 0, -1)]
     assert any("15 events and 1 steps recovered" in x for x in trace.warnings)
 
 

@@ -267,6 +267,6 @@ def test_a_newer_schema_version_is_refused_in_one_line(good, tmp_path):
     with pytest.raises(
         TraceError,
         match=rf"rank-00001.meta.json: trace schema version {SCHEMA_VERSION + 1} is not "
-        r"supported \(this syncpace reads versions 1, 2, 3\)",
+        r"supported \(this syncpace reads versions 1, 2, 3, 4\)",
     ):
         load_trace(run)

@@ -27,8 +27,11 @@ def after_warmup(
 
 
 def rank_steps(steps: pl.DataFrame) -> pl.DataFrame:
-    """Per (rank, step): the iteration time that rank saw."""
+    """Per (rank, step): the iteration time that rank saw, and when its first backward
+    pass began (``backward_ns``, -1 where not seen or outside the step)."""
     valid = (pl.col("start_ns") >= 0) & (pl.col("end_ns") >= pl.col("start_ns"))
+    backward = pl.col("backward_ns") if "backward_ns" in steps.columns else pl.lit(-1)
+    inside = (backward >= pl.col("start_ns")) & (backward <= pl.col("end_ns"))
     return steps.filter(valid).select(
         "rank",
         "step",
@@ -36,6 +39,7 @@ def rank_steps(steps: pl.DataFrame) -> pl.DataFrame:
         "end_ns",
         "pacing_delay_ns",
         step_ns=pl.col("end_ns") - pl.col("start_ns"),
+        backward_ns=pl.when(inside).then(backward).otherwise(-1).cast(pl.Int64),
     )
 
 

@@ -243,6 +243,8 @@ def device_steps(rank_steps: pl.DataFrame, rank_step: pl.DataFrame) -> pl.DataFr
     start_shift = shift.shift(1).over("rank").fill_null(shift)
     start = pl.min_horizontal(pl.col("start_ns") + start_shift, pl.col("_end"))
     frame = frame.with_columns(start_ns=start, end_ns=pl.col("_end"))
+    if "backward_ns" in frame.columns:  # a host time: no place on the device's timeline
+        frame = frame.with_columns(backward_ns=pl.lit(-1, pl.Int64))
     return (
         frame.sort("_row")
         .with_columns(step_ns=pl.col("end_ns") - pl.col("start_ns"))

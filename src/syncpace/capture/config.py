@@ -52,7 +52,9 @@ class TraceConfig:
         "thread's callback racing destroy_process_group).",
     )
     step_hook: bool = setting(
-        True, "Mark iterations at every optimizer.step(); syncpace.step() overrides it."
+        True,
+        "Mark iterations at every optimizer.step() (syncpace.step() overrides it), and "
+        "each one's first backward pass.",
     )
     clock_skew_ns: int = setting(
         0, "Artificial offset added to this rank's clock (tests and fabric emulation)."

@@ -91,6 +91,32 @@ def install(tracer: Tracer) -> None:
     _name_mesh_dims()
 
 
+def install_backward_mark(tracer: Tracer) -> None:
+    """Wrap ``torch.autograd.backward`` (what ``Tensor.backward`` calls) so the tracer
+    notes when each iteration's first backward pass begins: from then on gradients, and
+    the buckets that carry them, can be ready (the overlap what-if spreads transfers over
+    backward only). It observes and changes nothing; idempotent."""
+    import torch.autograd as autograd
+
+    _state["backward"] = tracer
+    original = autograd.backward
+    if getattr(original, "_syncpace_mark", False):
+        return
+
+    @functools.wraps(original)
+    def backward(*args: Any, **kwargs: Any) -> Any:
+        marks = _state.get("backward")
+        if marks is not None:
+            try:
+                marks.on_backward()
+            except Exception:  # the job must not notice
+                pass
+        return original(*args, **kwargs)
+
+    backward._syncpace_mark = True  # type: ignore[attr-defined]
+    autograd.backward = backward
+
+
 def _name_mesh_dims() -> None:
     """Note which mesh dimension (``tp``, ``dp``, …) each process group serves.
 

@@ -38,7 +38,7 @@ from syncpace.capture.log import log, warn_once
 from syncpace.capture.metrics import PrometheusMetrics
 from syncpace.capture.monitor import LiveMonitor
 from syncpace.capture.runtime_control import Control, ControlWatcher, describe
-from syncpace.capture.torch_hooks import install
+from syncpace.capture.torch_hooks import install, install_backward_mark
 from syncpace.capture.watchdog import StallWatchdog, arm_fatal_dump, disarm_fatal_dump
 from syncpace.capture.work import TimedWork, classify
 from syncpace.config import from_env
@@ -109,6 +109,7 @@ class Tracer:
         self._device_starts: dict[int, Any] = {}
         self.device_delays = 0  # pacing delays placed on the device's stream
         self.device_delay_ns = 0  # of this step's pacing delay, the part on the device
+        self.backward_ns = -1  # when this step's first backward pass began (-1: none yet)
         self._armed = 0  # completion callbacks attached and not yet run
         self._armed_cv = threading.Condition()
         self._closing = False
@@ -237,6 +238,7 @@ class Tracer:
         _install_sigterm(self)
         if self.config.step_hook:
             _install_step_hook(self)
+            _install_backward_mark(self)
 
     def _start_device_time(self, writer: RankTraceWriter) -> None:
         """Time calls on the device where the job has one (see capture/device.py)."""
@@ -557,6 +559,12 @@ class Tracer:
                 self._armed_cv.notify_all()
 
     # Iterations --------------------------------------------------------------------
+    def on_backward(self) -> None:
+        """A backward pass begins (``torch.autograd.backward``): the step's first one is
+        kept (gradient accumulation runs several)."""
+        if self.backward_ns < 0:
+            self.backward_ns = self.now()
+
     def on_step(self, manual: bool = False) -> None:
         if manual:
             self._manual_steps = True
@@ -569,9 +577,18 @@ class Tracer:
             end = self.now()
             step, start = self.step, self._last_boundary
             writer.add_step(
-                (self.rank, step, start, end, self.pacing_delay_ns, self.device_delay_ns)
+                (
+                    self.rank,
+                    step,
+                    start,
+                    end,
+                    self.pacing_delay_ns,
+                    self.device_delay_ns,
+                    self.backward_ns,
+                )
             )
             self.pacing_delay_ns = self.device_delay_ns = 0
+            self.backward_ns = -1
             self.step += 1
             self._last_boundary = end
         controller, monitor = self.controller, self.monitor
@@ -742,6 +759,13 @@ def _install_step_hook(tracer: Tracer) -> None:
         register_optimizer_step_post_hook(on_optimizer_step)
     except Exception as exc:
         warn_once("step_hook", "no optimizer step hook (%s); call syncpace.step()", exc)
+
+
+def _install_backward_mark(tracer: Tracer) -> None:
+    try:
+        install_backward_mark(tracer)
+    except Exception as exc:
+        warn_once("backward_mark", "no backward mark (%s): overlap judged without it", exc)
 
 
 def _install_sigterm(tracer: Tracer) -> None:

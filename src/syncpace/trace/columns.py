@@ -67,6 +67,7 @@ STEP_COLUMNS: tuple[Column, ...] = (
     Column("end_ns", pa.int64(), "ns", "the iteration boundary", 1, -1),
     Column("pacing_delay_ns", pa.int64(), "ns_span", "delay the pacer injected this iteration"),
     Column("device_delay_ns", pa.int64(), "ns_span", "the part placed on the device", 3, 0),
+    Column("backward_ns", pa.int64(), "ns", "host: when its first backward pass began", 4, -1),
 )
 
 SUMMARY_COLUMNS: tuple[Column, ...] = (
@@ -115,6 +116,7 @@ class ST:
     end_ns = 3
     pacing_delay_ns = 4
     device_delay_ns = 5
+    backward_ns = 6
 
 
 #: Length of an event row as a call is issued (through ``enter_ns``).

@@ -57,7 +57,9 @@ COMMIT = 0x5350_4A52_4E4C_5F31
 EVENT, STEP, ENTER, VOID = 1, 2, 3, 4
 
 #: seq kind op timing status group | step gseq bytes enter exit wait | group_size peer
-#: dtype (pad) error | entry | device_enter device_exit | tail
+#: dtype (pad) error | entry | device_enter device_exit | tail. A step's record keeps
+#: its start and end in enter and exit, its pacing delay in wait, the part of it on the
+#: device in device_enter and its first backward pass in device_exit.
 RECORD = struct.Struct("<qBBBBIqqqqqqiiHxxIqqqq")
 RECORD_DTYPE = np.dtype(
     [
@@ -292,7 +294,7 @@ class Journal:
                 0,
                 0,
                 row[ST.device_delay_ns],
-                -1,
+                row[ST.backward_ns],
                 seq ^ COMMIT,
             )
             self._next = seq + 1
@@ -456,6 +458,9 @@ def steps_table(records: np.ndarray, rank: int, offset_ns: int) -> pa.Table:
         "end_ns": np.where(records["exit"] >= 0, records["exit"] + offset_ns, -1),
         "pacing_delay_ns": records["wait"],
         "device_delay_ns": records["device_enter"],
+        "backward_ns": np.where(
+            records["device_exit"] >= 0, records["device_exit"] + offset_ns, -1
+        ),
     }
     arrays = [pa.array(columns[f.name], type=f.type) for f in schema.STEPS]
     return pa.Table.from_arrays(arrays, schema=schema.STEPS)

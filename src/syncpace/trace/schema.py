@@ -26,9 +26,9 @@ import pyarrow.compute as pc
 from syncpace.trace import columns
 
 SCHEMA_NAME = "syncpace.trace"
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 #: Versions this syncpace reads.
-READABLE_VERSIONS = (1, 2, 3)
+READABLE_VERSIONS = (1, 2, 3, 4)
 
 META_SUFFIX = ".meta.json"
 EVENTS_SUFFIX = ".events.arrow"

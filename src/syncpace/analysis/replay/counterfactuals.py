@@ -404,29 +404,37 @@ def ideal_overlap(prog: Program) -> Change:
     """Communication overlapped as well as the step's compute allows: every call is
     waited on only at the end of its step (as DDP joins its buckets), and calls issued
     in a burst after the step's longest compute (:func:`bursts`) are spread evenly over
-    it (as if each bucket's gradients were ready at an even pace). An upper bound on
-    what overlap can save: gradients of a real model only become ready during backward.
-    A burst of one call has nothing to spread: re-bucketing it is
+    it (as if each bucket's gradients were ready at an even pace): over the part of it
+    after the step's first backward pass began, where the trace marks one (gradients
+    exist only from then on), else over all of it (an upper bound: forward's compute
+    makes no gradient). A burst of one call has nothing to spread: re-bucketing it is
     :func:`syncpace.analysis.replay.rebucket.rebucketed`'s.
 
     Transfers issued together share the link (measured: gloo runs two at once); spread
     at least their time alone apart, each takes its time alone (its measured service
-    over the collectives it shared the link with)."""
+    over the collectives it shared the link with), and closer, the more of its measured
+    service the closer (they overlap for that share of it)."""
     wait_on = prog.kind == JOIN
     gap = prog.gap.copy()
     together = prog.instances["concurrent"].to_numpy().astype(np.float64)
     alone = prog.service / np.maximum(together, 1.0)
-    spread = np.zeros(len(prog.service), dtype=bool)
+    service = prog.service.copy()
     for burst in bursts(prog):
         if len(burst) < 2:
             continue
-        share = prog.gap[burst[0]] / len(burst)
-        gap[burst[0]] = share
+        first = burst[0]
+        window = prog.gap[first]
+        if np.isfinite(prog.backward[first]):
+            window = float(np.clip(prog.t[first] - prog.backward[first], 0.0, window))
+        share = window / len(burst)
+        gap[first] = prog.gap[first] - window + share
         gap[burst[1:]] += share
         k = prog.inst[burst]
-        k = k[k >= 0]
-        spread[k[alone[k] <= share]] = True
-    service = np.where(spread & ~np.isnan(alone), np.minimum(prog.service, alone), prog.service)
+        k = k[(k >= 0) & ~np.isnan(alone[k]) & (alone[k] > 0)]
+        overlapped = np.clip(1.0 - share / alone[k], 0.0, 1.0)
+        service[k] = np.minimum(
+            prog.service[k], alone[k] + overlapped * (prog.service[k] - alone[k])
+        )
     return Change(gap=gap, wait_on=wait_on, service=service)
 
 

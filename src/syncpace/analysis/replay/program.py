@@ -65,6 +65,7 @@ class Program:
     wait_on: np.ndarray  # WAIT/JOIN in force in the measured program
     position: np.ndarray  # index of the action among its rank's actions of that step
     first_post: np.ndarray  # the rank's first POST of the step (where pacing delays go)
+    backward: np.ndarray  # when the action's step's first backward pass began (nan: unknown)
     # replay batches: batch b runs actions batch_ptr[b]:batch_ptr[b+1] (one segment per
     # rank, in order), then resolves instance batch_inst[b] (none for the last batch)
     batch_ptr: np.ndarray
@@ -425,6 +426,17 @@ def _assemble(
     violations: int,
 ) -> Program:
     n_inst = instances.height
+    if "backward_ns" in rank_steps.columns:
+        marks = rank_steps.select(
+            pl.col("rank").cast(acts.schema["rank"]),
+            pl.col("step").cast(acts.schema["step"]),
+            _backward=pl.when(pl.col("backward_ns") >= 0)
+            .then((pl.col("backward_ns") - base).cast(pl.Float64))
+            .otherwise(None),
+        )
+        acts = acts.join(marks, on=["rank", "step"], how="left", maintain_order="left")
+    else:
+        acts = acts.with_columns(_backward=pl.lit(None, pl.Float64))
     present = np.unique(ev["inst"].to_numpy())
     last = instances["last_enter"].to_numpy()[present]
     stream_all = (
@@ -490,6 +502,7 @@ def _assemble(
         wait_on=acts["on"].to_numpy(),
         position=acts["position"].to_numpy().astype(np.int64),
         first_post=acts["first_post"].to_numpy(),
+        backward=acts["_backward"].cast(pl.Float64).fill_null(np.nan).to_numpy(),
         batch_ptr=batch_ptr,
         batch_inst=order.astype(np.int64),
         seg=seg.astype(np.int64),
