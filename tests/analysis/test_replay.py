@@ -353,6 +353,31 @@ def test_ideal_overlap_lets_spread_transfers_run_alone(tmp_path: Path) -> None:
     assert out.iteration_ns == pytest.approx(45 * MS, rel=0.01)
 
 
+def test_transfers_spread_closer_than_their_time_alone_share_the_link(tmp_path: Path) -> None:
+    """The job above with backward marked 6 ms before the burst: spread over it, the two
+    transfers are posted 3 ms apart (at 37 and 40 ms), closer than their 4 ms alone.
+    Sharing the link as a link does, the first runs alone 3 ms, then both at half rate:
+    it ends at 42, the second at 45, the step at 46 ms. Taken at their measured 8 ms
+    (spaced under their time alone) they would save nothing (49); at their time alone
+    they would carry more than the link (45)."""
+    events: dict[int, list] = {0: [], 1: []}
+    steps: dict[int, list] = {0: [], 1: []}
+    t = 0.0
+    for s in range(6):
+        post = t + 40
+        for r in (0, 1):
+            p = int((post + 0.01 * r) * MS)
+            events[r] += [
+                (s, 2 * s, 1_000_000, p, int((post + 8) * MS), "future", -1),
+                (s, 2 * s + 1, 1_000_000, p + 10_000, int((post + 8.05) * MS), "future", -1),
+            ]
+            steps[r].append((s, int(t * MS), int((post + 9) * MS), int((post - 6) * MS)))
+        t = post + 9
+    _, prog = program_of(write(tmp_path, events, steps))
+    out = evaluate(prog, baseline(prog), "overlap", "ideal overlap", cf.ideal_overlap(prog))
+    assert out.iteration_ns == pytest.approx(46 * MS, abs=0.5 * MS)
+
+
 def test_no_jitter_is_the_compute_without_its_added_noise(tmp_path: Path) -> None:
     """Four ranks compute 40 ms plus heavy-tailed extra time (Lomax shape 2, scale
     0.35 of the compute: median 15 %), then a blocking all-reduce of 4 ms and 1 ms to

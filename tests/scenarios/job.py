@@ -161,6 +161,12 @@ class Model:
         self.small = torch.ones(max(1, args.small_bytes // 4))
 
 
+def backward_begins(model: Model) -> None:
+    """The hand-reduced modes' backward compute is a sleep: it begins with a backward
+    pass, as a real job's does (``loss.backward()``, then its gradients reduced)."""
+    (model.param * 0.0).sum().backward()
+
+
 def one_step(args: argparse.Namespace, model: Model, rank: int, rng, step: int) -> None:  # noqa: ANN001
     """One training step with the plants of ``args`` (``step`` counts within a phase)."""
     slow = {int(r) for r in str(args.slow_ranks).split(",") if r.strip()}
@@ -184,6 +190,7 @@ def one_step(args: argparse.Namespace, model: Model, rank: int, rng, step: int) 
         out = model.ddp(torch.ones(4, net.layers[0].in_features))
         out.sum().backward()
     elif args.comm == "async":
+        backward_begins(model)
         works = []
         if args.overlap == "poor":  # every bucket issued once backward is done
             time.sleep(bwd)
@@ -194,6 +201,7 @@ def one_step(args: argparse.Namespace, model: Model, rank: int, rng, step: int) 
         for w in works:
             w.wait()
     else:
+        backward_begins(model)
         time.sleep(bwd)
         for g in model.grads:
             dist.all_reduce(g[: args.bucket_bytes // 4])

@@ -410,10 +410,13 @@ def ideal_overlap(prog: Program) -> Change:
     makes no gradient). A burst of one call has nothing to spread: re-bucketing it is
     :func:`syncpace.analysis.replay.rebucket.rebucketed`'s.
 
-    Transfers issued together share the link (measured: gloo runs two at once); spread
-    at least their time alone apart, each takes its time alone (its measured service
-    over the collectives it shared the link with), and closer, the more of its measured
-    service the closer (they overlap for that share of it)."""
+    Transfers issued together share the link (measured: gloo runs two at once). Spread,
+    each shares it with as many as its spacing keeps in flight: its time alone (its
+    measured service over the collectives it shared the link with) times its time alone
+    over the spacing, at least once and at most as many as it measured beside it.
+    Spaced beyond their time alone they run alone; closer, the link stays as busy as the
+    bytes need, never faster than it measured (a transfer taking its time alone while
+    others ran would carry more than the link)."""
     wait_on = prog.kind == JOIN
     gap = prog.gap.copy()
     together = prog.instances["concurrent"].to_numpy().astype(np.float64)
@@ -431,10 +434,8 @@ def ideal_overlap(prog: Program) -> Change:
         gap[burst[1:]] += share
         k = prog.inst[burst]
         k = k[(k >= 0) & ~np.isnan(alone[k]) & (alone[k] > 0)]
-        overlapped = np.clip(1.0 - share / alone[k], 0.0, 1.0)
-        service[k] = np.minimum(
-            prog.service[k], alone[k] + overlapped * (prog.service[k] - alone[k])
-        )
+        in_flight = np.maximum(1.0, alone[k] / share) if share > 0 else together[k]
+        service[k] = np.minimum(prog.service[k], alone[k] * in_flight)
     return Change(gap=gap, wait_on=wait_on, service=service)
 
 
