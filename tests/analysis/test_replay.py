@@ -324,25 +324,31 @@ def test_ideal_overlap_spreads_a_burst_over_backward_where_the_trace_marks_it(
     assert out.iteration_ns == pytest.approx((53.5 if marked else 46) * MS, rel=1e-3)
 
 
-def test_ideal_overlap_lets_spread_transfers_run_alone(tmp_path: Path) -> None:
+def two_transfers_after_compute(root: Path, backward_ms: float | None = None) -> Path:
     """Each step: 40 ms compute, then two 1 MB async all-reduces posted together, in
-    service side by side for 8 ms (4 ms each alone), the step's end 1 ms after. Spread
-    over the compute (posted at 20 and 40 ms) they no longer share the link: the last
-    ends 4 ms after the compute, the step at 45 ms, not 49."""
+    service side by side for 8 ms (4 ms each alone), the step's end 1 ms after; its
+    backward pass marked ``backward_ms`` before the burst (None: no mark)."""
     events: dict[int, list] = {0: [], 1: []}
     steps: dict[int, list] = {0: [], 1: []}
     t = 0.0
     for s in range(6):
         post = t + 40
+        mark = [] if backward_ms is None else [int((post - backward_ms) * MS)]
         for r in (0, 1):
             p = int((post + 0.01 * r) * MS)
             events[r] += [
                 (s, 2 * s, 1_000_000, p, int((post + 8) * MS), "future", -1),
                 (s, 2 * s + 1, 1_000_000, p + 10_000, int((post + 8.05) * MS), "future", -1),
             ]
-            steps[r].append((s, int(t * MS), int((post + 9) * MS)))
+            steps[r].append((s, int(t * MS), int((post + 9) * MS), *mark))
         t = post + 9
-    m, prog = program_of(write(tmp_path, events, steps))
+    return write(root, events, steps)
+
+
+def test_ideal_overlap_lets_spread_transfers_run_alone(tmp_path: Path) -> None:
+    """The two transfers spread over the compute (posted at 20 and 40 ms) no longer
+    share the link: the last ends 4 ms after the compute, the step at 45 ms, not 49."""
+    m, prog = program_of(two_transfers_after_compute(tmp_path))
     assert set(m.instances["concurrency"].to_list()) == {2}
     base = baseline(prog)
     assert base.measured_ns == pytest.approx(49 * MS, rel=1e-3)
@@ -354,26 +360,13 @@ def test_ideal_overlap_lets_spread_transfers_run_alone(tmp_path: Path) -> None:
 
 
 def test_transfers_spread_closer_than_their_time_alone_share_the_link(tmp_path: Path) -> None:
-    """The job above with backward marked 6 ms before the burst: spread over it, the two
+    """The same job with backward marked 6 ms before the burst: spread over it, the two
     transfers are posted 3 ms apart (at 37 and 40 ms), closer than their 4 ms alone.
     Sharing the link as a link does, the first runs alone 3 ms, then both at half rate:
     it ends at 42, the second at 45, the step at 46 ms. Taken at their measured 8 ms
     (spaced under their time alone) they would save nothing (49); at their time alone
     they would carry more than the link (45)."""
-    events: dict[int, list] = {0: [], 1: []}
-    steps: dict[int, list] = {0: [], 1: []}
-    t = 0.0
-    for s in range(6):
-        post = t + 40
-        for r in (0, 1):
-            p = int((post + 0.01 * r) * MS)
-            events[r] += [
-                (s, 2 * s, 1_000_000, p, int((post + 8) * MS), "future", -1),
-                (s, 2 * s + 1, 1_000_000, p + 10_000, int((post + 8.05) * MS), "future", -1),
-            ]
-            steps[r].append((s, int(t * MS), int((post + 9) * MS), int((post - 6) * MS)))
-        t = post + 9
-    _, prog = program_of(write(tmp_path, events, steps))
+    _, prog = program_of(two_transfers_after_compute(tmp_path, backward_ms=6))
     out = evaluate(prog, baseline(prog), "overlap", "ideal overlap", cf.ideal_overlap(prog))
     assert out.iteration_ns == pytest.approx(46 * MS, abs=0.5 * MS)
 
