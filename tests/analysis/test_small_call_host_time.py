@@ -95,3 +95,62 @@ def test_bucketing_saves_the_small_calls_own_host_time_too(tmp_path: Path, pause
     assert analysis.findings[0].cost == pytest.approx(measured, abs=0.01), (
         f"measured {measured:.1%}: {found}"
     )
+
+
+def spread_job(root: Path, steps: int = 10) -> float:
+    """Each step every rank makes the blocking all-reduces of ``BUCKETS``, then computes
+    3 ms and posts an asynchronous 64-byte all-reduce, five times (each done
+    ``ALPHA_MS`` x 6 = 1.8 ms later, seen by its completion callback), and ends 1 ms
+    after the last is done. The small calls run beside the compute; the last one's
+    1.8 ms are exposed. Returns the mean iteration in ms."""
+    took = 6 * ALPHA_MS
+    events: dict[int, list] = {r: [] for r in range(RANKS)}
+    marks: dict[int, list] = {r: [] for r in range(RANKS)}
+    t, seq = 0.0, 0
+    for s in range(steps):
+        at = t
+        for nbytes in BUCKETS:
+            done = at + ISSUE_MS + _took(nbytes)
+            for r in range(RANKS):
+                events[r].append((s, seq, nbytes, at, at + ISSUE_MS, done, "wait"))
+            at, seq = done + 0.02, seq + 1
+        for _ in range(5):
+            at += 3.0
+            for r in range(RANKS):
+                events[r].append((s, seq, 64, at, -1.0, at + took, "future"))
+            seq += 1
+        end = at + took + 1.0
+        for r in range(RANKS):
+            marks[r].append((s, t, end))
+        t = end
+    for rank in range(RANKS):
+        meta = {
+            "world_size": RANKS,
+            "host": "node0",
+            "local_rank": rank,
+            "clock": {"offset_ns": 0, "uncertainty_ns": 0},
+            "groups": {"0": {"ranks": list(range(RANKS)), "backend": "gloo"}},
+            "source": "synthetic",
+        }
+        w = RankTraceWriter(root, rank, meta, flush_interval_s=3600, offset_ns=lambda: 0)
+        for step, sq, nbytes, enter, wait, exit_, timing in events[rank]:
+            row = (rank, step, "0", RANKS, sq, "all_reduce", nbytes, "float32", -1)
+            waited = int(wait * MS) if wait >= 0 else -1
+            w.add_event((*row, int(enter * MS), int(exit_ * MS), timing, "completed", None, waited))
+        for step, start, end in marks[rank]:
+            w.add_step((rank, step, int(start * MS), int(end * MS), 0))
+        w.close()
+    return t / steps
+
+
+def test_asynchronous_calls_spread_over_compute_are_not_one_bucket(tmp_path: Path) -> None:
+    """Five small asynchronous calls a step, each posted after 3 ms of compute and done
+    1.8 ms later, beside the next compute. Bucketed into one at the end they would take
+    the same 1.8 ms after the last compute: no saving. Priced as one bucket paying one
+    latency between five calls left where they were, they would save most of the last
+    call's exposed time, a saving no change to the job can make."""
+    spread_job(tmp_path / "run")
+    analysis = analyze(tmp_path / "run", Thresholds(latency_min_per_step=0))
+    rows = {o.name: o for o in analysis.what_if[0].rows}
+    assert "coalesced" in rows, list(rows)
+    assert rows["coalesced"].saving == pytest.approx(0.0, abs=0.005), rows["coalesced"]

@@ -316,20 +316,47 @@ def small_coalesced(
 ) -> Change:
     """The ``which`` collectives bucketed: those of a group in a step pay one latency
     (``alpha_ns``) between them, each its bytes' time (``bytes_ns``, per instance) on
-    top; and issuing them costs once, not once per call: a gap shorter than one
-    latency right after a small blocking call returned (issue overhead, no compute in
-    between) is gone, and so is the whole of a small call's own host time, from its
-    issue to its wait straight after (a blocking call's dispatch, the tracer, the hand-
-    off to the backend's thread, and whatever preempted the rank in between: on a busy
-    host, a pause of milliseconds now and then, in proportion to the calls made). A
-    call is never made longer than measured."""
+    top, except that an asynchronous call after which a member computed more than one
+    latency before the next stays apart from it: bucketed together, it would wait across
+    that compute and lose the overlap it had (a DDP job's buckets during backward are
+    not one burst); a blocking call had none to lose.
+    Issuing them costs once, not once per call: a gap shorter than one latency right
+    after a small blocking call returned (issue overhead, no compute in between) is
+    gone, and so is the whole of a small call's own host time, from its issue to its
+    wait straight after (a blocking call's dispatch, the tracer, the hand-off to the
+    backend's thread, and whatever preempted the rank in between: on a busy host, a
+    pause of milliseconds now and then, in proportion to the calls made). A call is
+    never made longer than measured."""
     inst = prog.instances.with_row_index("_id").filter(pl.Series(which))
     if inst.height == 0:
         return Change()
-    count = inst.group_by("group", "step").agg(pl.len().alias("m"))
-    small = inst.join(count, on=["group", "step"])
+    order = np.lexsort((prog.position, prog.step, prog.rank))
+    same = (prog.rank[order][1:] == prog.rank[order][:-1]) & (
+        prog.step[order][1:] == prog.step[order][:-1]
+    )
+    # a WAIT straight after its own POST: a blocking call (no compute beside its transfer)
+    own_post = np.zeros(prog.n_actions, dtype=bool)
+    own_post[order[1:]] = (
+        same & (prog.kind[order][:-1] == POST) & (prog.inst[order][:-1] == prog.inst[order][1:])
+    )
+    blocking = np.zeros(len(prog.service), dtype=bool)
+    waited = (prog.kind == WAIT) & own_post
+    blocking[prog.inst[waited]] = True
+    small = inst.sort("group", "step", "seq")
     ids = small["_id"].to_numpy()
-    model = alpha_ns / small["m"].to_numpy() + np.nan_to_num(bytes_ns[ids], nan=0.0)
+    computed = np.zeros(len(ids))  # the most any member computed before posting it
+    for j, k in enumerate(ids):
+        posts = prog.member_action[prog.member_ptr[k] : prog.member_ptr[k + 1]]
+        computed[j] = float(prog.gap[posts].max(initial=0.0))
+    first = small.select(
+        (pl.col("group") != pl.col("group").shift(1)) | (pl.col("step") != pl.col("step").shift(1))
+    ).to_series()
+    # the previous call's transfer overlapped the compute before this one: bucketed
+    # together, it would wait for that compute
+    overlapped = np.r_[False, ~blocking[ids[:-1]]] & (computed > max(alpha_ns, 0.0))
+    burst = np.cumsum(first.fill_null(True).to_numpy() | overlapped)
+    m = np.bincount(burst)[burst].astype(np.float64)
+    model = alpha_ns / m + np.nan_to_num(bytes_ns[ids], nan=0.0)
     service = prog.service.copy()
     service[ids] = np.minimum(service[ids], model)
     # issue overhead: a short gap right after a small blocking call returned
@@ -337,16 +364,8 @@ def small_coalesced(
     is_small[ids] = True
     small_wait = (prog.kind == WAIT) & (prog.inst >= 0)
     small_wait &= is_small[np.where(prog.inst >= 0, prog.inst, 0)]
-    order = np.lexsort((prog.position, prog.step, prog.rank))
     follows = np.zeros(prog.n_actions, dtype=bool)
-    same = (prog.rank[order][1:] == prog.rank[order][:-1]) & (
-        prog.step[order][1:] == prog.step[order][:-1]
-    )
     follows[order[1:]] = same & small_wait[order[:-1]]
-    own_post = np.zeros(prog.n_actions, dtype=bool)
-    own_post[order[1:]] = (
-        same & (prog.kind[order][:-1] == POST) & (prog.inst[order][:-1] == prog.inst[order][1:])
-    )
     overhead = (follows | small_wait) & (prog.gap < max(alpha_ns, 0.0)) | (small_wait & own_post)
     gap = np.where(overhead, 0.0, prog.gap)
     return Change(gap=gap, service=service)
