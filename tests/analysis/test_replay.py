@@ -276,36 +276,17 @@ def test_no_exact_completion_leaves_the_instance_bounded(tmp_path: Path) -> None
     assert m.instances["busbw_gbps"].null_count() == m.instances.height
 
 
-def test_ideal_overlap_spreads_a_burst_over_the_compute_before_it(tmp_path: Path) -> None:
-    """Each step: 40 ms compute, then 4 blocking 1 MB all-reduces of 5 ms each: 20 ms
-    exposed. Issued during the compute instead (every 10 ms, waited at the step's end)
-    only the last one is exposed: 40 + 5 (+1 ms to the step end) instead of 61."""
-    events: dict[int, list] = {0: [], 1: []}
-    steps: dict[int, list] = {0: [], 1: []}
-    t = 0.0
-    for s in range(5):
-        for r in (0, 1):
-            at = t + 40
-            for k in range(4):
-                e = int((at + 5 * k) * MS)
-                events[r].append((s, 4 * s + k, 1_000_000, e, e + 5 * MS, "wait", e + 1000))
-            steps[r].append((s, int(t * MS), int((t + 61) * MS)))
-        t += 61
-    _, prog = program_of(write(tmp_path, events, steps))
-    base = baseline(prog)
-    out = evaluate(prog, base, "overlap", "ideal overlap", cf.ideal_overlap(prog))
-    assert out.iteration_ns == pytest.approx(46 * MS, rel=1e-3)
-
-
 @pytest.mark.parametrize("marked", [False, True])
 def test_ideal_overlap_spreads_a_burst_over_backward_where_the_trace_marks_it(
     tmp_path: Path, marked: bool
 ) -> None:
-    """The job above, its 40 ms compute 30 ms of forward and 10 ms of backward, the
-    backward's start marked in the trace. Gradients exist from then on: issued during
-    backward, at 2.5 ms intervals, the four 5 ms transfers queue on the link; the last
-    ends 52.5 ms in, the step at 53.5 ms. Unmarked, the whole compute is taken for
-    backward: 46 ms, an upper bound."""
+    """Each step: 40 ms compute (30 ms of forward, 10 ms of backward), then 4 blocking
+    1 MB all-reduces of 5 ms each: 20 ms exposed, 61 ms a step. With backward's start
+    marked in the trace, gradients exist from then on: issued during backward, at 2.5 ms
+    intervals, the four transfers queue on the link; the last ends 52.5 ms in, the step
+    at 53.5 ms. Unmarked, the whole compute is taken for backward: issued every 10 ms
+    and waited at the step's end, only the last is exposed, 40 + 5 + 1 = 46 ms, an
+    upper bound."""
     events: dict[int, list] = {0: [], 1: []}
     steps: dict[int, list] = {0: [], 1: []}
     t = 0.0

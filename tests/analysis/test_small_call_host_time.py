@@ -49,11 +49,18 @@ def job(root: Path, calls: list[int], pause_ms: float = 0.0, steps: int = 10) ->
             waits = [at + own[r] for r in range(RANKS)]
             done = max(waits) + _took(nbytes)
             for r in range(RANKS):
-                events[r].append((s, seq, nbytes, at, waits[r], done))
+                events[r].append((s, seq, nbytes, at, waits[r], done, "wait"))
             at, seq = done + 0.02, seq + 1
         for r in range(RANKS):
             marks[r].append((s, t, at))
         t = at
+    _write(root, events, marks)
+    return t / steps
+
+
+def _write(root: Path, events: dict[int, list], marks: dict[int, list]) -> None:
+    """Calls (step, seq, bytes, enter, wait (-1: none), exit, timing) and steps (step,
+    start, end) in ms, one host."""
     for rank in range(RANKS):
         meta = {
             "world_size": RANKS,
@@ -64,15 +71,13 @@ def job(root: Path, calls: list[int], pause_ms: float = 0.0, steps: int = 10) ->
             "source": "synthetic",
         }
         w = RankTraceWriter(root, rank, meta, flush_interval_s=3600, offset_ns=lambda: 0)
-        for step, sq, nbytes, enter, wait, exit_ in events[rank]:
+        for step, sq, nbytes, enter, wait, exit_, timing in events[rank]:
             row = (rank, step, "0", RANKS, sq, "all_reduce", nbytes, "float32", -1)
-            w.add_event(
-                (*row, int(enter * MS), int(exit_ * MS), "wait", "completed", None, int(wait * MS))
-            )
+            waited = int(wait * MS) if wait >= 0 else -1
+            w.add_event((*row, int(enter * MS), int(exit_ * MS), timing, "completed", None, waited))
         for step, start, end in marks[rank]:
             w.add_step((rank, step, int(start * MS), int(end * MS), 0))
         w.close()
-    return t / steps
 
 
 BUCKETS = [BUCKET, BUCKET // 2, BUCKET, BUCKET // 4]
@@ -123,23 +128,7 @@ def spread_job(root: Path, steps: int = 10) -> float:
         for r in range(RANKS):
             marks[r].append((s, t, end))
         t = end
-    for rank in range(RANKS):
-        meta = {
-            "world_size": RANKS,
-            "host": "node0",
-            "local_rank": rank,
-            "clock": {"offset_ns": 0, "uncertainty_ns": 0},
-            "groups": {"0": {"ranks": list(range(RANKS)), "backend": "gloo"}},
-            "source": "synthetic",
-        }
-        w = RankTraceWriter(root, rank, meta, flush_interval_s=3600, offset_ns=lambda: 0)
-        for step, sq, nbytes, enter, wait, exit_, timing in events[rank]:
-            row = (rank, step, "0", RANKS, sq, "all_reduce", nbytes, "float32", -1)
-            waited = int(wait * MS) if wait >= 0 else -1
-            w.add_event((*row, int(enter * MS), int(exit_ * MS), timing, "completed", None, waited))
-        for step, start, end in marks[rank]:
-            w.add_step((rank, step, int(start * MS), int(end * MS), 0))
-        w.close()
+    _write(root, events, marks)
     return t / steps
 
 
