@@ -36,9 +36,10 @@ def test_dask_plan_equals_one_process(client, name: str) -> None:
     assert same_metrics(single, got) == []
     assert same_metrics(compute_metrics(load_trace(DATA / name)), got) == []
     assert got.quality["events"] == single.quality["events"] > 0
-    # the work ran on the cluster's two workers, not in this process
+    # the work ran on the cluster's workers, not in this process; which worker took
+    # which task is the scheduler's (on a busy machine one took all five of a plan)
     done = client.run(lambda dask_worker: len(dask_worker.data) + dask_worker.state.executed_count)
-    assert len(done) == 2 and all(v > 0 for v in done.values())
+    assert len(done) == 2 and sum(done.values()) > 0, done
 
 
 def test_ranks_scanned_in_blocks_and_windows_run_in_order_give_the_same_result(
