@@ -344,10 +344,11 @@ def small_coalesced(
     blocking[prog.inst[waited]] = True
     small = inst.sort("group", "step", "seq")
     ids = small["_id"].to_numpy()
-    computed = np.zeros(len(ids))  # the most any member computed before posting it
-    for j, k in enumerate(ids):
-        posts = prog.member_action[prog.member_ptr[k] : prog.member_ptr[k + 1]]
-        computed[j] = float(prog.gap[posts].max(initial=0.0))
+    # per instance, the most any member computed before posting it
+    posts = prog.kind == POST
+    before = np.zeros(len(prog.service))
+    np.maximum.at(before, prog.inst[posts], prog.gap[posts])
+    computed = before[ids]
     first = small.select(
         (pl.col("group") != pl.col("group").shift(1)) | (pl.col("step") != pl.col("step").shift(1))
     ).to_series()

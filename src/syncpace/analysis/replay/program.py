@@ -426,17 +426,14 @@ def _assemble(
     violations: int,
 ) -> Program:
     n_inst = instances.height
-    if "backward_ns" in rank_steps.columns:
-        marks = rank_steps.select(
-            pl.col("rank").cast(acts.schema["rank"]),
-            pl.col("step").cast(acts.schema["step"]),
-            _backward=pl.when(pl.col("backward_ns") >= 0)
-            .then((pl.col("backward_ns") - base).cast(pl.Float64))
-            .otherwise(None),
-        )
-        acts = acts.join(marks, on=["rank", "step"], how="left", maintain_order="left")
-    else:
-        acts = acts.with_columns(_backward=pl.lit(None, pl.Float64))
+    marks = rank_steps.select(  # iterations.rank_steps: -1 where no backward was seen
+        pl.col("rank").cast(acts.schema["rank"]),
+        pl.col("step").cast(acts.schema["step"]),
+        _backward=pl.when(pl.col("backward_ns") >= 0)
+        .then((pl.col("backward_ns") - base).cast(pl.Float64))
+        .otherwise(None),
+    )
+    acts = acts.join(marks, on=["rank", "step"], how="left", maintain_order="left")
     present = np.unique(ev["inst"].to_numpy())
     last = instances["last_enter"].to_numpy()[present]
     stream_all = (
