@@ -26,7 +26,10 @@ as a share of ``--compute-ms``: SCALE x a Lomax draw of that shape, 0.1 by defau
 (with ``--phases``): each phase's steps wait for ``DIR/phase-K``, which the fabric
 harness makes once that phase's faults and flows are in force. ``--cap-ranks 1
 --cap-cgroup DIR``: those ranks move themselves into the cgroup DIR (its CPU limit set
-by the caller: a rank starved of CPU on its own).
+by the caller: a rank starved of CPU on its own). ``--compute-log DIR``: each rank writes
+``DIR/rank-R.json``, the wall milliseconds of its forward-side compute (sleep and burn) in
+every step, as the job's own clock saw them: the truth a test holds an analysis's
+compute figures against on a loaded machine.
 """
 
 from __future__ import annotations
@@ -109,6 +112,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--cap-ranks", default="")
     p.add_argument("--cap-cgroup", default="")
+    p.add_argument("--compute-log", default="", help="directory for each rank's compute times")
     p.add_argument(
         "--ready-dir",
         default="",
@@ -167,17 +171,20 @@ def backward_begins(model: Model) -> None:
     (model.param * 0.0).sum().backward()
 
 
-def one_step(args: argparse.Namespace, model: Model, rank: int, rng, step: int) -> None:  # noqa: ANN001
-    """One training step with the plants of ``args`` (``step`` counts within a phase)."""
+def one_step(args: argparse.Namespace, model: Model, rank: int, rng, step: int) -> float:  # noqa: ANN001
+    """One training step with the plants of ``args`` (``step`` counts within a phase).
+    Returns the wall milliseconds its forward-side compute took."""
     slow = {int(r) for r in str(args.slow_ranks).split(",") if r.strip()}
     extra = args.compute_ms * jitter_draw(args.jitter, rng)
     if rank in slow:
         extra += args.slow_ms
     if step == args.stall_step and rank == args.stall_rank:
         extra += args.stall_ms
+    began = time.perf_counter()
     time.sleep(max(0.0, args.compute_ms + extra) / 1e3)
     if args.burn_ms:
         burn(args.burn_ms / 1e3)
+    compute_ms = (time.perf_counter() - began) * 1e3
     bwd = args.bwd_ms / 1e3
     if model.ddp is not None:
         net = model.ddp.module
@@ -212,6 +219,7 @@ def one_step(args: argparse.Namespace, model: Model, rank: int, rng, step: int) 
     if model.ddp is None:
         model.param.grad = torch.zeros(1)
     model.optimizer.step()  # the step boundary the tracer records
+    return compute_ms
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -231,6 +239,7 @@ def main(argv: list[str] | None = None) -> None:
         total = sum(n for n, _ in plan)
         print(f"scenario job: started, {world} ranks, {total} steps", flush=True)
     done = 0
+    computes: list[float] = []
     for index, (steps, phase) in enumerate(plan):
         if rank == 0 and args.phases:
             print(f"scenario job: phase {index}", flush=True)
@@ -239,8 +248,12 @@ def main(argv: list[str] | None = None) -> None:
                 wait_for(pathlib.Path(args.ready_dir) / f"phase-{index}", 60.0)
             dist.barrier()
         for k in range(steps):
-            one_step(phase, model, rank, rng, k)
+            computes.append(one_step(phase, model, rank, rng, k))
             done += 1
+    if args.compute_log:
+        log = pathlib.Path(args.compute_log)
+        log.mkdir(parents=True, exist_ok=True)
+        (log / f"rank-{rank}.json").write_text(json.dumps(computes))
     if rank == 0:
         print(f"scenario job: {done} steps done", flush=True)
     dist.barrier()
