@@ -561,9 +561,13 @@ class Tracer:
     # Iterations --------------------------------------------------------------------
     def on_backward(self) -> None:
         """A backward pass begins (``torch.autograd.backward``): the step's first one is
-        kept (gradient accumulation runs several)."""
+        kept (gradient accumulation runs several). Under the step's lock where it is
+        taken: a backward pass on another thread may not land between a step's record
+        and its reset, lost to both steps."""
         if self.backward_ns < 0:
-            self.backward_ns = self.now()
+            with self._lock:
+                if self.backward_ns < 0:
+                    self.backward_ns = self.now()
 
     def on_step(self, manual: bool = False) -> None:
         if manual:
