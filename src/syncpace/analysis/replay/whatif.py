@@ -21,8 +21,9 @@ class Outcome:
     replay's error against the measured iterations plus twice the standard error of
     the mean saving, the smaller of two estimates that each hold: paired over the
     steps (noise common to the plain and the changed replay cancels) and of the
-    counterfactual's mean alone (a saving concentrated in a few steps, a one-off
-    stall, is no less certain for it). ``cause`` links it to a finding's mode (empty
+    counterfactual's own steps, counted over the steps it changed (a saving
+    concentrated in a few steps, a one-off stall, is no less certain for it: the
+    steps it left replay as before). ``cause`` links it to a finding's mode (empty
     for generic rows).
     """
 
@@ -81,6 +82,11 @@ def baseline(prog: Program) -> Baseline:
     )
 
 
+#: A step whose counterfactual replays within this share of the plain replay's mean
+#: is one the change left as it was.
+_UNCHANGED = 1e-4
+
+
 def evaluate(
     prog: Program,
     base: Baseline,
@@ -104,7 +110,12 @@ def evaluate(
     n = len(steps)
     se = 0.0
     if n > 1:
-        se = min(float(per_step.std(ddof=1)), float(steps.std(ddof=1))) / float(np.sqrt(n))
+        # the counterfactual's own variation counts only in the steps it changed: the
+        # others replay as the plain replay does, to the nanosecond (a stall removed
+        # from one step of n is uncertain by one step's variation over n, not sqrt(n))
+        changed = max(int((np.abs(per_step) > _UNCHANGED * plain).sum()), 1)
+        alone = float(steps.std(ddof=1)) * float(np.sqrt(changed)) / n
+        se = min(float(per_step.std(ddof=1)) / float(np.sqrt(n)), alone)
     share = saving_ns / plain if plain > 0 else 0.0
     error = abs(base.error) + (2 * se / plain if plain > 0 else 0.0)
     detail = dict(replayed.pacing)
