@@ -9,11 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from tests.analysis.onehost import write_one_host
 
 from syncpace.analysis.api import analyze
 from syncpace.analysis.findings import Severity
 from syncpace.analysis.thresholds import Thresholds
-from syncpace.trace.writer import RankTraceWriter
 
 MS = 1_000_000
 RANKS = 4
@@ -36,28 +36,13 @@ def job(root: Path, small: int, buckets: tuple[int, ...] = (BUCKET,) * 4, steps:
         for nbytes, took in calls:
             done = at + took
             for r in range(RANKS):
-                e = int((at - 0.01 * (RANKS - r)) * MS)  # rank 3 arrives last
-                events[r].append((s, seq, nbytes, e, int(done * MS)))
+                enter = at - 0.01 * (RANKS - r)  # rank 3 arrives last; blocking: waits at once
+                events[r].append((s, seq, nbytes, enter, enter, done, "wait"))
             at, seq = done, seq + 1
         for r in range(RANKS):
-            marks[r].append((s, int(t * MS), int((at + 1) * MS)))
+            marks[r].append((s, t, at + 1))
         t = at + 1
-    for rank in range(RANKS):
-        meta = {
-            "world_size": RANKS,
-            "host": "node0",
-            "local_rank": rank,
-            "clock": {"offset_ns": 0, "uncertainty_ns": 0},
-            "groups": {"0": {"ranks": list(range(RANKS)), "backend": "gloo"}},
-            "source": "synthetic",
-        }
-        w = RankTraceWriter(root, rank, meta, flush_interval_s=3600, offset_ns=lambda: 0)
-        for step, sq, nbytes, enter, exit_ in events[rank]:
-            row = (rank, step, "0", RANKS, sq, "all_reduce", nbytes, "float32", -1)
-            w.add_event((*row, enter, exit_, "wait", "completed", None, enter))
-        for step, start, end in marks[rank]:
-            w.add_step((rank, step, start, end, 0))
-        w.close()
+    write_one_host(root, events, marks)
     return root
 
 

@@ -10,12 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from tests.analysis.onehost import write_one_host
 
 from syncpace.analysis.api import analyze
 from syncpace.analysis.thresholds import Thresholds
-from syncpace.trace.writer import RankTraceWriter
 
-MS = 1_000_000
 RANKS = 2
 ALPHA_MS = 0.3  # each call's latency
 BUCKET = 256 * 1024
@@ -54,30 +53,8 @@ def job(root: Path, calls: list[int], pause_ms: float = 0.0, steps: int = 10) ->
         for r in range(RANKS):
             marks[r].append((s, t, at))
         t = at
-    _write(root, events, marks)
+    write_one_host(root, events, marks)
     return t / steps
-
-
-def _write(root: Path, events: dict[int, list], marks: dict[int, list]) -> None:
-    """Calls (step, seq, bytes, enter, wait (-1: none), exit, timing) and steps (step,
-    start, end) in ms, one host."""
-    for rank in range(RANKS):
-        meta = {
-            "world_size": RANKS,
-            "host": "node0",
-            "local_rank": rank,
-            "clock": {"offset_ns": 0, "uncertainty_ns": 0},
-            "groups": {"0": {"ranks": list(range(RANKS)), "backend": "gloo"}},
-            "source": "synthetic",
-        }
-        w = RankTraceWriter(root, rank, meta, flush_interval_s=3600, offset_ns=lambda: 0)
-        for step, sq, nbytes, enter, wait, exit_, timing in events[rank]:
-            row = (rank, step, "0", RANKS, sq, "all_reduce", nbytes, "float32", -1)
-            waited = int(wait * MS) if wait >= 0 else -1
-            w.add_event((*row, int(enter * MS), int(exit_ * MS), timing, "completed", None, waited))
-        for step, start, end in marks[rank]:
-            w.add_step((rank, step, int(start * MS), int(end * MS), 0))
-        w.close()
 
 
 BUCKETS = [BUCKET, BUCKET // 2, BUCKET, BUCKET // 4]
@@ -128,7 +105,7 @@ def spread_job(root: Path, steps: int = 10) -> float:
         for r in range(RANKS):
             marks[r].append((s, t, end))
         t = end
-    _write(root, events, marks)
+    write_one_host(root, events, marks)
     return t / steps
 
 
