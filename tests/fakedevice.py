@@ -66,8 +66,10 @@ class FakeStream:
             if kind == "kernel":
                 time.sleep(item / 1e9)
             elif kind == "record":
-                item.device_ns = self.device.device_now()
+                # one read of the host clock for both stamps: two reads apart let a
+                # preemption between them (188 us seen on a loaded machine) into the truth
                 item.truth_ns = self.device.host_now()
+                item.device_ns = self.device.device_at(item.truth_ns)
                 item._done.set()
             elif kind == "wait":
                 item.wait()
@@ -98,8 +100,9 @@ class FakeDevice:
         self.queried_from: set[int] = set()
         self.delays: list[int] = []
 
-    def device_now(self) -> int:
-        return int(self.host_now() * self._rate) + self._offset
+    def device_at(self, host_ns: int) -> int:
+        """The device's clock when the host's read ``host_ns``."""
+        return int(host_ns * self._rate) + self._offset
 
     def current(self) -> FakeStream:
         return getattr(self._local, "stream", self.compute)
