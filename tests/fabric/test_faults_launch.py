@@ -137,6 +137,24 @@ def test_dry_run_prints_the_plan_without_root(capsys):
     assert out[0] == "ip netns add t3-sw" and len(out) > 10
 
 
+@pytest.mark.parametrize(
+    ("value", "routes"), [("0", 0), ("false", 0), ("no", 0), ("1", 2), ("true", 2), ("yes", 2)]
+)
+def test_the_quickack_flag_reads_its_value(capsys, value, routes):
+    """``--quickack 0`` leaves Linux's delayed ACKs on: each host's route is rewritten
+    with ``quickack 1`` only when the flag says so (a string "0" once read as true)."""
+    argv = ["fabric", "up", "--dry-run", "--name", "t5", "--topology", "star", "--hosts", "2"]
+    assert main([*argv, "--quickack", value]) == 0
+    plan = capsys.readouterr().out.splitlines()
+    assert sum(line.endswith("quickack 1") for line in plan) == routes
+
+
+def test_a_quickack_flag_that_is_not_a_boolean_is_one_line(capsys):
+    assert main(["fabric", "up", "--dry-run", "--quickack", "maybe"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--quickack: expected a boolean" in err
+
+
 def test_without_root_the_cli_says_so(capsys, monkeypatch):
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     assert main(["fabric", "up", "--name", "t4"]) == 2

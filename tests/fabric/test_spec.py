@@ -63,6 +63,8 @@ def test_oversubscription_sets_the_uplink():
         ({"delay": "1ms"}, "netem"),
         ({"colour": "red"}, "unknown spec key 'colour'"),
         ({"hosts": "two"}, "hosts: must be a number, got .two."),
+        ({"quickack": "0"}, "quickack: expected true or false, got '0'"),
+        ({"quickack": 1}, "quickack: expected true or false, got 1"),
     ],
 )
 def test_bad_specs_say_what_is_wrong(values, message):

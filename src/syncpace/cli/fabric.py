@@ -116,7 +116,7 @@ def _spec_from_args(args: argparse.Namespace):  # -> (FabricSpec, list[Fault])
         if raw is None:
             continue
         annotation = str(field.type)
-        kind = next((k for k in (int, float) if annotation.startswith(k.__name__)), str)
+        kind = next((k for k in (bool, int, float) if annotation.startswith(k.__name__)), str)
         try:
             flags[field.name] = parse_value(kind, raw, flag_name(field.name))
         except ConfigError as exc:

@@ -109,6 +109,8 @@ class FabricSpec:
             oversubscription="(0, 1000]",
             queue_ms="[1, 10000]",
         )
+        if not isinstance(self.quickack, bool):  # a string "0" would read as true
+            raise FabricError(f"quickack: expected true or false, got {self.quickack!r}")
         if self.topology not in TOPOLOGIES:
             raise FabricError(
                 f"unknown topology {self.topology!r}; choose one of {', '.join(TOPOLOGIES)}"

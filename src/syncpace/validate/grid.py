@@ -86,7 +86,10 @@ ACROSS = (("h2", "h0"), ("h3", "h1"))
 
 TCP_FIFO = "TCP sharing a FIFO with greedy flows: no queues, loss or congestion control"
 BUFFERING = "buffering: the job's bursts run ahead of fixed-rate traffic queued behind them"
-DELAYED_ACK = "TCP delayed ACKs stall small ring steps: the model has no transport"
+DELAYED_ACK = (
+    "TCP delayed ACKs stall ring steps sent to ranks still computing (bbr): the model has no "
+    "transport"
+)
 
 GRID = [
     Point(name="star2", topology="star", ranks=2),
