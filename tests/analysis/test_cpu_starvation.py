@@ -202,6 +202,9 @@ def test_a_straggler_of_its_own_on_a_starved_host_stays_a_straggler(tmp_path):
     assert found.ranks == (1,)
     assert found.evidence["cpu_wait_share_by_host"] == {"node0": pytest.approx(0.6)}
     assert "host node0's ranks waited for a CPU 60% of the time they could run" in found.summary
+    # rank 0 on time shares the host: its CPU is noted, not given as the cause
+    assert "starved of CPU alike for ranks on time, which does not explain it" in found.summary
+    assert not any("CPUs they need" in a for a in found.actions), found.actions
     assert all(1 not in f.ranks for f in analysis.findings if f.mode == "cpu_starvation")
 
 
@@ -228,6 +231,8 @@ def test_hosts_starved_alike_leave_a_straggler_of_its_own_a_straggler(tmp_path):
     (straggler,) = [f for f in analysis.findings if f.mode == "straggler"]
     assert straggler.ranks == (1,)
     assert "communicates slowly" not in straggler.summary
+    assert "starved of CPU alike for ranks on time, which does not explain it" in straggler.summary
+    assert not any("CPUs they need" in a for a in straggler.actions), straggler.actions
     quiet = _two_hosts(tmp_path / "quiet", (0.02, 0.02), (0.0, 0.0))
     (alone,) = [f for f in quiet.findings if f.mode == "straggler"]
     assert straggler.cost == pytest.approx(alone.cost, abs=0.01)

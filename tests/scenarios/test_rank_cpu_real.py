@@ -116,6 +116,11 @@ def test_a_rank_sleeping_longer_beside_busy_processes_is_a_straggler(tmp_path):
     assert own[1] - own[0] > 12 / 2  # the plant stands out of the load's noise
     excess = stragglers[0].evidence["compute_excess_ms"][1]
     assert excess == pytest.approx(own[1] - own[0], rel=0.3, abs=3.0)
+    # rank 0, on time, shares the host and its busy processes: the host's CPU does not
+    # explain why rank 1 is late, and the finding neither says nor advises so
+    summary = stragglers[0].summary
+    assert "on a host starved of CPU:" not in summary and "communicates slowly" not in summary
+    assert not any("CPUs they need" in a for a in stragglers[0].actions), stragglers[0].actions
     assert all(
         1 not in f.evidence.get("late_ranks", [])
         for f in analysis.findings

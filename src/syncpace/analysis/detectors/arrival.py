@@ -19,6 +19,7 @@ weigh is in :mod:`.cpu` and :mod:`.device`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -611,11 +612,12 @@ def _straggler_finding(ctx: Context, late: list[int]) -> Finding:
     label = f"rank{'s' if len(late) > 1 else ''} {ranks}"
     # a whole node late is named as such, with its ranks: the finding's ranks are in it
     where = f"node {', '.join(whole)} ({label})" if whole else label
-    starved = cpu.starved_hosts(ctx, whole or nodes)
     # its transfers are slow by its host's CPU only where that host is starved beyond
     # the hosts of the ranks on time (a machine starved alike slows every rank's)
     others = place.filter(~pl.col("rank").is_in(late))["node"].unique().to_list()
-    standing = [n for n in starved if cpu.stands_out(ctx, n, others)]
+    starved = cpu.starved_hosts(ctx, whole or nodes)
+    explaining = [n for n in starved if _starvation_explains(ctx, late, n, others)]
+    standing = [n for n in explaining if cpu.stands_out(ctx, n, others)]
     links = bool(standing) and cpu.peers_fed(ctx, standing)
     replay = _not_slow(ctx, late, "straggler", starved=links)
     wait = _wait_cost(ctx, late)
@@ -628,9 +630,14 @@ def _straggler_finding(ctx: Context, late: list[int]) -> Finding:
         else f"arrives late by {ms(float(lateness.median() or 0.0)):.2f} ms"
     )
     limits = [cpu.note(node, c, ctx.thresholds) for node, c in starved.items()]
-    if limits:  # its transfers are costed too only where the links have a measure
+    if limits and explaining:  # its transfers are costed too only where links have a measure
         more += " and communicates slowly: " if links else ", on a host starved of CPU: "
         more += "; ".join(limits)
+    elif limits:
+        more += (
+            ", on a host starved of CPU alike for ranks on time, which does not explain it: "
+            + "; ".join(limits)
+        )
     side = device.sides(ctx, late)  # on device time: its CPU late, or its GPU slow
     if device.sentence(side):
         more += " — " + device.sentence(side)
@@ -662,8 +669,18 @@ def _straggler_finding(ctx: Context, late: list[int]) -> Finding:
             **device.evidence(side),
             **(cpu.evidence(starved) if starved else {}),
         },
-        actions=advice.straggler(list(starved), device.actions(side)),
+        actions=advice.straggler(explaining, device.actions(side)),
     )
+
+
+def _starvation_explains(ctx: Context, late: list[int], node: str, others: Sequence[str]) -> bool:
+    """Whether starved host ``node`` can explain why ``late`` are late. Against other
+    hosts with ranks on time (``others``: their hosts), only when it is starved beyond
+    them (:func:`cpu.stands_out`). Where every rank on time shares it, it starves those
+    alike: only a late rank's own waiting for a CPU explains it (:func:`cpu_explained`)."""
+    if any(n != node for n in others):
+        return cpu.stands_out(ctx, node, others)
+    return any(cpu_explained(ctx, r) for r in late if ctx.nodes_of([r])[0] == node)
 
 
 def _steps_above(ctx: Context, ranks: list[int]) -> dict[int, list[int]]:
