@@ -89,9 +89,12 @@ def test_inherited_skew_is_contention_own_lateness_is_not(tmp_path, contention, 
         assert evidence["skew_transfer_correlation"] > 0.5  # skew follows, inherited
 
 
-def write_nic_counters(root: Path, other_bps: float) -> None:
+def write_nic_counters(
+    root: Path, other_bps: float, flows: dict[str, tuple[float, float]] | None = None
+) -> None:
     """Each node's eth0 counters over the run: the job's bytes (its ranks' all-reduce
-    bytes x 2(n-1)/n, spread evenly) plus ``other_bps`` of traffic that is not the job's."""
+    bytes x 2(n-1)/n, spread evenly) plus ``other_bps`` of traffic that is not the job's
+    each way, or ``flows``: per node, that traffic received and sent (bytes/s)."""
     from syncpace.trace.hostwriter import CountersWriter, host_paths, write_host_meta
     from syncpace.trace.reader import load_trace
 
@@ -105,10 +108,23 @@ def write_nic_counters(root: Path, other_bps: float) -> None:
         meta, counters = host_paths(root, node)
         write_host_meta(meta, {"host": node})
         w = CountersWriter(counters, node)
+        rx_other, tx_other = (flows or {}).get(node, (other_bps, other_bps))
         for t in times:
-            moved = int((job_bps + other_bps) * (t - t0) / 1e9)
-            w.write([t] * 3, [0, 1, 2], [moved, moved, 100_000_000_000], series)
+            rx = int((job_bps + rx_other) * (t - t0) / 1e9)
+            tx = int((job_bps + tx_other) * (t - t0) / 1e9)
+            w.write([t] * 3, [0, 1, 2], [rx, tx, 100_000_000_000], series)
         w.close()
+
+
+def test_the_host_sending_other_traffic_is_its_source_not_the_one_receiving_it(tmp_path):
+    """node1 sends 4 GB/s that is not the job's to node0: both NICs carry it, but it
+    comes from node1, the finding's source; node0, where it ends, is not named so."""
+    root = write_run(tmp_path, contention=False)
+    write_nic_counters(root, 0.0, flows={"node0": (4e9, 0.0), "node1": (0.0, 4e9)})
+    analysis = analyze(root)
+    (finding,) = [f for f in analysis.findings if f.mode == "fabric_contention"]
+    assert set(finding.evidence["other_traffic_share_by_host"]) == {"node0", "node1"}
+    assert finding.source == ("node1",), finding.source
 
 
 @pytest.mark.parametrize(("other_bps", "expect_fabric"), [(0.0, False), (4e9, True)])

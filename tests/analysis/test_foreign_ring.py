@@ -13,11 +13,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import polars as pl
 import pytest
 from tests.analysis.slowedring import slowed_ring
 from tests.linkcounters import star, write_links
 
 from syncpace.analysis import analyze
+from syncpace.analysis.detectors.foreign import _per_iteration
 from syncpace.analysis.thresholds import Thresholds
 
 MS = 1_000_000
@@ -75,3 +77,34 @@ def test_foreign_bytes_beside_a_ring_of_two_ranks_a_host_are_found(tmp_path: Pat
 def test_the_ring_s_own_bytes_are_no_foreign_traffic(tmp_path: Path) -> None:
     analysis = analyze(run(tmp_path, foreign=False), Thresholds(link_gbps=1.0))
     assert "fabric_contention" not in {f.mode for f in analysis.findings}
+
+
+def test_the_window_s_tail_joins_the_last_whole_span() -> None:
+    """Counter intervals are judged in spans of at least ``SPAN_ITERATIONS``
+    iterations; what the window leaves after its last whole span joins that span
+    instead of being judged alone (a quarter-span tail once read 27 % of a host link's
+    bytes as foreign on the emulated fabric)."""
+    iteration_ns, interval = 100 * MS, 100 * MS
+    window = (0, 1050 * MS)  # 3.5 spans of 3 iterations
+    starts = list(range(0, 1050 * MS, interval))
+    rows = pl.DataFrame(
+        {
+            "carrier": ["h1"] * len(starts),
+            "direction": ["tx"] * len(starts),
+            "used": [True] * len(starts),
+            "sender": ["h1"] * len(starts),
+            "receiving": [False] * len(starts),
+            "hosts": [["h1"]] * len(starts),
+            "rate_bps": [1e9] * len(starts),
+            "start_ns": starts,
+            "end_ns": [min(s + interval, window[1]) for s in starts],
+            "bytes": [1000.0] * len(starts),
+        }
+    )
+    spans = _per_iteration(rows, window, iteration_ns).sort("start_ns")
+    assert spans.select("start_ns", "end_ns").rows() == [
+        (0, 300 * MS),
+        (300 * MS, 600 * MS),
+        (600 * MS, 1050 * MS),
+    ]
+    assert spans["bytes"].to_list() == [3000.0, 3000.0, 5000.0]

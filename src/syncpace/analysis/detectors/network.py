@@ -25,6 +25,7 @@ from syncpace.analysis.detectors.traffic import (
     foreign_traffic,
     link_source,
     link_traffic,
+    nic_senders,
     own_traffic_only,
 )
 from syncpace.analysis.findings import Finding
@@ -269,7 +270,10 @@ def fabric_contention(ctx: Context) -> list[Finding]:
     # busiest directions do not already name them
     sending = [n for n in (traffic.sending if traffic is not None else ()) if n not in names]
     senders = traffic.senders if traffic is not None else ()
-    source = tuple(dict.fromkeys((*others, *senders, *names, *sending)))
+    # hosts whose NICs send the other traffic; those only receiving it are where it
+    # ends, named as its source only where no host is seen sending it
+    nic_sending = nic_senders(ctx, others) or ([] if senders or sending else others)
+    source = tuple(dict.fromkeys((*nic_sending, *senders, *names, *sending)))
     # the counters' intervals name what the whole run's counters did not: said in words
     besides = [x for x in beside.traffic.source if x not in source] if beside is not None else []
     source = (*source, *besides)

@@ -81,10 +81,28 @@ def foreign_traffic(ctx: Context) -> dict[str, float]:
 def nic_traffic(ctx: Context) -> tuple[dict[str, float], frozenset[str]]:
     """:func:`foreign_traffic`, and the hosts whose NIC counters span ``COVERED`` of
     the replayed steps."""
+    foreign, covered, _ = _nic_foreign(ctx)
+    return foreign, covered
 
-    def compute() -> tuple[dict[str, float], frozenset[str]]:
+
+def nic_senders(ctx: Context, hosts: list[str] | None = None) -> list[str]:
+    """Of :func:`contended_hosts`, those whose NICs *send* the other traffic: where it
+    comes from, not where it ends (a host receiving a flow carries it too)."""
+    sending = _nic_foreign(ctx)[2]
+    return [h for h in contended_hosts(ctx, hosts) if h in sending]
+
+
+def _nic_foreign(ctx: Context) -> tuple[dict[str, float], frozenset[str], frozenset[str]]:
+    """:func:`nic_traffic`, and the hosts whose other traffic is in their NICs' sending
+    direction."""
+
+    def compute() -> tuple[dict[str, float], frozenset[str], frozenset[str]]:
         hosts, mine = ctx.metrics.hosts, job_bytes(ctx)
-        none: tuple[dict[str, float], frozenset[str]] = ({}, frozenset())
+        none: tuple[dict[str, float], frozenset[str], frozenset[str]] = (
+            {},
+            frozenset(),
+            frozenset(),
+        )
         if mine is None or hosts is None or hosts.windows.height == 0 or hosts.nic.height == 0:
             return none
         job, (t0, t1) = mine
@@ -120,12 +138,15 @@ def nic_traffic(ctx: Context) -> tuple[dict[str, float], frozenset[str]]:
             .to_list()
         )
         out: dict[str, float] = {}
-        for host, _, nbytes, rate, _ in nic.iter_rows():
+        sending: set[str] = set()
+        for host, direction, nbytes, rate, _ in nic.iter_rows():
             other = nbytes - job.get(host, 0.0)
             if nbytes <= 0 or other < FOREIGN_RATE * rate * span:
                 continue
             out[host] = max(out.get(host, 0.0), other / nbytes)
-        return {h: round(v, 4) for h, v in sorted(out.items())}, covered
+            if direction == "tx" and other >= FOREIGN_SHARE * nbytes:
+                sending.add(host)
+        return {h: round(v, 4) for h, v in sorted(out.items())}, covered, frozenset(sending)
 
     return ctx.memo("nic_traffic", compute)
 
