@@ -187,3 +187,28 @@ def test_a_one_step_stall_among_varying_steps_is_certain_by_one_steps_variation(
     assert stall.cost == pytest.approx(cost, abs=0.01), f"measured {cost:.1%}: {found}"
     # the stall is not the steps' variation too
     assert not [f for f in analysis.findings if f.mode == "sync_amplification"], found
+
+
+@pytest.mark.parametrize("seed", [2, 3])
+def test_a_pause_on_one_rank_every_few_steps_is_a_recurring_stall(tmp_path, seed) -> None:
+    """Rank 1 stops for 150 ms every 4 steps (a checkpoint or log flush of its own) in a
+    job whose steps vary by a few percent: four long steps, too many for one-off events
+    by count, but all on one rank and alike, far beyond every other step. They are
+    stalls at that rank, every 4 steps, costed against the same job without them, not
+    jitter of every rank (which the pauses read as before: "pin CPU threads")."""
+    sc = JOB.replace(seed=seed, jitter=0.03)
+    pauses = tuple((1, s, 150.0) for s in (3, 7, 11, 15))
+    without, _ = _iteration_ms(_run(tmp_path, sc, "clean"))
+    paused = _run(tmp_path, sc.replace(stalls=pauses), "paused")
+    mean, _ = _iteration_ms(paused)
+    cost = (mean - without) / mean
+    analysis = analyze(paused, Thresholds())
+    found = [(f.mode, f.severity.name, f.ranks, round(f.cost, 3)) for f in analysis.findings]
+    first = analysis.findings[0]
+    assert (first.mode, first.ranks) == ("stall", (1,)), found
+    assert first.evidence["steps"] == [3, 7, 11, 15], found
+    assert first.evidence["every_steps"] == 4
+    assert "(every 4 steps)" in first.summary
+    assert "every 4 steps" in first.actions[0]
+    assert first.cost == pytest.approx(cost, abs=0.02), f"measured {cost:.1%}: {found}"
+    assert "sync_amplification" not in {f.mode for f in analysis.findings}, found

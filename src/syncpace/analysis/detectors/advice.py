@@ -344,8 +344,16 @@ def locality_variance(local_rank: int) -> tuple[str, ...]:
     )
 
 
-def stall(where: str, step: int) -> tuple[str, ...]:
-    """A one-off stall of ``where`` (ranks, in words), first in ``step``."""
+def stall(where: str, step: int, every: int | None = None) -> tuple[str, ...]:
+    """A stall of ``where`` (ranks, in words), first in ``step``; ``every``: the steps
+    between stalls that recur at one interval."""
+    if every:
+        return (
+            f"Look at what runs on {where} every {every} steps (first at step {step}): a "
+            "checkpoint, an evaluation or a log flush on one rank while the others wait; "
+            "make it asynchronous, or spread it over the ranks.",
+            "A recurring event is not jitter: pacing does not help it.",
+        )
     return (
         f"Look at what ran on {where} at step {step}: garbage collection, a "
         "checkpoint or log flush, data-loader refill, swapping, a preempted CPU.",

@@ -829,15 +829,26 @@ def _jitter_tail(ctx: Context, big: np.ndarray, excess: np.ndarray) -> np.ndarra
 def _standing_apart(
     prog: Program, big: np.ndarray, excess: np.ndarray, factor: float
 ) -> tuple[list[int], list[int]]:
-    """The steps holding long gaps ``big``, longest first, split in two: those whose
-    longest gap stands ``factor`` times beyond the next step's (events no tail reaches,
-    however much the other steps vary), and the rest."""
+    """The steps holding long gaps ``big``, longest first, split in two: the events no
+    tail reaches, however much the other steps vary, and the rest. Events: each step
+    whose longest gap stands ``factor`` times beyond the next step's; or, all on one
+    rank, the steps above the last drop of ``factor`` times, the gaps outside ``big``
+    the floor below them (a pause on one rank every few steps: a checkpoint, a log
+    flush). A tail falls on whichever rank draws it and leaves no such drop below a
+    group of its draws: the chance its k longest stand ``factor`` beyond the next is
+    ``factor`` to the power of minus k times its shape."""
     steps = np.unique(prog.step[big])
     longest = {int(s): float(excess[big & (prog.step == s)].max()) for s in steps}
     order = sorted(longest, key=longest.__getitem__, reverse=True)
     k = 0
     while k + 1 < len(order) and longest[order[k]] >= factor * longest[order[k + 1]]:
         k += 1
+    values = [longest[s] for s in order] + [float(excess[~big].max(initial=0.0))]
+    drops = [j + 1 for j in range(len(order)) if values[j] >= factor * values[j + 1]]
+    if drops and drops[-1] > k:
+        group = big & np.isin(prog.step, order[: drops[-1]])
+        if len(np.unique(prog.rank[group])) == 1:
+            k = drops[-1]
     return order[:k], order[k:]
 
 
@@ -870,14 +881,20 @@ def stalls(ctx: Context) -> list[Finding]:
     assert replay is not None
     longest = float(excess[big].max())
     where = f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"
+    every = _period(steps)
+    what = (
+        f"a one-off stall: {where} stopped for {longest / 1e9:.2f} s in step {steps[0]}"
+        if len(steps) == 1
+        else f"stalls: {where} stopped for up to {longest / 1e9:.2f} s in steps "
+        f"{', '.join(map(str, steps))}" + (f" (every {every} steps)" if every else "")
+    )
     return [
         ctx.finding(
             "stall",
             0.0,
             1.0,
-            f"a one-off stall: {where} stopped for {longest / 1e9:.2f} s in step"
-            f"{'s' if len(steps) > 1 else ''} {', '.join(map(str, steps))} while every other "
-            f"rank waited; it costs {replay.saving:.1%} of the run's iteration time on average",
+            f"{what} while every other rank waited; it costs {replay.saving:.1%} of the "
+            "run's iteration time on average",
             replay=replay,
             ranks=tuple(ranks),
             nodes=ctx.nodes_of(ranks),
@@ -885,11 +902,19 @@ def stalls(ctx: Context) -> list[Finding]:
                 "steps": steps,
                 "stall_ms": round(longest / 1e6, 3),
                 "stalls": int(big.sum()),
+                "every_steps": every,
                 "iteration_ms": ms(ctx.iteration_ns),
             },
-            actions=advice.stall(where, steps[0]),
+            actions=advice.stall(where, steps[0], every),
         )
     ]
+
+
+def _period(steps: list[int]) -> int | None:
+    """The stalls' period in steps, where at least three came at one regular interval
+    (a checkpoint, an evaluation or a log flush every so many steps)."""
+    gaps = set(np.diff(steps).tolist())
+    return int(gaps.pop()) if len(steps) >= 3 and len(gaps) == 1 else None
 
 
 def _jitter_beyond_turns(ctx: Context, change: Change) -> float:
