@@ -212,3 +212,25 @@ def test_a_pause_on_one_rank_every_few_steps_is_a_recurring_stall(tmp_path, seed
     assert "every 4 steps" in first.actions[0]
     assert first.cost == pytest.approx(cost, abs=0.02), f"measured {cost:.1%}: {found}"
     assert "sync_amplification" not in {f.mode for f in analysis.findings}, found
+
+
+def test_a_pause_of_every_rank_at_once_every_few_steps_is_a_recurring_stall(tmp_path) -> None:
+    """Every rank stops for 150 ms in the same steps, every 4 steps (a synchronous
+    checkpoint): nobody waits for anybody, so it is no jitter amplified by the
+    synchronisation, but a stall of every rank at once, costed against the job
+    without it."""
+    sc = JOB.replace(seed=2, jitter=0.03)
+    pauses = tuple((r, s, 150.0) for s in (3, 7, 11, 15) for r in (0, 1))
+    without, _ = _iteration_ms(_run(tmp_path, sc, "clean"))
+    paused = _run(tmp_path, sc.replace(stalls=pauses), "paused")
+    mean, _ = _iteration_ms(paused)
+    cost = (mean - without) / mean
+    analysis = analyze(paused, Thresholds())
+    found = [(f.mode, f.severity.name, f.ranks, round(f.cost, 3)) for f in analysis.findings]
+    first = analysis.findings[0]
+    assert (first.mode, first.ranks) == ("stall", (0, 1)), found
+    assert first.evidence["every_steps"] == 4
+    assert "every rank stopped" in first.summary and "at once" in first.summary
+    assert "every rank waits for" in first.actions[0]
+    assert first.cost == pytest.approx(cost, abs=0.02), f"measured {cost:.1%}: {found}"
+    assert "sync_amplification" not in {f.mode for f in analysis.findings}, found

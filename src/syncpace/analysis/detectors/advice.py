@@ -344,14 +344,22 @@ def locality_variance(local_rank: int) -> tuple[str, ...]:
     )
 
 
-def stall(where: str, step: int, every: int | None = None) -> tuple[str, ...]:
+def stall(
+    where: str, step: int, every: int | None = None, at_once: bool = False
+) -> tuple[str, ...]:
     """A stall of ``where`` (ranks, in words), first in ``step``; ``every``: the steps
-    between stalls that recur at one interval."""
+    between stalls that recur at one interval; ``at_once``: every rank stopped together."""
     if every:
+        how = (
+            "every rank waits for: make it asynchronous (a background thread or process "
+            "writing a copy), or less frequent"
+            if at_once
+            else "on one rank while the others wait: make it asynchronous, or spread it over "
+            "the ranks"
+        )
         return (
             f"Look at what runs on {where} every {every} steps (first at step {step}): a "
-            "checkpoint, an evaluation or a log flush on one rank while the others wait; "
-            "make it asynchronous, or spread it over the ranks.",
+            f"checkpoint, an evaluation or a log flush {how}.",
             "A recurring event is not jitter: pacing does not help it.",
         )
     return (

@@ -832,11 +832,11 @@ def _standing_apart(
     """The steps holding long gaps ``big``, longest first, split in two: the events no
     tail reaches, however much the other steps vary, and the rest. Events: each step
     whose longest gap stands ``factor`` times beyond the next step's; or, all on one
-    rank, the steps above the last drop of ``factor`` times, the gaps outside ``big``
-    the floor below them (a pause on one rank every few steps: a checkpoint, a log
-    flush). A tail falls on whichever rank draws it and leaves no such drop below a
-    group of its draws: the chance its k longest stand ``factor`` beyond the next is
-    ``factor`` to the power of minus k times its shape."""
+    rank or on every rank at once in each step, the steps above the last drop of
+    ``factor`` times, the gaps outside ``big`` the floor below them (a pause every few
+    steps: a checkpoint, a log flush). A tail falls on whichever rank draws it and
+    leaves no such drop below a group of its draws: the chance its k longest stand
+    ``factor`` beyond the next is ``factor`` to the power of minus k times its shape."""
     steps = np.unique(prog.step[big])
     longest = {int(s): float(excess[big & (prog.step == s)].max()) for s in steps}
     order = sorted(longest, key=longest.__getitem__, reverse=True)
@@ -846,8 +846,11 @@ def _standing_apart(
     values = [longest[s] for s in order] + [float(excess[~big].max(initial=0.0))]
     drops = [j + 1 for j in range(len(order)) if values[j] >= factor * values[j + 1]]
     if drops and drops[-1] > k:
-        group = big & np.isin(prog.step, order[: drops[-1]])
-        if len(np.unique(prog.rank[group])) == 1:
+        top = order[: drops[-1]]
+        group = big & np.isin(prog.step, top)
+        every = len(np.unique(prog.rank))
+        at_once = all(len(np.unique(prog.rank[group & (prog.step == s)])) == every for s in top)
+        if len(np.unique(prog.rank[group])) == 1 or at_once:
             k = drops[-1]
     return order[:k], order[k:]
 
@@ -880,7 +883,12 @@ def stalls(ctx: Context) -> list[Finding]:
     )
     assert replay is not None
     longest = float(excess[big].max())
-    where = f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"
+    at_once = len(ranks) == len(np.unique(prog.rank)) > 1
+    where = (
+        "every rank"
+        if at_once
+        else f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"
+    )
     every = _period(steps)
     what = (
         f"a one-off stall: {where} stopped for {longest / 1e9:.2f} s in step {steps[0]}"
@@ -888,13 +896,13 @@ def stalls(ctx: Context) -> list[Finding]:
         else f"stalls: {where} stopped for up to {longest / 1e9:.2f} s in steps "
         f"{', '.join(map(str, steps))}" + (f" (every {every} steps)" if every else "")
     )
+    waited = " at once" if at_once else " while every other rank waited"
     return [
         ctx.finding(
             "stall",
             0.0,
             1.0,
-            f"{what} while every other rank waited; it costs {replay.saving:.1%} of the "
-            "run's iteration time on average",
+            f"{what}{waited}; it costs {replay.saving:.1%} of the run's iteration time on average",
             replay=replay,
             ranks=tuple(ranks),
             nodes=ctx.nodes_of(ranks),
@@ -905,7 +913,7 @@ def stalls(ctx: Context) -> list[Finding]:
                 "every_steps": every,
                 "iteration_ms": ms(ctx.iteration_ns),
             },
-            actions=advice.stall(where, steps[0], every),
+            actions=advice.stall(where, steps[0], every, at_once),
         )
     ]
 
