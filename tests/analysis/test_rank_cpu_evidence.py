@@ -285,3 +285,32 @@ def test_a_fed_ranks_transfers_take_the_slower_of_the_bench_and_the_runs_best(tm
         assert np.array_equal(made, prog.service)  # no transfer was that slow
     if bench_gbps == 10_000.0:
         assert np.array_equal(made, best)
+
+
+def test_ranks_taking_turns_whose_threads_waited_alike_are_no_cpu_starvation(tmp_path):
+    """Rank 1 computes 30 % more in the first half of the run, rank 0 in the second,
+    on a host whose threads wait for a CPU 60 % of the time, every rank's main thread
+    alike: each late rank is slow by its own doing in the half it is late (it waited
+    no more than the others there), so the late rank changes, and the host's CPU,
+    which starved the ranks on time alike, is not named its cause."""
+    turns = Planted(
+        name="turns",
+        nodes=1,
+        gpus_per_node=2,
+        steps=40,
+        jitter=0.08,
+        slow_spans=((1, 1.3, 0, 20), (0, 1.3, 20, 40)),
+    )
+    run = generate(turns, tmp_path / "run")
+    steps = load_trace(run).steps
+    span_ns = int(steps["end_ns"].max() - steps["start_ns"].min())
+    _host(run, tmp_path / "host", {0: 0.1, 1: 0.1}, ticks=span_ns // TICK_NS + 2)
+    analysis = analyze(run)
+    for f in analysis.findings:
+        print(f.mode, round(f.cost, 4), f.ranks, f.summary)
+    assert "cpu_starvation" not in {f.mode for f in analysis.findings}
+    (changing,) = [f for f in analysis.findings if f.mode == "straggler"]
+    assert changing.ranks == ()
+    assert "the late rank changes: rank 1 in the first half of the run, rank 0 in the second" in (
+        changing.summary
+    )

@@ -137,27 +137,28 @@ def stable_late(ctx: Context) -> list[int]:
     return halves.in_each_half(ctx, lambda half: late_in(ctx, half))
 
 
-def typical_mean_excess(ctx: Context) -> float:
+def typical_mean_excess(ctx: Context, half: int | None = None) -> float:
     """The fast half of the ranks' mean compute excess: what every rank shows under
-    jitter alone."""
-    rc = rank_compute(ctx)
+    jitter alone (over the run or ``half`` of it)."""
+    rc = rank_compute(ctx, half)
     return float(rc.select(fast_half(pl.col("mean_excess_ns"))).item() or 0.0)
 
 
-def cpu_explained(ctx: Context, rank: int) -> bool | None:
+def cpu_explained(ctx: Context, rank: int, half: int | None = None) -> bool | None:
     """Whether ``rank``'s extra compute is its waiting for a CPU: its main thread
     waited beyond the faster half of the ranks (:func:`cpu.extra_wait_ns`) at least
-    ``cpu_explains_share`` of its mean compute excess beyond theirs. None where the
-    sampler did not measure the ranks on their own, or the rank computes no more."""
+    ``cpu_explains_share`` of its mean compute excess beyond theirs, over the run or
+    ``half`` of it. None where the sampler did not measure the ranks on their own, or
+    the rank computes no more."""
     if ctx.program is None:
         return None
-    extra_wait = cpu.extra_wait_ns(ctx, rank)
+    extra_wait = cpu.extra_wait_ns(ctx, rank, half)
     if extra_wait is None:
         return None
-    rc = rank_compute(ctx).filter(pl.col("rank") == rank)
+    rc = rank_compute(ctx, half).filter(pl.col("rank") == rank)
     if rc.height == 0:
         return None
-    extra = float(rc["mean_excess_ns"][0]) - typical_mean_excess(ctx)
+    extra = float(rc["mean_excess_ns"][0]) - typical_mean_excess(ctx, half)
     if extra <= 0:
         return None
     return extra_wait >= ctx.thresholds.cpu_explains_share * extra
@@ -435,11 +436,21 @@ def _explained(ctx: Context, hosts: dict[str, Any]) -> list[int]:
     # more than the others is slow by its own doing, one that did is its host's CPU
     # (a rank late in one half only is left to its host's counters: over the span,
     # the half it waited in is diluted by the half it did not)
-    for rank in stable | changing:
+    for rank in stable:
         said = cpu_explained(ctx, rank)
         if said:
             out.add(rank)
-        elif said is False and rank in stable:
+        elif said is False:
+            out.discard(rank)
+    # a rank late in one half only, judged in the halves it was late in (over the run,
+    # the half it waited in is diluted by the half it did not): its waiting explains it
+    # in one, or, measured, in none (a rank sleeping in its own code waits for no CPU)
+    by_half = late_by_half(ctx)
+    for rank in changing - stable:
+        said = [cpu_explained(ctx, rank, h) for h in (0, 1) if rank in by_half[h]]
+        if any(said):
+            out.add(rank)
+        elif said and all(x is False for x in said):
             out.discard(rank)
     return sorted(out)
 
