@@ -189,6 +189,15 @@ def test_a_one_step_stall_among_varying_steps_is_certain_by_one_steps_variation(
     assert not [f for f in analysis.findings if f.mode == "sync_amplification"], found
 
 
+def _paused(tmp_path: Path, sc: Planted, pauses: tuple[tuple[int, int, float], ...]):
+    """The job with ``pauses`` (rank, step, ms) analysed, and their cost measured
+    against the same job run without them."""
+    without, _ = _iteration_ms(_run(tmp_path, sc, "clean"))
+    paused = _run(tmp_path, sc.replace(stalls=pauses), "paused")
+    mean, _ = _iteration_ms(paused)
+    return analyze(paused, Thresholds()), (mean - without) / mean
+
+
 @pytest.mark.parametrize("seed", [2, 3])
 def test_a_pause_on_one_rank_every_few_steps_is_a_recurring_stall(tmp_path, seed) -> None:
     """Rank 1 stops for 150 ms every 4 steps (a checkpoint or log flush of its own) in a
@@ -196,13 +205,8 @@ def test_a_pause_on_one_rank_every_few_steps_is_a_recurring_stall(tmp_path, seed
     by count, but all on one rank and alike, far beyond every other step. They are
     stalls at that rank, every 4 steps, costed against the same job without them, not
     jitter of every rank (which the pauses read as before: "pin CPU threads")."""
-    sc = JOB.replace(seed=seed, jitter=0.03)
     pauses = tuple((1, s, 150.0) for s in (3, 7, 11, 15))
-    without, _ = _iteration_ms(_run(tmp_path, sc, "clean"))
-    paused = _run(tmp_path, sc.replace(stalls=pauses), "paused")
-    mean, _ = _iteration_ms(paused)
-    cost = (mean - without) / mean
-    analysis = analyze(paused, Thresholds())
+    analysis, cost = _paused(tmp_path, JOB.replace(seed=seed, jitter=0.03), pauses)
     found = [(f.mode, f.severity.name, f.ranks, round(f.cost, 3)) for f in analysis.findings]
     first = analysis.findings[0]
     assert (first.mode, first.ranks) == ("stall", (1,)), found
@@ -219,13 +223,8 @@ def test_a_pause_of_every_rank_at_once_every_few_steps_is_a_recurring_stall(tmp_
     checkpoint): nobody waits for anybody, so it is no jitter amplified by the
     synchronisation, but a stall of every rank at once, costed against the job
     without it."""
-    sc = JOB.replace(seed=2, jitter=0.03)
     pauses = tuple((r, s, 150.0) for s in (3, 7, 11, 15) for r in (0, 1))
-    without, _ = _iteration_ms(_run(tmp_path, sc, "clean"))
-    paused = _run(tmp_path, sc.replace(stalls=pauses), "paused")
-    mean, _ = _iteration_ms(paused)
-    cost = (mean - without) / mean
-    analysis = analyze(paused, Thresholds())
+    analysis, cost = _paused(tmp_path, JOB.replace(seed=2, jitter=0.03), pauses)
     found = [(f.mode, f.severity.name, f.ranks, round(f.cost, 3)) for f in analysis.findings]
     first = analysis.findings[0]
     assert (first.mode, first.ranks) == ("stall", (0, 1)), found
