@@ -233,3 +233,18 @@ def test_a_pause_of_every_rank_at_once_every_few_steps_is_a_recurring_stall(tmp_
     assert "every rank waits for" in first.actions[0]
     assert first.cost == pytest.approx(cost, abs=0.02), f"measured {cost:.1%}: {found}"
     assert "sync_amplification" not in {f.mode for f in analysis.findings}, found
+
+
+def test_pauses_on_one_rank_at_no_interval_are_stalls_listed_by_step(tmp_path) -> None:
+    """Rank 1 stops for 150 ms in steps 2, 5, 11 and 14 (a data loader refilling now
+    and then): stalls of rank 1 in those steps, with no period claimed, and advice that
+    names them all rather than the first alone."""
+    pauses = tuple((1, s, 150.0) for s in (2, 5, 11, 14))
+    analysis, cost = _paused(tmp_path, JOB.replace(seed=3, jitter=0.03), pauses)
+    found = [(f.mode, f.severity.name, f.ranks, round(f.cost, 3)) for f in analysis.findings]
+    first = analysis.findings[0]
+    assert (first.mode, first.ranks) == ("stall", (1,)), found
+    assert first.evidence["steps"] == [2, 5, 11, 14] and first.evidence["every_steps"] is None
+    assert "stopped for up to" in first.summary and "every" not in first.summary
+    assert first.actions[0].startswith("Look at what ran on rank 1 in steps 2, 5, 11, 14:")
+    assert first.cost == pytest.approx(cost, abs=0.02), f"measured {cost:.1%}: {found}"

@@ -345,10 +345,11 @@ def locality_variance(local_rank: int) -> tuple[str, ...]:
 
 
 def stall(
-    where: str, step: int, every: int | None = None, at_once: bool = False
+    where: str, steps: Sequence[int], every: int | None = None, at_once: bool = False
 ) -> tuple[str, ...]:
-    """A stall of ``where`` (ranks, in words), first in ``step``; ``every``: the steps
-    between stalls that recur at one interval; ``at_once``: every rank stopped together."""
+    """Stalls of ``where`` (ranks, in words) in ``steps``; ``every``: the steps between
+    stalls that recur at one interval; ``at_once``: every rank stopped together."""
+    step = steps[0]
     if every:
         how = (
             "every rank waits for: make it asynchronous (a background thread or process "
@@ -361,6 +362,13 @@ def stall(
             f"Look at what runs on {where} every {every} steps (first at step {step}): a "
             f"checkpoint, an evaluation or a log flush {how}.",
             "A recurring event is not jitter: pacing does not help it.",
+        )
+    if len(steps) > 1:
+        return (
+            f"Look at what ran on {where} in steps {', '.join(map(str, steps))}: data-loader "
+            "refills, garbage collection, a checkpoint or log flush, swapping, a preempted "
+            "CPU.",
+            "Events are not jitter: pacing does not help them.",
         )
     return (
         f"Look at what ran on {where} at step {step}: garbage collection, a "

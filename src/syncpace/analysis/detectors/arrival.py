@@ -924,7 +924,7 @@ def stalls(ctx: Context) -> list[Finding]:
                 "every_steps": every,
                 "iteration_ms": ms(ctx.iteration_ns),
             },
-            actions=advice.stall(where, steps[0], every, at_once),
+            actions=advice.stall(where, steps, every, at_once),
         )
     ]
 
