@@ -299,8 +299,10 @@ def _switch(fabric: dict[str, Any], host: int) -> str:
 def _compatible(a: str, b: str) -> bool:
     # both set the same job arguments, or a poor overlap's reshaped job beside another
     # network plant: kept apart so each cause stays what it was drawn as
+    # two of one mode (a pause and a stall) would leave the score unable to say which
     clash = {frozenset({"straggler", "cpu_starved"}), frozenset({"slow_link", "contention"})}
-    return a != b and frozenset({a, b}) not in clash and "overlap" not in (a, b)
+    alike = MODE[a] == MODE[b]
+    return a != b and not alike and frozenset({a, b}) not in clash and "overlap" not in (a, b)
 
 
 def draw(seed: int, where: str = "local") -> Draw:
