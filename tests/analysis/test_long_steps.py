@@ -248,3 +248,19 @@ def test_pauses_on_one_rank_at_no_interval_are_stalls_listed_by_step(tmp_path) -
     assert "stopped for up to" in first.summary and "steps)" not in first.summary
     assert first.actions[0].startswith("Look at what ran on rank 1 in steps 2, 5, 11, 14:")
     assert first.cost == pytest.approx(cost, abs=0.02), f"measured {cost:.1%}: {found}"
+
+
+@pytest.mark.parametrize("ranks", [(1,), (0, 1)])
+def test_pauses_shorter_than_an_iteration_every_few_steps_are_stalls(tmp_path, ranks) -> None:
+    """A pause of half a step every 4 steps, on one rank or on every rank at once: each
+    below a one-off stall's bar of an iteration, but a group of long gaps standing
+    apart from every other, on one rank or all at once: stalls, not jitter (every rank
+    pausing together was read as sync amplification or as healthy)."""
+    pauses = tuple((r, s, 20.0) for s in (3, 7, 11, 15) for r in ranks)
+    analysis, cost = _paused(tmp_path, JOB.replace(seed=2, jitter=0.02), pauses)
+    found = [(f.mode, f.severity.name, f.ranks, round(f.cost, 3)) for f in analysis.findings]
+    first = analysis.findings[0]
+    assert (first.mode, first.ranks) == ("stall", ranks), found
+    assert first.evidence["every_steps"] == 4
+    assert first.cost == pytest.approx(cost, abs=0.02), f"measured {cost:.1%}: {found}"
+    assert "sync_amplification" not in {f.mode for f in analysis.findings}, found

@@ -30,6 +30,9 @@ TEST_FROM = 1000
 #: The causes a localhost job can plant, and those only the fabric can (links, hosts).
 LOCAL_KINDS = ("straggler", "jitter", "stall", "small", "overlap")
 FABRIC_KINDS = (*LOCAL_KINDS, "slow_link", "contention", "cpu_starved")
+#: Kinds added after sets were drawn and scored, and the first development and test
+#: seeds they join: every draw of a seed below stays the draw it was.
+LATER_KINDS = {"pause": (900, 1300)}
 #: The mode the diagnosis must put first for each planted kind.
 MODE = {
     "straggler": "straggler",
@@ -40,13 +43,21 @@ MODE = {
     "slow_link": "slow_link",
     "contention": "fabric_contention",
     "cpu_starved": "cpu_starvation",
+    "pause": "stall",
 }
 #: Kinds that plant through the job's arguments (the others through the fabric); two
 #: causes at once are one of each, or two of these whose arguments do not collide.
-JOB_KINDS = frozenset(LOCAL_KINDS)
+JOB_KINDS = frozenset((*LOCAL_KINDS, *LATER_KINDS))
 HEALTHY_SHARE = 0.2
 TWO_CAUSES_SHARE = 0.2
 KIB = 1024
+
+
+def kinds_of(seed: int, where: str) -> tuple[str, ...]:
+    """The cause kinds a draw of ``seed`` at ``where`` chooses among."""
+    kinds = LOCAL_KINDS if where == "local" else FABRIC_KINDS
+    later = [k for k, (dev, test) in LATER_KINDS.items() if dev <= seed < TEST_FROM or seed >= test]
+    return (*kinds, *later)
 
 
 def split_of(seed: int) -> str:
@@ -226,6 +237,13 @@ def _plant(
         stall = round(phase_ms * _log_between(rng, 0.02, 2.0, s), 1)
         plants = {"stall_step": int(rng.integers(2, draw["steps"] - 2)), "stall_rank": r}
         return Cause(kind, s, {**plants, "stall_ms": stall}, ranks=(r,)), {}
+    if kind == "pause":
+        # a checkpoint or log flush every few steps: of one rank, or of every rank at once
+        every = int(rng.integers(3, 6))
+        r = int(rng.integers(0, ranks)) if rng.random() < 0.7 else -1
+        pause = round(step_ms * _log_between(rng, 0.3, 8.0, s), 1)
+        plants = {"pause_every": every, "pause_rank": r, "pause_ms": pause}
+        return Cause(kind, s, plants, ranks=(r,) if r >= 0 else tuple(range(ranks))), {}
     if kind == "small":
         # the data of the small syncs still has to be reduced: the fix coalesces them
         # into one call, and the rerun makes that one call
@@ -281,8 +299,10 @@ def _switch(fabric: dict[str, Any], host: int) -> str:
 def _compatible(a: str, b: str) -> bool:
     # both set the same job arguments, or a poor overlap's reshaped job beside another
     # network plant: kept apart so each cause stays what it was drawn as
+    # two of one mode (a pause and a stall) would leave the score unable to say which
     clash = {frozenset({"straggler", "cpu_starved"}), frozenset({"slow_link", "contention"})}
-    return a != b and frozenset({a, b}) not in clash and "overlap" not in (a, b)
+    alike = MODE[a] == MODE[b]
+    return a != b and not alike and frozenset({a, b}) not in clash and "overlap" not in (a, b)
 
 
 def draw(seed: int, where: str = "local") -> Draw:
@@ -298,7 +318,7 @@ def draw(seed: int, where: str = "local") -> Draw:
         "fabric": fabric,
         "steps": 16,
     }
-    kinds = LOCAL_KINDS if where == "local" else FABRIC_KINDS
+    kinds = kinds_of(seed, where)
     causes: list[Cause] = []
     contended = 0
     if rng.random() < HEALTHY_SHARE:

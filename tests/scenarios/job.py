@@ -109,6 +109,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--stall-step", type=int, default=-1)
     p.add_argument("--stall-rank", type=int, default=0)
     p.add_argument("--stall-ms", type=float, default=0.0)
+    p.add_argument("--pause-every", type=int, default=0)
+    p.add_argument("--pause-rank", type=int, default=-1)
+    p.add_argument("--pause-ms", type=float, default=0.0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--cap-ranks", default="")
     p.add_argument("--cap-cgroup", default="")
@@ -124,7 +127,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         default="",
         help='JSON list of phases run one after another, each {"steps": N, ...} with the '
         "plants of that phase (slow_ranks, slow_ms, jitter, stall_step (within the phase), "
-        "stall_rank, stall_ms, small, overlap, bucket_bytes up to the job's); the trace is "
+        "stall_rank, stall_ms, pause_every, pause_rank (-1: every rank), pause_ms, small, "
+        "overlap, bucket_bytes up to the job's); the trace is "
         "cut into them afterwards",
     )
     return p.parse_args(argv)
@@ -171,15 +175,26 @@ def backward_begins(model: Model) -> None:
     (model.param * 0.0).sum().backward()
 
 
-def one_step(args: argparse.Namespace, model: Model, rank: int, rng, step: int) -> float:  # noqa: ANN001
-    """One training step with the plants of ``args`` (``step`` counts within a phase).
-    Returns the wall milliseconds its forward-side compute took."""
+def planted_ms(args: argparse.Namespace, rank: int, rng, step: int) -> float:  # noqa: ANN001
+    """The compute ``args`` plants on ``rank`` in ``step`` beyond the job's own: its
+    jitter draw, a straggler's extra, a one-off stall, a pause every few steps (a
+    checkpoint or log flush: one rank's, or every rank's with ``pause_rank`` -1)."""
     slow = {int(r) for r in str(args.slow_ranks).split(",") if r.strip()}
     extra = args.compute_ms * jitter_draw(args.jitter, rng)
     if rank in slow:
         extra += args.slow_ms
     if step == args.stall_step and rank == args.stall_rank:
         extra += args.stall_ms
+    every = args.pause_every
+    if every and (step + 1) % every == 0 and args.pause_rank in (-1, rank):
+        extra += args.pause_ms
+    return extra
+
+
+def one_step(args: argparse.Namespace, model: Model, rank: int, rng, step: int) -> float:  # noqa: ANN001
+    """One training step with the plants of ``args`` (``step`` counts within a phase).
+    Returns the wall milliseconds its forward-side compute took."""
+    extra = planted_ms(args, rank, rng, step)
     began = time.perf_counter()
     time.sleep(max(0.0, args.compute_ms + extra) / 1e3)
     if args.burn_ms:

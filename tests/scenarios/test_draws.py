@@ -67,6 +67,54 @@ def test_the_draws_cover_the_ranges_asked_for() -> None:
     assert min(strengths) < 0.05 and max(strengths) > 0.95
 
 
+def test_a_kind_added_later_joins_only_the_seeds_drawn_after_it() -> None:
+    """A pause every few steps (a checkpoint or log flush, of one rank or of every rank)
+    joined the generator after sets were scored: the seeds below its first development
+    and test seeds draw what they always drew; from them on some draws plant it."""
+    dev, test = draws.LATER_KINDS["pause"]
+    for seed in (dev - 1, draws.TEST_FROM, test - 1):
+        assert "pause" not in draws.kinds_of(seed, "local")
+        assert "pause" not in draws.kinds_of(seed, "fabric")
+    for seed in (dev, draws.TEST_FROM - 1, test):
+        assert draws.kinds_of(seed, "local")[-1] == "pause"
+    assert not any(c.kind == "pause" for s in range(dev) for c in draws.draw(s).causes)
+    later = [c for s in range(dev, dev + 60) for c in draws.draw(s).causes if c.kind == "pause"]
+    assert later and draws.MODE["pause"] == "stall"
+    alone = [c for c in later if c.plants["pause_rank"] >= 0]
+    together = [c for c in later if c.plants["pause_rank"] < 0]
+    assert alone and together
+    assert all(c.ranks == (c.plants["pause_rank"],) for c in alone)
+    assert all(3 <= c.plants["pause_every"] <= 5 for c in later)
+
+
+def test_a_pause_is_planted_every_few_steps_on_its_rank() -> None:
+    """The job's plant of a pause: its milliseconds on its rank (or every rank) in
+    every ``pause_every``-th step of a phase, nothing in the others."""
+    import argparse
+
+    import job
+    import numpy as np
+
+    base = {
+        "slow_ranks": "",
+        "slow_ms": 0.0,
+        "jitter": "",
+        "compute_ms": 10.0,
+        "stall_step": -1,
+        "stall_rank": 0,
+        "stall_ms": 0.0,
+        "pause_every": 4,
+        "pause_ms": 50.0,
+    }
+    rng = np.random.default_rng(0)
+    one = argparse.Namespace(**base, pause_rank=1)
+    every = argparse.Namespace(**base, pause_rank=-1)
+    paused = [s for s in range(16) if job.planted_ms(one, 1, rng, s) > 0]
+    assert paused == [3, 7, 11, 15]
+    assert all(job.planted_ms(one, 0, rng, s) == 0 for s in range(16))
+    assert [s for s in range(16) if job.planted_ms(every, 0, rng, s) == 50.0] == paused
+
+
 def test_strength_runs_from_barely_measurable_to_dominant() -> None:
     import numpy as np
 

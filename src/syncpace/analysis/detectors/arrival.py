@@ -788,6 +788,7 @@ def stall_actions(ctx: Context) -> np.ndarray | None:
         # must not hide what the replay would report
         share = min(th.stall_min_share, th.warning_cost * len(prog.steps))
         big = (excess >= share * ctx.iteration_ns) & (excess >= 10 * spread)
+        big |= _recurring(ctx, excess, spread)
         steps = np.unique(prog.step[big])
         if len(steps) == 0:
             return None
@@ -801,6 +802,22 @@ def stall_actions(ctx: Context) -> np.ndarray | None:
         return big if big.any() else None
 
     return ctx.memo("stalls", compute)
+
+
+def _recurring(ctx: Context, excess: np.ndarray, spread: np.ndarray) -> np.ndarray:
+    """Gaps shorter than a one-off stall's bar that are events all the same: in at
+    least three steps, ten robust spreads and ``warning_cost`` of an iteration beyond
+    their rank's steady gap, standing ``stall_tail_factor`` apart from every other gap
+    as a group (:func:`_standing_apart`), all on one rank or on every rank at once (a
+    checkpoint or log flush every few steps, each shorter than an iteration)."""
+    prog, th = ctx.program, ctx.thresholds
+    assert prog is not None
+    long = (excess >= th.warning_cost * ctx.iteration_ns) & (excess >= 10 * spread)
+    none = np.zeros(len(excess), dtype=bool)
+    if len(np.unique(prog.step[long])) < 3:
+        return none
+    apart, _ = _standing_apart(prog, long, excess, th.stall_tail_factor)
+    return long & np.isin(prog.step, apart) if len(apart) >= 3 else none
 
 
 def _jitter_tail(ctx: Context, big: np.ndarray, excess: np.ndarray) -> np.ndarray:
@@ -842,10 +859,10 @@ def _standing_apart(
 ) -> tuple[list[int], list[int]]:
     """The steps holding long gaps ``big``, longest first, split in two: the events no
     tail reaches, however much the other steps vary, and the rest. Events: each step
-    whose longest gap stands ``factor`` times beyond the next step's; or, all on one
-    rank or on every rank at once in each step, the steps above the last drop of
-    ``factor`` times, the gaps outside ``big`` the floor below them (a pause every few
-    steps: a checkpoint, a log flush). A tail falls on whichever rank draws it and
+    whose longest gap stands ``factor`` times beyond the next step's; and below those,
+    all on one rank or on every rank at once in each step, the steps above the last
+    drop of ``factor`` times, the gaps outside ``big`` the floor below them (a pause
+    every few steps: a checkpoint, a log flush). A tail falls on whichever rank draws it and
     leaves no such drop below a group of its draws: the chance its k longest stand
     ``factor`` beyond the next is ``factor`` to the power of minus k times its shape."""
     steps = np.unique(prog.step[big])
@@ -857,7 +874,7 @@ def _standing_apart(
     values = [longest[s] for s in order] + [float(excess[~big].max(initial=0.0))]
     drops = [j + 1 for j in range(len(order)) if values[j] >= factor * values[j + 1]]
     if drops and drops[-1] > k:
-        top = order[: drops[-1]]
+        top = order[k : drops[-1]]  # below the steps standing apart one by one
         group = big & np.isin(prog.step, top)
         every = len(np.unique(prog.rank))
         at_once = all(len(np.unique(prog.rank[group & (prog.step == s)])) == every for s in top)
