@@ -92,7 +92,9 @@ def old_flag_names(field_name: str) -> tuple[str, ...]:
     return ("--" + field_name.replace("_", "-"),) if field_name in RENAMED_FLAGS else ()
 
 
-def _field_type(cls: type, field: dataclasses.Field) -> type:
+def field_type(cls: type, field: dataclasses.Field) -> type:
+    """The type a text value of ``field`` is parsed as: its default's, else its
+    annotation's (bool, int, float; str otherwise)."""
     hints = {bool: bool, int: int, float: float, str: str}
     default = field.default
     if default is None or default is dataclasses.MISSING:
@@ -266,7 +268,7 @@ def _env_values(cls: type, environ: Mapping[str, str]) -> tuple[dict[str, Any], 
     for field in dataclasses.fields(cls):  # type: ignore[arg-type]
         name = env_name(cls, field.name)
         if environ.get(name, "") != "":
-            values[field.name] = parse_value(_field_type(cls, field), environ[name], name)
+            values[field.name] = parse_value(field_type(cls, field), environ[name], name)
             sources[field.name] = name
     return values, sources
 
@@ -304,7 +306,7 @@ def add_flags(
     for field in dataclasses.fields(cls):
         if field.name in skip:
             continue
-        kind = _field_type(cls, field)
+        kind = field_type(cls, field)
         origin = f"default {field.default}"
         if field.name in intervals:
             origin += f", in {intervals[field.name].text}"
@@ -341,7 +343,7 @@ def from_flags(cls: type[T], namespace: argparse.Namespace, **overrides: Any) ->
         if raw is None:
             continue
         flag = flag_name(field.name)
-        kind = _field_type(cls, field)
+        kind = field_type(cls, field)
         values[field.name] = raw if isinstance(raw, bool) else parse_value(kind, raw, flag)
         sources[field.name] = flag
     given = {k: v for k, v in overrides.items() if v is not None}

@@ -90,25 +90,13 @@ def test_a_kind_added_later_joins_only_the_seeds_drawn_after_it() -> None:
 def test_a_pause_is_planted_every_few_steps_on_its_rank() -> None:
     """The job's plant of a pause: its milliseconds on its rank (or every rank) in
     every ``pause_every``-th step of a phase, nothing in the others."""
-    import argparse
-
     import job
     import numpy as np
 
-    base = {
-        "slow_ranks": "",
-        "slow_ms": 0.0,
-        "jitter": "",
-        "compute_ms": 10.0,
-        "stall_step": -1,
-        "stall_rank": 0,
-        "stall_ms": 0.0,
-        "pause_every": 4,
-        "pause_ms": 50.0,
-    }
     rng = np.random.default_rng(0)
-    one = argparse.Namespace(**base, pause_rank=1)
-    every = argparse.Namespace(**base, pause_rank=-1)
+    pause = ["--compute-ms", "10", "--pause-every", "4", "--pause-ms", "50"]
+    one = job.parse([*pause, "--pause-rank", "1"])
+    every = job.parse([*pause, "--pause-rank", "-1"])
     paused = [s for s in range(16) if job.planted_ms(one, 1, rng, s) > 0]
     assert paused == [3, 7, 11, 15]
     assert all(job.planted_ms(one, 0, rng, s) == 0 for s in range(16))

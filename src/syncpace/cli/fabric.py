@@ -13,7 +13,7 @@ from syncpace.capture.launch import armed_env, prepare_run_dir
 from syncpace.cli.output import add_force_flag
 from syncpace.cli.run import add_tracing_flags, command_of, tracing_from_flags
 from syncpace.cli.trace_info import print_summary
-from syncpace.config import flag_name, parse_value, renamed
+from syncpace.config import field_type, flag_name, parse_value, renamed
 from syncpace.console import make_console
 from syncpace.errors import ConfigError, FabricError
 from syncpace.fabric import lifecycle
@@ -115,10 +115,10 @@ def _spec_from_args(args: argparse.Namespace):  # -> (FabricSpec, list[Fault])
         raw = getattr(args, f"spec_{field.name}")
         if raw is None:
             continue
-        annotation = str(field.type)
-        kind = next((k for k in (bool, int, float) if annotation.startswith(k.__name__)), str)
         try:
-            flags[field.name] = parse_value(kind, raw, flag_name(field.name))
+            flags[field.name] = parse_value(
+                field_type(FabricSpec, field), raw, flag_name(field.name)
+            )
         except ConfigError as exc:
             raise FabricError(str(exc)) from exc
     faults = [fault_from_table(t, f"{args.spec}: [[fault]] {t}") for t in fault_tables]

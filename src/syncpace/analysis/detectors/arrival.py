@@ -691,7 +691,7 @@ def _starvation_explains(ctx: Context, late: list[int], node: str, others: Seque
     alike: only a late rank's own waiting for a CPU explains it (:func:`cpu_explained`)."""
     if any(n != node for n in others):
         return cpu.stands_out(ctx, node, others)
-    return any(cpu_explained(ctx, r) for r in late if ctx.nodes_of([r])[0] == node)
+    return any(cpu_explained(ctx, r) for r in set(late) & set(cpu.ranks_on(ctx, [node])))
 
 
 def _steps_above(ctx: Context, ranks: list[int]) -> dict[int, list[int]]:
@@ -876,8 +876,8 @@ def _standing_apart(
     if drops and drops[-1] > k:
         top = order[k : drops[-1]]  # below the steps standing apart one by one
         group = big & np.isin(prog.step, top)
-        every = len(np.unique(prog.rank))
-        at_once = all(len(np.unique(prog.rank[group & (prog.step == s)])) == every for s in top)
+        world = len(np.unique(prog.rank))
+        at_once = all(len(np.unique(prog.rank[group & (prog.step == s)])) == world for s in top)
         if len(np.unique(prog.rank[group])) == 1 or at_once:
             k = drops[-1]
     return order[:k], order[k:]
