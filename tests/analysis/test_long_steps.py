@@ -9,12 +9,14 @@ times, not taken from the analysis.
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from planted import Planted, generate
 from syncpace.analysis import Severity, Thresholds, analyze
+from syncpace.analysis.detectors.arrival import _standing_apart
 from syncpace.report.verdict import build_verdict
 from syncpace.trace import load_trace
 
@@ -264,3 +266,33 @@ def test_pauses_shorter_than_an_iteration_every_few_steps_are_stalls(tmp_path, r
     assert first.evidence["every_steps"] == 4
     assert first.cost == pytest.approx(cost, abs=0.02), f"measured {cost:.1%}: {found}"
     assert "sync_amplification" not in {f.mode for f in analysis.findings}, found
+
+
+def _gaps(world: int, steps: int, long: dict[tuple[int, int], float]):
+    """A program's step and rank columns (one gap per rank and step) and their excess in
+    ms: 1 ms everywhere but the ``long`` (rank, step) gaps."""
+    step = np.repeat(np.arange(steps), world)
+    rank = np.tile(np.arange(world), steps)
+    excess = np.ones(len(step))
+    for (r, s), value in long.items():
+        excess[(rank == r) & (step == s)] = value
+    return SimpleNamespace(step=step, rank=rank), excess
+
+
+@pytest.mark.parametrize(
+    ("long", "apart"),
+    [
+        # below a stall, one step of one rank alone: what any tail draws, not an event
+        ({(0, 5): 900.0, (1, 12): 60.0}, [5]),
+        # two steps of that rank: a group on one rank
+        ({(0, 5): 900.0, (1, 12): 60.0, (1, 15): 55.0}, [5, 12, 15]),
+        # one step of every rank at once: a coincidence no independent tail makes
+        ({(0, 5): 900.0, (0, 12): 60.0, (1, 12): 58.0}, [5, 12]),
+    ],
+)
+def test_a_group_below_the_steps_standing_apart_holds_two_steps_or_every_rank(long, apart):
+    prog, excess = _gaps(2, 20, long)
+    big = excess >= 20.0
+    events, rest = _standing_apart(prog, big, excess, Thresholds().stall_tail_factor)
+    assert events == apart
+    assert sorted(events + rest) == sorted({s for _, s in long})

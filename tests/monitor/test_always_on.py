@@ -119,7 +119,9 @@ def test_the_report_shows_the_whole_run_the_detection_and_the_kept_detail(job, c
     bound = EVERY + LAG_STEPS + math.ceil(detector.h / (1 - detector.k))
     start, stop = int(stragglers[0]["data-start"]), int(stragglers[0]["data-stop"])
     detected = int(stragglers[0]["data-detected"])
-    assert SLOW_FROM <= start <= SLOW_FROM + 3  # the change point the detector named
+    # the change point the detector named: the step after its statistic last stood at
+    # zero, so a step or two early where rank 1 was last by chance just before
+    assert SLOW_FROM - 3 <= start <= SLOW_FROM + 3
     assert start <= detected <= SLOW_FROM + bound
     assert SLOW_TO <= stop <= SLOW_TO + bound  # its end, detected after the last slow step
     # and the terminal says the same in one line

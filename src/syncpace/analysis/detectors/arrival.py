@@ -860,11 +860,12 @@ def _standing_apart(
     """The steps holding long gaps ``big``, longest first, split in two: the events no
     tail reaches, however much the other steps vary, and the rest. Events: each step
     whose longest gap stands ``factor`` times beyond the next step's; and below those,
-    all on one rank or on every rank at once in each step, the steps above the last
-    drop of ``factor`` times, the gaps outside ``big`` the floor below them (a pause
-    every few steps: a checkpoint, a log flush). A tail falls on whichever rank draws it and
-    leaves no such drop below a group of its draws: the chance its k longest stand
-    ``factor`` beyond the next is ``factor`` to the power of minus k times its shape."""
+    all on one rank in two steps or more, or on every rank at once in each step, the
+    steps above the last drop of ``factor`` times, the gaps outside ``big`` the floor
+    below them (a pause every few steps: a checkpoint, a log flush). A tail falls on
+    whichever rank draws it and leaves no such drop below a group of its draws: the
+    chance its k longest stand ``factor`` beyond the next is ``factor`` to the power of
+    minus k times its shape."""
     steps = np.unique(prog.step[big])
     longest = {int(s): float(excess[big & (prog.step == s)].max()) for s in steps}
     order = sorted(longest, key=longest.__getitem__, reverse=True)
@@ -878,7 +879,10 @@ def _standing_apart(
         group = big & np.isin(prog.step, top)
         world = len(np.unique(prog.rank))
         at_once = all(len(np.unique(prog.rank[group & (prog.step == s)])) == world for s in top)
-        if len(np.unique(prog.rank[group])) == 1 or at_once:
+        # one rank's: a group of two steps or more (a single step on one rank is what
+        # any tail draws); every rank at once: a single step is already a coincidence
+        one_rank = len(top) >= 2 and len(np.unique(prog.rank[group])) == 1
+        if one_rank or at_once:
             k = drops[-1]
     return order[:k], order[k:]
 
