@@ -179,3 +179,72 @@ def test_a_benchmark_faster_than_the_line_is_held_to_the_line(tmp_path: Path) ->
     print(top.cost, 1 - healthy_ms / slow_ms, 1 - at_bench_ms / slow_ms)
     assert top.cost == pytest.approx(1 - healthy_ms / slow_ms, abs=0.01)
     assert 1 - at_bench_ms / slow_ms > top.cost + 0.03  # the two are told apart
+
+
+def test_ranks_sharing_a_host_send_the_factor_over_the_ranks_through_its_link(
+    tmp_path: Path,
+) -> None:
+    """6 ranks on 3 hosts, node0's link at a quarter of the others'. Each rank sends to
+    the next, so each host's link carries one edge of the ring each way, and an edge
+    carries 2(n-1)/n of the bytes with n the ranks (5/3), not the hosts (4/3): a fix
+    that took the healthy transfer at the factor over the hosts promised a fifth of it
+    more than a healthy link gives."""
+    hosts = ["node0", "node0", "node1", "node1", "node2", "node2"]
+    healthy = NBYTES * 2 * 5 / 6 / 1e9 * 1e3  # ms at 1 GB/s
+    job(
+        tmp_path,
+        hosts=hosts,
+        compute=lambda r, s: COMPUTE_MS,
+        transfer=lambda s: SLOW * healthy,
+        lag=lambda r, s: LAG_MS if r in (0, 1) else 0.0,
+        nbytes=NBYTES,
+        after=AFTER_MS,
+    )
+    rate = lambda h: RATE_BPS // SLOW if h == "node0" else RATE_BPS  # noqa: E731
+    write_links(tmp_path, star(sorted(set(hosts)), rate), range(0, 10 * 10**9, 10**9))
+    analysis = analyze(tmp_path)
+    (found,) = [f for f in analysis.findings if f.mode == "slow_link"]
+    assert found.nodes == ("node0",), found.summary
+    slow_ms = COMPUTE_MS + SLOW * healthy + LAG_MS + AFTER_MS
+    healthy_ms = COMPUTE_MS + healthy + AFTER_MS
+    assert found.cost == pytest.approx(1 - healthy_ms / slow_ms, abs=0.01)
+
+
+def leaf_spine(hosts: list[str], host_bps, uplink_bps: int) -> list:
+    """Two leaves of two hosts each (the first two on leaf0), one spine."""
+    out = []
+    for i, h in enumerate(hosts):
+        leaf = f"leaf{i // 2}"
+        out += [(f"{h}-{leaf}", h, leaf, "host", host_bps(h))]
+        out += [(f"{h}-{leaf}", leaf, h, "host", host_bps(h))]
+    for leaf in ("leaf0", "leaf1"):
+        out += [(f"{leaf}-spine", leaf, "spine", "uplink", uplink_bps)]
+        out += [(f"{leaf}-spine", "spine", leaf, "uplink", uplink_bps)]
+    return out
+
+
+def test_a_slow_host_link_behind_a_slower_uplink_costs_nothing(tmp_path: Path) -> None:
+    """4 hosts on two leaves whose uplinks run at half the hosts' rate; node0's link at
+    three quarters of it. The ring crosses each uplink once each way, at half the
+    line: every transfer takes twice its time at the line rate, whichever host's link
+    is slow, and a healthy node0 would change nothing. The links' capacity held to
+    the hosts' links alone promised half of each transfer back."""
+    lag_ms = 0.1 * HEALTHY_MS  # at ranks 0 and 3, either end of node0's link
+    job(
+        tmp_path,
+        hosts=FOUR_HOSTS,
+        compute=lambda r, s: COMPUTE_MS,
+        transfer=lambda s: 2 * HEALTHY_MS,
+        lag=lambda r, s: lag_ms if r in (0, 3) else 0.0,
+        nbytes=NBYTES,
+        after=AFTER_MS,
+    )
+    rate = lambda h: RATE_BPS * 3 // 4 if h == "node0" else RATE_BPS  # noqa: E731
+    write_links(tmp_path, leaf_spine(FOUR_HOSTS, rate, RATE_BPS // 2), range(0, 10 * 10**9, 10**9))
+    analysis = analyze(tmp_path)
+    (found,) = [f for f in analysis.findings if f.mode == "slow_link"]
+    assert found.nodes == ("node0",), found.summary
+    step_ms = COMPUTE_MS + 2 * HEALTHY_MS + lag_ms + AFTER_MS
+    # the lag the ranks next to it see, and nothing of the transfer: 29 % before
+    assert found.cost == pytest.approx(lag_ms / step_ms, abs=0.01), found.summary
+    assert found.severity < Severity.WARNING

@@ -22,16 +22,21 @@ MS = 1_000_000
 HOSTS = ["h0", "h0", "h1", "h1", "h2", "h2"]
 NODES = ("h0", "h1", "h2")
 NBYTES = 2 << 20
-#: an all-reduce over three hosts moves 2(n-1)/n of its bytes over each host's link
-PER_HOST = NBYTES * 2 * 2 / 3
 PEER_BPS = 5_000_000_000
 SLOW = 4  # h0's link at a quarter of its peers' rate
 COMPUTE_MS, AFTER_MS, STEPS = 40.0, 1.0, 40
 
 
-def _at(rate_bps: float) -> float:
+def _per_host(ranks: int) -> float:
+    """The bytes of one step's all-reduce over each host's link: round a ring of
+    ``ranks``, those of a host in a row, one edge leaves each host and one enters, and
+    each carries 2(n-1)/n of the bytes with n the ranks."""
+    return NBYTES * 2 * (ranks - 1) / ranks
+
+
+def _at(rate_bps: float, ranks: int = len(HOSTS)) -> float:
     """One step's bytes over a host link at ``rate_bps``, in ms."""
-    return PER_HOST * 8 / rate_bps * 1e3
+    return _per_host(ranks) * 8 / rate_bps * 1e3
 
 
 def _run(
@@ -40,7 +45,7 @@ def _run(
     """The job (ranks on ``hosts``), its transfers as long as the slowest link makes
     them, and counters whose every host link carries the job's bytes at the pace of a
     step (and, on h0's link, ``foreign_bps`` of others' traffic)."""
-    transfer = _at(min(rate(h) for h in NODES))
+    transfer = _at(min(rate(h) for h in NODES), len(hosts))
     job(
         root,
         hosts=hosts,
@@ -54,7 +59,7 @@ def _run(
 
     def carried(d: Direction, t: int) -> int:
         other = foreign_bps / 8 * t / 1e9 if "h0" in (d[1], d[2]) else 0.0
-        return int(PER_HOST * t / step_ns + other)
+        return int(_per_host(len(hosts)) * t / step_ns + other)
 
     end = int(STEPS * step_ns) + 10**9
     write_links(root, star(NODES, rate), range(0, end, 10**8), carried)
@@ -129,7 +134,7 @@ def _nic_counters(root: Path, slow_until: int) -> None:
         write_host_meta(meta, {"host": host})
         w = CountersWriter(counters, host)
         for t in range(0, int(STEPS * step_ns) + 10**9, 50 * MS):
-            moved = int(PER_HOST * min(t, STEPS * step_ns) / step_ns)
+            moved = int(_per_host(len(HOSTS)) * min(t, STEPS * step_ns) / step_ns)
             slow = host == "h0" and 0 < t <= slow_until
             w.write([t] * 3, [0, 1, 2], [moved, moved, PEER_BPS // (SLOW if slow else 1)], series)
         w.close()

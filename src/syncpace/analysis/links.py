@@ -242,3 +242,60 @@ def _intervals(run_dir: str | Path) -> pl.DataFrame | None:
             pl.col("bytes").cast(pl.Float64),
         )
     )
+
+
+@dataclass(frozen=True)
+class Paths:
+    """The emulated fabric as its counters declare it: each link direction (from, to)
+    with its kind and its largest rate over the run (bit/s: a fault's slower setting
+    is not the link's capacity), and the one path between two hosts (a tree: a star or
+    a leaf-spine with one spine)."""
+
+    rates: dict[tuple[str, str], float]
+    kinds: dict[tuple[str, str], str]
+
+    def path(self, a: str, b: str) -> list[tuple[str, str]] | None:
+        """The link directions from host ``a`` to host ``b``, fewest hops first found;
+        ``None`` where either is not on the fabric or nothing joins them."""
+        nxt: dict[str, list[str]] = {}
+        for src, dst in self.rates:
+            nxt.setdefault(src, []).append(dst)
+        if a not in nxt:
+            return None
+        back: dict[str, str] = {a: a}
+        frontier = [a]
+        while frontier and b not in back:
+            step = []
+            for node in frontier:
+                for n in nxt.get(node, []):
+                    if n not in back:
+                        back[n] = node
+                        step.append(n)
+            frontier = step
+        if b not in back:
+            return None
+        hops = []
+        node = b
+        while node != a:
+            hops.append((back[node], node))
+            node = back[node]
+        return hops[::-1]
+
+
+def fabric_paths(run_dir: str | Path) -> Paths | None:
+    """The fabric's link directions of a run directory's counters (the first file of
+    :func:`links_files`); ``None`` without a readable one."""
+    paths = links_files(run_dir)
+    if not paths:
+        return None
+    try:
+        links = pl.read_ipc_stream(paths[0], columns=["src", "dst", "kind", "rate_bps"])
+        per = links.group_by("src", "dst").agg(pl.col("kind").first(), pl.col("rate_bps").max())
+    except Exception:  # a damaged counters file is no fabric, never a failed analysis
+        return None
+    rates, kinds = {}, {}
+    for src, dst, kind, rate in per.iter_rows():
+        if rate is not None and rate > 0:
+            rates[(str(src), str(dst))] = float(rate)
+            kinds[(str(src), str(dst))] = str(kind)
+    return Paths(rates, kinds) if rates else None
