@@ -288,11 +288,31 @@ def _gaps(world: int, steps: int, long: dict[tuple[int, int], float]):
         ({(0, 5): 900.0, (1, 12): 60.0, (1, 15): 55.0}, [5, 12, 15]),
         # one step of every rank at once: a coincidence no independent tail makes
         ({(0, 5): 900.0, (0, 12): 60.0, (1, 12): 58.0}, [5, 12]),
+        # four steps of one rank, 4.4 times the next gap (another rank's): as unlikely
+        # of a tail as one step 5 times beyond the next (5 ** (1 / 4) = 1.5)
+        ({(1, 3): 40.0, (1, 7): 40.0, (1, 11): 39.0, (1, 15): 39.0, (0, 2): 9.0}, [3, 7, 11, 15]),
+        # the same lengths falling on both ranks in turn: a tail's draws
+        ({(0, 3): 40.0, (1, 7): 40.0, (0, 11): 39.0, (1, 15): 39.0, (0, 2): 9.0}, []),
     ],
 )
 def test_a_group_below_the_steps_standing_apart_holds_two_steps_or_every_rank(long, apart):
     prog, excess = _gaps(2, 20, long)
-    big = excess >= 20.0
+    big = excess >= 3.0
     events, rest = _standing_apart(prog, big, excess, Thresholds().stall_tail_factor)
     assert events == apart
     assert sorted(events + rest) == sorted({s for _, s in long})
+
+
+def test_a_pause_every_few_steps_beside_a_lesser_long_step_is_still_a_stall(tmp_path) -> None:
+    """Rank 1 stops for 40 ms every 4 steps; rank 0 once for 9 ms, itself beyond the bar
+    of a long gap. The pauses stand 4.4 times beyond that step, not 5: one at a time no
+    more than a tail's longest draws could, but four of them on one rank at once far
+    beyond (the group's factor is the size-th root). They read as jitter amplified by
+    the synchronisation before."""
+    pauses = ((0, 2, 9.0), *((1, s, 40.0) for s in (3, 7, 11, 15)))
+    analysis, cost = _paused(tmp_path, JOB.replace(seed=2, jitter=0.02), pauses)
+    found = [(f.mode, f.severity.name, f.ranks, round(f.cost, 3)) for f in analysis.findings]
+    first = analysis.findings[0]
+    assert (first.mode, first.ranks) == ("stall", (1,)), found
+    assert first.evidence["steps"] == [3, 7, 11, 15] and first.evidence["every_steps"] == 4
+    assert first.cost == pytest.approx(cost, abs=0.02), f"measured {cost:.1%}: {found}"

@@ -861,11 +861,12 @@ def _standing_apart(
     tail reaches, however much the other steps vary, and the rest. Events: each step
     whose longest gap stands ``factor`` times beyond the next step's; and below those,
     all on one rank in two steps or more, or on every rank at once in each step, the
-    steps above the last drop of ``factor`` times, the gaps outside ``big`` the floor
-    below them (a pause every few steps: a checkpoint, a log flush). A tail falls on
-    whichever rank draws it and leaves no such drop below a group of its draws: the
-    chance its k longest stand ``factor`` beyond the next is ``factor`` to the power of
-    minus k times its shape."""
+    largest group of k steps standing the k-th root of ``factor`` beyond the next gap,
+    the gaps outside ``big`` the floor below them (a pause every few steps: a
+    checkpoint, a log flush). A tail falls on whichever rank draws it, and the chance
+    its k longest stand f beyond the next is f to the power of minus k times its shape:
+    a group at the k-th root is as unlikely as one step at ``factor``, before the
+    chance that all k fall on one rank."""
     steps = np.unique(prog.step[big])
     longest = {int(s): float(excess[big & (prog.step == s)].max()) for s in steps}
     order = sorted(longest, key=longest.__getitem__, reverse=True)
@@ -873,17 +874,22 @@ def _standing_apart(
     while k + 1 < len(order) and longest[order[k]] >= factor * longest[order[k + 1]]:
         k += 1
     values = [longest[s] for s in order] + [float(excess[~big].max(initial=0.0))]
-    drops = [j + 1 for j in range(len(order)) if values[j] >= factor * values[j + 1]]
-    if drops and drops[-1] > k:
-        top = order[k : drops[-1]]  # below the steps standing apart one by one
+    world = len(np.unique(prog.rank))
+    for end in range(len(order), k, -1):  # the largest group below them that stands apart
+        size = end - k
+        # the chance a tail's ``size`` longest stand f beyond the next is f^(-size·shape):
+        # a group stands apart at the factor's size-th root, as likely as one step at it
+        if values[end - 1] < factor ** (1 / size) * values[end]:
+            continue
+        top = order[k:end]  # below the steps standing apart one by one
         group = big & np.isin(prog.step, top)
-        world = len(np.unique(prog.rank))
         at_once = all(len(np.unique(prog.rank[group & (prog.step == s)])) == world for s in top)
         # one rank's: a group of two steps or more (a single step on one rank is what
         # any tail draws); every rank at once: a single step is already a coincidence
-        one_rank = len(top) >= 2 and len(np.unique(prog.rank[group])) == 1
+        one_rank = size >= 2 and len(np.unique(prog.rank[group])) == 1
         if one_rank or at_once:
-            k = drops[-1]
+            k = end
+            break
     return order[:k], order[k:]
 
 
