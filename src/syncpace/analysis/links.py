@@ -19,6 +19,7 @@ import math
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import polars as pl
@@ -254,12 +255,18 @@ class Paths:
     rates: dict[tuple[str, str], float]
     kinds: dict[tuple[str, str], str]
 
+    @cached_property
+    def _next(self) -> dict[str, list[str]]:
+        """Where each node's links lead: built once, every ring edge walks it."""
+        out: dict[str, list[str]] = {}
+        for src, dst in self.rates:
+            out.setdefault(src, []).append(dst)
+        return out
+
     def path(self, a: str, b: str) -> list[tuple[str, str]] | None:
         """The link directions from host ``a`` to host ``b``, fewest hops first found;
         ``None`` where either is not on the fabric or nothing joins them."""
-        nxt: dict[str, list[str]] = {}
-        for src, dst in self.rates:
-            nxt.setdefault(src, []).append(dst)
+        nxt = self._next
         if a not in nxt:
             return None
         back: dict[str, str] = {a: a}

@@ -807,9 +807,10 @@ def stall_actions(ctx: Context) -> np.ndarray | None:
 def _recurring(ctx: Context, excess: np.ndarray, spread: np.ndarray) -> np.ndarray:
     """Gaps shorter than a one-off stall's bar that are events all the same: in at
     least three steps, ten robust spreads and ``warning_cost`` of an iteration beyond
-    their rank's steady gap, standing ``stall_tail_factor`` apart from every other gap
-    as a group (:func:`_standing_apart`), all on one rank or on every rank at once (a
-    checkpoint or log flush every few steps, each shorter than an iteration)."""
+    their rank's steady gap, standing apart from every other gap as a group (by the
+    k-th root of ``stall_tail_factor`` for k steps: :func:`_standing_apart`), all on one
+    rank or on every rank at once (a checkpoint or log flush every few steps, each
+    shorter than an iteration)."""
     prog, th = ctx.program, ctx.thresholds
     assert prog is not None
     long = (excess >= th.warning_cost * ctx.iteration_ns) & (excess >= 10 * spread)
