@@ -223,9 +223,11 @@ def test_clock_offsets_are_estimated_from_the_trace(profiled, tmp_path):
         clock = trace.meta[rank]["clock"]
         assert clock["method"] == "estimate"
         error = abs(clock["offset_ns"] + shift * 1000)
-        # the median lands close; the uncertainty (how far apart one collective's ends
-        # lie on this busy machine) covers it
-        assert error < 1_000_000, clock
+        # the median lands close: within 1 ms, or half the uncertainty where the ends
+        # of one collective lie that far apart (a loaded machine: 1.2 ms off with ends
+        # 4 ms apart), never past 2 ms; the uncertainty covers it. No offset found is
+        # 4.5 or 6 ms off, one of the wrong sign 9 or 12 ms
+        assert error < min(max(1_000_000, clock["uncertainty_ns"] / 2), 2_000_000), clock
         assert error <= clock["uncertainty_ns"] < 10_000_000, clock
         assert clock["estimate"]["instances"] >= 20 and clock["samples"] == []
     assert trace.meta[2]["clock"]["method"] == "same_host"
