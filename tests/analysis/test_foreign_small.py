@@ -20,6 +20,7 @@ from tests.analysis.slowedring import slowed_ring
 from tests.linkcounters import Direction, star, write_links
 
 from syncpace.analysis import Thresholds, analyze
+from syncpace.analysis.detectors.traffic import FOREIGN_SHARE as FOREIGN_SHARE_RULE
 from syncpace.trace.hostwriter import CountersWriter, host_paths, write_host_meta
 
 MS = 1_000_000
@@ -204,3 +205,29 @@ def test_a_little_slower_all_run_long_is_contention_by_what_it_costs(
         assert truth < th.warning_cost
         assert "fabric_contention" not in found, found["fabric_contention"].summary
         assert analysis.top.mode != "fabric_contention"
+
+
+def test_intervals_with_a_sixth_of_the_link_not_the_jobs_are_no_baseline(tmp_path: Path) -> None:
+    """h1 sends a sixth of the link all run long beside a job that keeps the link busy:
+    in the counters' intervals holding the most of the job's bytes the foreign ones are
+    under ``FOREIGN_SHARE`` of the bytes (not foreign traffic by that rule), yet take
+    ``FOREIGN_RATE`` of the rate. The transfers there are as slow as the others: taken
+    as the clean baseline they hid the contention; the links' capacity is the baseline."""
+    share, compute_ms = 0.16, 8.0
+    own, other, end, healthy_ms = run(
+        tmp_path, foreign=(0.0, 1e9), alpha_ms=ALPHA_MS, share=share, compute_ms=compute_ms
+    )
+    link_counters(tmp_path, own, other, end)
+    # the premise: some intervals of h1's link out are under a fifth foreign bytes
+    shares = []
+    for t in range(0, int(end) - 100, 100):
+        foreign, job = other(t + 100) - other(t), own(t + 100) - own(t)
+        shares.append(foreign / (foreign + job))
+    assert min(shares) < FOREIGN_SHARE_RULE <= max(shares), shares
+    th = Thresholds(link_gbps=RATE_BPS / 8 / 1e9, link_alpha_us=ALPHA_MS * 1e3)
+    analysis = analyze(tmp_path, th)
+    top = analysis.top
+    assert top.mode == "fabric_contention", [f.summary for f in analysis.findings]
+    assert top.evidence["baseline"].startswith("the link rate set")
+    truth = 1 - healthy_ms / (compute_ms + ALPHA_MS + BYTES_MS / (1 - share) + AFTER_MS)
+    assert top.cost == pytest.approx(truth, abs=0.015)
