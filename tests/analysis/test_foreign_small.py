@@ -20,6 +20,7 @@ from tests.analysis.slowedring import slowed_ring
 from tests.linkcounters import Direction, star, write_links
 
 from syncpace.analysis import Thresholds, analyze
+from syncpace.analysis.detectors.traffic import FOREIGN_SHARE as FOREIGN_SHARE_RULE
 from syncpace.trace.hostwriter import CountersWriter, host_paths, write_host_meta
 
 MS = 1_000_000
@@ -35,26 +36,33 @@ COMPUTE_MS, AFTER_MS, STEPS = 30.0, 1.0, 40
 ALPHA_MS = 1.0
 
 
-def run(root: Path, foreign: tuple[float, float] | None, alpha_ms: float = 0.0) -> tuple:
+def run(
+    root: Path,
+    foreign: tuple[float, float] | None,
+    alpha_ms: float = 0.0,
+    share: float = FOREIGN_SHARE,
+    compute_ms: float = COMPUTE_MS,
+) -> tuple:
     """The ring, each transfer whose middle falls while h1 sends (``foreign``: from, to
-    in ms; ``None``: never) taking its bytes at half the rate. Returns the job's own
-    bytes per host by time, the foreign bytes by time, the end (ms) and the same job's
-    mean iteration without foreign traffic (by construction)."""
+    in ms; ``None``: never) taking its bytes at the rate the ``share`` of it sent by h1
+    leaves. Returns the job's own bytes per host by time, the foreign bytes by time,
+    the end (ms) and the same job's mean iteration without foreign traffic (by
+    construction)."""
     own, other, t = slowed_ring(
         root,
         hosts=HOSTS,
         steps=STEPS,
-        compute_ms=COMPUTE_MS,
+        compute_ms=compute_ms,
         after_ms=AFTER_MS,
         nbytes=NBYTES,
         per_host=PER_HOST,
         bytes_ms=BYTES_MS,
-        slower=SLOWER,
+        slower=1 / (1 - share),
         foreign=foreign,
-        foreign_per_ms=FOREIGN_SHARE * RATE_BPS / 8 / 1e3,
+        foreign_per_ms=share * RATE_BPS / 8 / 1e3,
         alpha_ms=alpha_ms,
     )
-    return own, other, t, COMPUTE_MS + alpha_ms + BYTES_MS + AFTER_MS
+    return own, other, t, compute_ms + alpha_ms + BYTES_MS + AFTER_MS
 
 
 def carries_foreign(src: str, dst: str) -> bool:
@@ -162,3 +170,64 @@ def test_foreign_traffic_all_run_long_without_a_known_latency_takes_its_share(
     assert ev["slower_beside_foreign"] == pytest.approx(slow_ms / (ALPHA_MS + BYTES_MS), rel=0.03)
     iteration_ms = COMPUTE_MS + slow_ms + AFTER_MS
     assert top.cost == pytest.approx(1 - healthy_ms / iteration_ms, abs=0.015)
+
+
+@pytest.mark.parametrize(
+    ("share", "compute_ms", "reported"),
+    [(0.15, COMPUTE_MS, True), (0.12, 4 * COMPUTE_MS, False)],
+    ids=["costly", "cheap"],
+)
+def test_a_little_slower_all_run_long_is_contention_by_what_it_costs(
+    tmp_path: Path, share: float, compute_ms: float, reported: bool
+) -> None:
+    """A fixed-rate flow taking a sixth of h1's link all run long slows each transfer
+    by under ``foreign_inflation`` (1.18x with the latency), yet costs 7.6 % of each
+    iteration: reported, at that cost, by the rule every finding follows. The same
+    kind of flow beside a job four times longer in compute costs under 3 %: no
+    warning."""
+    own, other, end, healthy_ms = run(
+        tmp_path, foreign=(0.0, 1e9), alpha_ms=ALPHA_MS, share=share, compute_ms=compute_ms
+    )
+    link_counters(tmp_path, own, other, end)
+    th = Thresholds(link_gbps=RATE_BPS / 8 / 1e9, link_alpha_us=ALPHA_MS * 1e3)
+    analysis = analyze(tmp_path, th)
+    slow_ms = ALPHA_MS + BYTES_MS / (1 - share)
+    assert slow_ms / (ALPHA_MS + BYTES_MS) < th.foreign_inflation
+    truth = 1 - healthy_ms / (compute_ms + slow_ms + AFTER_MS)
+    found = {f.mode: f for f in analysis.findings}
+    if reported:
+        assert truth >= th.warning_cost
+        top = analysis.top
+        assert top.mode == "fabric_contention", [f.summary for f in analysis.findings]
+        assert top.source[0] == "h1"
+        assert top.cost == pytest.approx(truth, abs=0.01)
+    else:
+        assert truth < th.warning_cost
+        assert "fabric_contention" not in found, found["fabric_contention"].summary
+        assert analysis.top.mode != "fabric_contention"
+
+
+def test_intervals_with_a_sixth_of_the_link_not_the_jobs_are_no_baseline(tmp_path: Path) -> None:
+    """h1 sends a sixth of the link all run long beside a job that keeps the link busy:
+    in the counters' intervals holding the most of the job's bytes the foreign ones are
+    under ``FOREIGN_SHARE`` of the bytes (not foreign traffic by that rule), yet take
+    ``FOREIGN_RATE`` of the rate. The transfers there are as slow as the others: taken
+    as the clean baseline they hid the contention; the links' capacity is the baseline."""
+    share, compute_ms = 0.16, 8.0
+    own, other, end, healthy_ms = run(
+        tmp_path, foreign=(0.0, 1e9), alpha_ms=ALPHA_MS, share=share, compute_ms=compute_ms
+    )
+    link_counters(tmp_path, own, other, end)
+    # the premise: some intervals of h1's link out are under a fifth foreign bytes
+    shares = []
+    for t in range(0, int(end) - 100, 100):
+        foreign, job = other(t + 100) - other(t), own(t + 100) - own(t)
+        shares.append(foreign / (foreign + job))
+    assert min(shares) < FOREIGN_SHARE_RULE <= max(shares), shares
+    th = Thresholds(link_gbps=RATE_BPS / 8 / 1e9, link_alpha_us=ALPHA_MS * 1e3)
+    analysis = analyze(tmp_path, th)
+    top = analysis.top
+    assert top.mode == "fabric_contention", [f.summary for f in analysis.findings]
+    assert top.evidence["baseline"].startswith("the link rate set")
+    truth = 1 - healthy_ms / (compute_ms + ALPHA_MS + BYTES_MS / (1 - share) + AFTER_MS)
+    assert top.cost == pytest.approx(truth, abs=0.015)

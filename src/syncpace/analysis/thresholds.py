@@ -94,7 +94,7 @@ class Thresholds:
         1.2,
         "Cross-node transfers this much slower while the counters show traffic that is not "
         "the job's on its links (against the clean intervals, else the links' capacity) "
-        "are contention.",
+        "are contention; less slower, they are where their replayed cost is reported.",
     )
     latency_knee_bytes: int = setting(
         1 << 20, "Messages below this many bytes are latency-bound (the alpha-beta knee)."

@@ -57,14 +57,27 @@ class ForeignTraffic:
     #: (k, 3): each carrier's foreign span on those links: start, end, and the share
     #: of the carrier's rate its foreign bytes took
     took: np.ndarray = field(default_factory=lambda: np.zeros((0, 3)))
+    #: the intervals where bytes not the job's took ``FOREIGN_RATE`` of a link's rate,
+    #: foreign traffic or not (under ``FOREIGN_SHARE`` of the bytes beside a busy job)
+    unclear: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), dtype=np.int64))
 
     def covers(self, times: np.ndarray) -> np.ndarray:
         """Per time (ns): whether it falls in a foreign interval."""
         return _within(self.intervals, times)
 
+    def beside(self, times: np.ndarray) -> np.ndarray:
+        """Per time (ns): whether it falls in a foreign interval or in one where bytes
+        not the job's took ``FOREIGN_RATE`` of a link's rate. Foreign traffic once
+        found, a flow of a sixth of the link beside a job that keeps it busy is under
+        ``FOREIGN_SHARE`` of the bytes in some intervals and over it in others: the
+        transfers of both are as slow."""
+        near = self.covers(times)
+        return near | _within(self.unclear, times) if len(self.unclear) else near
+
     def clean(self, times: np.ndarray) -> np.ndarray:
-        """Per time (ns): whether the counters saw it and found no foreign traffic."""
-        return _within(self.observed, times) & ~self.covers(times)
+        """Per time (ns): whether the counters saw it and found no bytes but the job's
+        to speak of (:meth:`beside` does not hold)."""
+        return _within(self.observed, times) & ~self.beside(times)
 
     def rate_share(self, times: np.ndarray) -> np.ndarray:
         """Per time (ns): the largest share of a carrier's rate foreign bytes took then
@@ -123,10 +136,17 @@ def _measure(ctx: Context) -> ForeignTraffic | None:
     used = hot.filter(pl.col("used"))
     if used.height == 0:
         return None
-    observed = _merged(rows.filter(pl.col("used")).select("start_ns", "end_ns").to_numpy(), window)
+    seen_raw = _merged(rows.filter(pl.col("used")).select("start_ns", "end_ns").to_numpy(), window)
     shares = used.group_by("carrier").agg(share=pl.col("other").sum() / pl.col("bytes").sum())
     intervals = _merged(used.select("start_ns", "end_ns").to_numpy(), window)
-    intervals, observed = _to_edges(intervals, observed, window)
+    intervals, observed = _to_edges(intervals, seen_raw, window)
+    unclear = rows.filter(
+        pl.col("used"),
+        pl.col("other") >= FOREIGN_RATE * pl.col("rate_bps") / 8 * pl.col("span_s"),
+    )
+    unclear, _ = _to_edges(
+        _merged(unclear.select("start_ns", "end_ns").to_numpy(), window), seen_raw, window
+    )
     sending = hot.filter(pl.col("sender").is_not_null())
     senders = sending.group_by("sender").agg(pl.col("other").sum()).sort("other", descending=True)
     seen = float((observed[:, 1] - observed[:, 0]).sum())
@@ -150,6 +170,7 @@ def _measure(ctx: Context) -> ForeignTraffic | None:
         round(covered, 4),
         observed,
         took.astype(np.float64),
+        unclear,
     )
 
 
@@ -463,7 +484,7 @@ def slower_beside(ctx: Context, suspect: pl.DataFrame) -> Beside | None:
         return None
     mid = ((suspect["last_enter"] + suspect["exit"]) // 2).to_numpy()
     frame = suspect.with_columns(
-        inside=pl.Series(found.covers(mid)), outside=pl.Series(found.clean(mid))
+        inside=pl.Series(found.beside(mid)), outside=pl.Series(found.clean(mid))
     )
     if int(frame["inside"].sum()) < CLEAN_MIN:
         return None
