@@ -184,9 +184,14 @@ def excess_gaps(prog: Program) -> tuple[np.ndarray, np.ndarray]:
     typical = position_medians(prog)
     with np.errstate(invalid="ignore"):  # a damaged trace's absurd times stay absurd
         excess = np.nan_to_num(prog.gap - np.where(np.isnan(typical), prog.gap, typical))
+    return excess, spread_over(prog, excess, np.ones(len(excess), dtype=bool))
+
+
+def spread_over(prog: Program, excess: np.ndarray, source: np.ndarray) -> np.ndarray:
+    """Per action: the robust spread (1.4826 x MAD) of ``excess`` over the ``source``
+    actions at the same rank and point of the step (0 where none is)."""
     key, _ = _position_keys(prog)
-    spread = _median_by(key, np.abs(excess), np.ones(len(key), dtype=bool)) * 1.4826
-    return excess, np.nan_to_num(spread)
+    return np.nan_to_num(_median_by(key, np.abs(excess), source) * 1.4826)
 
 
 def _factor(prog: Program) -> np.ndarray:
