@@ -128,25 +128,20 @@ def _measure(ctx: Context) -> ForeignTraffic | None:
         other=(pl.col("bytes") - pl.col("job")).clip(lower_bound=0.0),
         span_s=(pl.col("end_ns") - pl.col("start_ns")) / 1e9,
     )
+    past_rate = pl.col("other") >= FOREIGN_RATE * pl.col("rate_bps") / 8 * pl.col("span_s")
     hot = rows.filter(
-        pl.col("bytes") > 0,
-        pl.col("other") >= FOREIGN_SHARE * pl.col("bytes"),
-        pl.col("other") >= FOREIGN_RATE * pl.col("rate_bps") / 8 * pl.col("span_s"),
+        pl.col("bytes") > 0, pl.col("other") >= FOREIGN_SHARE * pl.col("bytes"), past_rate
     )
     used = hot.filter(pl.col("used"))
     if used.height == 0:
         return None
-    seen_raw = _merged(rows.filter(pl.col("used")).select("start_ns", "end_ns").to_numpy(), window)
+    on_links = rows.filter(pl.col("used"))
+    seen_raw = _merged(on_links.select("start_ns", "end_ns").to_numpy(), window)
     shares = used.group_by("carrier").agg(share=pl.col("other").sum() / pl.col("bytes").sum())
     intervals = _merged(used.select("start_ns", "end_ns").to_numpy(), window)
     intervals, observed = _to_edges(intervals, seen_raw, window)
-    unclear = rows.filter(
-        pl.col("used"),
-        pl.col("other") >= FOREIGN_RATE * pl.col("rate_bps") / 8 * pl.col("span_s"),
-    )
-    unclear, _ = _to_edges(
-        _merged(unclear.select("start_ns", "end_ns").to_numpy(), window), seen_raw, window
-    )
+    unclear = _merged(on_links.filter(past_rate).select("start_ns", "end_ns").to_numpy(), window)
+    unclear, _ = _to_edges(unclear, seen_raw, window)
     sending = hot.filter(pl.col("sender").is_not_null())
     senders = sending.group_by("sender").agg(pl.col("other").sum()).sort("other", descending=True)
     seen = float((observed[:, 1] - observed[:, 0]).sum())
