@@ -305,3 +305,52 @@ def test_ranks_late_in_each_half_alone_are_not_said_to_change(tmp_path, monkeypa
     assert found.summary.startswith(
         "rank 1 late in each half of the run judged alone, not over all of it — no persistent"
     )
+
+
+#: Three hosts, one rank each, none late: the collectives' transfers take 1-3 times
+#: their time at random, as when one host's CPU limit throttles its threads a period at
+#: a time, mid-transfer, and every rank leaves the collective late together
+SLOWED_INSIDE = Planted(
+    name="slowed-inside",
+    jitter=0.02,
+    nodes=3,
+    gpus_per_node=1,
+    steps=30,
+    busbw_gbps=5.0,
+    cross_inflation=(1.0, 3.0),
+)
+
+
+def _slowed_inside(tmp_path: Path, throttled: tuple[float, float, float]):
+    run = generate(SLOWED_INSIDE, tmp_path / "run")
+    for n, share in enumerate(throttled):
+        _counters(run, tmp_path / f"host{n}", 0.4, share, host=f"node{n}")
+    return analyze(run)
+
+
+def test_a_throttled_host_whose_ranks_arrive_on_time_is_named_by_its_slowed_transfers(
+    tmp_path,
+):
+    """Every host's threads wait for a CPU 40 % of the time (a loaded machine); node1's
+    CPU limit alone holds its rank throttled 90 % of the time, and no rank arrives late:
+    its rank is late inside the collectives. CPU starvation of node1 comes first, costed
+    by the transfers rank 1 drives at what the links allow (the run's best), which is
+    what "every link at the run's best rate" saves on a ring every rank drives."""
+    analysis = _slowed_inside(tmp_path, (0.0, 0.9, 0.0))
+    assert _modes(analysis)[0] == "cpu_starvation", _modes(analysis)
+    (found,) = [f for f in analysis.findings if f.mode == "cpu_starvation"]
+    assert found.nodes == ("node1",) and found.ranks == (1,)
+    assert "slow inside them" in found.summary
+    assert found.evidence["slowed_transfers_of"] == [1]
+    assert found.evidence["late_ranks"] == []
+    best = {o.name: o for o in analysis.what_if[0].rows}["links:best"]
+    assert found.cost >= 0.05
+    assert found.cost == pytest.approx(best.saving, abs=0.02)
+
+
+def test_slowed_transfers_beside_hosts_throttled_alike_name_no_host(tmp_path):
+    """The same run with every host throttled alike, or none: no host stands out, so the
+    CPU cannot say why the transfers are slow, and no CPU starvation is named."""
+    for n, throttled in enumerate(((0.9, 0.9, 0.9), (0.0, 0.0, 0.0))):
+        analysis = _slowed_inside(tmp_path / str(n), throttled)
+        assert "cpu_starvation" not in _modes(analysis), _modes(analysis)

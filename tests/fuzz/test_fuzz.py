@@ -77,6 +77,8 @@ KNOWN = [
     h.Damage("writer", "hostile", "rank-00001.meta.json", ("group", "[link=x]y[/link]"), True),
     h.Damage("writer", "empty_trace", "", ("both",)),
     h.Damage("writer", "empty_trace", "", ("no_steps",)),
+    # steps but not one collective: the fabric's judgement of no transfers
+    h.Damage("writer", "empty_trace", "", ("no_events",)),
     h.Damage("run", "empty_trace", "", ("one_step",)),
     h.Damage("v1", "batch_cut", "rank-00003.events.arrow", (0, False)),
     h.Damage("run", "flip", "rank-00001.events.arrow", (1500, 4)),

@@ -374,8 +374,10 @@ def starvation(ctx: Context) -> Finding | None:
         # a host is named only where it stands out in each half of the run; the late
         # ranks of hosts that do not are the machine's, named on no host
         named = {ctx.nodes_of([r])[0] for r in late}
+        if not named:
+            return _slowed_transfers(ctx, hosts)
         placed = named & set(starved_places(ctx))
-        if named and not placed:
+        if not placed:
             return cpu.machine_finding(ctx, late, late_by_half(ctx), late_removal(ctx, late))
         late = [r for r in late if ctx.nodes_of([r])[0] in placed] if named else late
         apart = sorted(set(late_ranks(ctx)) - set(late))
@@ -383,6 +385,29 @@ def starvation(ctx: Context) -> Finding | None:
         return cpu.finding(ctx, hosts, late, late_by_half(ctx), removal, apart)
 
     return ctx.memo("starvation", compute)
+
+
+def _slowed_transfers(ctx: Context, hosts: dict[str, Any]) -> Finding | None:
+    """CPU starvation of hosts whose ranks arrive at their collectives on time: a rank
+    under a CPU limit spends its quota and waits out the period wherever it is, and in a
+    job whose transfers take most of the iteration that is inside them: the collective
+    waits for its threads, every rank leaves it late together, and none arrives late.
+    Named where the hosts stand out on their own counters in each half of the run
+    (:func:`starved_places`) beside a host that does not (the reference for what a fed
+    rank's transfer takes), its ranks' stragglers left to their finding; its cost the
+    replay of those ranks fed, the transfers they drive at what the links allow."""
+    every = set(ctx.metrics.placement["node"].to_list())
+    places = [n for n in starved_places(ctx) if n in hosts]
+    if not places or set(places) == every:
+        return None
+    apart = sorted(set(late_ranks(ctx)) | set(changing_late(ctx)))
+    ranks = [r for r in cpu.ranks_on(ctx, places) if r not in apart]
+    if not ranks:
+        return None
+    starved = {n: hosts[n] for n in places}
+    return cpu.finding(
+        ctx, starved, ranks, late_by_half(ctx), late_removal(ctx, ranks), apart, on_time=True
+    )
 
 
 def starved_places(ctx: Context) -> list[str]:

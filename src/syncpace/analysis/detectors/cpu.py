@@ -261,9 +261,11 @@ def finding(
     by_half: tuple[list[int], list[int]],
     removal: Any,
     apart: Sequence[int] = (),
+    on_time: bool = False,
 ) -> Finding | None:
     """CPU starvation named where it explains the late arrivals (``late``: the starved
-    hosts' ranks late in one half only, or all of a host's ranks late). The ranks
+    hosts' ranks late in one half only, or all of a host's ranks late), or, ``on_time``,
+    the slowed transfers of ranks that arrive on time (``late``: those ranks). The ranks
     ``apart`` (stragglers of their own on those hosts) are left to their finding."""
     th = ctx.thresholds
     ranks = [r for r in ranks_on(ctx, list(starved)) if r not in apart]
@@ -283,9 +285,11 @@ def finding(
     turns = (
         f"; the late rank changes: {_names(first)} in the first half of the run, "
         f"{_names(second)} in the second"
-        if first != second
+        if first != second and not on_time
         else ""
     )
+    if on_time:
+        turns = "; on time at their collectives, slow inside them: the transfers they drive wait"
     notes = "; ".join(note(n, c, th) for n, c in starved.items())
     return ctx.finding(
         "cpu_starvation",
@@ -299,7 +303,8 @@ def finding(
         nodes=tuple(starved),
         evidence={
             "starved_ranks": ranks,
-            "late_ranks": mine_late,
+            "late_ranks": [] if on_time else mine_late,
+            **({"slowed_transfers_of": mine_late} if on_time else {}),
             "late_ranks_first_half": first,
             "late_ranks_second_half": second,
             "last_share": round(share, 4),

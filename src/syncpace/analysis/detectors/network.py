@@ -61,8 +61,6 @@ def _sized(ctx: Context, least_bytes: int | None = None) -> pl.DataFrame:
     ``link_gbps`` when that is given (``inflation_link``: slowness that lasts the whole
     run inflates the run's own best too). ``inflation`` is the larger of the two."""
     inst = ctx.metrics.instances
-    if inst.height == 0:
-        return inst
     big = inst.with_row_index("_id").filter(
         pl.col("complete"),
         pl.col("bytes")
