@@ -103,6 +103,10 @@ class RunMetrics:
     def iteration_ns(self) -> float:
         return float(self.iteration.get("mean", 0.0))
 
+    def node_of(self) -> dict[int, str]:
+        """Each placed rank's node (host)."""
+        return _node_of(self.placement)
+
     def summary(self) -> dict[str, Any]:
         """The JSON view: numbers, not frames."""
         inst = self.instances
@@ -322,9 +326,13 @@ def _group_ranks(
     return out
 
 
+def _node_of(place: pl.DataFrame) -> dict[int, str]:
+    return dict(zip(place["rank"].to_list(), place["node"].to_list(), strict=True))
+
+
 def _group_nodes(groups: dict[str, tuple[int, ...]], place: pl.DataFrame) -> dict[str, int]:
     """Process group -> how many nodes its ranks span."""
-    node_of = dict(zip(place["rank"].to_list(), place["node"].to_list(), strict=True))
+    node_of = _node_of(place)
     return {name: len({node_of.get(r) for r in ranks} - {None}) for name, ranks in groups.items()}
 
 

@@ -149,9 +149,8 @@ def ranks_stand_out(ctx: Context, node: str, half: int | None = None) -> bool:
     most moves from host to host (measured on healthy drawn jobs: at most 0.04 beyond
     the next host); a host capped below its ranks' needs waits 0.11-0.3 beyond."""
     waits = rank_waits(ctx, half)
-    place = ctx.metrics.placement
     by_host: dict[str, list[float]] = {}
-    for rank, host in zip(place["rank"].to_list(), place["node"].to_list(), strict=True):
+    for rank, host in ctx.metrics.node_of().items():
         if rank in waits:
             by_host.setdefault(str(host), []).append(waits[rank])
     if node not in by_host or len(by_host) < 2:

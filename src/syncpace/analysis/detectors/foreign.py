@@ -174,8 +174,10 @@ def _measure(ctx: Context) -> ForeignTraffic | None:
 Curve = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
-#: Ops a ring carries: each rank sends all its bus bytes to the next rank of the group.
-RING_OPS = frozenset({"all_reduce", "all_gather", "reduce_scatter"})
+#: Ops whose every rank sends all its bus bytes to the next rank of the group's ring
+#: (a broadcast's or reduce's ring is a chain: its last rank sends nothing on;
+#: ``nominal.RING_OPS`` holds those too, as it counts the busiest edge, not every rank).
+EVERY_RANK_SENDS = frozenset({"all_reduce", "all_gather", "reduce_scatter"})
 
 
 def _leaves_host(ctx: Context, groups: list[str], node: dict[int, str]) -> np.ndarray:
@@ -204,14 +206,13 @@ def _own_curves(ctx: Context) -> dict[str, Curve]:
     inst = ctx.metrics.instances
     if prog is None or inst.height == 0:
         return {}
-    place = ctx.metrics.placement
-    node = dict(zip(place["rank"].to_list(), place["node"].to_list(), strict=True))
+    node = ctx.metrics.node_of()
     groups = inst["group"].cast(pl.String).to_list()
     names = sorted(set(groups))
     leaves = _leaves_host(ctx, names, node)
     index = {name: k for k, name in enumerate(names)}
     group_of = np.array([index[g] for g in groups], dtype=np.int64)
-    ring = np.array([op in RING_OPS for op in inst["op"].to_list()])
+    ring = np.array([op in EVERY_RANK_SENDS for op in inst["op"].to_list()])
     factor = np.array(
         [
             bus_factor(op, int(n)) or 0.0

@@ -113,8 +113,7 @@ def ring_load(ctx: Context) -> dict[str, float]:
 
     def compute() -> dict[str, float]:
         line = line_rate(ctx)
-        place = ctx.metrics.placement
-        node_of = dict(zip(place["rank"].to_list(), place["node"].to_list(), strict=True))
+        node_of = ctx.metrics.node_of()
         fabric = links.fabric_paths(ctx.metrics.run)
         out: dict[str, float] = {}
         for group, ranks in ctx.metrics.group_ranks.items():

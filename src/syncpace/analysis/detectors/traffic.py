@@ -54,8 +54,7 @@ def job_bytes(ctx: Context) -> tuple[dict[str, float], tuple[int, int]] | None:
         moved = inst["bytes"].to_numpy().astype(np.float64) * factor
         posts = (prog.kind == 0) & (prog.inst >= 0)  # POST
         per_rank = np.bincount(prog.rank[posts], weights=moved[prog.inst[posts]])
-        place = ctx.metrics.placement
-        node = dict(zip(place["rank"].to_list(), place["node"].to_list(), strict=True))
+        node = ctx.metrics.node_of()
         job: dict[str, float] = {}
         for rank, b in enumerate(per_rank):
             if rank in node:
