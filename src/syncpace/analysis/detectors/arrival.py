@@ -379,7 +379,7 @@ def starvation(ctx: Context) -> Finding | None:
         placed = named & set(starved_places(ctx))
         if not placed:
             return cpu.machine_finding(ctx, late, late_by_half(ctx), late_removal(ctx, late))
-        late = [r for r in late if ctx.nodes_of([r])[0] in placed] if named else late
+        late = [r for r in late if ctx.nodes_of([r])[0] in placed]
         apart = sorted(set(late_ranks(ctx)) - set(late))
         removal = late_removal(ctx, late)
         return cpu.finding(ctx, hosts, late, late_by_half(ctx), removal, apart)

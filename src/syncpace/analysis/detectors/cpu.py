@@ -281,14 +281,15 @@ def finding(
     share = float(pr.filter(pl.col("rank").is_in(ranks))["last_share"].sum())
     label = ", ".join(map(str, ranks))
     first, second = ([r for r in h if r in ranks] for h in by_half)
-    turns = (
-        f"; the late rank changes: {_names(first)} in the first half of the run, "
-        f"{_names(second)} in the second"
-        if first != second and not on_time
-        else ""
-    )
     if on_time:
         turns = "; on time at their collectives, slow inside them: the transfers they drive wait"
+    elif first != second:
+        turns = (
+            f"; the late rank changes: {_names(first)} in the first half of the run, "
+            f"{_names(second)} in the second"
+        )
+    else:
+        turns = ""
     notes = "; ".join(note(n, c, th) for n, c in starved.items())
     return ctx.finding(
         "cpu_starvation",
