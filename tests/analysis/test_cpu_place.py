@@ -54,10 +54,17 @@ def _end_and_middle(run: Path) -> tuple[int, int]:
     return int(rs["end_ns"].max()), middle
 
 
-def _hosts(run: Path, root: Path, waiting: dict[int, tuple[bool, bool]]) -> None:
+def _hosts(
+    run: Path,
+    root: Path,
+    waiting: dict[int, tuple[bool, bool]],
+    throttled: dict[int, float] | None = None,
+    busy_wait: float = BUSY_WAIT,
+) -> None:
     """Each host's sampler, covering the run: its job threads waiting ``HOST_WAIT``,
-    rank r's main thread waiting ``BUSY_WAIT`` in the halves ``waiting[r]`` says
-    (first, second) and ``CALM_WAIT`` otherwise."""
+    rank r's main thread waiting ``busy_wait`` in the halves ``waiting[r]`` says
+    (first, second) and ``CALM_WAIT`` otherwise; host r's CPU limit throttling it
+    ``throttled[r]`` of the time."""
     end, middle = _end_and_middle(run)
     ticks = (end - 1_000_000_000) // TICK_NS + 3  # the sampler's clock starts at 1 s
     for rank in range(3):
@@ -67,22 +74,40 @@ def _hosts(run: Path, root: Path, waiting: dict[int, tuple[bool, bool]]) -> None
         write_snmp(tree, {})
         write_netstat(tree, {})
         (run / schema.rank_pid_name(host, rank)).write_text(str(PID0 + rank))
-        script = _script(tree, rank, waiting.get(rank, (False, False)), middle)
+        busy_in = waiting.get(rank, (False, False))
+        share = (throttled or {}).get(rank, 0.0)
+        script = _script(tree, rank, busy_in, middle, share, busy_wait)
         sample_host(run, host, tree, ticks, script, job_pid=JOB_PID, use_nvml=False)
 
 
-def _script(tree, rank: int, busy_in: tuple[bool, bool], middle: int):
+def _script(
+    tree,
+    rank: int,
+    busy_in: tuple[bool, bool],
+    middle: int,
+    throttled: float = 0.0,
+    busy_wait: float = BUSY_WAIT,
+):
     """The host tree's counters at each tick: the host's job threads waiting
-    ``HOST_WAIT``, rank ``rank``'s main thread ``BUSY_WAIT`` in the halves ``busy_in``
-    says (the second from ``middle`` on, ns on the trace's clock), else ``CALM_WAIT``."""
+    ``HOST_WAIT``, its CPU limit throttling them ``throttled`` of the time, rank
+    ``rank``'s main thread ``busy_wait`` in the halves ``busy_in`` says (the second from
+    ``middle`` on, ns on the trace's clock), else ``CALM_WAIT``."""
     waited = [0]
 
     def script(tick: int) -> None:
         ns = TICK_NS * tick
         busy = busy_in[0] if 1_000_000_000 + ns <= middle else busy_in[1]
         if tick:
-            waited[0] += int((BUSY_WAIT if busy else CALM_WAIT) * TICK_NS)
-        write_cpu(tree, job_run_ns=int((1 - HOST_WAIT) * ns), job_wait_ns=int(HOST_WAIT * ns))
+            waited[0] += int((busy_wait if busy else CALM_WAIT) * TICK_NS)
+        write_cpu(
+            tree,
+            periods=tick,
+            throttled=tick if throttled else 0,
+            throttled_ns=int(throttled * ns),
+            quota_us=50_000 if throttled else -1,
+            job_run_ns=int((1 - HOST_WAIT) * ns),
+            job_wait_ns=int(HOST_WAIT * ns),
+        )
         pid = PID0 + rank
         task = tree.root / f"proc/{pid}/task/{pid}"
         task.mkdir(parents=True, exist_ok=True)
@@ -150,3 +175,29 @@ def test_the_halves_are_read_from_the_counters_of_each(tmp_path, half):
     assert 0.7 * BUSY_WAIT <= busy <= BUSY_WAIT
     assert CALM_WAIT <= calm <= 0.3 * BUSY_WAIT
     assert cpu.host_cpu(ctx, half)["node1"]["job_wait_share"] == pytest.approx(HOST_WAIT)
+
+
+@pytest.mark.parametrize("throttled", [0.5, 0.0])
+def test_a_throttled_hosts_late_rank_is_its_cpu_whatever_its_sampled_waiting(tmp_path, throttled):
+    """Rank 1 is late all run, its main thread waiting a little more than the others'
+    (0.1 of the time: under ``cpu_explains_share`` of its extra compute), every host
+    waiting alike. With node1's CPU limit throttling it half the time and the other
+    hosts not, the kernel says node1's ranks were held off the CPU: CPU starvation of
+    node1 and rank 1, first, and no straggler. Without the throttling its sampled
+    waiting does not explain it: a straggler, and no CPU starvation names node1."""
+    run = generate(STAYING, tmp_path / "run")
+    _hosts(run, tmp_path / "hosts", {1: (True, True)}, {1: throttled}, busy_wait=0.1)
+    analysis = analyze(run)
+    for f in analysis.findings:
+        print(f.mode, f.severity.name, round(f.cost, 4), f.nodes, f.ranks, f.summary)
+    starved = [f for f in analysis.findings if f.mode == "cpu_starvation" and f.ranks]
+    stragglers = [f for f in analysis.findings if f.mode == "straggler" and 1 in f.ranks]
+    if throttled:
+        (found,) = starved
+        assert found.nodes == ("node1",) and found.ranks == (1,)
+        assert "CPU limit (0.5 CPU) held its ranks throttled 50%" in found.summary
+        assert analysis.findings[0] is found
+        assert not stragglers
+    else:
+        assert not starved
+        assert analysis.findings[0] is stragglers[0]

@@ -457,12 +457,24 @@ def _explained(ctx: Context, hosts: dict[str, Any]) -> list[int]:
             out |= ranks & changing
         if ranks <= stable and beyond:
             out |= ranks
+
     # each rank's own waiting, where measured, says it: a straggler that waited no
     # more than the others is slow by its own doing, one that did is its host's CPU
     # (a rank late in one half only is left to its host's counters: over the span,
     # the half it waited in is diluted by the half it did not)
+    # -- unless its host's CPU limit throttled it beyond the other hosts (in the halves
+    # it was late in), where the host's own counters already explained it: the kernel
+    # says its ranks were held off the CPU, and the main thread's sampled waiting is only
+    # a measure of that (a one-host job has no other host to be throttled beyond)
+    def judged(rank: int, half: int | None = None) -> bool | None:
+        said = cpu_explained(ctx, rank, half)
+        node = ctx.nodes_of([rank])[0]
+        if said is False and rank in out and len(every) > 1:
+            return cpu.throttled_beyond(ctx, node, others or every, half)
+        return said
+
     for rank in stable:
-        said = cpu_explained(ctx, rank)
+        said = judged(rank)
         if said:
             out.add(rank)
         elif said is False:
@@ -472,7 +484,7 @@ def _explained(ctx: Context, hosts: dict[str, Any]) -> list[int]:
     # in one, or, measured, in none (a rank sleeping in its own code waits for no CPU)
     by_half = late_by_half(ctx)
     for rank in changing - stable:
-        said = [cpu_explained(ctx, rank, h) for h in (0, 1) if rank in by_half[h]]
+        said = [judged(rank, h) for h in (0, 1) if rank in by_half[h]]
         if any(said):
             out.add(rank)
         elif said and all(x is False for x in said):

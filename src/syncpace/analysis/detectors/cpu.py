@@ -131,13 +131,29 @@ def stands_out(ctx: Context, node: str, others: Sequence[str], half: int | None 
         cpu = by_host.get(name) or {}
         return cpu.get("throttled_share") or 0.0, cpu.get("job_wait_share") or 0.0
 
-    throttled, wait = shares(node)
-    rest = [shares(n) for n in others if n != node]
-    most_throttled = max((t for t, _ in rest), default=0.0)
-    most_wait = max((w for _, w in rest), default=0.0)
-    return (
-        throttled >= th.cpu_throttle_share and throttled >= most_throttled + th.cpu_throttle_share
-    ) or (wait >= th.cpu_wait_share and wait >= most_wait + th.cpu_wait_share)
+    _, wait = shares(node)
+    most_wait = max((shares(n)[1] for n in others if n != node), default=0.0)
+    return throttled_beyond(ctx, node, others, half) or (
+        wait >= th.cpu_wait_share and wait >= most_wait + th.cpu_wait_share
+    )
+
+
+def throttled_beyond(
+    ctx: Context, node: str, others: Sequence[str], half: int | None = None
+) -> bool:
+    """Whether ``node``'s CPU limit held its ranks throttled at least
+    ``cpu_throttle_share`` of the time and beyond every host of ``others`` by that share
+    again (over the run or ``half`` of it): the kernel's own word that the host's ranks
+    wanted more CPU than they were let have, where the others did not."""
+    by_host = host_cpu(ctx, half)
+    th = ctx.thresholds
+
+    def throttled(name: str) -> float:
+        return (by_host.get(name) or {}).get("throttled_share") or 0.0
+
+    most = max((throttled(n) for n in others if n != node), default=0.0)
+    share = throttled(node)
+    return share >= th.cpu_throttle_share and share >= most + th.cpu_throttle_share
 
 
 def ranks_stand_out(ctx: Context, node: str, half: int | None = None) -> bool:
