@@ -259,6 +259,25 @@ def write_cpu(
     (acct / "cpuacct.usage").write_text(f"{usage_ns}\n")
 
 
+def write_cpu_shares(
+    tree: SysfsTree, tick: int, wait: float, throttled: float = 0.0, quota_us: int = 50_000
+) -> None:
+    """:func:`write_cpu` at sample ``tick`` (100 ms each) of a host whose job threads
+    waited ``wait`` of the time they could run, and whose cgroup's CPU limit
+    (``quota_us`` a period, where ``throttled``) held them throttled ``throttled`` of
+    the time, in every period."""
+    ns = 100_000_000 * tick
+    write_cpu(
+        tree,
+        periods=tick,
+        throttled=tick if throttled else 0,
+        throttled_ns=int(throttled * ns),
+        quota_us=quota_us if throttled else -1,
+        job_run_ns=int((1 - wait) * ns),
+        job_wait_ns=int(wait * ns),
+    )
+
+
 def sample_host(
     run: Path,
     host: str,

@@ -27,7 +27,7 @@ from sysfs_trees import (
     JOB_PID,
     sample_host,
     switch_host,
-    write_cpu,
+    write_cpu_shares,
     write_netdev,
     write_netstat,
     write_snmp,
@@ -99,15 +99,7 @@ def _script(
         busy = busy_in[0] if 1_000_000_000 + ns <= middle else busy_in[1]
         if tick:
             waited[0] += int((busy_wait if busy else CALM_WAIT) * TICK_NS)
-        write_cpu(
-            tree,
-            periods=tick,
-            throttled=tick if throttled else 0,
-            throttled_ns=int(throttled * ns),
-            quota_us=50_000 if throttled else -1,
-            job_run_ns=int((1 - HOST_WAIT) * ns),
-            job_wait_ns=int(HOST_WAIT * ns),
-        )
+        write_cpu_shares(tree, tick, HOST_WAIT, throttled)
         pid = PID0 + rank
         task = tree.root / f"proc/{pid}/task/{pid}"
         task.mkdir(parents=True, exist_ok=True)

@@ -18,7 +18,7 @@ from sysfs_trees import (
     JOB_PID,
     sample_host,
     switch_host,
-    write_cpu,
+    write_cpu_shares,
     write_netdev,
     write_netstat,
     write_snmp,
@@ -43,16 +43,7 @@ def _counters(
     write_netstat(tree, {})
 
     def script(tick: int) -> None:
-        ns = 100_000_000 * tick  # 100 ms a tick
-        write_cpu(
-            tree,
-            periods=tick,
-            throttled=tick if throttled else 0,
-            throttled_ns=int(throttled * ns),
-            quota_us=50_000 if throttled else -1,
-            job_run_ns=int((1 - wait) * ns),
-            job_wait_ns=int(wait * ns),
-        )
+        write_cpu_shares(tree, tick, wait, throttled)
 
     sample_host(run, host, tree, 5, script, job_pid=JOB_PID, use_nvml=False)
 

@@ -16,7 +16,7 @@ from sysfs_trees import (
     sample_host,
     switch_host,
     two_socket_host,
-    write_cpu,
+    write_cpu_shares,
     write_netdev,
     write_netstat,
     write_snmp,
@@ -105,16 +105,7 @@ def test_a_straggler_on_a_host_starved_of_cpu_says_so_and_costs_its_transfers(
         write_netstat(tree, {})
 
         def script(tick, tree=tree, wait=wait, throttled=throttled):
-            ns = 100_000_000 * tick  # 100 ms a tick
-            write_cpu(
-                tree,
-                periods=tick,
-                throttled=tick if throttled else 0,
-                throttled_ns=int(throttled * ns),
-                quota_us=5_000 if throttled else -1,
-                job_run_ns=int((1 - wait) * ns),
-                job_wait_ns=int(wait * ns),
-            )
+            write_cpu_shares(tree, tick, wait, throttled, quota_us=5_000)
 
         _sample(run, node, tree, 5, script=script, use_nvml=False)
     finding = next(f for f in analyze(run).findings if f.mode == "straggler")
