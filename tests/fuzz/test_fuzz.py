@@ -84,6 +84,8 @@ KNOWN = [
     h.Damage("run", "flip", "rank-00001.events.arrow", (1500, 4)),
     h.Damage("writer", "flip", "rank-00001.meta.json", (92, 68)),
     h.Damage("v1", "null", "rank-00000.events.arrow", (1, 0)),  # a null step, streamed
+    # a device clock claimed by the metadata of a trace written without one
+    h.Damage("v1", "meta_value", "rank-00000.meta.json", (("device_clock", "cuda"),)),
     h.Damage("writer", "null", "rank-00000.events.arrow", (1, 0)),
     # a byte of a steps file's schema metadata: not UTF-8 (polars panicked on it)
     h.Damage("writer", "flip", "rank-00001.steps.arrow", (177, 0x80)),

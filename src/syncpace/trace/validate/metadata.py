@@ -78,6 +78,20 @@ class Segments(msgspec.Struct):
     pins: list[dict[str, Any]] = []
 
 
+class DeviceClock(msgspec.Struct):
+    """What the tracer says of a rank's device clock: the time base reads ``source`` and
+    ``uncertainty_ns`` (``null`` until a call's device times were resolved)."""
+
+    source: Text | None = None
+    uncertainty_ns: NonNeg | None = None
+    anchors: NonNeg = 0
+    failed_anchors: NonNeg = 0
+    drift_ppm: float = 0.0
+    resolved: NonNeg = 0
+    unresolved: NonNeg = 0
+    pending: NonNeg = 0
+
+
 class RankMeta(msgspec.Struct):
     """``rank-R.meta.json``, versions 1 and 2 (they share the metadata)."""
 
@@ -113,6 +127,7 @@ class RankMeta(msgspec.Struct):
     closed_by: Text | None = None
     segments: Segments | None = None
     summaries_written: NonNeg | None = None
+    device_clock: DeviceClock | None = None
 
 
 _DECODER = msgspec.json.Decoder()
